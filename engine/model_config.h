@@ -1,0 +1,67 @@
+// The shape and conventions of a GPT-2 family model, read from its config.json.
+//
+// Two dialects are accepted:
+//  * kvtier/nanoGPT: {"format": "nanogpt", "n_layer", "n_head", "n_embd",
+//    "vocab_size", "block_size", optional "n_kv_head" (default n_head),
+//    "bias" (default true), "gelu": "erf" | "tanh" (required),
+//    "weight_layout": "out_in" | "in_out" (default "out_in"),
+//    "layer_norm_eps" (default 1e-5), optional "tokenizer"}.
+//  * Hugging Face GPT-2: {"model_type": "gpt2", "n_layer", "n_head", "n_embd",
+//    "vocab_size", "n_positions", "activation_function" ("gelu_new" -> tanh,
+//    "gelu" -> erf; default gelu_new), "layer_norm_epsilon"}; weights are
+//    Conv1D (in_out) and carry biases.
+// GELU form and weight orientation always come from the config, never from
+// guessing at tensor shapes (square matrices cannot tell).
+//
+// The optional "tokenizer" object names files relative to the model folder:
+//   {"type": "char", "vocab": "vocab.json"} or
+//   {"type": "bpe", "encoder": "encoder.json", "merges": "vocab.bpe"}.
+// A Hugging Face folder without it uses encoder.json + vocab.bpe when both exist.
+#pragma once
+
+#include <expected>
+#include <filesystem>
+#include <string>
+
+#include "kernels/matmul.h"
+
+namespace kvtier {
+
+enum class Gelu { kErf, kTanh };
+
+struct TokenizerSpec {
+  enum class Type { kNone, kChar, kBpe };
+  Type type = Type::kNone;
+  std::filesystem::path vocab;   // char: the vocab file; bpe: encoder.json
+  std::filesystem::path merges;  // bpe only: vocab.bpe
+};
+
+struct ModelConfig {
+  int n_layer = 0;
+  int n_head = 0;
+  int n_kv_head = 0;  // key/value heads; equal to n_head for GPT-2 weights
+  int n_embd = 0;
+  int vocab_size = 0;
+  int block_size = 0;  // context length: positions 0 .. block_size-1
+  bool bias = true;
+  Gelu gelu = Gelu::kErf;
+  kernels::WeightLayout weight_layout = kernels::WeightLayout::kOutIn;
+  float layer_norm_eps = 1e-5f;
+  TokenizerSpec tokenizer;  // paths already resolved against the model folder
+
+  int head_dim() const { return n_embd / n_head; }
+  int kv_dim() const { return n_kv_head * head_dim(); }
+
+  // Parses and validates (positive sizes, n_embd divisible by n_head, n_head
+  // divisible by n_kv_head, known enum strings, no negative eps). Errors name
+  // the offending key. `model_dir` resolves tokenizer paths.
+  static std::expected<ModelConfig, std::string> parse(std::string_view json_text,
+                                                       const std::filesystem::path& model_dir);
+  static std::expected<ModelConfig, std::string> load(const std::filesystem::path& config_json);
+
+  // GPT-2 124M shapes (12 layers, 12 heads, 768 wide, 50257 vocab, 1024
+  // positions, tanh GELU, in_out layout) for speed work with random weights.
+  static ModelConfig gpt2_124m();
+};
+
+}  // namespace kvtier

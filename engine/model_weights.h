@@ -1,0 +1,82 @@
+// The parameters of a GPT-2 model, as read-only pointers into storage the
+// ModelWeights object owns: a memory-mapped safetensors file (never copied),
+// or a heap buffer of seeded random values for speed work.
+//
+// Shapes (C = n_embd, V = vocab_size, T = block_size, L = n_layer). Linear
+// weights keep the file's orientation, described by config.weight_layout:
+//   wte (V, C), wpe (T, C)               embeddings; the LM head is tied to wte
+//   ln_1/ln_2/ln_f weight and bias (C)
+//   attn_qkv_w  C -> 3C    attn_proj_w  C -> C
+//   mlp_fc_w    C -> 4C    mlp_proj_w  4C -> C
+// Biases are null when config.bias is false.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model_config.h"
+
+namespace kvtier {
+
+struct LayerWeights {
+  const float* ln_1_w = nullptr;
+  const float* ln_1_b = nullptr;
+  const float* attn_qkv_w = nullptr;
+  const float* attn_qkv_b = nullptr;
+  const float* attn_proj_w = nullptr;
+  const float* attn_proj_b = nullptr;
+  const float* ln_2_w = nullptr;
+  const float* ln_2_b = nullptr;
+  const float* mlp_fc_w = nullptr;
+  const float* mlp_fc_b = nullptr;
+  const float* mlp_proj_w = nullptr;
+  const float* mlp_proj_b = nullptr;
+};
+
+class ModelWeights {
+ public:
+  // Maps `safetensors_path` and binds every tensor the config calls for.
+  // Accepts nanoGPT state-dict names (transformer.h.0.attn.c_attn.weight, ...,
+  // optional lm_head.weight that must equal wte) and Hugging Face GPT-2 names
+  // (h.0.attn.c_attn.weight, with or without the "transformer." prefix; the
+  // attn.bias / attn.masked_bias mask buffers are ignored). Errors name the
+  // problem: bad or truncated header, missing or unexpected tensor, wrong
+  // shape or dtype (only F32), misaligned or out-of-file data.
+  static std::expected<ModelWeights, std::string> load(const ModelConfig& config,
+                                                       const std::filesystem::path& safetensors_path);
+
+  // Random parameters from `seed` for the given shapes: normal(0, 0.02)
+  // matrices and embeddings, LayerNorm weight 1 and bias 0, small biases.
+  // Same seed, same values, on every machine.
+  static ModelWeights random(const ModelConfig& config, std::uint64_t seed);
+
+  const float* wte() const { return wte_; }
+  const float* wpe() const { return wpe_; }
+  const LayerWeights& layer(int i) const { return layers_[i]; }
+  const float* ln_f_w() const { return ln_f_w_; }
+  const float* ln_f_b() const { return ln_f_b_; }
+
+  // Bytes of parameters a forward pass reads (each tensor once; the tied LM head once).
+  std::size_t parameter_bytes() const { return parameter_bytes_; }
+
+  ModelWeights(ModelWeights&&) noexcept;
+  ModelWeights& operator=(ModelWeights&&) noexcept;
+  ~ModelWeights();
+
+ private:
+  ModelWeights();
+  struct Storage;  // the mapping or the heap buffer
+  std::unique_ptr<Storage> storage_;
+  const float* wte_ = nullptr;
+  const float* wpe_ = nullptr;
+  std::vector<LayerWeights> layers_;
+  const float* ln_f_w_ = nullptr;
+  const float* ln_f_b_ = nullptr;
+  std::size_t parameter_bytes_ = 0;
+};
+
+}  // namespace kvtier
