@@ -6,7 +6,7 @@
 // weights keep the file's orientation, described by config.weight_layout:
 //   wte (V, C), wpe (T, C)               embeddings; the LM head is tied to wte
 //   ln_1/ln_2/ln_f weight and bias (C)
-//   attn_qkv_w  C -> 3C    attn_proj_w  C -> C
+//   attn_qkv_w  C -> C + 2 kv_dim (3C for GPT-2: q, k, v)    attn_proj_w  C -> C
 //   mlp_fc_w    C -> 4C    mlp_proj_w  4C -> C
 // Biases are null when config.bias is false.
 #pragma once

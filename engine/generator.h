@@ -1,0 +1,56 @@
+// Generating a continuation for one prompt: prefill (whole or in chunks),
+// then decode one token per step until a stop condition.
+//
+// This is the single-request loop; the scheduler batches many requests with
+// the same Model::forward and Sampler, so a request's tokens are the same
+// either way.
+#pragma once
+
+#include <expected>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+namespace kvtier {
+
+enum class FinishReason {
+  kLength,   // max_tokens generated
+  kStop,     // a stop string appeared
+  kContext,  // the sequence reached the model's block_size
+};
+
+std::string_view to_string(FinishReason reason);
+
+struct GenerateOptions {
+  SamplingParams sampling;
+  int max_tokens = 64;
+  std::vector<std::string> stop;  // needs a tokenizer
+  int prefill_chunk = 0;          // tokens per prefill step; 0 = the whole prompt at once
+  int page_size = 16;
+};
+
+struct Generation {
+  std::vector<int> tokens;  // generated ids (the prompt excluded)
+  std::string text;         // their text, cut before a stop string; empty without a tokenizer
+  FinishReason finish = FinishReason::kLength;
+};
+
+// Runs the prompt through `model` with KV pages from `pool` (released before
+// returning) and samples up to max_tokens tokens. `on_text`, if set, receives
+// the text as it becomes final (bytes that might begin a stop string are held
+// back until they cannot). Fails with a clear message on an empty prompt, a
+// prompt longer than the context, max_tokens < 1, invalid sampling
+// parameters or stop strings, stop strings without a tokenizer, or a pool
+// too small for the sequence.
+std::expected<Generation, std::string> generate(
+    Model& model, tiers::BlockPool& pool, const Tokenizer* tokenizer,
+    std::span<const int> prompt, const GenerateOptions& options,
+    const std::function<void(std::string_view)>& on_text = {});
+
+}  // namespace kvtier

@@ -1,0 +1,163 @@
+#include "engine/model.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "kernels/attention.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+namespace kvtier {
+
+std::expected<Model, std::string> Model::load(const std::filesystem::path& dir) {
+  auto config = ModelConfig::load(dir / "config.json");
+  if (!config) return std::unexpected(config.error());
+  auto weights = ModelWeights::load(*config, dir / "model.safetensors");
+  if (!weights) return std::unexpected(weights.error());
+  return Model(std::move(*config), std::move(*weights));
+}
+
+Model::Model(ModelConfig config, ModelWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {}
+
+std::expected<void, std::string> Model::check(std::span<const Chunk> chunks,
+                                              const tiers::BlockPool& pool) const {
+  if (chunks.empty()) return std::unexpected("forward: empty batch");
+  std::unordered_set<const SequenceKv*> seen;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const Chunk& c = chunks[i];
+    if (c.kv == nullptr || c.tokens.empty())
+      return std::unexpected("forward: chunk " + std::to_string(i) + " has no sequence or no tokens");
+    if (!seen.insert(c.kv).second)
+      return std::unexpected("forward: chunk " + std::to_string(i) + " repeats a sequence");
+    const long end = static_cast<long>(c.kv->length()) + static_cast<long>(c.tokens.size());
+    if (end > config_.block_size)
+      return std::unexpected("forward: chunk " + std::to_string(i) + " would reach position " +
+                             std::to_string(end) + " but the model's context is " +
+                             std::to_string(config_.block_size) + " tokens");
+    if (end > c.kv->capacity())
+      return std::unexpected("forward: chunk " + std::to_string(i) + " has pages for " +
+                             std::to_string(c.kv->capacity()) + " positions, needs " +
+                             std::to_string(end));
+    if (c.kv->page_size() != chunks[0].kv->page_size())
+      return std::unexpected("forward: sequences with different page sizes in one batch");
+    for (int t : c.tokens)
+      if (t < 0 || t >= config_.vocab_size)
+        return std::unexpected("forward: token " + std::to_string(t) +
+                               " outside the vocabulary [0, " +
+                               std::to_string(config_.vocab_size) + ")");
+  }
+  if (pool.block_bytes() < kv_layout(chunks[0].kv->page_size()).block_bytes())
+    return std::unexpected("forward: the pool's blocks are smaller than the KV layout needs");
+  return {};
+}
+
+void Model::linear(float* out, const float* inp, const float* w, const float* b, int M, int K,
+                   int N) {
+  kernels::matmul(out, inp, w, b, M, K, N, config_.weight_layout);
+}
+
+void Model::attention(int layer, int M) {
+  const int C = config_.n_embd, H = config_.n_head, D = config_.head_dim();
+  const int group = H / config_.n_kv_head;
+  const long width = C + 2 * config_.kv_dim();  // a qkv row: q (C), k (kv_dim), v (kv_dim)
+  const KvLayout layout = kv_layout(page_size_);
+
+  // Keys and values of every row first: a row attends to the rows before it
+  // in its own chunk.
+  for (int r = 0; r < M; ++r) {
+    const float* qkv = qkv_.data() + r * width;
+    const auto view = layout.layer_view(block_bases_[rows_[r].chunk].data(), layer);
+    kernels::kv_write(view, rows_[r].pos, qkv + C, qkv + C + config_.kv_dim());
+  }
+
+  // Then each (row, head) on its own; which thread runs it changes nothing.
+#pragma omp parallel
+  {
+    std::vector<float> scores(config_.block_size);
+#pragma omp for schedule(static)
+    for (long item = 0; item < static_cast<long>(M) * H; ++item) {
+      const int r = static_cast<int>(item / H), h = static_cast<int>(item % H);
+      const auto view = layout.layer_view(block_bases_[rows_[r].chunk].data(), layer);
+      const float* q = qkv_.data() + r * width + h * D;
+      float* out = att_.data() + static_cast<long>(r) * C + h * D;
+      kernels::attention_row(out, q, rows_[r].pos, view, h / group, scores.data());
+    }
+  }
+}
+
+std::expected<std::span<const float>, std::string> Model::forward(std::span<const Chunk> chunks,
+                                                                  tiers::BlockPool& pool) {
+  if (auto ok = check(chunks, pool); !ok) return std::unexpected(ok.error());
+  const int C = config_.n_embd, V = config_.vocab_size;
+  page_size_ = chunks[0].kv->page_size();
+
+  // Lay the batch out as rows, and note which rows want logits.
+  rows_.clear();
+  block_bases_.resize(chunks.size());
+  std::vector<int> logit_rows;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const Chunk& c = chunks[i];
+    const int n = static_cast<int>(c.tokens.size());
+    for (int t = 0; t < n; ++t) {
+      if (c.all_logits || t == n - 1) logit_rows.push_back(static_cast<int>(rows_.size()));
+      rows_.push_back({static_cast<int>(i), c.kv->length() + t});
+    }
+    block_bases_[i].clear();
+    for (int id : c.kv->block_ids())
+      block_bases_[i].push_back(reinterpret_cast<float*>(pool.data(id)));
+  }
+  const int M = static_cast<int>(rows_.size());
+  x_.resize(static_cast<std::size_t>(M) * C);
+  ln_.resize(x_.size());
+  att_.resize(x_.size());
+  const int qkv_width = C + 2 * config_.kv_dim();
+  qkv_.resize(static_cast<std::size_t>(M) * qkv_width);
+  fc_.resize(x_.size() * 4);
+
+  // Token and position embeddings.
+  for (int r = 0; r < M; ++r) {
+    const Chunk& c = chunks[rows_[r].chunk];
+    const int token = c.tokens[rows_[r].pos - c.kv->length()];
+    const float* te = weights_.wte() + static_cast<long>(token) * C;
+    const float* pe = weights_.wpe() + static_cast<long>(rows_[r].pos) * C;
+    float* x = x_.data() + static_cast<long>(r) * C;
+    for (int i = 0; i < C; ++i) x[i] = te[i] + pe[i];
+  }
+
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const LayerWeights& w = weights_.layer(l);
+    kernels::layernorm(ln_.data(), x_.data(), w.ln_1_w, w.ln_1_b, M, C, config_.layer_norm_eps);
+    linear(qkv_.data(), ln_.data(), w.attn_qkv_w, w.attn_qkv_b, M, C, qkv_width);
+    attention(l, M);
+    linear(ln_.data(), att_.data(), w.attn_proj_w, w.attn_proj_b, M, C, C);
+    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += ln_[i];
+
+    kernels::layernorm(ln_.data(), x_.data(), w.ln_2_w, w.ln_2_b, M, C, config_.layer_norm_eps);
+    linear(fc_.data(), ln_.data(), w.mlp_fc_w, w.mlp_fc_b, M, C, 4 * C);
+    if (config_.gelu == Gelu::kErf)
+      kernels::gelu_erf(fc_.data(), static_cast<long>(fc_.size()));
+    else
+      kernels::gelu_tanh(fc_.data(), static_cast<long>(fc_.size()));
+    linear(ln_.data(), fc_.data(), w.mlp_proj_w, w.mlp_proj_b, M, 4 * C, C);
+    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += ln_[i];
+  }
+
+  // Final LayerNorm and the tied LM head, only for the rows that want logits.
+  const int R = static_cast<int>(logit_rows.size());
+  logits_in_.resize(static_cast<std::size_t>(R) * C);
+  for (int i = 0; i < R; ++i)
+    std::copy_n(x_.data() + static_cast<long>(logit_rows[i]) * C, C,
+                logits_in_.data() + static_cast<long>(i) * C);
+  kernels::layernorm(logits_in_.data(), logits_in_.data(), weights_.ln_f_w(), weights_.ln_f_b(), R,
+                     C, config_.layer_norm_eps);
+  logits_.resize(static_cast<std::size_t>(R) * V);
+  kernels::matmul(logits_.data(), logits_in_.data(), weights_.wte(), nullptr, R, C, V,
+                  kernels::WeightLayout::kOutIn);
+
+  for (const Chunk& c : chunks) c.kv->advance(static_cast<int>(c.tokens.size()));
+  return std::span<const float>(logits_);
+}
+
+}  // namespace kvtier

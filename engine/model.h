@@ -1,0 +1,83 @@
+// The GPT-2 forward pass on the CPU, over paged KV caches.
+//
+// Letters: B = chunks in a batch, M = tokens in the batch (all chunks), C =
+// n_embd, H = heads, D = head_dim, V = vocab_size, R = logit rows returned.
+//
+// One forward() call runs any mix of work in one pass: decode steps (a chunk
+// of one token), whole prompts, and pieces of prompts (chunked prefill: a
+// chunk attends to its cached prefix and causally to itself). Rows of the
+// batch share the linear layers but never each other's keys: there is no
+// padding, each row attends only to its own sequence.
+//
+// Batch invariance: the logits of a chunk's rows are bit-identical whatever
+// else is in the batch, whichever position the chunk has in it, and however
+// the sequence's earlier tokens were chunked. Every kernel computes a row
+// from that row alone in a fixed order (see kernels/matmul.h and
+// kernels/attention.h); tests check it with memcmp.
+//
+// Thread-safety: forward() uses scratch buffers the Model owns, so one thread
+// (the engine's) calls it at a time; the kernels inside use OpenMP threads.
+#pragma once
+
+#include <expected>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/kv_layout.h"
+#include "engine/model_config.h"
+#include "engine/model_weights.h"
+#include "engine/sequence_kv.h"
+#include "tiers/block_pool.h"
+
+namespace kvtier {
+
+class Model {
+ public:
+  // Reads <dir>/config.json and maps <dir>/model.safetensors.
+  static std::expected<Model, std::string> load(const std::filesystem::path& dir);
+
+  Model(ModelConfig config, ModelWeights weights);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  KvLayout kv_layout(int page_size) const { return KvLayout::of(config_, page_size); }
+
+  struct Chunk {
+    SequenceKv* kv = nullptr;     // positions kv->length() .. +tokens.size() are computed
+    std::span<const int> tokens;  // and their K/V appended; kv->length() advances
+    bool all_logits = false;      // logits for every token of the chunk, not only the last
+  };
+
+  // Runs the chunks through the model and returns the logits, (R, V) in
+  // chunk order: one row per chunk, or tokens.size() rows for all_logits
+  // chunks. The span stays valid until the next forward().
+  // Fails, changing nothing, when a chunk is empty, a token is outside the
+  // vocabulary, a sequence would pass block_size, a sequence appears twice,
+  // or a sequence lacks the pages (SequenceKv::reserve them first).
+  // `pool` holds the sequences' blocks; its block size must fit the layout.
+  std::expected<std::span<const float>, std::string> forward(std::span<const Chunk> chunks,
+                                                             tiers::BlockPool& pool);
+
+ private:
+  std::expected<void, std::string> check(std::span<const Chunk> chunks,
+                                         const tiers::BlockPool& pool) const;
+  void attention(int layer, int M);
+  void linear(float* out, const float* inp, const float* w, const float* b, int M, int K, int N);
+
+  ModelConfig config_;
+  ModelWeights weights_;
+
+  // Per-forward row bookkeeping and activations, reused across calls.
+  struct RowSlot {
+    int chunk;
+    int pos;
+  };
+  std::vector<RowSlot> rows_;
+  std::vector<std::vector<float*>> block_bases_;  // per chunk
+  int page_size_ = 0;
+  std::vector<float> x_, ln_, qkv_, att_, fc_, logits_in_, logits_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,242 @@
+// The forward pass: the three attention cases, batch invariance and bad
+// batches, on small random models (golden comparisons live in golden_test.cpp).
+#include "engine/model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace kvtier {
+namespace {
+
+ModelConfig tiny_config(kernels::WeightLayout layout, Gelu gelu, bool bias, int n_kv_head) {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = n_kv_head;
+  c.n_embd = 32;
+  c.vocab_size = 61;
+  c.block_size = 96;
+  c.bias = bias;
+  c.gelu = gelu;
+  c.weight_layout = layout;
+  return c;
+}
+
+struct Fixture {
+  explicit Fixture(ModelConfig config, int page_size = 16, int blocks = 256)
+      : model(config, ModelWeights::random(config, 1234)),
+        pool(model.kv_layout(page_size).block_bytes(), blocks),
+        page_size(page_size) {}
+  Model model;
+  tiers::BlockPool pool;
+  int page_size;
+
+  // Runs one chunk alone and returns its logits rows.
+  std::vector<float> run(SequenceKv& kv, std::span<const int> tokens, bool all_logits) {
+    EXPECT_TRUE(kv.reserve(pool, kv.length() + static_cast<int>(tokens.size())));
+    const Model::Chunk chunk{&kv, tokens, all_logits};
+    auto logits = model.forward(std::span(&chunk, 1), pool);
+    EXPECT_TRUE(logits.has_value()) << logits.error();
+    return std::vector<float>(logits->begin(), logits->end());
+  }
+};
+
+std::vector<int> random_tokens(std::mt19937& rng, int n, int vocab) {
+  std::uniform_int_distribution<int> pick(0, vocab - 1);
+  std::vector<int> t(n);
+  for (int& x : t) x = pick(rng);
+  return t;
+}
+
+int argmax(std::span<const float> row) {
+  return static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+class ModelVariants : public ::testing::TestWithParam<ModelConfig> {};
+
+// Full prefill, chunked prefill in chunks of any size, and one token at a
+// time give the same logits at every position, bit for bit.
+TEST_P(ModelVariants, PrefillChunkedAndDecodeAgreeBitForBit) {
+  Fixture f(GetParam());
+  const int V = GetParam().vocab_size;
+  std::mt19937 rng(42);
+  const auto prompt = random_tokens(rng, 77, V);
+
+  SequenceKv whole(f.page_size);
+  const auto expected = f.run(whole, prompt, true);
+  ASSERT_EQ(expected.size(), prompt.size() * V);
+
+  for (int trial = 0; trial < 4; ++trial) {
+    SequenceKv kv(f.page_size);
+    std::vector<float> got;
+    std::uniform_int_distribution<int> size(1, trial == 0 ? 1 : 19);
+    for (std::size_t begin = 0; begin < prompt.size();) {
+      const std::size_t n = std::min<std::size_t>(size(rng), prompt.size() - begin);
+      const auto rows = f.run(kv, std::span(prompt).subspan(begin, n), true);
+      got.insert(got.end(), rows.begin(), rows.end());
+      begin += n;
+    }
+    EXPECT_TRUE(same_bits(expected, got)) << "trial " << trial;
+    EXPECT_EQ(kv.length(), static_cast<int>(prompt.size()));
+    kv.release(f.pool);
+  }
+  whole.release(f.pool);
+  EXPECT_EQ(f.pool.num_free(), f.pool.num_blocks());
+}
+
+// Sequences run alone, then the same sequences run in random mixes of
+// prefill chunks and decode steps: every logit row matches bit for bit.
+TEST_P(ModelVariants, BatchCompositionDoesNotChangeLogits) {
+  Fixture f(GetParam());
+  const int V = GetParam().vocab_size;
+  constexpr int kSeqs = 6, kDecode = 10;
+  for (unsigned seed : {1u, 2u, 3u}) {
+    std::mt19937 rng(seed);
+    std::vector<std::vector<int>> prompts;
+    for (int s = 0; s < kSeqs; ++s)
+      prompts.push_back(random_tokens(rng, std::uniform_int_distribution<int>(1, 45)(rng), V));
+
+    // Alone: prefill in one piece, then greedy decode; keep every logits row.
+    std::vector<std::vector<std::vector<float>>> alone(kSeqs);
+    for (int s = 0; s < kSeqs; ++s) {
+      SequenceKv kv(f.page_size);
+      auto row = f.run(kv, prompts[s], false);
+      alone[s].push_back(row);
+      for (int step = 0; step < kDecode; ++step) {
+        const int next = argmax(row);
+        row = f.run(kv, std::span(&next, 1), false);
+        alone[s].push_back(row);
+      }
+      kv.release(f.pool);
+    }
+
+    // Together, in random batches, random prefill chunks, random order.
+    std::vector<SequenceKv> kvs(kSeqs, SequenceKv(f.page_size));
+    std::vector<std::size_t> fed(kSeqs, 0);
+    std::vector<int> next(kSeqs, -1);
+    std::vector<std::vector<std::vector<float>>> together(kSeqs);
+    std::vector<std::vector<int>> pieces(kSeqs);
+    for (int guard = 0; guard < 1000; ++guard) {
+      std::vector<Model::Chunk> batch;
+      std::vector<int> who;
+      for (int s = 0; s < kSeqs; ++s) {
+        if (static_cast<int>(together[s].size()) == kDecode + 1) continue;  // done
+        if (std::bernoulli_distribution(0.6)(rng) == false) continue;       // sits out this step
+        if (fed[s] < prompts[s].size()) {
+          const std::size_t n = std::min<std::size_t>(
+              std::uniform_int_distribution<int>(1, 16)(rng), prompts[s].size() - fed[s]);
+          pieces[s].assign(prompts[s].begin() + fed[s], prompts[s].begin() + fed[s] + n);
+          fed[s] += n;
+        } else {
+          pieces[s] = {next[s]};
+        }
+        ASSERT_TRUE(kvs[s].reserve(f.pool, kvs[s].length() + static_cast<int>(pieces[s].size())));
+        who.push_back(s);
+      }
+      if (who.empty()) {
+        if (std::all_of(together.begin(), together.end(),
+                        [](const auto& t) { return t.size() == kDecode + 1; }))
+          break;
+        continue;
+      }
+      std::shuffle(who.begin(), who.end(), rng);
+      for (int s : who) batch.push_back({&kvs[s], pieces[s], false});
+      auto logits = f.model.forward(batch, f.pool);
+      ASSERT_TRUE(logits.has_value()) << logits.error();
+      ASSERT_EQ(logits->size(), who.size() * V);
+      for (std::size_t i = 0; i < who.size(); ++i) {
+        const int s = who[i];
+        if (fed[s] < prompts[s].size()) continue;  // mid-prompt: logits not used
+        const auto row = logits->subspan(i * V, V);
+        together[s].emplace_back(row.begin(), row.end());
+        next[s] = argmax(row);
+      }
+    }
+    for (int s = 0; s < kSeqs; ++s) {
+      ASSERT_EQ(together[s].size(), alone[s].size()) << "seed " << seed << " seq " << s;
+      for (std::size_t step = 0; step < alone[s].size(); ++step)
+        EXPECT_TRUE(same_bits(alone[s][step], together[s][step]))
+            << "seed " << seed << " seq " << s << " step " << step;
+      kvs[s].release(f.pool);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ModelVariants,
+    ::testing::Values(tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4),
+                      tiny_config(kernels::WeightLayout::kInOut, Gelu::kTanh, true, 4),
+                      tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, false, 4),
+                      tiny_config(kernels::WeightLayout::kInOut, Gelu::kErf, true, 2)));
+
+TEST(Model, PageSizeDoesNotChangeLogits) {
+  const auto config = tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4);
+  std::mt19937 rng(9);
+  const auto prompt = random_tokens(rng, 50, config.vocab_size);
+  std::vector<float> first;
+  for (int page : {16, 7, 1}) {
+    Fixture f(config, page, 128);
+    SequenceKv kv(page);
+    const auto logits = f.run(kv, prompt, true);
+    if (first.empty())
+      first = logits;
+    else
+      EXPECT_TRUE(same_bits(first, logits)) << "page size " << page;
+    kv.release(f.pool);
+  }
+}
+
+TEST(Model, RefusesBadBatchesAndChangesNothing) {
+  Fixture f(tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4));
+  SequenceKv kv(f.page_size);
+  const std::vector<int> ok{1, 2, 3};
+  ASSERT_TRUE(kv.reserve(f.pool, 3));
+  auto expect_error = [&](std::vector<Model::Chunk> batch, const std::string& needle) {
+    auto r = f.model.forward(batch, f.pool);
+    ASSERT_FALSE(r.has_value()) << "expected an error mentioning '" << needle << "'";
+    EXPECT_NE(r.error().find(needle), std::string::npos) << r.error();
+    EXPECT_EQ(kv.length(), 0);
+  };
+  expect_error({}, "empty batch");
+  expect_error({{&kv, {}, false}}, "no tokens");
+  const std::vector<int> bad{1, 61};
+  expect_error({{&kv, bad, false}}, "outside the vocabulary");
+  const std::vector<int> negative{-1};
+  expect_error({{&kv, negative, false}}, "outside the vocabulary");
+  expect_error({{&kv, ok, false}, {&kv, ok, false}}, "repeats a sequence");
+  const std::vector<int> long_chunk(20, 1);
+  expect_error({{&kv, long_chunk, false}}, "pages for 16 positions");
+  SequenceKv full(f.page_size);
+  ASSERT_TRUE(full.reserve(f.pool, 112));
+  const std::vector<int> too_long(97, 1);
+  expect_error({{&full, too_long, false}}, "context is 96 tokens");
+  full.release(f.pool);
+  kv.release(f.pool);
+}
+
+TEST(Model, FillsTheContextExactlyAndNoFurther) {
+  Fixture f(tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4));
+  std::mt19937 rng(5);
+  const auto prompt = random_tokens(rng, 96, 61);
+  SequenceKv kv(f.page_size);
+  f.run(kv, std::span(prompt).first(95), false);
+  f.run(kv, std::span(prompt).subspan(95), false);
+  EXPECT_EQ(kv.length(), 96);
+  ASSERT_TRUE(kv.reserve(f.pool, 97));
+  const int one = 0;
+  const Model::Chunk chunk{&kv, std::span(&one, 1), false};
+  EXPECT_FALSE(f.model.forward(std::span(&chunk, 1), f.pool).has_value());
+  EXPECT_EQ(kv.length(), 96);
+  kv.release(f.pool);
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,37 @@
+#include "tiers/block_pool.h"
+
+#include <cassert>
+#include <cstdlib>
+#include <new>
+
+namespace kvtier::tiers {
+
+void BlockPool::AlignedFree::operator()(std::byte* p) const { std::free(p); }
+
+BlockPool::BlockPool(std::size_t block_bytes, int num_blocks)
+    : block_bytes_(block_bytes), num_blocks_(num_blocks), allocated_(num_blocks, false) {
+  assert(block_bytes > 0 && block_bytes % 64 == 0 && num_blocks > 0);
+  const std::size_t total = block_bytes * static_cast<std::size_t>(num_blocks);
+  void* p = std::aligned_alloc(64, total);
+  if (p == nullptr) throw std::bad_alloc();
+  base_.reset(static_cast<std::byte*>(p));
+  free_.reserve(num_blocks);
+  // Hand out low ids first: the free list pops from the back.
+  for (int id = num_blocks - 1; id >= 0; --id) free_.push_back(id);
+}
+
+std::optional<int> BlockPool::allocate() {
+  if (free_.empty()) return std::nullopt;
+  const int id = free_.back();
+  free_.pop_back();
+  allocated_[id] = true;
+  return id;
+}
+
+void BlockPool::release(int id) {
+  assert(id >= 0 && id < num_blocks_ && allocated_[id]);
+  allocated_[id] = false;
+  free_.push_back(id);
+}
+
+}  // namespace kvtier::tiers
