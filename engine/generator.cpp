@@ -40,9 +40,8 @@ std::expected<void, std::string> validate(const Model& model, const Tokenizer* t
 }  // namespace
 
 std::expected<Generation, std::string> generate(
-    Model& model, tiers::BlockPool& pool, const Tokenizer* tokenizer,
-    std::span<const int> prompt, const GenerateOptions& options,
-    const std::function<void(std::string_view)>& on_text) {
+    Model& model, tiers::BlockPool& pool, const Tokenizer* tokenizer, std::span<const int> prompt,
+    const GenerateOptions& options, const std::function<void(std::string_view)>& on_text) {
   if (auto ok = validate(model, tokenizer, prompt, options); !ok)
     return std::unexpected(ok.error());
 
@@ -79,7 +78,8 @@ std::expected<Generation, std::string> generate(
 
   // Hands on_text the bytes that can no longer turn into a stop string.
   auto flush = [&](std::size_t upto) {
-    if (on_text && upto > emitted) on_text(std::string_view(out.text).substr(emitted, upto - emitted));
+    if (on_text && upto > emitted)
+      on_text(std::string_view(out.text).substr(emitted, upto - emitted));
     emitted = std::max(emitted, upto);
   };
 

@@ -49,8 +49,7 @@ struct Generation {
 // parameters or stop strings, stop strings without a tokenizer, or a pool
 // too small for the sequence.
 std::expected<Generation, std::string> generate(
-    Model& model, tiers::BlockPool& pool, const Tokenizer* tokenizer,
-    std::span<const int> prompt, const GenerateOptions& options,
-    const std::function<void(std::string_view)>& on_text = {});
+    Model& model, tiers::BlockPool& pool, const Tokenizer* tokenizer, std::span<const int> prompt,
+    const GenerateOptions& options, const std::function<void(std::string_view)>& on_text = {});
 
 }  // namespace kvtier

@@ -28,7 +28,8 @@ std::expected<void, std::string> Model::check(std::span<const Chunk> chunks,
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const Chunk& c = chunks[i];
     if (c.kv == nullptr || c.tokens.empty())
-      return std::unexpected("forward: chunk " + std::to_string(i) + " has no sequence or no tokens");
+      return std::unexpected("forward: chunk " + std::to_string(i) +
+                             " has no sequence or no tokens");
     if (!seen.insert(c.kv).second)
       return std::unexpected("forward: chunk " + std::to_string(i) + " repeats a sequence");
     const long end = static_cast<long>(c.kv->length()) + static_cast<long>(c.tokens.size());
@@ -45,8 +46,8 @@ std::expected<void, std::string> Model::check(std::span<const Chunk> chunks,
     for (int t : c.tokens)
       if (t < 0 || t >= config_.vocab_size)
         return std::unexpected("forward: token " + std::to_string(t) +
-                               " outside the vocabulary [0, " +
-                               std::to_string(config_.vocab_size) + ")");
+                               " outside the vocabulary [0, " + std::to_string(config_.vocab_size) +
+                               ")");
   }
   if (pool.block_bytes() < kv_layout(chunks[0].kv->page_size()).block_bytes())
     return std::unexpected("forward: the pool's blocks are smaller than the KV layout needs");

@@ -45,13 +45,23 @@ class ModelWeights {
   // (h.0.attn.c_attn.weight, with or without the "transformer." prefix; the
   // attn.bias / attn.masked_bias mask buffers are ignored). Errors name the
   // problem: bad or truncated header, missing or unexpected tensor, wrong
-  // shape or dtype (only F32), misaligned or out-of-file data.
+  // shape or dtype (only F32), misaligned or out-of-file data, an lm_head.weight
+  // that differs from wte, and a config with n_kv_head != n_head (GPT-2's fused
+  // c_attn is 3C wide). The error lists every missing, unexpected and wrong
+  // tensor (up to 8 of each), not just the first. Which names are used comes
+  // from the file (where wte is); which orientation, only from the config.
   static std::expected<ModelWeights, std::string> load(const ModelConfig& config,
                                                        const std::filesystem::path& safetensors_path);
 
   // Random parameters from `seed` for the given shapes: normal(0, 0.02)
-  // matrices and embeddings, LayerNorm weight 1 and bias 0, small biases.
-  // Same seed, same values, on every machine.
+  // matrices and embeddings, LayerNorm weight 1 and bias 0, normal(0, 0.01)
+  // biases. Same seed, same values, on every machine: the generator uses only
+  // integer arithmetic and IEEE + - * / sqrt, not <random> or libm's log.
+  // Unlike load(), any n_kv_head is served (attn_qkv_w is C -> C + 2 kv_dim).
+  // Every tensor starts 64-byte aligned. Runs on the OpenMP threads; GPT-2
+  // 124M takes about 1.7 s of CPU time.
+  // REQUIRES: config is valid (as ModelConfig::parse checks). Throws only
+  // std::bad_alloc.
   static ModelWeights random(const ModelConfig& config, std::uint64_t seed);
 
   const float* wte() const { return wte_; }

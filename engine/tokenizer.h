@@ -12,7 +12,9 @@
 // Thread-safety: const methods may be called concurrently.
 #pragma once
 
+#include <cstddef>
 #include <expected>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -39,5 +41,33 @@ class Tokenizer {
   // Builds the tokenizer a config names. Errors name the file and the problem.
   static std::expected<std::unique_ptr<Tokenizer>, std::string> load(const TokenizerSpec& spec);
 };
+
+// Building blocks the tokenizer implementations share (tokenizer.cpp); not
+// meant for callers outside engine/.
+namespace tokenizer_detail {
+
+// One character decoded from UTF-8. length is its size in bytes (1..4), or 0
+// when the bytes at that offset are not valid UTF-8: a stray continuation
+// byte, a truncated sequence, an overlong form, a surrogate (U+D800..DFFF) or
+// a value above U+10FFFF. code_point is then the offending byte.
+struct Utf8Char {
+  char32_t code_point = 0;
+  int length = 0;
+};
+
+// REQUIRES: offset < text.size().
+Utf8Char utf8_decode(std::string_view text, std::size_t offset);
+
+// REQUIRES: code_point <= U+10FFFF and not a surrogate.
+void utf8_append(char32_t code_point, std::string& out);
+
+// "U+00E9 'é'" for printable characters, "U+000A" for control characters:
+// names a character in an error message without breaking the message.
+std::string code_point_describe(char32_t code_point);
+
+// The whole file as bytes. Errors name the path.
+std::expected<std::string, std::string> file_read(const std::filesystem::path& path);
+
+}  // namespace tokenizer_detail
 
 }  // namespace kvtier

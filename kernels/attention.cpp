@@ -70,8 +70,7 @@ void attention_row(float* out, const float* q, int pos, const PagedKv& kv, int k
   for (int d = 0; d < D; ++d) out[d] *= inv;
 }
 
-void attention_row_reference(float* out, const float* q, int pos, const PagedKv& kv,
-                             int kv_head) {
+void attention_row_reference(float* out, const float* q, int pos, const PagedKv& kv, int kv_head) {
   const int P = kv.page_size, D = kv.head_dim;
   std::vector<double> s(pos + 1);
   for (int t = 0; t <= pos; ++t) {

@@ -15,7 +15,8 @@
 
 namespace kvtier::kernels {
 
-// e^x. Underflows to 0 below -87.3 and clamps its argument to 88 (e^88 = 1.65e38) so it never overflows.
+// e^x. Underflows to 0 below -87.3 and clamps its argument to 88 (e^88 = 1.65e38) so it never
+// overflows.
 inline float vexp(float x) {
   // exp(x) = 2^n * exp(r), n = round(x / ln2), r = x - n*ln2 (ln2 split in
   // two parts so the reduction is exact to float precision).

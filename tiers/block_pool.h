@@ -19,8 +19,8 @@ class BlockPool {
  public:
   // Reserves num_blocks * block_bytes bytes aligned to 64 bytes (a cache
   // line). Contents start unspecified and pages are touched only when used,
-  // so an idle pool costs address space, not resident memory. REQUIRES: block_bytes is a multiple of 64 and > 0,
-  // num_blocks > 0. Throws std::bad_alloc when memory is short.
+  // so an idle pool costs address space, not resident memory. REQUIRES: block_bytes is a multiple
+  // of 64 and > 0, num_blocks > 0. Throws std::bad_alloc when memory is short.
   BlockPool(std::size_t block_bytes, int num_blocks);
 
   // A free block, or nullopt when none is left. Most recently freed first,

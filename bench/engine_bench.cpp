@@ -1,0 +1,199 @@
+// Forward-pass speed on GPT-2 124M shapes (random weights from a seed),
+// with the machine's own limits measured in the same run:
+//   decode batch 1: weight bytes read per token x tokens/s / memcpy bandwidth
+//   prefill 1024:   achieved GFLOP/s / OpenBLAS sgemm GFLOP/s on the same shapes
+// and peak resident memory against weights + KV. Prints figures; asserts nothing.
+//
+//   build/bench/engine_bench [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/machine_peaks.h"
+#include "engine/model.h"
+
+namespace {
+
+using kvtier::Model;
+using kvtier::SequenceKv;
+
+constexpr int kThreads = 2;
+constexpr int kPage = 16;
+constexpr int kMaxBatch = 16;
+
+// Keeps each run's timing and counters so main() can print ratios after.
+class Capture : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      auto& r = results[run.benchmark_name()];
+      r["seconds"] = run.GetAdjustedRealTime() / 1e9;  // per iteration; time unit set to ns
+      for (const auto& [name, counter] : run.counters) r[name] = counter.value;
+    }
+  }
+  double get(const std::string& bench, const std::string& key) const {
+    auto it = results.find(bench);
+    if (it == results.end()) return 0.0;
+    auto kv = it->second.find(key);
+    return kv == it->second.end() ? 0.0 : kv->second;
+  }
+  std::map<std::string, std::map<std::string, double>> results;
+};
+
+std::vector<int> random_tokens(int n, int vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, vocab - 1);
+  std::vector<int> t(n);
+  for (int& x : t) x = pick(rng);
+  return t;
+}
+
+// FLOPs of one prefill of T tokens (linear layers, attention, one LM-head row).
+double prefill_flops(const kvtier::ModelConfig& c, int T) {
+  const double C = c.n_embd, L = c.n_layer;
+  const double linear = 2.0 * T * L * (C * 3 * C + C * C + C * 4 * C + 4 * C * C);
+  const double attention = L * c.n_head * 2.0 * 2.0 * c.head_dim() * (T * (T + 1.0) / 2.0);
+  return linear + attention + 2.0 * C * c.vocab_size;
+}
+
+struct Bench {
+  Model& model;
+  kvtier::tiers::BlockPool& pool;
+
+  void prefill(benchmark::State& state, int T) {
+    const auto tokens = random_tokens(T, model.config().vocab_size, T);
+    for (auto _ : state) {
+      SequenceKv kv(kPage);
+      kv.reserve(pool, T);
+      const Model::Chunk chunk{&kv, tokens, false};
+      auto logits = model.forward(std::span(&chunk, 1), pool);
+      benchmark::DoNotOptimize(logits->data());
+      state.PauseTiming();
+      kv.release(pool);
+      state.ResumeTiming();
+    }
+    state.counters["tok/s"] = benchmark::Counter(T, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GFLOP/s"] = benchmark::Counter(prefill_flops(model.config(), T) / 1e9,
+                                                   benchmark::Counter::kIsIterationInvariantRate);
+  }
+
+  // B sequences holding `context` tokens each; one iteration is one decode
+  // step for all of them. The first sequence is prefilled and its pages
+  // copied to the others: decode cost does not depend on what the keys say.
+  void decode(benchmark::State& state, int B, int context) {
+    const int V = model.config().vocab_size;
+    const auto prompt = random_tokens(context, V, 7);
+    const int steps = static_cast<int>(state.max_iterations);
+    std::vector<SequenceKv> seqs(B, SequenceKv(kPage));
+    for (auto& s : seqs) s.reserve(pool, context + steps);
+    const Model::Chunk first{&seqs[0], prompt, false};
+    (void)model.forward(std::span(&first, 1), pool);
+    for (int s = 1; s < B; ++s) {
+      for (std::size_t b = 0; b < seqs[0].block_ids().size(); ++b)
+        std::memcpy(pool.data(seqs[s].block_ids()[b]), pool.data(seqs[0].block_ids()[b]),
+                    pool.block_bytes());
+      seqs[s].advance(context);
+    }
+    std::vector<int> next(B, 1);
+    std::vector<Model::Chunk> batch;
+    for (int s = 0; s < B; ++s) batch.push_back({&seqs[s], std::span(&next[s], 1), false});
+    for (auto _ : state) {
+      auto logits = model.forward(batch, pool);
+      benchmark::DoNotOptimize(logits->data());
+    }
+    for (auto& s : seqs) s.release(pool);
+    state.counters["tok/s"] = benchmark::Counter(B, benchmark::Counter::kIsIterationInvariantRate);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  omp_set_num_threads(kThreads);
+  const auto config = kvtier::ModelConfig::gpt2_124m();
+  std::printf("building GPT-2 124M-shaped random weights...\n");
+  Model model(config, kvtier::ModelWeights::random(config, 1));
+  const auto layout = model.kv_layout(kPage);
+  const int blocks_per_seq = config.block_size / kPage + 1;
+  kvtier::tiers::BlockPool pool(layout.block_bytes(), kMaxBatch * blocks_per_seq + blocks_per_seq);
+  Bench bench{model, pool};
+
+  for (int T : {128, 512, 1024})
+    benchmark::RegisterBenchmark(("prefill/" + std::to_string(T)).c_str(),
+                                 [&bench, T](benchmark::State& s) { bench.prefill(s, T); })
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(3)
+        ->UseRealTime();
+  for (int context : {128, 1024})
+    for (int B : {1, 4, 16}) {
+      // Positions stop at block_size: a 1024 context decodes its last 8.
+      const int steps = 8;
+      const int start = context == config.block_size ? context - steps : context;
+      benchmark::RegisterBenchmark(
+          ("decode/batch" + std::to_string(B) + "/ctx" + std::to_string(context)).c_str(),
+          [&bench, B, start](benchmark::State& s) { bench.decode(s, B, start); })
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(steps)
+          ->UseRealTime();
+    }
+
+  Capture capture;
+  benchmark::RunSpecifiedBenchmarks(&capture);
+  const double rss = kvtier::bench::peak_rss_bytes();
+
+  // The machine's limits, in the same run.
+  const double memcpy_bw = std::max(kvtier::bench::memcpy_bytes_per_second(1),
+                                    kvtier::bench::memcpy_bytes_per_second(kThreads));
+  const int C = config.n_embd;
+  struct Shape {
+    int K, N;
+  };
+  double blas_seconds = 0.0, blas_flops = 0.0;
+  for (Shape s : {Shape{C, 3 * C}, Shape{C, C}, Shape{C, 4 * C}, Shape{4 * C, C}}) {
+    const double flops = 2.0 * 1024 * s.K * s.N;
+    blas_seconds += flops / kvtier::bench::openblas_sgemm_flops(1024, s.K, s.N, true, kThreads);
+    blas_flops += flops;
+  }
+  const double blas_gflops = blas_flops / blas_seconds / 1e9;
+
+  const double weights = static_cast<double>(model.weights().parameter_bytes());
+  // A decode step reads every weight once, but only one row of wpe.
+  const double read_per_token = weights - 4.0 * config.block_size * C + 4.0 * C;
+  const double decode1 = capture.get("decode/batch1/ctx128/iterations:8/real_time", "tok/s");
+  const double prefill1024 = capture.get("prefill/1024/iterations:3/real_time", "GFLOP/s");
+
+  std::printf("\n== kvtier engine, GPT-2 124M shapes, %d threads\n", kThreads);
+  std::printf("memcpy bandwidth (best of 1 and %d threads): %.2f GB/s\n", kThreads,
+              memcpy_bw / 1e9);
+  std::printf("OpenBLAS sgemm, M=1024 on the 4 linear shapes: %.1f GFLOP/s\n", blas_gflops);
+  for (int T : {128, 512, 1024}) {
+    const std::string name = "prefill/" + std::to_string(T) + "/iterations:3/real_time";
+    std::printf("prefill %4d: %8.1f tok/s  %6.1f GFLOP/s\n", T, capture.get(name, "tok/s"),
+                capture.get(name, "GFLOP/s"));
+  }
+  for (int context : {128, 1024})
+    for (int B : {1, 4, 16}) {
+      const std::string name = "decode/batch" + std::to_string(B) + "/ctx" +
+                               std::to_string(context) + "/iterations:8/real_time";
+      std::printf("decode batch %2d ctx %4d: %8.1f tok/s\n", B, context,
+                  capture.get(name, "tok/s"));
+    }
+  std::printf("ratio decode batch 1 (weight bytes x tok/s / memcpy): %.2f  (target >= 0.7)\n",
+              read_per_token * decode1 / memcpy_bw);
+  std::printf("ratio prefill 1024 (GFLOP/s / OpenBLAS GFLOP/s):     %.2f  (target >= 0.7)\n",
+              prefill1024 / blas_gflops);
+  const double kv_bytes = static_cast<double>(kMaxBatch) * (config.block_size) *
+                          static_cast<double>(layout.bytes_per_token());
+  std::printf("peak RSS %.0f MB; weights %.0f MB + largest KV in use %.0f MB = %.0f MB (%.1f%%)\n",
+              rss / 1e6, weights / 1e6, kv_bytes / 1e6, (weights + kv_bytes) / 1e6,
+              100.0 * rss / (weights + kv_bytes));
+  return 0;
+}

@@ -1,0 +1,64 @@
+#include "bench/machine_peaks.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace kvtier::bench {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+double memcpy_bytes_per_second(int threads, int repeats) {
+  constexpr std::size_t kBytes = std::size_t{512} << 20;
+  std::vector<char> src(kBytes, 1), dst(kBytes, 2);  // touched, so no page faults are timed
+  double best = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      const std::size_t per = kBytes / omp_get_num_threads();
+      const std::size_t begin = per * omp_get_thread_num();
+      std::memcpy(dst.data() + begin, src.data() + begin, per);
+    }
+    best = std::max(best, kBytes / seconds_since(start));
+  }
+  return best;
+}
+
+double openblas_sgemm_flops(int M, int K, int N, bool weight_out_in, int threads, int repeats) {
+  openblas_set_num_threads(threads);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> a(static_cast<std::size_t>(M) * K), w(static_cast<std::size_t>(K) * N),
+      c(static_cast<std::size_t>(M) * N);
+  for (auto& x : a) x = u(rng);
+  for (auto& x : w) x = u(rng);
+  double best = 0.0;
+  for (int r = 0; r < repeats + 1; ++r) {  // the first run warms up
+    const auto start = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, weight_out_in ? CblasTrans : CblasNoTrans, M, N, K,
+                1.0f, a.data(), K, w.data(), weight_out_in ? K : N, 0.0f, c.data(), N);
+    const double s = seconds_since(start);
+    if (r > 0) best = std::max(best, 2.0 * M * K * N / s);
+  }
+  return best;
+}
+
+double peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;
+}
+
+}  // namespace kvtier::bench
