@@ -22,7 +22,8 @@ inline float vexp(float x) {
   // two parts so the reduction is exact to float precision).
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.0f ? 88.0f : x;
-  const float n = __builtin_roundevenf(x * 1.44269504088896341f);
+  // rint rounds to nearest-even in the default mode, and unlike roundeven it vectorises.
+  const float n = __builtin_rintf(x * 1.44269504088896341f);
   const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
   // Degree-6 Taylor/minimax polynomial for exp(r) on [-ln2/2, ln2/2].
   float p = 1.9875691500e-4f;
