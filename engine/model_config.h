@@ -55,8 +55,19 @@ struct ModelConfig {
   // Parses and validates (positive sizes, n_embd divisible by n_head, n_head
   // divisible by n_kv_head, known enum strings, no negative eps). Errors name
   // the offending key. `model_dir` resolves tokenizer paths.
+  // Sizes must be JSON integers (12.0 and "12" are refused) within limits that
+  // keep every size product far inside 64 bits: n_layer <= 1024, n_embd <= 65536,
+  // vocab_size <= 2^24, block_size <= 2^20. layer_norm_eps must be in (0, 1).
+  // Hugging Face configs must also describe plain GPT-2: n_inner null or
+  // 4 * n_embd, tie_word_embeddings true if present, activation_function one of
+  // gelu_new / gelu_pytorch_tanh (tanh) or gelu (erf). Unknown keys are ignored
+  // (training settings such as dropout). Tokenizer files are not opened here
+  // (for a Hugging Face folder, encoder.json and vocab.bpe are looked for).
+  // Never throws.
   static std::expected<ModelConfig, std::string> parse(std::string_view json_text,
                                                        const std::filesystem::path& model_dir);
+  // Reads and parses `config_json`; tokenizer paths resolve against its folder and
+  // errors start with its path.
   static std::expected<ModelConfig, std::string> load(const std::filesystem::path& config_json);
 
   // GPT-2 124M shapes (12 layers, 12 heads, 768 wide, 50257 vocab, 1024

@@ -1,0 +1,78 @@
+// A small read-only reader for the safetensors format, zero-copy over mmap.
+//
+// File layout (https://huggingface.co/docs/safetensors):
+//   u64 little-endian N | N bytes of UTF-8 JSON header | data section
+// The header is an object mapping tensor name -> {"dtype": "F32", "shape": [d0, d1, ...],
+// "data_offsets": [begin, end]}, offsets relative to the start of the data section, plus
+// an optional "__metadata__" object of string -> string that is ignored here.
+//
+// open() validates everything before handing out a single pointer: the header length
+// against the file size, the JSON, every entry's dtype, shape and offsets, and that the
+// byte range equals prod(shape) * dtype size (with overflow checks). Any input file,
+// however malformed, yields an error message naming the file and the problem; nothing
+// is read outside the mapping.
+//
+// Thread safety: after open() the object is immutable; concurrent const access is safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace kvtier {
+
+// One tensor of an open file. `data` points into the file's mapping (read-only, never
+// copied) and stays valid as long as the SafetensorsFile that returned it.
+struct SafetensorsTensor {
+  std::string dtype;                 // as written in the file: "F32", "F16", "BF16", "I64", ...
+  std::size_t dtype_size = 0;        // bytes per element
+  std::vector<std::uint64_t> shape;  // empty for a scalar
+  const std::byte* data = nullptr;   // start of the tensor's bytes; not necessarily aligned
+  std::size_t bytes = 0;             // == prod(shape) * dtype_size
+
+  std::uint64_t elements() const { return dtype_size == 0 ? 0 : bytes / dtype_size; }
+};
+
+class SafetensorsFile {
+ public:
+  // Opens and maps `path` (PROT_READ, MAP_PRIVATE) and validates its header.
+  static std::expected<SafetensorsFile, std::string> open(const std::filesystem::path& path);
+
+  // The tensor called `name`, or null when the file has none. The pointer is valid as
+  // long as this object.
+  const SafetensorsTensor* find(std::string_view name) const;
+
+  // Every tensor name in the file (without "__metadata__"), sorted, for diagnostics.
+  std::vector<std::string> names() const;
+  std::size_t size() const { return tensors_.size(); }
+
+  // The whole mapped file, for callers (and tests) that check where a pointer lies.
+  std::span<const std::byte> mapped_bytes() const { return {base_, length_}; }
+  const std::filesystem::path& path() const { return path_; }
+
+  SafetensorsFile(SafetensorsFile&& other) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+  ~SafetensorsFile();
+
+ private:
+  SafetensorsFile() = default;
+  void release();
+
+  std::filesystem::path path_;
+  const std::byte* base_ = nullptr;  // munmap'ed by the destructor
+  std::size_t length_ = 0;
+  std::unordered_map<std::string, SafetensorsTensor> tensors_;
+};
+
+// Bytes per element of a safetensors dtype string; 0 for an unknown one.
+std::size_t safetensors_dtype_size(std::string_view dtype);
+
+}  // namespace kvtier
