@@ -203,7 +203,8 @@ TEST_F(BpeTokenizerTest, PieceDecodesConcatenateToWholeDecode) {
 TEST_F(BpeTokenizerTest, CachedPiecesEncodeLikeFreshOnes) {
   // Each repeat of a piece after the first comes from the merge cache; pieces
   // longer than the cache's limit are merged afresh every time.
-  for (const std::string& piece : {std::string(" unrepeatable"), " " + std::string(100, 'z')}) {
+  const std::string pieces[] = {" unrepeatable", " " + std::string(100, 'z')};
+  for (const std::string& piece : pieces) {
     const std::vector<int> once = encode(piece);
     std::vector<int> thrice;
     for (int i = 0; i < 3; ++i) thrice.insert(thrice.end(), once.begin(), once.end());
