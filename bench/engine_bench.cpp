@@ -10,12 +10,12 @@
 
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench/machine_peaks.h"
+#include "bench/recording_reporter.h"
 #include "engine/model.h"
 
 namespace {
@@ -26,26 +26,6 @@ using kvtier::SequenceKv;
 constexpr int kThreads = 2;
 constexpr int kPage = 16;
 constexpr int kMaxBatch = 16;
-
-// Keeps each run's timing and counters so main() can print ratios after.
-class Capture : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      auto& r = results[run.benchmark_name()];
-      r["seconds"] = run.GetAdjustedRealTime() / 1e9;  // per iteration; time unit set to ns
-      for (const auto& [name, counter] : run.counters) r[name] = counter.value;
-    }
-  }
-  double get(const std::string& bench, const std::string& key) const {
-    auto it = results.find(bench);
-    if (it == results.end()) return 0.0;
-    auto kv = it->second.find(key);
-    return kv == it->second.end() ? 0.0 : kv->second;
-  }
-  std::map<std::string, std::map<std::string, double>> results;
-};
 
 std::vector<int> random_tokens(int n, int vocab, unsigned seed) {
   std::mt19937 rng(seed);
@@ -116,7 +96,9 @@ struct Bench {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvtier::bench::use_best_openblas_kernels(argv);
   benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   omp_set_num_threads(kThreads);
   const auto config = kvtier::ModelConfig::gpt2_124m();
   std::printf("building GPT-2 124M-shaped random weights...\n");
@@ -145,13 +127,14 @@ int main(int argc, char** argv) {
           ->UseRealTime();
     }
 
-  Capture capture;
+  kvtier::bench::RecordingReporter capture;
   benchmark::RunSpecifiedBenchmarks(&capture);
   const double rss = kvtier::bench::peak_rss_bytes();
 
   // The machine's limits, in the same run.
   const double memcpy_bw = std::max(kvtier::bench::memcpy_bytes_per_second(1),
                                     kvtier::bench::memcpy_bytes_per_second(kThreads));
+  const double read_bw = kvtier::bench::read_bytes_per_second(kThreads);
   const int C = config.n_embd;
   struct Shape {
     int K, N;
@@ -159,7 +142,10 @@ int main(int argc, char** argv) {
   double blas_seconds = 0.0, blas_flops = 0.0;
   for (Shape s : {Shape{C, 3 * C}, Shape{C, C}, Shape{C, 4 * C}, Shape{4 * C, C}}) {
     const double flops = 2.0 * 1024 * s.K * s.N;
-    blas_seconds += flops / kvtier::bench::openblas_sgemm_flops(1024, s.K, s.N, true, kThreads);
+    blas_seconds +=
+        flops / kvtier::bench::openblas_sgemm_flops(
+                    1024, s.K, s.N, config.weight_layout == kvtier::kernels::WeightLayout::kOutIn,
+                    kThreads);
     blas_flops += flops;
   }
   const double blas_gflops = blas_flops / blas_seconds / 1e9;
@@ -173,7 +159,9 @@ int main(int argc, char** argv) {
   std::printf("\n== kvtier engine, GPT-2 124M shapes, %d threads\n", kThreads);
   std::printf("memcpy bandwidth (best of 1 and %d threads): %.2f GB/s\n", kThreads,
               memcpy_bw / 1e9);
-  std::printf("OpenBLAS sgemm, M=1024 on the 4 linear shapes: %.1f GFLOP/s\n", blas_gflops);
+  std::printf("read bandwidth (%d threads): %.2f GB/s\n", kThreads, read_bw / 1e9);
+  std::printf("OpenBLAS (%s kernels) sgemm, M=1024 on the 4 linear shapes: %.1f GFLOP/s\n",
+              kvtier::bench::openblas_core(), blas_gflops);
   for (int T : {128, 512, 1024}) {
     const std::string name = "prefill/" + std::to_string(T) + "/iterations:3/real_time";
     std::printf("prefill %4d: %8.1f tok/s  %6.1f GFLOP/s\n", T, capture.get(name, "tok/s"),
@@ -188,6 +176,8 @@ int main(int argc, char** argv) {
     }
   std::printf("ratio decode batch 1 (weight bytes x tok/s / memcpy): %.2f  (target >= 0.7)\n",
               read_per_token * decode1 / memcpy_bw);
+  std::printf("  the same against read bandwidth:                    %.2f\n",
+              read_per_token * decode1 / read_bw);
   std::printf("ratio prefill 1024 (GFLOP/s / OpenBLAS GFLOP/s):     %.2f  (target >= 0.7)\n",
               prefill1024 / blas_gflops);
   const double kv_bytes = static_cast<double>(kMaxBatch) * (config.block_size) *

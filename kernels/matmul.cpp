@@ -62,8 +62,8 @@ using simd::Mask;
 using simd::Vec;
 
 // Register tile of the microkernel: kMr rows x kNv vectors (kStrip columns).
-// AVX-512: 12 x 32 = 24 zmm accumulators, 2 for the weight row, the input is
-// an embedded broadcast operand of the fma.
+// AVX-512: 12 x 32 = 24 zmm accumulators, 2 for the weight row and 1 for the
+// broadcast input: 24 FMAs (12 cycles on 2 FMA ports) per 14 loads per k.
 #if defined(__AVX512F__)
 constexpr int kMr = 12;
 constexpr int kNv = 2;
@@ -76,20 +76,25 @@ constexpr int kNv = 4;
 #endif
 constexpr int kStrip = kNv * kLanes;
 
-// Cache blocking of the packed path (in floats). A packed B strip (kKc x
-// kStrip, 32 KiB) stays in L1 while it meets every row block; the packed
-// panel (kKc x kNc, 768 KiB) stays in L2 while the M loop runs over it.
-constexpr int kKc = 256;
+// Cache blocking of the prefill path (see run_prefill), in floats; sized for
+// 48 KiB L1d and 2 MiB L2 per core.
+constexpr int kKc = 384;
 constexpr int kNc = 768;
-constexpr int kMc = 8 * kMr;
 static_assert(kNc % kStrip == 0);
+// The microkernel prefetches packed B this many k rows ahead (L2 -> L1).
+constexpr int kPrefetchK = 16;
 
 // Decode-sized M (at most this many rows) streams the weight once.
 constexpr int kSmallM = 16;
-// kInOut at small M: k rows per pass over the output (see run_direct).
+// kOutIn at small M: k block of the transposed tile (kDecodeKc x kStrip, 32
+// KiB with AVX-512) that stays in L1 (see run_decode_out_in).
+constexpr int kDecodeKc = 256;
+// kInOut at small M: k rows per pass over the output (see run_decode_in_out).
 constexpr int kDirectKb = 16;
-// Below this many multiply-adds a parallel region costs more than it saves.
-constexpr double kParallelWork = 1 << 20;
+// Below this many multiply-adds, one thread. A parallel region costs a few
+// microseconds; 2^18 multiply-adds at M = 1 read 1 MiB of weight (~80 us from
+// DRAM on one core), and decode gains from the second core's bandwidth.
+constexpr double kParallelWork = 1 << 18;
 
 struct Problem {
   float* out;
@@ -101,15 +106,18 @@ struct Problem {
 };
 
 // out[0..R)[0..ncols) (row stride ldc) continues its fma chains over kc k's:
-//   acc[i][j] = first ? 0 : c[i][j];  acc[i][j] = fma(a[i][k], b[k][j], acc) for k in [0, kc)
+//   acc[i][j] = first ? 0 : c[i][j];  acc[i][j] = fma(a(i, k), b(k, j), acc) for k in [0, kc)
 //   c[i][j] = bias ? acc + bias[j] : acc
-// a is (R, kc) with row stride lda, b is (kc, >= ncols) with row stride ldb.
-// R <= kMr rows and V <= kNv vectors are compile-time so the accumulators
-// live in registers; columns at or beyond ncols are masked (never read from
-// b/c/bias, never written).
-template <int R, int V>
+// In place: a(i, k) = a[i*lda + k] and b(k, j) = b[k*ldb + j]. Packed (see
+// pack_a, pack_b): a(i, k) = a[k*kMr + i] and b(k, j) = b[k*kStrip + j], with
+// compile-time strides, and the next B rows are prefetched. R <= kMr rows and
+// V <= kNv vectors are compile-time so the accumulators live in registers;
+// columns at or beyond ncols are masked (never read from b/c/bias, never
+// written).
+template <bool Packed, int R, int V>
 void microkernel(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdiff_t ldb, float* c,
                  std::ptrdiff_t ldc, int kc, int ncols, const float* bias, bool first) {
+  if constexpr (Packed) ldb = kStrip;
   Mask mask[V];
   for (int v = 0; v < V; ++v) mask[v] = simd::mask_first(ncols - v * kLanes);
   Vec acc[R][V];
@@ -124,9 +132,13 @@ void microkernel(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdif
     Vec bv[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) bv[v] = simd::load(b + k * ldb + v * kLanes, mask[v]);
+    if constexpr (Packed) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) simd::prefetch(b + (k + kPrefetchK) * kStrip + v * kLanes);
+    }
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
-      const Vec ai = simd::broadcast(a[i * lda + k]);
+      const Vec ai = simd::broadcast(Packed ? a[k * kMr + i] : a[i * lda + k]);
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[i][v] = simd::fma(ai, bv[v], acc[i][v]);
     }
@@ -148,33 +160,56 @@ void microkernel(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdif
 
 using MicrokernelFn = void (*)(const float*, std::ptrdiff_t, const float*, std::ptrdiff_t, float*,
                                std::ptrdiff_t, int, int, const float*, bool);
+using MicrokernelTable = std::array<std::array<MicrokernelFn, kNv>, kMr>;
 
-// kMicrokernels[r - 1][v - 1] handles r rows and v vectors.
-template <std::size_t... Is>
-constexpr auto make_microkernel_table(std::index_sequence<Is...>) {
-  return std::array<std::array<MicrokernelFn, kNv>, kMr>{
-      {[]<std::size_t R>(std::integral_constant<std::size_t, R>) {
-        return []<std::size_t... Vs>(std::index_sequence<Vs...>) {
-          return std::array<MicrokernelFn, kNv>{{&microkernel<int{R}, int{Vs} + 1>...}};
-        }(std::make_index_sequence<kNv>{});
-      }(std::integral_constant<std::size_t, Is + 1>{})...}};
+// Table [r - 1][v - 1] of microkernel<Packed, r, v>.
+template <bool Packed, std::size_t... Rs>
+constexpr MicrokernelTable make_microkernel_table(std::index_sequence<Rs...>) {
+  constexpr auto row = []<std::size_t R, std::size_t... Vs>(std::index_sequence<Vs...>) {
+    return std::array<MicrokernelFn, kNv>{{&microkernel<Packed, int{R}, int{Vs} + 1>...}};
+  };
+  return {{row.template operator()<Rs + 1>(std::make_index_sequence<kNv>{})...}};
 }
-constexpr auto kMicrokernels = make_microkernel_table(std::make_index_sequence<kMr>{});
+constexpr MicrokernelTable kMicrokernels[2] = {
+    make_microkernel_table<false>(std::make_index_sequence<kMr>{}),
+    make_microkernel_table<true>(std::make_index_sequence<kMr>{})};
 
-// Runs rows [m0, m1) over one strip: columns [n0, n0 + kStrip) clipped to N,
-// reduction block [k0, k0 + kc). b points at w(k0, n0) (or its packed copy)
-// with row stride ldb.
-void run_strip(const Problem& p, const float* b, std::ptrdiff_t ldb, int k0, int kc, int n0, int m0,
-               int m1) {
+// One microkernel call: rows [m, m + r) (r <= kMr) of the output strip at
+// columns [n0, n0 + kStrip) (clipped to N), reduction block [k0, k0 + kc).
+// In place: a = &inp[m][k0] and b = &w(k0, n0) with row stride ldb. Packed:
+// a and b are the packed panel and strip.
+void run_tile(const Problem& p, bool packed, const float* a, const float* b, std::ptrdiff_t ldb,
+              int m, int r, int n0, int k0, int kc) {
   const int ncols = std::min(kStrip, p.N - n0);
   const int nv = (ncols + kLanes - 1) / kLanes;
-  const bool first = k0 == 0;
   const float* bias = (p.bias && k0 + kc == p.K) ? p.bias + n0 : nullptr;
-  for (int m = m0; m < m1; m += kMr) {
-    const int r = std::min(kMr, m1 - m);
-    kMicrokernels[r - 1][nv - 1](p.inp + std::ptrdiff_t{m} * p.K + k0, p.K, b, ldb,
-                                 p.out + std::ptrdiff_t{m} * p.N + n0, p.N, kc, ncols, bias, first);
+  kMicrokernels[packed][r - 1][nv - 1](a, p.K, b, ldb, p.out + std::ptrdiff_t{m} * p.N + n0, p.N,
+                                       kc, ncols, bias, k0 == 0);
+}
+
+// Copies inp[m..m+r)[k0..k0+kc) (r <= kMr) into buf as (kc, kMr) row-major,
+// so the microkernel reads A contiguously (rows of inp are K apart and, for K
+// a multiple of 1024, would all fall in the same L1 set).
+void pack_a(float* buf, const Problem& p, int m, int r, int k0, int kc) {
+  const float* src = p.inp + std::ptrdiff_t{m} * p.K + k0;
+#if defined(__AVX512F__)
+  // 16 k at a time: load r (<= 12) rows of 16, transpose, store 16 rows of kMr.
+  static_assert(kMr <= 16);
+  for (int k = 0; k < kc; k += 16) {
+    const int ks = std::min(16, kc - k);
+    const Mask kmask = simd::mask_first(ks);
+    Vec t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) t[i] = i < r ? simd::load(src + i * p.K + k, kmask) : simd::zero();
+    simd::transpose16(t);
+#pragma GCC unroll 16
+    for (int i = 0; i < ks; ++i) simd::store(buf + (k + i) * kMr, t[i], simd::mask_first(kMr));
   }
+#else
+  for (int i = 0; i < r; ++i) {
+    for (int k = 0; k < kc; ++k) buf[k * kMr + i] = src[std::ptrdiff_t{i} * p.K + k];
+  }
+#endif
 }
 
 // Copies w(k0..k0+kc, n0..n0+nc) into buf as consecutive strips of kStrip
@@ -190,7 +225,8 @@ void pack_b(float* buf, const Problem& p, int k0, int kc, int n0, int nc) {
         const float* src = p.w + std::ptrdiff_t{k0 + k} * p.N + c0;
         float* d = dst + k * kStrip;
         for (int v = 0; v < kNv; ++v) {
-          simd::store(d + v * kLanes, simd::load(src + v * kLanes, simd::mask_first(ncols - v * kLanes)),
+          simd::store(d + v * kLanes,
+                      simd::load(src + v * kLanes, simd::mask_first(ncols - v * kLanes)),
                       simd::mask_first(kStrip));
         }
       }
@@ -205,11 +241,13 @@ void pack_b(float* buf, const Problem& p, int k0, int kc, int n0, int nc) {
         const int ks = std::min(16, kc - k);
         const Mask kmask = simd::mask_first(ks);
         Vec r[16];
+#pragma GCC unroll 16
         for (int i = 0; i < 16; ++i) {
           r[i] = i < cols ? simd::load(p.w + std::ptrdiff_t{c0 + j + i} * p.K + k0 + k, kmask)
                           : simd::zero();
         }
         simd::transpose16(r);
+#pragma GCC unroll 16
         for (int i = 0; i < ks; ++i) simd::store(dst + (k + i) * kStrip + j, r[i], Mask(0xFFFF));
       }
     }
@@ -223,7 +261,8 @@ void pack_b(float* buf, const Problem& p, int k0, int kc, int n0, int nc) {
   }
 }
 
-// Per-thread packing buffer, grown on demand and reused across calls.
+// Per-thread packing buffers (0: B, 1: A), grown on demand, reused across calls.
+template <int Which>
 float* pack_buffer(std::size_t floats) {
   struct Buffer {
     float* data = nullptr;
@@ -239,48 +278,70 @@ float* pack_buffer(std::size_t floats) {
   return buf.data;
 }
 
-// Packed path for columns [nb, ne): BLIS-style loops jc (kNc columns), pc
-// (kKc k's, pack the panel), ic (kMc rows), strip, row tile. The panel is
-// reused by all M rows; each strip of it by kMc rows while it sits in L1.
-void run_packed(const Problem& p, int nb, int ne, int nc, int kc) {
-  float* buf = pack_buffer(std::size_t(kc) * nc);
-  for (int jc = nb; jc < ne; jc += nc) {
-    const int ncur = std::min(nc, ne - jc);
-    for (int pc = 0; pc < p.K; pc += kc) {
-      const int kcur = std::min(kc, p.K - pc);
-      pack_b(buf, p, pc, kcur, jc, ncur);
-      for (int ic = 0; ic < p.M; ic += kMc) {
-        const int mend = std::min(p.M, ic + kMc);
-        for (int n0 = jc, s = 0; n0 < jc + ncur; n0 += kStrip, ++s) {
-          run_strip(p, buf + std::ptrdiff_t{s} * kcur * kStrip, kStrip, pc, kcur, n0, ic, mend);
+// Prefill (large M), columns [nb, ne). BLIS-style loops: jc (kNc columns),
+// pc (kKc k's: pack the (kKc, kNc) B panel, ~1 MiB, into L2), row panels of
+// kMr rows (pack A's (kKc, kMr) panel, 18 KiB, into L1), strips. The A panel
+// meets every strip of the B panel while it sits in L1; the strips stream from
+// L2, prefetched; the panel is reused by all M rows.
+void run_prefill(const Problem& p, int nb, int ne) {
+  float* bbuf = pack_buffer<0>(std::size_t{kKc} * kNc);
+  float* abuf = pack_buffer<1>(std::size_t{kKc} * kMr);
+  for (int jc = nb; jc < ne; jc += kNc) {
+    const int nc = std::min(kNc, ne - jc);
+    for (int pc = 0; pc < p.K; pc += kKc) {
+      const int kc = std::min(kKc, p.K - pc);
+      pack_b(bbuf, p, pc, kc, jc, nc);
+      for (int m = 0; m < p.M; m += kMr) {
+        const int r = std::min(kMr, p.M - m);
+        pack_a(abuf, p, m, r, pc, kc);
+        for (int n0 = jc, s = 0; n0 < jc + nc; n0 += kStrip, ++s) {
+          run_tile(p, true, abuf, bbuf + std::ptrdiff_t{s} * kc * kStrip, kStrip, m, r, n0, pc, kc);
         }
       }
     }
   }
 }
 
-// kInOut at small M, columns [nb, ne): no packing. Each pass takes kDirectKb
-// rows of W and sweeps all columns, so the weight streams as a few long
-// sequential runs while the partial sums (M x N floats) stay in cache.
-void run_direct(const Problem& p, int nb, int ne) {
+// Decode (small M), kOutIn, columns [nb, ne): one strip at a time, transpose
+// a (kDecodeKc, kStrip) tile of it into an L1 buffer and run all rows over
+// it. The weight streams once, as kStrip rows of W read in parallel.
+void run_decode_out_in(const Problem& p, int nb, int ne) {
+  float* bbuf = pack_buffer<0>(std::size_t{kDecodeKc} * kStrip);
+  for (int n0 = nb; n0 < ne; n0 += kStrip) {
+    for (int pc = 0; pc < p.K; pc += kDecodeKc) {
+      const int kc = std::min(kDecodeKc, p.K - pc);
+      pack_b(bbuf, p, pc, kc, n0, kStrip);
+      for (int m = 0; m < p.M; m += kMr) {
+        const float* a = p.inp + std::ptrdiff_t{m} * p.K + pc;
+        run_tile(p, false, a, bbuf, kStrip, m, std::min(kMr, p.M - m), n0, pc, kc);
+      }
+    }
+  }
+}
+
+// Decode (small M), kInOut, columns [nb, ne): no packing. Each pass takes
+// kDirectKb rows of W and sweeps all columns, so the weight streams as a few
+// long sequential runs while the partial sums (M x N floats) stay in cache.
+void run_decode_in_out(const Problem& p, int nb, int ne) {
   for (int pc = 0; pc < p.K; pc += kDirectKb) {
-    const int kcur = std::min(kDirectKb, p.K - pc);
+    const int kc = std::min(kDirectKb, p.K - pc);
     for (int n0 = nb; n0 < ne; n0 += kStrip) {
-      run_strip(p, p.w + std::ptrdiff_t{pc} * p.N + n0, p.N, pc, kcur, n0, 0, p.M);
+      const float* b = p.w + std::ptrdiff_t{pc} * p.N + n0;
+      for (int m = 0; m < p.M; m += kMr) {
+        const float* a = p.inp + std::ptrdiff_t{m} * p.K + pc;
+        run_tile(p, false, a, b, p.N, m, std::min(kMr, p.M - m), n0, pc, kc);
+      }
     }
   }
 }
 
 void run_columns(const Problem& p, int nb, int ne) {
-  if (p.M <= kSmallM) {
-    if (p.layout == WeightLayout::kInOut) {
-      run_direct(p, nb, ne);
-    } else {
-      // One strip at a time: its transposed (kKc, kStrip) tile stays in L1.
-      run_packed(p, nb, ne, kStrip, kKc);
-    }
+  if (p.M > kSmallM) {
+    run_prefill(p, nb, ne);
+  } else if (p.layout == WeightLayout::kOutIn) {
+    run_decode_out_in(p, nb, ne);
   } else {
-    run_packed(p, nb, ne, kNc, kKc);
+    run_decode_in_out(p, nb, ne);
   }
 }
 
@@ -298,7 +359,8 @@ void matmul(float* out, const float* inp, const float* weight, const float* bias
   }
 #pragma omp parallel num_threads(threads)
   {
-    // Thread t owns whole strips [s0, s1): the split is by columns only.
+    // Thread t owns whole strips [s0, s1): the split is by columns only, and
+    // strip-aligned, so no two threads ever write the same output element.
     const int t = omp_get_thread_num();
     const int nt = omp_get_num_threads();
     const int s0 = int(std::int64_t{strips} * t / nt);

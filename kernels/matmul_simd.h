@@ -39,20 +39,27 @@ inline void store(float* p, Vec v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
 inline Vec broadcast(float x) { return _mm512_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+// A hint only: never faults, so it may point past the end of a buffer.
+inline void prefetch(const float* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
 
 // In-register transpose of a 16x16 tile: r[i] holds row i on entry and column
 // i on exit. Pure data movement, so it cannot change a value.
 // (The all-lanes maskz forms compile to the plain shuffles; they sidestep a
 // GCC 12 false -Wuninitialized on _mm512_undefined_ps in the unmasked ones.)
-inline void transpose16(Vec r[16]) {
+[[gnu::always_inline]] inline void transpose16(Vec r[16]) {
   constexpr __mmask16 kAll = 0xFFFF;
   constexpr __mmask8 kAll8 = 0xFF;
   Vec t[16];
+#pragma GCC unroll 8
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_maskz_unpacklo_ps(kAll, r[i], r[i + 1]);
     t[i + 1] = _mm512_maskz_unpackhi_ps(kAll, r[i], r[i + 1]);
   }
+#pragma GCC unroll 4
   for (int i = 0; i < 16; i += 4) {
+#pragma GCC unroll 2
     for (int j = 0; j < 2; ++j) {
       __m512d lo = _mm512_castps_pd(t[i + j]);
       __m512d hi = _mm512_castps_pd(t[i + j + 2]);
@@ -60,12 +67,15 @@ inline void transpose16(Vec r[16]) {
       r[i + 2 * j + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(kAll8, lo, hi));
     }
   }
+#pragma GCC unroll 2
   for (int i = 0; i < 16; i += 8) {
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       t[i + j] = _mm512_maskz_shuffle_f32x4(kAll, r[i + j], r[i + j + 4], 0x88);
       t[i + j + 4] = _mm512_maskz_shuffle_f32x4(kAll, r[i + j], r[i + j + 4], 0xdd);
     }
   }
+#pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) {
     r[j] = _mm512_maskz_shuffle_f32x4(kAll, t[j], t[j + 8], 0x88);
     r[j + 8] = _mm512_maskz_shuffle_f32x4(kAll, t[j], t[j + 8], 0xdd);
@@ -89,6 +99,9 @@ inline void store(float* p, Vec v, Mask m) { _mm256_maskstore_ps(p, m, v); }
 inline Vec broadcast(float x) { return _mm256_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline void prefetch(const float* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
 
 #else
 
@@ -107,6 +120,7 @@ inline void store(float* p, Vec v, Mask m) {
 inline Vec broadcast(float x) { return x; }
 inline Vec fma(Vec a, Vec b, Vec c) { return std::fma(a, b, c); }
 inline Vec add(Vec a, Vec b) { return a + b; }
+inline void prefetch(const float*) {}
 
 #endif
 
