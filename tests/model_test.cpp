@@ -60,6 +60,12 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
+std::string variant_name(const ModelConfig& c) {
+  return std::string(c.weight_layout == kernels::WeightLayout::kOutIn ? "OutIn" : "InOut") +
+         (c.gelu == Gelu::kErf ? "_GeluErf" : "_GeluTanh") + (c.bias ? "_Bias" : "_NoBias") +
+         "_KvHeads" + std::to_string(c.n_kv_head);
+}
+
 class ModelVariants : public ::testing::TestWithParam<ModelConfig> {};
 
 // Full prefill, chunked prefill in chunks of any size, and one token at a
@@ -175,7 +181,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4),
                       tiny_config(kernels::WeightLayout::kInOut, Gelu::kTanh, true, 4),
                       tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, false, 4),
-                      tiny_config(kernels::WeightLayout::kInOut, Gelu::kErf, true, 2)));
+                      tiny_config(kernels::WeightLayout::kInOut, Gelu::kErf, true, 2)),
+    [](const ::testing::TestParamInfo<ModelConfig>& info) { return variant_name(info.param); });
 
 TEST(Model, PageSizeDoesNotChangeLogits) {
   const auto config = tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4);
@@ -239,4 +246,8 @@ TEST(Model, FillsTheContextExactlyAndNoFurther) {
 }
 
 }  // namespace
+
+// Readable parameters in test listings and failure messages.
+void PrintTo(const ModelConfig& c, std::ostream* os) { *os << variant_name(c); }
+
 }  // namespace kvtier
