@@ -68,7 +68,7 @@ int run(const Options& o) {
     std::fprintf(stderr, "\nkvtierd: %s\n", out.error().c_str());
     return 1;
   }
-  std::cout << "\n";
+  std::cout << std::endl;
   std::fprintf(stderr, "[%zu prompt tokens, %zu generated, finish: %s]\n", prompt->size(),
                out->tokens.size(), std::string(kvtier::to_string(out->finish)).c_str());
   return 0;

@@ -8,5 +8,8 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_BUILD_TESTS=OFF >/dev/null
 cmake --build build --target kvtierd
-if [ $# -eq 0 ]; then set -- --prompt "The secret of life is" --seed 1; fi
+case " $* " in
+  *" --prompt"*) ;;
+  *) set -- --prompt "The secret of life is" "$@" ;;
+esac
 exec build/daemon/kvtierd "$@"
