@@ -1,9 +1,7 @@
 #include "engine/bpe_tokenizer.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -12,43 +10,17 @@
 #include <vector>
 
 #include "engine/tokenizer.h"
+#include "tests/test_util.h"
 
 namespace kvtier {
 namespace {
 
 namespace fs = std::filesystem;
 
+using test_util::contains;
+using test_util::TempDir;
+
 const fs::path kModelDir = fs::path(KVTIER_SOURCE_DIR) / "models" / "gpt2-bpe";
-
-// EXPECT_TRUE(contains(text, needle)) prints both on failure.
-::testing::AssertionResult contains(const std::string& text, const std::string& needle) {
-  if (text.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "\"" << text << "\" does not contain \"" << needle << "\"";
-}
-
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("kvtier_bpe_tokenizer_test_" + std::to_string(::getpid()) +
-                                         "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return path_ / name;
-  }
-
- private:
-  fs::path path_;
-};
 
 // GPT-2's tokenizer, loaded once for the suite (about 50k merges).
 class BpeTokenizerTest : public ::testing::Test {

@@ -1,50 +1,21 @@
 #include "engine/char_tokenizer.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "engine/tokenizer.h"
+#include "tests/test_util.h"
 
 namespace kvtier {
 namespace {
 
 namespace fs = std::filesystem;
 
-// EXPECT_TRUE(contains(text, needle)) prints both on failure.
-::testing::AssertionResult contains(const std::string& text, const std::string& needle) {
-  if (text.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "\"" << text << "\" does not contain \"" << needle << "\"";
-}
-
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ =
-        fs::temp_directory_path() / ("kvtier_char_tokenizer_test_" + std::to_string(::getpid()) +
-                                     "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return path_ / name;
-  }
-
- private:
-  fs::path path_;
-};
+using test_util::contains;
+using test_util::TempDir;
 
 // ids: 0 '\n', 1 ' ', 2 '!', 3 'a', 4 'b', 5 'c', 6 'é' (2 bytes), 7 '日' (3
 // bytes), 8 '😀' (4 bytes).

@@ -73,8 +73,8 @@ TEST_F(GeneratorTest, SameSeedSameTokensWhateverThePrefillChunk) {
     auto o = sampled(7);
     o.page_size = page;
     tiers::BlockPool pool(model_->kv_layout(page).block_bytes(), 300);
-    const auto again = generate(*model_, pool, tokenizer_,
-                                encode("Q: What is the difference between"), o);
+    const auto again =
+        generate(*model_, pool, tokenizer_, encode("Q: What is the difference between"), o);
     ASSERT_TRUE(again.has_value());
     EXPECT_EQ(again->tokens, base->tokens) << "page size " << page;
   }

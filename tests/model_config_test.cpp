@@ -1,13 +1,12 @@
 #include "engine/model_config.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "tests/test_util.h"
 
 namespace kvtier {
 namespace {
@@ -15,28 +14,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("kvtier_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return path_ / name;
-  }
-
- private:
-  fs::path path_;
-};
+using test_util::TempDir;
 
 json nanogpt_json() {
   return {{"format", "nanogpt"}, {"n_layer", 4},      {"n_head", 4},  {"n_embd", 64},

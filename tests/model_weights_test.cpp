@@ -1,9 +1,7 @@
 #include "engine/model_weights.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -11,64 +9,21 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/test_util.h"
 
 namespace kvtier {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 using kernels::WeightLayout;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("kvtier_weights_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-struct Tensor {
-  std::string name;
-  std::string dtype;
-  std::vector<std::uint64_t> shape;
-  std::string data;  // raw little-endian bytes
-};
-
-// Writes a safetensors file. The header is padded so the data section starts 8-byte
-// aligned, then `misalign` more bytes to build files with unaligned tensors.
-fs::path write_safetensors(const fs::path& path, const std::vector<Tensor>& tensors,
-                           std::size_t misalign = 0) {
-  json header = json::object();
-  std::string data;
-  for (const Tensor& t : tensors) {
-    header[t.name] = {{"dtype", t.dtype},
-                      {"shape", t.shape},
-                      {"data_offsets", {data.size(), data.size() + t.data.size()}}};
-    data += t.data;
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8 + misalign, ' ');
-  std::string bytes;
-  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((text.size() >> (8 * i)) & 0xFF));
-  bytes += text + data;
-  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
-  return path;
-}
+using test_util::TempDir;
+using test_util::Tensor;
+using test_util::write_safetensors;  // data 8-byte aligned unless told to misalign it
 
 // A config small enough to write by hand: C = 8, 2 heads, 2 layers, V = 11, T = 5.
 ModelConfig tiny_config(WeightLayout layout, bool bias) {
@@ -123,7 +78,7 @@ std::vector<std::pair<std::string, std::vector<std::uint64_t>>> expected_params(
 std::string distinct_floats(std::size_t tensor, std::uint64_t n) {
   std::vector<float> v(n);
   for (std::uint64_t j = 0; j < n; ++j) v[j] = float(tensor * 1000 + j);
-  return std::string(reinterpret_cast<const char*>(v.data()), n * sizeof(float));
+  return test_util::as_bytes(v);
 }
 
 std::uint64_t product(const std::vector<std::uint64_t>& shape) {
@@ -231,7 +186,8 @@ void expect_loads(const ModelConfig& c, const std::vector<Tensor>& tensors,
 void expect_load_error(const ModelConfig& c, const std::vector<Tensor>& tensors,
                        const std::vector<std::string>& needles, std::size_t misalign = 0) {
   TempDir dir;
-  const fs::path path = write_safetensors(dir.path() / "model.safetensors", tensors, misalign);
+  const fs::path path =
+      write_safetensors(dir.path() / "model.safetensors", tensors, {.misalign = misalign});
   auto w = ModelWeights::load(c, path);
   ASSERT_FALSE(w.has_value());
   EXPECT_NE(w.error().find(path.string()), std::string::npos) << w.error();
@@ -380,8 +336,8 @@ TEST(ModelWeightsTest, RejectsMisalignedData) {
   // One byte of padding is a misaligned tensor too; a multiple of 4 is fine.
   expect_load_error(c, model_tensors(c, "transformer."), {"not 4-byte aligned"}, 1);
   TempDir dir;
-  const fs::path path =
-      write_safetensors(dir.path() / "m.safetensors", model_tensors(c, "transformer."), 4);
+  const fs::path path = write_safetensors(dir.path() / "m.safetensors",
+                                          model_tensors(c, "transformer."), {.misalign = 4});
   auto w = ModelWeights::load(c, path);
   EXPECT_TRUE(w.has_value()) << w.error();
 }

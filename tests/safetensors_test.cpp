@@ -1,15 +1,16 @@
 #include "engine/safetensors.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "tests/test_util.h"
 
 namespace kvtier {
 namespace {
@@ -17,46 +18,13 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("kvtier_safetensors_test_" + std::to_string(::getpid()) +
-                                         "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
+using test_util::TempDir;
 
- private:
-  fs::path path_;
-};
-
-void put_u64_le(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-
-// The bytes of a safetensors file with the given header text and data section.
+// The bytes of a safetensors file with exactly this header text and data section.
 // `declared_len` overrides the length prefix to build inconsistent files.
 std::string file_bytes(const std::string& header, const std::string& data,
                        std::optional<std::uint64_t> declared_len = std::nullopt) {
-  std::string out;
-  put_u64_le(out, declared_len.value_or(header.size()));
-  return out + header + data;
-}
-
-fs::path write_file(const TempDir& dir, const std::string& bytes, const std::string& name = "t") {
-  const fs::path path = dir.path() / (name + ".safetensors");
-  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
-  return path;
-}
-
-std::string floats_as_bytes(const std::vector<float>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  return test_util::safetensors_bytes(header, data, {.align = 1, .declared_len = declared_len});
 }
 
 // A valid two-tensor file: "a" F32 (2,3) at [0,24), "b" I64 (2) at [24,40).
@@ -67,17 +35,14 @@ struct GoodFile {
                             {"a", {{"dtype", "F32"}, {"shape", {2, 3}}, {"data_offsets", {0, 24}}}},
                             {"b", {{"dtype", "I64"}, {"shape", {2}}, {"data_offsets", {24, 40}}}}}
                            .dump();
-  std::string data() const {
-    return floats_as_bytes(a) +
-           std::string(reinterpret_cast<const char*>(b.data()), b.size() * sizeof(std::int64_t));
-  }
+  std::string data() const { return test_util::as_bytes(a) + test_util::as_bytes(b); }
   std::string bytes() const { return file_bytes(header, data()); }
 };
 
 // Opens a file with one tensor entry `entry` over `data` and expects an error naming `needle`.
 void expect_entry_error(const json& entry, const std::string& data, const std::string& needle) {
   TempDir dir;
-  const fs::path path = write_file(dir, file_bytes(json{{"x", entry}}.dump(), data));
+  const fs::path path = dir.write("t.safetensors", file_bytes(json{{"x", entry}}.dump(), data));
   auto f = SafetensorsFile::open(path);
   ASSERT_FALSE(f.has_value()) << entry.dump();
   EXPECT_NE(f.error().find(needle), std::string::npos)
@@ -87,14 +52,14 @@ void expect_entry_error(const json& entry, const std::string& data, const std::s
 
 std::string open_error(const std::string& bytes) {
   TempDir dir;
-  auto f = SafetensorsFile::open(write_file(dir, bytes));
+  auto f = SafetensorsFile::open(dir.write("t.safetensors", bytes));
   return f.has_value() ? std::string("<opened>") : f.error();
 }
 
 TEST(SafetensorsTest, ReadsTensorsInPlace) {
   TempDir dir;
   GoodFile good;
-  auto f = SafetensorsFile::open(write_file(dir, good.bytes()));
+  auto f = SafetensorsFile::open(dir.write("t.safetensors", good.bytes()));
   ASSERT_TRUE(f.has_value()) << f.error();
   EXPECT_EQ(f->size(), 2u);
   EXPECT_EQ(f->names(), (std::vector<std::string>{"a", "b"}));  // no __metadata__
@@ -139,7 +104,7 @@ int mappings_of(const fs::path& path) {
 
 TEST(SafetensorsTest, MapsTheFileAndUnmapsOnDestruction) {
   TempDir dir;
-  const fs::path path = write_file(dir, GoodFile().bytes());
+  const fs::path path = dir.write("t.safetensors", GoodFile().bytes());
   EXPECT_EQ(mappings_of(path), 0);
   {
     auto f = SafetensorsFile::open(path);
@@ -155,8 +120,8 @@ TEST(SafetensorsTest, MapsTheFileAndUnmapsOnDestruction) {
 
 TEST(SafetensorsTest, MoveAssignmentReleasesTheOldMapping) {
   TempDir dir;
-  const fs::path p1 = write_file(dir, GoodFile().bytes(), "one");
-  const fs::path p2 = write_file(dir, GoodFile().bytes(), "two");
+  const fs::path p1 = dir.write("one.safetensors", GoodFile().bytes());
+  const fs::path p2 = dir.write("two.safetensors", GoodFile().bytes());
   auto f1 = SafetensorsFile::open(p1);
   auto f2 = SafetensorsFile::open(p2);
   ASSERT_TRUE(f1.has_value() && f2.has_value());
@@ -179,14 +144,14 @@ TEST(SafetensorsTest, AcceptsScalarsEmptyTensorsAndEmptyFiles) {
         {"data_offsets",
          {8, 8}}}}}.dump();
   const double value = 2.5;
-  auto f = SafetensorsFile::open(
-      write_file(dir, file_bytes(header, std::string(reinterpret_cast<const char*>(&value), 8))));
+  auto f = SafetensorsFile::open(dir.write(
+      "t.safetensors", file_bytes(header, std::string(reinterpret_cast<const char*>(&value), 8))));
   ASSERT_TRUE(f.has_value()) << f.error();
   EXPECT_EQ(f->find("scalar")->elements(), 1u);
   EXPECT_EQ(f->find("empty")->bytes, 0u);
   EXPECT_EQ(f->find("huge_but_empty")->bytes, 0u);
 
-  auto empty = SafetensorsFile::open(write_file(dir, file_bytes("{}", ""), "empty"));
+  auto empty = SafetensorsFile::open(dir.write("empty.safetensors", file_bytes("{}", "")));
   ASSERT_TRUE(empty.has_value()) << empty.error();
   EXPECT_EQ(empty->size(), 0u);
 }
@@ -307,7 +272,7 @@ TEST(SafetensorsTest, SurvivesCorruptedHeaders) {
     for (char replacement : {'9', '"', '\xff'}) {
       std::string mutated = bytes;
       mutated[pos] = replacement;
-      auto f = SafetensorsFile::open(write_file(dir, mutated));
+      auto f = SafetensorsFile::open(dir.write("t.safetensors", mutated));
       if (!f) continue;
       ++opened;
       for (const std::string& name : f->names()) {

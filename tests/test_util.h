@@ -1,0 +1,126 @@
+// Helpers shared by the test files: a self-deleting temporary directory, writing a
+// file, a substring check that prints both strings on failure, and one safetensors
+// writer (well-formed files from a tensor list, or any header text for the reader's
+// error paths). Header-only; each *_test.cpp includes what it uses.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvtier::test_util {
+
+// Writes `bytes` to `path` verbatim (binary, truncating) and returns `path`.
+inline std::filesystem::path write_file(const std::filesystem::path& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+  if (!out) throw std::runtime_error("test_util::write_file: cannot write " + path.string());
+  return path;
+}
+
+// A fresh, uniquely named directory under the system temp dir, removed with everything
+// in it when the object goes out of scope.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            ("kvtier_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);  // a leftover of an earlier process with this pid
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // Writes `bytes` to the file `name` in this directory and returns its path.
+  std::filesystem::path write(const std::string& name, std::string_view bytes) const {
+    return write_file(path_ / name, bytes);
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// EXPECT_TRUE(contains(haystack, needle)) prints both on failure.
+inline ::testing::AssertionResult contains(std::string_view haystack, std::string_view needle) {
+  if (haystack.find(needle) != std::string_view::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "\"" << haystack << "\" does not contain \"" << needle << "\"";
+}
+
+// The raw bytes of a vector's elements (host byte order, i.e. little-endian here).
+template <typename T>
+std::string as_bytes(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// One tensor of a safetensors file.
+struct Tensor {
+  std::string name;
+  std::string dtype;
+  std::vector<std::uint64_t> shape;
+  std::string data;  // raw little-endian bytes
+};
+
+// How the bytes of a safetensors file are laid out around the header text.
+struct SafetensorsLayout {
+  // The header is padded with spaces so the data section (at 8 + header length) starts at
+  // a multiple of `align` bytes; 1 keeps the header text exactly as given.
+  std::size_t align = 8;
+  // Then this many more spaces, to build files whose tensors are unaligned.
+  std::size_t misalign = 0;
+  // Overrides the 8-byte length prefix (which is otherwise the padded header's length),
+  // to build files that are inconsistent with themselves.
+  std::optional<std::uint64_t> declared_len = std::nullopt;
+};
+
+// The bytes of a safetensors file with the given header text and data section.
+inline std::string safetensors_bytes(std::string header, std::string_view data,
+                                     const SafetensorsLayout& layout = {}) {
+  const std::size_t align = layout.align == 0 ? 1 : layout.align;
+  header.append((align - (8 + header.size()) % align) % align + layout.misalign, ' ');
+  const std::uint64_t len = layout.declared_len.value_or(header.size());
+  std::string out;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((len >> (8 * i)) & 0xFF));
+  out += header;
+  out += data;
+  return out;
+}
+
+// The bytes of a well-formed safetensors file holding `tensors` back to back, in order.
+inline std::string safetensors_bytes(const std::vector<Tensor>& tensors,
+                                     const SafetensorsLayout& layout = {}) {
+  nlohmann::json header = nlohmann::json::object();
+  std::string data;
+  for (const Tensor& t : tensors) {
+    header[t.name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", {data.size(), data.size() + t.data.size()}}};
+    data += t.data;
+  }
+  return safetensors_bytes(header.dump(), data, layout);
+}
+
+// Writes safetensors_bytes(tensors, layout) to `path` and returns `path`.
+inline std::filesystem::path write_safetensors(const std::filesystem::path& path,
+                                               const std::vector<Tensor>& tensors,
+                                               const SafetensorsLayout& layout = {}) {
+  return write_file(path, safetensors_bytes(tensors, layout));
+}
+
+}  // namespace kvtier::test_util
