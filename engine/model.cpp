@@ -73,17 +73,23 @@ void Model::attention(int layer, int M) {
     kernels::kv_write(view, rows_[r].pos, qkv + C, qkv + C + config_.kv_dim());
   }
 
-  // Then each (row, head) on its own; which thread runs it changes nothing.
+  // Then each (tile, head) on its own: a tile is a run of consecutive rows of
+  // one chunk that share the K/V pages they load. Neither the tiling nor the
+  // thread that runs a tile changes a row's arithmetic.
+  const long items = static_cast<long>(tiles_.size()) * H;
 #pragma omp parallel
   {
-    std::vector<float> scores(config_.block_size);
-#pragma omp for schedule(static)
-    for (long item = 0; item < static_cast<long>(M) * H; ++item) {
-      const int r = static_cast<int>(item / H), h = static_cast<int>(item % H);
-      const auto view = layout.layer_view(block_bases_[rows_[r].chunk].data(), layer);
-      const float* q = qkv_.data() + r * width + h * D;
-      float* out = att_.data() + static_cast<long>(r) * C + h * D;
-      kernels::attention_row(out, q, rows_[r].pos, view, h / group, scores.data());
+    std::vector<float> scratch(static_cast<std::size_t>(kTileRows) * (config_.block_size + 1));
+#pragma omp for schedule(dynamic, 1)
+    for (long item = 0; item < items; ++item) {
+      const Tile tile = tiles_[item / H];
+      const int h = static_cast<int>(item % H);
+      const RowSlot& first = rows_[tile.first_row];
+      const auto view = layout.layer_view(block_bases_[first.chunk].data(), layer);
+      const float* q = qkv_.data() + tile.first_row * width + h * D;
+      float* out = att_.data() + static_cast<long>(tile.first_row) * C + h * D;
+      kernels::attention_rows(out, C, q, width, tile.rows, first.pos, view, h / group,
+                              scratch.data());
     }
   }
 }
@@ -96,6 +102,7 @@ std::expected<std::span<const float>, std::string> Model::forward(std::span<cons
 
   // Lay the batch out as rows, and note which rows want logits.
   rows_.clear();
+  tiles_.clear();
   block_bases_.resize(chunks.size());
   std::vector<int> logit_rows;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
@@ -103,6 +110,8 @@ std::expected<std::span<const float>, std::string> Model::forward(std::span<cons
     const int n = static_cast<int>(c.tokens.size());
     for (int t = 0; t < n; ++t) {
       if (c.all_logits || t == n - 1) logit_rows.push_back(static_cast<int>(rows_.size()));
+      if (t % kTileRows == 0) tiles_.push_back({static_cast<int>(rows_.size()), 0});
+      ++tiles_.back().rows;
       rows_.push_back({static_cast<int>(i), c.kv->length() + t});
     }
     block_bases_[i].clear();

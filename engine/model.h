@@ -75,6 +75,13 @@ class Model {
     int pos;
   };
   std::vector<RowSlot> rows_;
+  // Attention tiles: up to kTileRows consecutive rows of one chunk.
+  static constexpr int kTileRows = 16;
+  struct Tile {
+    int first_row;
+    int rows;
+  };
+  std::vector<Tile> tiles_;
   std::vector<std::vector<float*>> block_bases_;  // per chunk
   int page_size_ = 0;
   std::vector<float> x_, ln_, qkv_, att_, fc_, logits_in_, logits_;

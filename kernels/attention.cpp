@@ -29,45 +29,68 @@ void kv_write(const PagedKv& kv, int pos, const float* k, const float* v) {
   }
 }
 
-void attention_row(float* out, const float* q, int pos, const PagedKv& kv, int kv_head,
-                   float* scores) {
+void attention_rows(float* out, long out_stride, const float* q, long q_stride, int n_rows,
+                    int first_pos, const PagedKv& kv, int kv_head, float* scratch) {
   const int P = kv.page_size, D = kv.head_dim;
-  const int n = pos + 1;
+  const int n = first_pos + n_rows;  // keys the last row sees
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // Row r's scores at scratch + r (n + 1); slot n keeps 1 / sum of its softmax.
+  auto scores = [&](int r) { return scratch + static_cast<long>(r) * (n + 1); };
 
-  // Scores, a page at a time: s[j] = fma chain over d of q[d] * K[d][j].
+  // Scores, a page at a time: s[j] = fma chain over d of q[d] * K[d][j]. Keys
+  // past a row's own position are computed and never used.
   for (int start = 0, block = 0; start < n; start += P, ++block) {
     const int len = n - start < P ? n - start : P;
     const float* kp = key_page(kv, block, kv_head);
-    float* s = scores + start;
-    for (int j = 0; j < len; ++j) s[j] = 0.0f;
-    for (int d = 0; d < D; ++d) {
-      const float qd = q[d];
-      const float* kd = kp + d * P;
-      for (int j = 0; j < len; ++j) s[j] = __builtin_fmaf(qd, kd[j], s[j]);
+    for (int r = 0; r < n_rows; ++r) {
+      float* s = scores(r) + start;
+      for (int j = 0; j < len; ++j) s[j] = 0.0f;
     }
-    for (int j = 0; j < len; ++j) s[j] *= scale;
+    for (int d = 0; d < D; ++d) {
+      const float* kd = kp + d * P;
+      for (int r = 0; r < n_rows; ++r) {
+        const float qd = q[r * q_stride + d];
+        float* s = scores(r) + start;
+        for (int j = 0; j < len; ++j) s[j] = __builtin_fmaf(qd, kd[j], s[j]);
+      }
+    }
   }
 
-  float max = scores[0];
-  for (int t = 1; t < n; ++t) max = scores[t] > max ? scores[t] : max;
-  for (int t = 0; t < n; ++t) scores[t] = vexp(scores[t] - max);
-  float sum = 0.0f;
-  for (int t = 0; t < n; ++t) sum += scores[t];
+  // Softmax of each row over its own keys 0 .. first_pos + r.
+  for (int r = 0; r < n_rows; ++r) {
+    float* s = scores(r);
+    const int keys = first_pos + r + 1;
+    for (int t = 0; t < keys; ++t) s[t] *= scale;
+    float max = s[0];
+    for (int t = 1; t < keys; ++t) max = s[t] > max ? s[t] : max;
+    for (int t = 0; t < keys; ++t) s[t] = vexp(s[t] - max);
+    float sum = 0.0f;
+    for (int t = 0; t < keys; ++t) sum += s[t];
+    s[n] = 1.0f / sum;
+    float* o = out + r * out_stride;
+    for (int d = 0; d < D; ++d) o[d] = 0.0f;
+  }
 
-  // Weighted sum of values, position by position.
-  for (int d = 0; d < D; ++d) out[d] = 0.0f;
+  // Weighted sum of values, position by position, each value row loaded once
+  // for every query that sees it.
   for (int start = 0, block = 0; start < n; start += P, ++block) {
     const int len = n - start < P ? n - start : P;
     const float* vp = value_page(kv, block, kv_head);
     for (int j = 0; j < len; ++j) {
-      const float p = scores[start + j];
+      const int t = start + j;
       const float* v = vp + j * D;
-      for (int d = 0; d < D; ++d) out[d] = __builtin_fmaf(p, v[d], out[d]);
+      for (int r = t > first_pos ? t - first_pos : 0; r < n_rows; ++r) {
+        const float p = scores(r)[t];
+        float* o = out + r * out_stride;
+        for (int d = 0; d < D; ++d) o[d] = __builtin_fmaf(p, v[d], o[d]);
+      }
     }
   }
-  const float inv = 1.0f / sum;
-  for (int d = 0; d < D; ++d) out[d] *= inv;
+  for (int r = 0; r < n_rows; ++r) {
+    const float inv = scores(r)[n];
+    float* o = out + r * out_stride;
+    for (int d = 0; d < D; ++d) o[d] *= inv;
+  }
 }
 
 void attention_row_reference(float* out, const float* q, int pos, const PagedKv& kv, int kv_head) {

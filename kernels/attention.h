@@ -34,13 +34,18 @@ struct PagedKv {
 // REQUIRES: the block for pos is in the table.
 void kv_write(const PagedKv& kv, int pos, const float* k, const float* v);
 
-// out (D) = softmax(q . K[0..pos] / sqrt(D)) . V[0..pos] for one query head.
-// q is that head's (D) query, kv_head the head it reads. `scores` is scratch
-// of at least pos + 1 floats.
-void attention_row(float* out, const float* q, int pos, const PagedKv& kv, int kv_head,
-                   float* scores);
+// Attention of n_rows consecutive queries of one head, at positions
+// first_pos .. first_pos + n_rows - 1 (a tile of a prefill chunk, or one
+// decode row): out row r = softmax(q_r . K[0..first_pos+r] / sqrt(D)) .
+// V[0..first_pos+r]. q rows and out rows are D floats, q_stride / out_stride
+// apart; kv_head is the head they read. The rows share each page of K and V
+// they load; each row's arithmetic is exactly what it would be alone, so a
+// tile gives the same bits as its rows one at a time. `scratch` holds at
+// least n_rows * (first_pos + n_rows + 1) floats.
+void attention_rows(float* out, long out_stride, const float* q, long q_stride, int n_rows,
+                    int first_pos, const PagedKv& kv, int kv_head, float* scratch);
 
-// Plain reference of attention_row with libm and double accumulation, for
+// Plain reference for one query at `pos`, with libm and double accumulation, for
 // tests of the fast path (agreement within tolerance, not bits).
 void attention_row_reference(float* out, const float* q, int pos, const PagedKv& kv, int kv_head);
 

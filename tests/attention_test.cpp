@@ -38,12 +38,12 @@ TEST(Attention, RowMatchesReferenceForEveryPositionAndPageSize) {
       Pages pages(n, page_size, heads, head_dim, 7 + page_size);
       std::mt19937 rng(3);
       std::normal_distribution<float> normal;
-      std::vector<float> q(head_dim), fast(head_dim), ref(head_dim), scores(n);
+      std::vector<float> q(head_dim), fast(head_dim), ref(head_dim), scores(n + 1);
       for (int pos : {0, 1, page_size - 1, page_size, 33, n - 1}) {
         if (pos < 0) continue;
         for (int h = 0; h < heads; ++h) {
           for (auto& x : q) x = normal(rng);
-          attention_row(fast.data(), q.data(), pos, pages.view, h, scores.data());
+          attention_rows(fast.data(), 0, q.data(), 0, 1, pos, pages.view, h, scores.data());
           attention_row_reference(ref.data(), q.data(), pos, pages.view, h);
           for (int d = 0; d < head_dim; ++d)
             ASSERT_NEAR(fast[d], ref[d], 2e-5f)
@@ -56,16 +56,16 @@ TEST(Attention, RowMatchesReferenceForEveryPositionAndPageSize) {
 
 TEST(Attention, PositionZeroReturnsItsOwnValue) {
   Pages pages(1, 16, 2, 8, 11);
-  std::vector<float> q(8, 0.5f), out(8), scores(1);
-  attention_row(out.data(), q.data(), 0, pages.view, 1, scores.data());
+  std::vector<float> q(8, 0.5f), out(8), scores(2);
+  attention_rows(out.data(), 0, q.data(), 0, 1, 0, pages.view, 1, scores.data());
   const float* v = pages.bases[0] + pages.view.v_offset + 1 * 16 * 8;  // head 1, slot 0
   for (int d = 0; d < 8; ++d) EXPECT_FLOAT_EQ(out[d], v[d]);
 }
 
 TEST(Attention, HeadsReadOnlyTheirOwnKeys) {
   Pages pages(20, 16, 2, 8, 5);
-  std::vector<float> q(8, 1.0f), before(8), after(8), scores(20);
-  attention_row(before.data(), q.data(), 19, pages.view, 0, scores.data());
+  std::vector<float> q(8, 1.0f), before(8), after(8), scores(21);
+  attention_rows(before.data(), 0, q.data(), 0, 1, 19, pages.view, 0, scores.data());
   // Overwrite head 1 everywhere; head 0's answer must not move.
   for (int pos = 0; pos < 20; ++pos) {
     std::vector<float> kk(16), vv(16);
@@ -77,8 +77,36 @@ TEST(Attention, HeadsReadOnlyTheirOwnKeys) {
     }
     kv_write(pages.view, pos, kk.data(), vv.data());
   }
-  attention_row(after.data(), q.data(), 19, pages.view, 0, scores.data());
+  attention_rows(after.data(), 0, q.data(), 0, 1, 19, pages.view, 0, scores.data());
   EXPECT_EQ(0, std::memcmp(before.data(), after.data(), sizeof(float) * 8));
+}
+
+// A tile of consecutive queries gives each row the bits it gets alone, at any
+// tile size and any starting position (page boundaries included).
+TEST(Attention, TileRowsMatchSingleRowsBitForBit) {
+  const int n = 53, heads = 2, D = 16;
+  for (int page_size : {16, 3}) {
+    Pages pages(n, page_size, heads, D, 21);
+    std::mt19937 rng(8);
+    std::normal_distribution<float> normal;
+    std::vector<float> q(static_cast<std::size_t>(n) * D);
+    for (auto& x : q) x = normal(rng);
+    for (int first : {0, 5, 15, 16, 40}) {
+      for (int rows : {1, 2, 7, 13}) {
+        if (first + rows > n) continue;
+        std::vector<float> tile(static_cast<std::size_t>(rows) * D), one(D);
+        std::vector<float> scratch(static_cast<std::size_t>(rows) * (first + rows + 1));
+        attention_rows(tile.data(), D, q.data() + first * D, D, rows, first, pages.view, 1,
+                       scratch.data());
+        for (int r = 0; r < rows; ++r) {
+          attention_rows(one.data(), 0, q.data() + (first + r) * D, 0, 1, first + r, pages.view, 1,
+                         scratch.data());
+          ASSERT_EQ(0, std::memcmp(one.data(), tile.data() + r * D, sizeof(float) * D))
+              << "page " << page_size << " first " << first << " rows " << rows << " row " << r;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
