@@ -61,13 +61,20 @@ int run(const Options& o) {
   options.page_size = o.page_size;
   options.prefill_chunk = o.prefill_chunk;
 
-  std::cout << o.prompt << std::flush;
-  auto out = kvtier::generate(*model, pool, tokenizer->get(), *prompt, options,
-                              [](std::string_view text) { std::cout << text << std::flush; });
+  // The prompt is echoed once generation has started, so a refused request
+  // prints only its error.
+  bool echoed = false;
+  auto echo = [&](std::string_view text) {
+    if (!echoed) std::cout << o.prompt;
+    echoed = true;
+    std::cout << text << std::flush;
+  };
+  auto out = kvtier::generate(*model, pool, tokenizer->get(), *prompt, options, echo);
   if (!out) {
-    std::fprintf(stderr, "\nkvtierd: %s\n", out.error().c_str());
+    std::fprintf(stderr, "%skvtierd: %s\n", echoed ? "\n" : "", out.error().c_str());
     return 1;
   }
+  echo("");
   std::cout << std::endl;
   std::fprintf(stderr, "[%zu prompt tokens, %zu generated, finish: %s]\n", prompt->size(),
                out->tokens.size(), std::string(kvtier::to_string(out->finish)).c_str());
