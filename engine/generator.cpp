@@ -16,34 +16,39 @@ std::string_view to_string(FinishReason reason) {
   return "unknown";
 }
 
-namespace {
-
-std::expected<void, std::string> validate(const Model& model, const Tokenizer* tokenizer,
-                                          std::span<const int> prompt,
-                                          const GenerateOptions& options) {
-  const int context = model.config().block_size;
+std::expected<void, std::string> validate_request(const ModelConfig& config,
+                                                  const Tokenizer* tokenizer,
+                                                  std::span<const int> prompt, int max_tokens,
+                                                  const SamplingParams& sampling,
+                                                  const std::vector<std::string>& stop) {
   if (prompt.empty()) return std::unexpected("the prompt is empty");
-  if (static_cast<long>(prompt.size()) > context)
+  if (static_cast<long>(prompt.size()) > config.block_size)
     return std::unexpected("the prompt has " + std::to_string(prompt.size()) +
-                           " tokens but the model's context is " + std::to_string(context));
-  if (options.max_tokens < 1) return std::unexpected("max_tokens must be at least 1");
-  if (options.prefill_chunk < 0) return std::unexpected("prefill_chunk must not be negative");
-  if (options.page_size < 1) return std::unexpected("page_size must be at least 1");
-  if (auto ok = options.sampling.validate(); !ok) return ok;
-  if (!options.stop.empty()) {
+                           " tokens but the model's context is " +
+                           std::to_string(config.block_size));
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= config.vocab_size)
+      return std::unexpected("prompt token " + std::to_string(i) + " is " +
+                             std::to_string(prompt[i]) + ", outside the vocabulary of " +
+                             std::to_string(config.vocab_size));
+  if (max_tokens < 1) return std::unexpected("max_tokens must be at least 1");
+  if (auto ok = sampling.validate(); !ok) return ok;
+  if (!stop.empty()) {
     if (tokenizer == nullptr) return std::unexpected("stop strings need a tokenizer");
-    if (auto ok = validate_stop_strings(options.stop); !ok) return ok;
+    if (auto ok = validate_stop_strings(stop); !ok) return ok;
   }
   return {};
 }
 
-}  // namespace
-
 std::expected<Generation, std::string> generate(
     Model& model, tiers::BlockPool& pool, const Tokenizer* tokenizer, std::span<const int> prompt,
     const GenerateOptions& options, const std::function<void(std::string_view)>& on_text) {
-  if (auto ok = validate(model, tokenizer, prompt, options); !ok)
+  if (auto ok = validate_request(model.config(), tokenizer, prompt, options.max_tokens,
+                                 options.sampling, options.stop);
+      !ok)
     return std::unexpected(ok.error());
+  if (options.prefill_chunk < 0) return std::unexpected("prefill_chunk must not be negative");
+  if (options.page_size < 1) return std::unexpected("page_size must be at least 1");
 
   const int context = model.config().block_size;
   const int V = model.config().vocab_size;

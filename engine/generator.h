@@ -41,12 +41,21 @@ struct Generation {
   FinishReason finish = FinishReason::kLength;
 };
 
+// The rules every request passes before it reaches the engine, whichever
+// loop runs it: a non-empty prompt of in-vocabulary tokens that fits the
+// context, max_tokens >= 1, valid sampling parameters, and valid stop strings
+// (which need a tokenizer). The error says which rule failed.
+std::expected<void, std::string> validate_request(const ModelConfig& config,
+                                                  const Tokenizer* tokenizer,
+                                                  std::span<const int> prompt, int max_tokens,
+                                                  const SamplingParams& sampling,
+                                                  const std::vector<std::string>& stop);
+
 // Runs the prompt through `model` with KV pages from `pool` (released before
 // returning) and samples up to max_tokens tokens. `on_text`, if set, receives
 // the text as it becomes final (bytes that might begin a stop string are held
-// back until they cannot). Fails with a clear message on an empty prompt, a
-// prompt longer than the context, max_tokens < 1, invalid sampling
-// parameters or stop strings, stop strings without a tokenizer, or a pool
+// back until they cannot). Fails with a clear message on a request that
+// validate_request() refuses, a bad prefill_chunk or page_size, or a pool
 // too small for the sequence.
 std::expected<Generation, std::string> generate(
     Model& model, tiers::BlockPool& pool, const Tokenizer* tokenizer, std::span<const int> prompt,

@@ -1,0 +1,135 @@
+// A generation request as the scheduler tracks it: what was asked, where it
+// stands in its life, and the per-request state that must survive preemption.
+//
+// Life of a request (see scheduler.h for who moves it):
+//
+//   submit -> waiting -> prefilling -> running -> done
+//                ^           |            |
+//                +-----------+------------+   preempted (recompute): blocks freed,
+//                                             back to waiting, re-prefilled later
+//   any live state -> cancelled (blocks freed at once); failed on an engine error.
+//   swapped is reserved for swap-mode preemption, which comes with the tiers.
+//
+// Invariants (Scheduler::check_invariants() checks them after every step):
+//  * tokens() is the prompt followed by the generated tokens;
+//  * waiting, done, cancelled and failed requests hold no KV blocks;
+//  * prefilling: kv().length() < tokens().size() <= kv().capacity() (all the
+//    pages the prefill needs are reserved when the request is admitted);
+//  * running: kv().length() == tokens().size() - 1 (the last sampled token is
+//    the next decode step's input and has no KV yet).
+//
+// Only the Scheduler mutates a Request; everyone else sees it through const
+// pointers. Not thread-safe: it lives on the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/generator.h"
+#include "engine/sampler.h"
+#include "engine/sequence_kv.h"
+
+namespace kvtier {
+
+using RequestId = std::uint64_t;
+
+enum class RequestStatus {
+  kWaiting,     // queued for admission; holds no KV
+  kPrefilling,  // admitted; its prompt (or, after a preemption, prompt + generated) is being fed
+  kRunning,     // decoding one token per step
+  kSwapped,     // preempted with its KV moved down a tier (not produced until the tiers land)
+  kDone,        // finished; finish_reason() says why
+  kCancelled,   // cancelled by the caller
+  kFailed,      // the engine failed it; error() says why
+};
+
+std::string_view to_string(RequestStatus status);
+
+// True for done, cancelled and failed: the request will never run again.
+bool is_terminal(RequestStatus status);
+
+// What a caller asks for. Scheduler::submit() validates it with the same rules
+// as generate() (generator.h), plus the scheduler's own (priority, KV budget).
+struct RequestParams {
+  std::vector<int> prompt;
+  SamplingParams sampling;        // temperature 0 = greedy; `seed` makes sampling reproducible
+  int max_tokens = 64;            // tokens to generate at most; generation also ends at the context
+  std::vector<std::string> stop;  // stop strings (need a tokenizer)
+  int priority = 0;               // 0 = most urgent; only the `priority` policy looks at it
+};
+
+class Request {
+ public:
+  // REQUIRES: params were validated (Scheduler::submit does it).
+  Request(RequestId id, std::uint64_t arrival, RequestParams params, int page_size);
+
+  RequestId id() const { return id_; }
+  // Order of submission, from a counter the scheduler owns (never wall-clock,
+  // so runs are reproducible). Kept across preemptions: a preempted request
+  // re-enters the queue at its original place.
+  std::uint64_t arrival() const { return arrival_; }
+  int priority() const { return priority_; }
+  int max_tokens() const { return max_tokens_; }
+  const SamplingParams& sampling() const { return sampling_; }
+  const std::vector<std::string>& stop() const { return stop_; }
+
+  RequestStatus status() const { return status_; }
+  // Set once the request is done.
+  std::optional<FinishReason> finish_reason() const { return finish_; }
+  // Why the request failed; empty unless status() is kFailed.
+  const std::string& error() const { return error_; }
+
+  std::span<const int> tokens() const { return tokens_; }  // prompt, then generated
+  std::span<const int> prompt() const { return std::span(tokens_).first(prompt_len_); }
+  std::span<const int> generated() const { return std::span(tokens_).subspan(prompt_len_); }
+  int num_generated() const { return static_cast<int>(tokens_.size()) - prompt_len_; }
+  // The generated text, cut before a stop string (as generate() cuts it);
+  // empty without a tokenizer.
+  const std::string& text() const { return text_; }
+
+  const SequenceKv& kv() const { return kv_; }
+  // How many of tokens() the KV holds: the prefill's progress while
+  // prefilling (the next chunk starts here).
+  int prefill_cursor() const { return kv_.length(); }
+
+  // Times this request was preempted, and the positions it had to compute a
+  // second (or later) time because of it.
+  int preemptions() const { return preemptions_; }
+  long recomputed_tokens() const { return recomputed_tokens_; }
+
+ private:
+  friend class Scheduler;
+
+  RequestId id_;
+  std::uint64_t arrival_;
+  int priority_;
+  int max_tokens_;
+  SamplingParams sampling_;
+  std::vector<std::string> stop_;
+
+  int prompt_len_;
+  std::vector<int> tokens_;
+  RequestStatus status_ = RequestStatus::kWaiting;
+  std::optional<FinishReason> finish_;
+  std::string error_;
+  std::string text_;
+  std::size_t text_emitted_ = 0;  // bytes of text_ already handed out in step events
+
+  SequenceKv kv_;
+  // Both carry their position in the request's random stream and in the text
+  // across preemptions, so a re-admitted request continues exactly where it was.
+  Sampler sampler_;
+  StopMatcher stop_matcher_;
+
+  int preemptions_ = 0;
+  long recomputed_tokens_ = 0;
+  // Positions [0, computed_before_) had KV once and lost it to a preemption;
+  // prefilling them again is recompute.
+  int computed_before_ = 0;
+};
+
+}  // namespace kvtier

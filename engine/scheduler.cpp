@@ -1,0 +1,463 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <utility>
+
+namespace kvtier {
+
+std::string_view to_string(SchedulingPolicy policy) {
+  switch (policy) {
+    case SchedulingPolicy::kFcfs:
+      return "fcfs";
+    case SchedulingPolicy::kPriority:
+      return "priority";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(PreemptionMode mode) {
+  switch (mode) {
+    case PreemptionMode::kRecompute:
+      return "recompute";
+    case PreemptionMode::kSwap:
+      return "swap";
+  }
+  return "unknown";
+}
+
+std::expected<SchedulingPolicy, std::string> parse_policy(std::string_view name) {
+  if (name == "fcfs") return SchedulingPolicy::kFcfs;
+  if (name == "priority") return SchedulingPolicy::kPriority;
+  return std::unexpected("unknown policy '" + std::string(name) + "' (expected fcfs or priority)");
+}
+
+std::expected<PreemptionMode, std::string> parse_preemption(std::string_view name) {
+  if (name == "recompute") return PreemptionMode::kRecompute;
+  if (name == "swap") return PreemptionMode::kSwap;
+  return std::unexpected("unknown preemption mode '" + std::string(name) +
+                         "' (expected recompute or swap)");
+}
+
+std::expected<void, std::string> SchedulerConfig::validate() const {
+  if (page_size < 1)
+    return std::unexpected("page_size must be at least 1, got " + std::to_string(page_size));
+  if (max_kv_tokens < page_size)
+    return std::unexpected("max_kv_tokens (" + std::to_string(max_kv_tokens) +
+                           ") is smaller than one KV block (page_size " +
+                           std::to_string(page_size) + ")");
+  if (max_batch_size < 1)
+    return std::unexpected("max_batch_size must be at least 1, got " +
+                           std::to_string(max_batch_size));
+  if (token_budget < 1)
+    return std::unexpected("token_budget must be at least 1, got " + std::to_string(token_budget));
+  if (token_budget < max_batch_size)
+    return std::unexpected("token_budget (" + std::to_string(token_budget) +
+                           ") must be at least max_batch_size (" + std::to_string(max_batch_size) +
+                           ") so that every running request decodes each step");
+  if (preemption == PreemptionMode::kSwap)
+    return std::unexpected(
+        "preemption 'swap' is not available until the tiers land; use 'recompute'");
+  return {};
+}
+
+std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
+    Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
+    tiers::BlockPool* pool) {
+  if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
+  const std::size_t block_bytes = model.kv_layout(config.page_size).block_bytes();
+  int max_blocks = config.max_kv_tokens / config.page_size;
+  std::unique_ptr<tiers::BlockPool> owned;
+  if (pool == nullptr) {
+    owned = std::make_unique<tiers::BlockPool>(block_bytes, max_blocks);
+    pool = owned.get();
+  } else {
+    if (pool->block_bytes() < block_bytes)
+      return std::unexpected("the pool's blocks have " + std::to_string(pool->block_bytes()) +
+                             " bytes but page_size " + std::to_string(config.page_size) +
+                             " needs " + std::to_string(block_bytes));
+    if (pool->num_free() != pool->num_blocks())
+      return std::unexpected("the pool must be the scheduler's alone, but " +
+                             std::to_string(pool->num_blocks() - pool->num_free()) +
+                             " of its blocks are in use");
+    max_blocks = std::min(max_blocks, pool->num_blocks());
+  }
+  return std::unique_ptr<Scheduler>(
+      new Scheduler(model, tokenizer, config, std::move(owned), pool, max_blocks));
+}
+
+Scheduler::Scheduler(Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
+                     std::unique_ptr<tiers::BlockPool> owned_pool, tiers::BlockPool* pool,
+                     int max_blocks)
+    : model_(&model),
+      tokenizer_(tokenizer),
+      config_(config),
+      owned_pool_(std::move(owned_pool)),
+      pool_(pool),
+      max_blocks_(max_blocks),
+      context_(model.config().block_size),
+      vocab_size_(model.config().vocab_size) {}
+
+Scheduler::~Scheduler() {
+  for (Request* r : admitted_) r->kv_.release(*pool_);
+}
+
+int Scheduler::blocks_for(long positions) const {
+  return static_cast<int>((positions + config_.page_size - 1) / config_.page_size);
+}
+
+Scheduler::QueueKey Scheduler::queue_key(const Request& r) const {
+  const int priority = config_.policy == SchedulingPolicy::kPriority ? r.priority_ : 0;
+  return {priority, r.arrival_, r.id_};
+}
+
+int Scheduler::charged_blocks(const Request& r) const {
+  return static_cast<int>(r.kv_.block_ids().size());
+}
+
+int Scheduler::used_blocks() const {
+  int used = 0;
+  for (const Request* r : admitted_) used += charged_blocks(*r);
+  return used;
+}
+
+std::expected<RequestId, std::string> Scheduler::submit(RequestParams params) {
+  // The same rules as generate(), so a request the daemon accepts is one
+  // generate() would have run.
+  if (auto ok = validate_request(model_->config(), tokenizer_, params.prompt, params.max_tokens,
+                                 params.sampling, params.stop);
+      !ok)
+    return std::unexpected(ok.error());
+  const long prompt_len = static_cast<long>(params.prompt.size());
+  if (params.priority < 0)
+    return std::unexpected("priority must be 0 (most urgent) or more, got " +
+                           std::to_string(params.priority));
+  // The KV never holds the last sampled token, and generation ends at the
+  // context, so this is the most the request can ever hold. If that cannot fit
+  // the whole budget, admitting it would end in preempting it forever.
+  const long longest = std::min<long>(prompt_len + params.max_tokens - 1, context_);
+  if (blocks_for(longest) > max_blocks_)
+    return std::unexpected("the request may need " + std::to_string(longest) + " KV tokens (" +
+                           std::to_string(blocks_for(longest)) + " pages of " +
+                           std::to_string(config_.page_size) + ") but max_kv_tokens allows " +
+                           std::to_string(max_blocks_ * config_.page_size) +
+                           "; shorten the prompt or max_tokens");
+
+  const RequestId id = next_id_++;
+  auto request =
+      std::make_unique<Request>(id, next_arrival_++, std::move(params), config_.page_size);
+  waiting_.insert(queue_key(*request));
+  requests_.emplace(id, std::move(request));
+  return id;
+}
+
+std::expected<void, std::string> Scheduler::cancel(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return std::unexpected("no request with id " + std::to_string(id));
+  Request& r = *it->second;
+  if (is_terminal(r.status_))
+    return std::unexpected("request " + std::to_string(id) + " already finished (" +
+                           std::string(to_string(r.status_)) + ")");
+  if (r.status_ == RequestStatus::kWaiting) {
+    waiting_.erase(queue_key(r));
+    r.status_ = RequestStatus::kCancelled;
+    return {};
+  }
+  retire(r, RequestStatus::kCancelled);
+  return {};
+}
+
+void Scheduler::retire(Request& r, RequestStatus status) {
+  r.kv_.release(*pool_);
+  r.status_ = status;
+  std::erase(admitted_, &r);
+}
+
+void Scheduler::sort_admitted_by_urgency() {
+  std::sort(admitted_.begin(), admitted_.end(),
+            [this](const Request* a, const Request* b) { return queue_key(*a) < queue_key(*b); });
+}
+
+void Scheduler::admit() {
+  while (!waiting_.empty() && static_cast<int>(admitted_.size()) < config_.max_batch_size) {
+    Request& r = *requests_.at(waiting_.begin()->id);
+    // Keep the pages the running requests need for this step's decode, so an
+    // admission never forces a preemption in the same step.
+    int growth = 0;
+    for (const Request* a : admitted_) {
+      if (a->status_ == RequestStatus::kRunning && a->kv_.length() + 1 > a->kv_.capacity())
+        ++growth;
+    }
+    const int need = blocks_for(static_cast<long>(r.tokens_.size()));
+    if (used_blocks() + growth + need > max_blocks_) break;
+    const bool reserved = reserve(r, static_cast<int>(r.tokens_.size()));
+    assert(reserved);
+    if (!reserved) break;  // only if the pool is shared after all
+    waiting_.erase(waiting_.begin());
+    r.status_ = RequestStatus::kPrefilling;
+    admitted_.push_back(&r);
+  }
+}
+
+bool Scheduler::reserve(Request& r, int n) {
+  const int more = blocks_for(n) - static_cast<int>(r.kv_.block_ids().size());
+  if (more <= 0) return true;
+  if (used_blocks() + more > max_blocks_) return false;
+  return r.kv_.reserve(*pool_, n);
+}
+
+Request* Scheduler::choose_victim() {
+  // Least urgent first, then most recently arrived: the largest queue key.
+  // Prefilling requests are candidates too, since they hold pages.
+  auto it = std::max_element(
+      admitted_.begin(), admitted_.end(),
+      [this](const Request* a, const Request* b) { return queue_key(*a) < queue_key(*b); });
+  return it == admitted_.end() ? nullptr : *it;
+}
+
+void Scheduler::preempt(Request& victim, StepOutput& out) {
+  switch (config_.preemption) {
+    case PreemptionMode::kRecompute:
+      preempt_recompute(victim);
+      break;
+    case PreemptionMode::kSwap:
+      // validate() refuses swap until the tier manager can hold the blocks.
+      assert(false && "swap preemption is not implemented");
+      preempt_recompute(victim);
+      break;
+  }
+  ++victim.preemptions_;
+  ++preemptions_;
+  RequestEvent event;
+  event.id = victim.id_;
+  event.preempted = true;
+  out.events.push_back(std::move(event));
+}
+
+void Scheduler::preempt_recompute(Request& victim) {
+  // Everything the KV held will be computed again. The generated tokens, the
+  // Sampler and the StopMatcher are kept: the re-prefill covers prompt +
+  // generated, and its last row's logits are those the next decode would have
+  // produced, so the request continues exactly where it stopped.
+  victim.computed_before_ = std::max(victim.computed_before_, victim.kv_.length());
+  victim.kv_.release(*pool_);
+  std::erase(admitted_, &victim);
+  victim.status_ = RequestStatus::kWaiting;
+  // Its original arrival puts it ahead of everything that came after it.
+  waiting_.insert(queue_key(victim));
+}
+
+void Scheduler::sample_and_append(Request& r, std::span<const float> logits, RequestEvent& event) {
+  const int token = r.sampler_.sample(logits);
+  r.tokens_.push_back(token);
+  event.tokens.push_back(token);
+  std::optional<FinishReason> finish;
+  bool stopped = false;
+  if (tokenizer_ != nullptr) {
+    const std::string piece = tokenizer_->decode(std::span(&token, 1));
+    r.text_ += piece;
+    if (auto at = r.stop_matcher_.feed(piece)) {
+      r.text_.resize(*at);
+      finish = FinishReason::kStop;
+      stopped = true;
+    }
+  }
+  // generate()'s order: stop string, then max_tokens, then the context end.
+  if (!stopped && r.num_generated() == r.max_tokens_) finish = FinishReason::kLength;
+  if (!finish && r.kv_.length() == context_) finish = FinishReason::kContext;
+
+  // Hand out the text that can no longer turn into a stop string.
+  const std::size_t final_bytes =
+      finish ? r.text_.size() : r.text_.size() - r.stop_matcher_.pending_bytes();
+  if (final_bytes > r.text_emitted_) {
+    event.text = r.text_.substr(r.text_emitted_, final_bytes - r.text_emitted_);
+    r.text_emitted_ = final_bytes;
+  }
+  if (finish) {
+    r.finish_ = finish;
+    event.finish = finish;
+  }
+}
+
+StepOutput Scheduler::step() {
+  StepOutput out;
+  ++steps_;
+  admit();
+
+  // Pages for this step's decodes, most urgent first, so that when pages run
+  // short the least urgent requests are the ones that give theirs up.
+  sort_admitted_by_urgency();
+  for (std::size_t i = 0; i < admitted_.size();) {
+    Request& r = *admitted_[i];
+    if (r.status_ != RequestStatus::kRunning || reserve(r, r.kv_.length() + 1)) {
+      ++i;
+      continue;
+    }
+    // The victim is never more urgent than r (r is a candidate), so it sits
+    // at or after i and the requests already given pages keep them.
+    Request* victim = choose_victim();
+    assert(std::find(admitted_.begin() + static_cast<long>(i), admitted_.end(), victim) !=
+           admitted_.end());
+    preempt(*victim, out);
+  }
+
+  // The forward batch: decodes, then one prefill chunk in the room left.
+  std::vector<Model::Chunk> chunks;
+  std::vector<Request*> rows;
+  for (Request* r : admitted_) {
+    if (r->status_ != RequestStatus::kRunning) continue;
+    chunks.push_back({&r->kv_, std::span(&r->tokens_.back(), 1), false});
+    rows.push_back(r);
+  }
+  out.decode_tokens = static_cast<int>(chunks.size());
+  const int room = config_.token_budget - out.decode_tokens;
+  for (Request* r : admitted_) {  // in urgency order: the first prefilling one
+    if (r->status_ != RequestStatus::kPrefilling || room <= 0) continue;
+    const int begin = r->kv_.length();
+    const int n = std::min<int>(room, static_cast<int>(r->tokens_.size()) - begin);
+    chunks.push_back({&r->kv_, std::span(r->tokens_).subspan(begin, n), false});
+    rows.push_back(r);
+    out.prefill_tokens = n;
+    out.prefill_request = r->id_;
+    const long recomputed = std::max(0, std::min(begin + n, r->computed_before_) - begin);
+    r->recomputed_tokens_ += recomputed;
+    recomputed_tokens_ += recomputed;
+    break;
+  }
+  if (chunks.empty()) return out;
+
+  auto logits = model_->forward(chunks, *pool_);
+  if (!logits) {
+    // forward() changes nothing when it fails; the batch's requests cannot
+    // go on, the others can.
+    for (Request* r : rows) {
+      r->error_ = logits.error();
+      retire(*r, RequestStatus::kFailed);
+      RequestEvent event;
+      event.id = r->id_;
+      event.error = logits.error();
+      out.events.push_back(std::move(event));
+    }
+    return out;
+  }
+
+  const std::size_t V = static_cast<std::size_t>(vocab_size_);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Request& r = *rows[i];
+    if (r.status_ == RequestStatus::kPrefilling) {
+      if (r.kv_.length() < static_cast<int>(r.tokens_.size())) continue;  // more chunks to come
+      r.status_ = RequestStatus::kRunning;
+    }
+    RequestEvent event;
+    event.id = r.id_;
+    sample_and_append(r, logits->subspan(i * V, V), event);
+    if (r.finish_) retire(r, RequestStatus::kDone);
+    out.events.push_back(std::move(event));
+  }
+  return out;
+}
+
+bool Scheduler::has_work() const { return !waiting_.empty() || !admitted_.empty(); }
+
+const Request* Scheduler::find(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+std::optional<RequestStatus> Scheduler::status(RequestId id) const {
+  const Request* r = find(id);
+  if (r == nullptr) return std::nullopt;
+  return r->status_;
+}
+
+bool Scheduler::forget(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || !is_terminal(it->second->status_)) return false;
+  requests_.erase(it);
+  return true;
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  s.waiting = static_cast<int>(waiting_.size());
+  for (const Request* r : admitted_) {
+    if (r->status_ == RequestStatus::kPrefilling) ++s.prefilling;
+    if (r->status_ == RequestStatus::kRunning) ++s.running;
+  }
+  s.blocks_used = used_blocks();
+  s.blocks_free = std::min(max_blocks_ - s.blocks_used, pool_->num_free());
+  s.steps = steps_;
+  s.preemptions = preemptions_;
+  s.recomputed_tokens = recomputed_tokens_;
+  return s;
+}
+
+std::expected<void, std::string> Scheduler::check_invariants() const {
+  auto fail = [](const Request& r, const std::string& what) {
+    return std::unexpected("request " + std::to_string(r.id_) + " (" +
+                           std::string(to_string(r.status_)) + "): " + what);
+  };
+  std::vector<RequestId> owner(static_cast<std::size_t>(pool_->num_blocks()), 0);
+  int used = 0, waiting = 0, admitted = 0;
+  for (const auto& [id, ptr] : requests_) {
+    const Request& r = *ptr;
+    const int length = r.kv_.length();
+    const int tokens = static_cast<int>(r.tokens_.size());
+    const bool in_batch = std::find(admitted_.begin(), admitted_.end(), &r) != admitted_.end();
+    switch (r.status_) {
+      case RequestStatus::kPrefilling:
+        if (length >= tokens || r.kv_.capacity() < tokens)
+          return fail(r, "KV length " + std::to_string(length) + " and capacity " +
+                             std::to_string(r.kv_.capacity()) + " for " + std::to_string(tokens) +
+                             " tokens to prefill");
+        [[fallthrough]];
+      case RequestStatus::kRunning:
+        if (r.status_ == RequestStatus::kRunning && length != tokens - 1)
+          return fail(r, "KV length " + std::to_string(length) + " but " + std::to_string(tokens) +
+                             " tokens (expected tokens - 1)");
+        if (!in_batch) return fail(r, "admitted but not in the batch");
+        ++admitted;
+        break;
+      case RequestStatus::kWaiting:
+        if (!waiting_.contains(queue_key(r))) return fail(r, "waiting but not in the queue");
+        ++waiting;
+        [[fallthrough]];
+      default:
+        if (!r.kv_.block_ids().empty() || length != 0)
+          return fail(r, "holds " + std::to_string(r.kv_.block_ids().size()) +
+                             " blocks but is not admitted");
+        if (in_batch) return fail(r, "in the batch but not admitted");
+        break;
+    }
+    for (int block : r.kv_.block_ids()) {
+      if (block < 0 || block >= pool_->num_blocks())
+        return fail(r, "block " + std::to_string(block) + " is outside the pool");
+      if (owner[block] != 0)
+        return fail(r, "block " + std::to_string(block) + " is also in request " +
+                           std::to_string(owner[block]) + "'s table");
+      if (!pool_->is_allocated(block))
+        return fail(r, "block " + std::to_string(block) + " is in its table but free");
+      owner[block] = r.id_;
+      ++used;
+    }
+  }
+  if (waiting != static_cast<int>(waiting_.size()))
+    return std::unexpected("the queue holds " + std::to_string(waiting_.size()) + " entries but " +
+                           std::to_string(waiting) + " requests are waiting");
+  if (admitted != static_cast<int>(admitted_.size()))
+    return std::unexpected("the batch holds " + std::to_string(admitted_.size()) +
+                           " requests but " + std::to_string(admitted) + " are admitted");
+  if (admitted > config_.max_batch_size)
+    return std::unexpected(std::to_string(admitted) + " requests admitted, over max_batch_size " +
+                           std::to_string(config_.max_batch_size));
+  if (used > max_blocks_)
+    return std::unexpected("the requests use " + std::to_string(used * config_.page_size) +
+                           " KV tokens, over max_kv_tokens (" +
+                           std::to_string(max_blocks_ * config_.page_size) + ")");
+  if (pool_->num_free() + used != pool_->num_blocks())
+    return std::unexpected(std::to_string(pool_->num_free()) + " free + " + std::to_string(used) +
+                           " used blocks != pool size " + std::to_string(pool_->num_blocks()));
+  return {};
+}
+
+}  // namespace kvtier

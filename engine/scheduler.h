@@ -1,0 +1,261 @@
+// Continuous batching over paged KV: many requests, one Model::forward per
+// step, with chunked prefill, two admission policies and preemption.
+//
+// One step (Scheduler::step()):
+//  1. Admission. Waiting requests are taken in queue order — (priority,
+//     arrival) for the `priority` policy, arrival alone for `fcfs` — while the
+//     head of the queue fits: the batch (prefilling + running) is below
+//     max_batch_size and its pages fit max_kv_tokens beside what the admitted
+//     requests hold and the pages the running ones need for this step's decode.
+//     The queue is strict: a head that does not fit blocks the ones behind it
+//     (no small request overtakes a big one, so none starves).
+//  2. Pages for this step: every running request needs room for one more
+//     position. A request that cannot get its next page triggers preemption of
+//     a victim (choose_victim: the least urgent, most recently arrived admitted
+//     request, which may be the requester itself), until it fits or is itself
+//     the victim.
+//  3. One forward batch: the decode token of every running request plus at
+//     most one prefill chunk — of the most urgent prefilling request — of up to
+//     token_budget minus the decode tokens.
+//  4. Sampling for every decode row and for a prefill chunk that ends its
+//     prompt; then stop strings, max_tokens and the context end are checked in
+//     generate()'s order, and finished requests give their blocks back at once.
+//
+// KV accounting is page-granular: a request holding n positions is charged
+// ceil(n / page_size) whole pages, which is what the pool really hands out
+// (17 positions at page_size 16 cost 32 tokens of max_kv_tokens). A request's
+// prefill pages are all reserved when it is admitted, so a prefill never
+// stalls halfway; decode pages are reserved one at a time as it grows.
+//
+// Determinism: a request's tokens depend only on its prompt, sampling
+// parameters and seed — not on the batch, the token budget, the prefill
+// chunking or preemption — because Model::forward is batch-invariant and each
+// request owns its Sampler. Re-prefilling prompt + generated after a
+// preemption yields the same last-row logits that decoding the last token
+// would have; tests compare every token with generate().
+//
+// Thread-safety: none; one engine thread owns the Scheduler, the Model and the
+// pool. The Model and pool must outlive the Scheduler, and the Scheduler must
+// be the pool's only user (check_invariants() counts its free blocks).
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "engine/request.h"
+#include "engine/tokenizer.h"
+#include "tiers/block_pool.h"
+
+namespace kvtier {
+
+enum class SchedulingPolicy {
+  kFcfs,      // arrival order; priorities are ignored
+  kPriority,  // (priority, arrival): lower priority values first, ties by arrival
+};
+
+enum class PreemptionMode {
+  kRecompute,  // free the victim's blocks; re-prefill prompt + generated when re-admitted
+  kSwap,       // move the victim's blocks down a tier and back (needs the tier manager)
+};
+
+std::string_view to_string(SchedulingPolicy policy);
+std::string_view to_string(PreemptionMode mode);
+// "fcfs" | "priority"; anything else is refused with the accepted names.
+std::expected<SchedulingPolicy, std::string> parse_policy(std::string_view name);
+// "recompute" | "swap"; anything else is refused with the accepted names.
+std::expected<PreemptionMode, std::string> parse_preemption(std::string_view name);
+
+// Options, with the seeds' names. None can change after create().
+struct SchedulerConfig {
+  // KV positions that may be resident at once, over all admitted requests,
+  // counted in whole pages and rounded down to a multiple of page_size. Larger
+  // admits more concurrent requests and preempts less; smaller bounds memory
+  // (block bytes = model.kv_layout(page_size).block_bytes()). It must hold at
+  // least one page, and a request whose longest possible sequence cannot fit
+  // it alone is refused at submit().
+  int max_kv_tokens = 256;
+
+  // Requests admitted at once (prefilling + running). Larger raises
+  // throughput until the forward pass is compute-bound; smaller cuts latency.
+  int max_batch_size = 8;
+
+  // Tokens per forward pass: one per running request plus the prefill chunk.
+  // Small budgets keep decode latency even while long prompts prefill (chunked
+  // prefill); large ones prefill in fewer steps. Must be >= max_batch_size so
+  // every running request decodes every step and a prefill always gets at
+  // least one token (vLLM has the same rule for max_num_batched_tokens).
+  int token_budget = 16;
+
+  // Order of admission and of prefill; also decides preemption victims.
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+
+  // Positions per KV block. Smaller wastes less of the last page; larger
+  // means fewer blocks to track and move between tiers.
+  int page_size = 16;
+
+  // What happens to a preemption victim's KV. Only kRecompute exists today;
+  // kSwap is refused by validate() until the tiers land.
+  PreemptionMode preemption = PreemptionMode::kRecompute;
+
+  // Clear message for: page_size < 1, max_kv_tokens below one page,
+  // max_batch_size < 1, token_budget < 1 or < max_batch_size, swap preemption.
+  std::expected<void, std::string> validate() const;
+};
+
+// What happened to one request during a step, for a caller to stream.
+struct RequestEvent {
+  RequestId id = 0;
+  std::vector<int> tokens;  // sampled this step (at most one today)
+  // Text that became final this step: bytes that might still begin a stop
+  // string are held back until they cannot (as generate()'s on_text).
+  std::string text;
+  std::optional<FinishReason> finish;  // set when the request finished this step
+  bool preempted = false;              // sent back to the queue this step
+  std::string error;                   // non-empty when the request failed this step
+};
+
+struct StepOutput {
+  std::vector<RequestEvent> events;          // at most one per request, in forward-batch order
+  int decode_tokens = 0;                     // rows of the forward pass that were decode steps
+  int prefill_tokens = 0;                    // tokens of the prefill chunk (0 when none)
+  std::optional<RequestId> prefill_request;  // whose chunk it was
+};
+
+struct SchedulerStats {
+  int waiting = 0;
+  int prefilling = 0;
+  int running = 0;
+  int blocks_used = 0;  // held by admitted requests
+  int blocks_free = 0;  // still available within max_kv_tokens
+  long steps = 0;
+  long preemptions = 0;
+  long recomputed_tokens = 0;  // positions whose KV was computed again after a preemption
+};
+
+class Scheduler {
+ public:
+  // Checks `config` and builds a scheduler for `model`. `tokenizer` may be
+  // null (no text, no stop strings). With `pool` null the scheduler owns a
+  // pool of max_kv_tokens / page_size blocks; otherwise it uses `pool`, whose
+  // blocks must fit the model's KV layout, and the budget is the smaller of
+  // the two. `model`, `tokenizer` and `pool` must outlive the scheduler.
+  static std::expected<std::unique_ptr<Scheduler>, std::string> create(
+      Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
+      tiers::BlockPool* pool = nullptr);
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+  // Returns the blocks of every live request to the pool.
+  ~Scheduler();
+
+  // Queues a request and gives it an id and an arrival number. Refused, with
+  // a message naming the problem, for what generate() refuses (empty prompt,
+  // prompt longer than the context, max_tokens < 1, bad sampling parameters or
+  // stop strings, stop strings without a tokenizer) and also for a token
+  // outside the vocabulary, a negative priority, or a request whose longest
+  // possible KV (prompt + max_tokens - 1 positions, capped at the context)
+  // exceeds max_kv_tokens, so it could never run alone. A prompt as long as
+  // the context is accepted: it yields one token and finishes with kContext,
+  // as in generate().
+  std::expected<RequestId, std::string> submit(RequestParams params);
+
+  // Cancels a waiting, prefilling or running request; its blocks return to
+  // the pool at once. Fails for an unknown id or a request already finished.
+  std::expected<void, std::string> cancel(RequestId id);
+
+  // Runs one engine step (see the top of this file) and reports what happened.
+  // A step with nothing to do returns no events.
+  StepOutput step();
+
+  // True while any request is waiting, prefilling or running.
+  bool has_work() const;
+
+  // The request, or null for an unknown (or forgotten) id. The pointer stays
+  // valid until forget(id) or the scheduler's destruction.
+  const Request* find(RequestId id) const;
+  std::optional<RequestStatus> status(RequestId id) const;
+
+  // Drops a finished (done, cancelled, failed) request so its memory goes;
+  // false if it is unknown or still live.
+  bool forget(RequestId id);
+
+  SchedulerStats stats() const;
+
+  // An error message if the block accounting is broken: free + used blocks
+  // differ from the pool size, a block is in two block tables (or is free and
+  // in a table), the used KV exceeds max_kv_tokens, the batch exceeds
+  // max_batch_size, or a request's state contradicts its status (see
+  // request.h). Tests call it after every step.
+  std::expected<void, std::string> check_invariants() const;
+
+  const SchedulerConfig& config() const { return config_; }
+  // max_kv_tokens in pages, capped by the pool's size.
+  int max_blocks() const { return max_blocks_; }
+
+ private:
+  Scheduler(Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
+            std::unique_ptr<tiers::BlockPool> owned_pool, tiers::BlockPool* pool, int max_blocks);
+
+  // Queue order; smaller is more urgent. `priority` is 0 for fcfs.
+  struct QueueKey {
+    int priority;
+    std::uint64_t arrival;
+    RequestId id;
+    auto operator<=>(const QueueKey&) const = default;
+  };
+  QueueKey queue_key(const Request& r) const;
+
+  void admit();
+  // Makes room for positions [0, n) of r within max_blocks_; false, changing
+  // nothing, when the budget or the pool is short.
+  bool reserve(Request& r, int n);
+  // The preemption victim among the admitted requests.
+  Request* choose_victim();
+  // Frees the victim's KV as the preemption mode says and queues it again.
+  // This is where swap mode plugs in.
+  void preempt(Request& victim, StepOutput& out);
+  void preempt_recompute(Request& victim);
+  // Samples r's next token from `logits` and checks the stop conditions.
+  void sample_and_append(Request& r, std::span<const float> logits, RequestEvent& event);
+  // Moves a request out of the batch into a terminal state and frees its KV.
+  void retire(Request& r, RequestStatus status);
+  // The blocks a request is charged for admission and budget checks. With no
+  // eviction policy it is the block table's size; an eviction policy (window,
+  // sinks, H2O) will answer its effective size here (seed 000's contract).
+  int charged_blocks(const Request& r) const;
+  int used_blocks() const;
+  int blocks_for(long positions) const;
+  void sort_admitted_by_urgency();
+
+  Model* model_;
+  const Tokenizer* tokenizer_;
+  SchedulerConfig config_;
+  std::unique_ptr<tiers::BlockPool> owned_pool_;
+  tiers::BlockPool* pool_;
+  int max_blocks_;
+  int context_;
+  int vocab_size_;
+
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  // The waiting queue: a min-ordered set rather than a binary heap because
+  // cancel() removes from the middle.
+  std::set<QueueKey> waiting_;
+  std::vector<Request*> admitted_;  // prefilling + running
+  RequestId next_id_ = 1;
+  std::uint64_t next_arrival_ = 0;
+
+  long steps_ = 0;
+  long preemptions_ = 0;
+  long recomputed_tokens_ = 0;
+};
+
+}  // namespace kvtier
