@@ -1,115 +1,168 @@
-// kvtierd: serves text generation from a GPT-2 family model.
-//
-// Until the socket server lands this runs one generation from the command
-// line (--prompt) and prints it: the whole engine path — config, mapped
-// weights, tokenizer, paged KV, sampler — exercised end to end.
+// kvtierd: serves text generation from a GPT-2 family model on a Unix socket
+// (docs/protocol.md). With --prompt it instead generates once, prints the
+// text and exits (oneshot.h).
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
-#include <iostream>
+#include <asio.hpp>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
-#include <vector>
 
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "daemon/engine_loop.h"
+#include "daemon/log.h"
+#include "daemon/oneshot.h"
+#include "daemon/server.h"
 
 namespace {
 
-struct Options {
-  std::string model_dir = KVTIER_DEFAULT_MODEL_DIR;
-  std::string prompt;
-  int max_tokens = 200;
-  float temperature = 0.8f;
-  int top_k = 0;
-  float top_p = 1.0f;
-  std::uint64_t seed = 0;
-  std::vector<std::string> stop;
-  int page_size = 16;
-  int prefill_chunk = 0;
-  int threads = 0;
+using namespace kvtier::daemon;
+
+// $XDG_RUNTIME_DIR/kvtier/kvtierd.sock for a user session, else the system
+// path systemd's RuntimeDirectory=kvtier provides.
+std::string default_socket_path() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime && *runtime) return std::string(runtime) + "/kvtier/kvtierd.sock";
+  return "/run/kvtier/kvtierd.sock";
+}
+
+struct ServeOptions {
+  std::string socket_path = default_socket_path();
+  // A service holds many sequences at once: 16 full contexts of the bundled
+  // model (16 MiB of KV for it) rather than the engine's single-context default.
+  kvtier::SchedulerConfig scheduler{.max_kv_tokens = 4096};
+  std::string policy = "fcfs";
+  std::size_t max_line_bytes = 1 << 20;
+  std::size_t max_output_bytes = 8 << 20;
+  int max_pending = 256;
+  int max_connections = 64;
+  std::string log_level = "info";
 };
 
-int run(const Options& o) {
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-  auto model = kvtier::Model::load(o.model_dir);
-  if (!model) {
-    std::fprintf(stderr, "kvtierd: cannot load model from %s: %s\n", o.model_dir.c_str(),
-                 model.error().c_str());
-    return 1;
+int serve(const std::string& model_dir, ServeOptions o) {
+  auto level = log_level_parse(o.log_level);
+  if (!level) {
+    log_error(level.error());
+    return 2;
   }
-  auto tokenizer = kvtier::Tokenizer::load(model->config().tokenizer);
-  if (!tokenizer) {
-    std::fprintf(stderr, "kvtierd: %s\n", tokenizer.error().c_str());
-    return 1;
+  log_level_set(*level);
+  auto policy = kvtier::parse_policy(o.policy);
+  if (!policy) {
+    log_error(policy.error());
+    return 2;
   }
-  auto prompt = (*tokenizer)->encode(o.prompt);
-  if (!prompt) {
-    std::fprintf(stderr, "kvtierd: cannot encode the prompt: %s\n", prompt.error().c_str());
+  o.scheduler.policy = *policy;
+  if (auto ok = o.scheduler.validate(); !ok) {
+    log_error(ok.error());
+    return 2;
+  }
+
+  // A client that vanishes mid-write must cost an EPIPE, not the daemon.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::error_code ec;
+  const auto dir = std::filesystem::path(o.socket_path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    log_error("cannot create " + dir.string() + ": " + ec.message());
     return 1;
   }
 
-  const auto layout = model->kv_layout(o.page_size);
-  const int blocks = (model->config().block_size + o.page_size - 1) / o.page_size;
-  kvtier::tiers::BlockPool pool(layout.block_bytes(), blocks);
-
-  kvtier::GenerateOptions options;
-  options.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
-  options.max_tokens = o.max_tokens;
-  options.stop = o.stop;
-  options.page_size = o.page_size;
-  options.prefill_chunk = o.prefill_chunk;
-
-  // The prompt is echoed once generation has started, so a refused request
-  // prints only its error.
-  bool echoed = false;
-  auto echo = [&](std::string_view text) {
-    if (!echoed) std::cout << o.prompt;
-    echoed = true;
-    std::cout << text << std::flush;
-  };
-  auto out = kvtier::generate(*model, pool, tokenizer->get(), *prompt, options, echo);
-  if (!out) {
-    std::fprintf(stderr, "%skvtierd: %s\n", echoed ? "\n" : "", out.error().c_str());
+  auto engine = EngineLoop::create(model_dir, {o.scheduler, o.max_pending});
+  if (!engine) {
+    log_error(engine.error());
     return 1;
   }
-  echo("");
-  std::cout << std::endl;
-  std::fprintf(stderr, "[%zu prompt tokens, %zu generated, finish: %s]\n", prompt->size(),
-               out->tokens.size(), std::string(kvtier::to_string(out->finish)).c_str());
+  asio::io_context io(1);  // one Asio thread: sessions need no locks among themselves
+  Server server(io, **engine,
+                {o.socket_path, {o.max_line_bytes, o.max_output_bytes}, o.max_connections});
+  if (auto ok = server.listen(); !ok) {
+    log_error(ok.error());
+    return 1;
+  }
+  (*engine)->start();
+  server.start();
+  io.run();
+  (*engine)->stop();  // already stopped by the server, unless run() failed early
+  log_info("stopped");
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o;
-  CLI::App app{"kvtierd: KV-cache tiering inference daemon"};
-  app.add_option("--model", o.model_dir, "Model folder (config.json, model.safetensors)")
+  OneShotOptions one;
+  one.model_dir = KVTIER_DEFAULT_MODEL_DIR;
+  ServeOptions serve_options;
+  int threads = 0;
+
+  CLI::App app{
+      "kvtierd: KV-cache tiering inference daemon.\n"
+      "Serves JSON-RPC on a Unix socket; with --prompt, generates once and exits."};
+  app.add_option("--model", one.model_dir, "Model folder (config.json, model.safetensors)")
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
-  app.add_option("--prompt", o.prompt, "Generate a continuation of this text and exit")->required();
-  app.add_option("--max-tokens", o.max_tokens, "Tokens to generate")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  app.add_option("--temperature", o.temperature, "Sampling temperature; 0 = greedy")
-      ->check(CLI::Range(0.0f, 100.0f))
-      ->capture_default_str();
-  app.add_option("--top-k", o.top_k, "Keep the k most likely tokens; 0 = all")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--top-p", o.top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of this request's random stream")->capture_default_str();
-  app.add_option("--stop", o.stop, "Stop when this text appears (repeatable)");
-  app.add_option("--page-size", o.page_size, "Tokens per KV block")
+  app.add_option("--threads", threads, "Compute threads; 0 = OpenMP's default")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--page-size", one.page_size, "Tokens per KV block")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  app.add_option("--prefill-chunk", o.prefill_chunk, "Prompt tokens per prefill step; 0 = all")
+
+  auto* oneshot = app.add_option_group("one-shot", "Generate once from the command line and exit");
+  auto* prompt_opt =
+      oneshot->add_option("--prompt", one.prompt, "Generate a continuation of this text and exit");
+  oneshot->add_option("--max-tokens", one.max_tokens, "Tokens to generate")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  oneshot->add_option("--temperature", one.temperature, "Sampling temperature; 0 = greedy")
+      ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
+  oneshot->add_option("--top-k", one.top_k, "Keep the k most likely tokens; 0 = all")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--threads", o.threads, "Compute threads; 0 = OpenMP's default")
-      ->check(CLI::NonNegativeNumber);
+  oneshot->add_option("--top-p", one.top_p, "Nucleus sampling mass in (0, 1]")
+      ->capture_default_str();
+  oneshot->add_option("--seed", one.seed, "Seed of this request's random stream")
+      ->capture_default_str();
+  oneshot->add_option("--stop", one.stop, "Stop when this text appears (repeatable)");
+  oneshot
+      ->add_option("--prefill-chunk", one.prefill_chunk, "Prompt tokens per prefill step; 0 = all")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+
+  auto* server = app.add_option_group("server", "Serve requests on a Unix socket");
+  auto& so = serve_options;
+  server->add_option("--socket", so.socket_path, "Unix socket path (its folder is created)")
+      ->capture_default_str();
+  server->add_option("--max-kv-tokens", so.scheduler.max_kv_tokens, "KV positions resident at once")
+      ->capture_default_str();
+  server->add_option("--max-batch-size", so.scheduler.max_batch_size, "Requests admitted at once")
+      ->capture_default_str();
+  server->add_option("--token-budget", so.scheduler.token_budget, "Tokens per forward pass")
+      ->capture_default_str();
+  server->add_option("--policy", so.policy, "Admission order: fcfs | priority")
+      ->capture_default_str();
+  server->add_option("--max-line-bytes", so.max_line_bytes, "Longest request line accepted")
+      ->check(CLI::Range(std::size_t{64}, std::size_t{1} << 30))
+      ->capture_default_str();
+  server
+      ->add_option("--max-output-bytes", so.max_output_bytes,
+                   "Reply bytes queued for a client before it is dropped")
+      ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 30))
+      ->capture_default_str();
+  server->add_option("--max-pending", so.max_pending, "Requests queued or running, all clients")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  server->add_option("--max-connections", so.max_connections, "Connections served at once")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  server->add_option("--log-level", so.log_level, "error | warning | info | debug")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  return run(o);
+
+  if (threads > 0) omp_set_num_threads(threads);
+  if (prompt_opt->count() > 0) return oneshot_run(one);
+  so.scheduler.page_size = one.page_size;
+  return serve(one.model_dir, so);
 }

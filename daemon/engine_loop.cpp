@@ -1,0 +1,240 @@
+#include "daemon/engine_loop.h"
+
+#include <utility>
+
+namespace kvtier::daemon {
+
+namespace {
+
+double ms_between(std::chrono::steady_clock::time_point a,
+                  std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+std::expected<std::unique_ptr<EngineLoop>, std::string> EngineLoop::create(
+    const std::string& model_dir, const EngineLoopOptions& options) {
+  if (options.max_pending < 1) return std::unexpected(std::string("max_pending must be >= 1"));
+  auto model = Model::load(model_dir);
+  if (!model) return std::unexpected("cannot load model from " + model_dir + ": " + model.error());
+  auto owned_model = std::make_unique<Model>(std::move(*model));
+  auto tokenizer = Tokenizer::load(owned_model->config().tokenizer);
+  if (!tokenizer) return std::unexpected(tokenizer.error());
+  auto scheduler = Scheduler::create(*owned_model, tokenizer->get(), options.scheduler);
+  if (!scheduler) return std::unexpected(scheduler.error());
+  return std::unique_ptr<EngineLoop>(new EngineLoop(std::move(owned_model), std::move(*tokenizer),
+                                                    std::move(*scheduler), options));
+}
+
+EngineLoop::EngineLoop(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tokenizer,
+                       std::unique_ptr<Scheduler> scheduler, EngineLoopOptions options)
+    : model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      scheduler_(std::move(scheduler)),
+      options_(std::move(options)) {}
+
+EngineLoop::~EngineLoop() { stop(); }
+
+void EngineLoop::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void EngineLoop::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::expected<DaemonRequestId, EngineLoop::SubmitError> EngineLoop::submit(
+    std::variant<std::string, std::vector<int>> prompt, RequestParams params, EventSink sink) {
+  DaemonRequestId id;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return std::unexpected(SubmitError::kStopping);
+    if (static_cast<int>(active_.size()) >= options_.max_pending) {
+      return std::unexpected(SubmitError::kTooManyPending);
+    }
+    id = next_id_++;
+    ++submitted_;
+    active_.insert(id);
+    inbox_.push_back(
+        SubmitCommand{id, std::move(prompt), std::move(params), std::move(sink), Clock::now()});
+  }
+  cv_.notify_one();
+  return id;
+}
+
+bool EngineLoop::cancel(DaemonRequestId id) {
+  {
+    std::lock_guard lock(mu_);
+    if (!active_.contains(id) || stopping_) return false;
+    inbox_.push_back(CancelCommand{id});
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void EngineLoop::stats(std::function<void(EngineStats)> reply) {
+  {
+    std::lock_guard lock(mu_);
+    // After stop() nothing drains the inbox; a reply left there would
+    // outlive the sessions' io_context. The caller is stopping too.
+    if (stopping_) return;
+    inbox_.push_back(StatsCommand{std::move(reply)});
+  }
+  cv_.notify_one();
+}
+
+void EngineLoop::mark_final(DaemonRequestId id) {
+  std::lock_guard lock(mu_);
+  active_.erase(id);
+}
+
+void EngineLoop::run() {
+  for (;;) {
+    std::deque<Command> commands;
+    bool stopping;
+    {
+      std::unique_lock lock(mu_);
+      // Sleep only when idle: with work pending the loop steps without waiting.
+      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || scheduler_->has_work(); });
+      commands.swap(inbox_);
+      stopping = stopping_;
+    }
+    for (Command& c : commands) std::visit([this](auto& cmd) { handle(cmd); }, c);
+    if (stopping) {
+      cancel_all();
+      return;
+    }
+    if (scheduler_->has_work()) step();
+  }
+}
+
+void EngineLoop::handle(SubmitCommand& c) {
+  RequestParams params = std::move(c.params);
+  if (auto* text = std::get_if<std::string>(&c.prompt)) {
+    auto tokens = tokenizer_->encode(*text);
+    if (!tokens) return fail(c.id, c.sink, "cannot encode the prompt: " + tokens.error(), true);
+    params.prompt = std::move(*tokens);
+  } else {
+    params.prompt = std::move(std::get<std::vector<int>>(c.prompt));
+  }
+  auto rid = scheduler_->submit(std::move(params));
+  if (!rid) return fail(c.id, c.sink, rid.error(), true);
+  by_daemon_[c.id] = *rid;
+  live_.emplace(*rid, Live{c.id, std::move(c.sink), c.submitted, std::nullopt, std::nullopt});
+}
+
+void EngineLoop::handle(CancelCommand& c) {
+  auto it = by_daemon_.find(c.id);
+  if (it == by_daemon_.end()) return;  // finished (or refused) before the cancel arrived
+  const RequestId rid = it->second;
+  if (!scheduler_->cancel(rid)) return;
+  ++cancelled_;
+  finish(rid, live_.at(rid), "cancelled");
+}
+
+void EngineLoop::handle(StatsCommand& c) {
+  EngineStats s;
+  s.scheduler = scheduler_->stats();
+  {
+    std::lock_guard lock(mu_);
+    s.pending = static_cast<int>(active_.size());
+    s.submitted = submitted_;
+  }
+  s.completed = completed_;
+  s.cancelled = cancelled_;
+  s.failed = failed_;
+  c.reply(std::move(s));
+}
+
+void EngineLoop::step() {
+  StepOutput out = scheduler_->step();
+  const auto now = Clock::now();
+  // Admission is not reported as an event; any request past waiting has been
+  // admitted at least once, which is what queue_ms measures.
+  for (auto& [rid, live] : live_) {
+    if (!live.admitted && scheduler_->status(rid) != RequestStatus::kWaiting) live.admitted = now;
+  }
+  for (RequestEvent& e : out.events) {
+    auto it = live_.find(e.id);
+    if (it == live_.end()) continue;
+    Live& live = it->second;
+    if (!e.tokens.empty() && !live.first_token) live.first_token = now;
+    if (!e.error.empty()) {
+      const DaemonRequestId id = live.id;
+      EventSink sink = std::move(live.sink);
+      by_daemon_.erase(id);
+      live_.erase(it);
+      scheduler_->forget(e.id);
+      fail(id, sink, e.error, false);
+      continue;
+    }
+    if (e.finish) {
+      // The finishing event's tokens and text are part of the final result;
+      // send them as a last progress event so a stream is complete.
+      if (!e.tokens.empty() || !e.text.empty()) {
+        live.sink(
+            EngineEvent{live.id, std::move(e.tokens), std::move(e.text), false, {}, {}, false});
+      }
+      ++completed_;
+      finish(e.id, live, std::string(to_string(*e.finish)));
+    } else if (!e.tokens.empty() || !e.text.empty()) {
+      live.sink(EngineEvent{live.id, std::move(e.tokens), std::move(e.text), false, {}, {}, false});
+    }
+  }
+}
+
+void EngineLoop::finish(RequestId rid, Live& live, std::string finish_reason) {
+  const auto now = Clock::now();
+  GenerateResult r;
+  if (const Request* req = scheduler_->find(rid)) {
+    r.tokens.assign(req->generated().begin(), req->generated().end());
+    r.text = req->text();
+    r.prompt_tokens = static_cast<int>(req->prompt().size());
+  }
+  r.finish_reason = std::move(finish_reason);
+  r.queue_ms =
+      live.admitted ? ms_between(live.submitted, *live.admitted) : ms_between(live.submitted, now);
+  r.ttft_ms = live.first_token ? ms_between(live.submitted, *live.first_token) : 0;
+  r.total_ms = ms_between(live.submitted, now);
+
+  const DaemonRequestId id = live.id;
+  EventSink sink = std::move(live.sink);
+  by_daemon_.erase(id);
+  live_.erase(rid);
+  scheduler_->forget(rid);
+  mark_final(id);
+  EngineEvent event;
+  event.id = id;
+  event.final = true;
+  event.result = std::move(r);
+  sink(std::move(event));
+}
+
+void EngineLoop::fail(DaemonRequestId id, const EventSink& sink, std::string error,
+                      bool invalid_params) {
+  ++failed_;
+  mark_final(id);
+  EngineEvent event;
+  event.id = id;
+  event.final = true;
+  event.error = std::move(error);
+  event.invalid_params = invalid_params;
+  sink(std::move(event));
+}
+
+void EngineLoop::cancel_all() {
+  std::vector<RequestId> ids;
+  for (const auto& [rid, live] : live_) ids.push_back(rid);
+  for (RequestId rid : ids) {
+    if (scheduler_->cancel(rid)) ++cancelled_;
+    finish(rid, live_.at(rid), "cancelled");
+  }
+}
+
+}  // namespace kvtier::daemon

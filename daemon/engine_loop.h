@@ -1,0 +1,189 @@
+// The engine thread: the only owner of the Model, the Tokenizer and the
+// Scheduler (DESIGN.md, "Threads").
+//
+// Sessions, on the Asio thread, hand it work through a mutex-protected inbox
+// and a condition variable; the thread drains the inbox, then runs
+// Scheduler::step() for as long as any request has work, and reports what
+// happened to each request through that request's EventSink. Nothing outside
+// this thread touches engine state, so the scheduler needs no locks.
+//
+// Request ids here are the daemon's own, handed out at submit() on the
+// caller's thread (the scheduler's ids exist only once the engine thread has
+// seen the request), so a client learns its id before the engine runs it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <expected>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/tokenizer.h"
+
+namespace kvtier::daemon {
+
+using DaemonRequestId = std::uint64_t;
+
+// What a finished request produced.
+struct GenerateResult {
+  std::vector<int> tokens;    // generated ids, the prompt excluded
+  std::string text;           // cut before a stop string
+  std::string finish_reason;  // "length" | "stop" | "context" | "cancelled"
+  int prompt_tokens = 0;
+  double queue_ms = 0;  // submit -> admitted by the scheduler
+  double ttft_ms = 0;   // submit -> first generated token (0 if none)
+  double total_ms = 0;  // submit -> finished
+};
+
+// One report about one request. Every request gets exactly one event with
+// `final` set (its last): a result, or an error.
+struct EngineEvent {
+  DaemonRequestId id = 0;
+  std::vector<int> tokens;  // sampled since the last event
+  std::string text;         // text that became final since the last event
+  bool final = false;
+  std::optional<GenerateResult> result;  // final and succeeded (or was cancelled)
+  // final and refused or failed: invalid_params says whether the request
+  // itself was at fault (the engine's validation message) or the engine.
+  std::string error;
+  bool invalid_params = false;
+};
+
+// Called ON THE ENGINE THREAD; it must only hand the event on (post it to the
+// session's executor) and must not block or call back into the EngineLoop.
+using EventSink = std::function<void(EngineEvent)>;
+
+struct EngineStats {
+  SchedulerStats scheduler;
+  int pending = 0;  // submitted and not yet final
+  long submitted = 0;
+  long completed = 0;
+  long cancelled = 0;
+  long failed = 0;  // refused by validation or failed by the engine
+};
+
+struct EngineLoopOptions {
+  SchedulerConfig scheduler;
+  // Requests submitted and not yet final, over all clients; submit() refuses
+  // more so a flood of requests cannot grow the queue without bound.
+  int max_pending = 256;
+};
+
+class EngineLoop {
+ public:
+  enum class SubmitError { kTooManyPending, kStopping };
+
+  // Loads the model and its tokenizer and builds the scheduler; the thread
+  // starts with start(). Errors name the file or option at fault.
+  static std::expected<std::unique_ptr<EngineLoop>, std::string> create(
+      const std::string& model_dir, const EngineLoopOptions& options);
+
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+  // Stops the thread if it still runs.
+  ~EngineLoop();
+
+  void start();
+  // Cancels every live request (each sink gets its final event), then joins
+  // the thread. Idempotent; later submit() calls fail with kStopping.
+  void stop();
+
+  // Thread-safe. Queues a generation; `prompt` is text (encoded on the engine
+  // thread) or token ids. Validation happens on the engine thread and comes
+  // back as a final error event. `sink` receives every event of the request.
+  std::expected<DaemonRequestId, SubmitError> submit(
+      std::variant<std::string, std::vector<int>> prompt, RequestParams params, EventSink sink);
+
+  // Thread-safe. Asks for the request to be cancelled; its sink gets a final
+  // event with finish_reason "cancelled" (unless it finishes first). False
+  // for an id that is unknown or already final.
+  bool cancel(DaemonRequestId id);
+
+  // Thread-safe. `reply` is called on the engine thread with a snapshot;
+  // after stop() it is dropped uncalled.
+  void stats(std::function<void(EngineStats)> reply);
+
+  // Thread-safe (immutable after create()).
+  const ModelConfig& model_config() const { return model_->config(); }
+  const SchedulerConfig& scheduler_config() const { return options_.scheduler; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  struct SubmitCommand {
+    DaemonRequestId id;
+    std::variant<std::string, std::vector<int>> prompt;
+    RequestParams params;
+    EventSink sink;
+    Clock::time_point submitted;
+  };
+  struct CancelCommand {
+    DaemonRequestId id;
+  };
+  struct StatsCommand {
+    std::function<void(EngineStats)> reply;
+  };
+  using Command = std::variant<SubmitCommand, CancelCommand, StatsCommand>;
+
+  // A request the engine thread is running, keyed by the scheduler's id.
+  struct Live {
+    DaemonRequestId id;
+    EventSink sink;
+    Clock::time_point submitted;
+    std::optional<Clock::time_point> admitted;
+    std::optional<Clock::time_point> first_token;
+  };
+
+  EngineLoop(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tokenizer,
+             std::unique_ptr<Scheduler> scheduler, EngineLoopOptions options);
+
+  void run();
+  void handle(SubmitCommand& c);
+  void handle(CancelCommand& c);
+  void handle(StatsCommand& c);
+  void step();
+  // Sends the final event of the scheduler request `rid` and forgets it.
+  void finish(RequestId rid, Live& live, std::string finish_reason);
+  void fail(DaemonRequestId id, const EventSink& sink, std::string error, bool invalid_params);
+  void cancel_all();
+  // Removes `id` from the set of non-final requests (under mu_).
+  void mark_final(DaemonRequestId id);
+
+  // Engine-thread state. The Model and Tokenizer live on the heap so the
+  // Scheduler's references to them stay valid.
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Scheduler> scheduler_;
+  EngineLoopOptions options_;
+  std::unordered_map<RequestId, Live> live_;                  // scheduler id -> live request
+  std::unordered_map<DaemonRequestId, RequestId> by_daemon_;  // daemon id -> scheduler id
+  long completed_ = 0;
+  long cancelled_ = 0;
+  long failed_ = 0;
+
+  // Shared with submitting threads.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Command> inbox_;                   // guarded by mu_
+  std::unordered_set<DaemonRequestId> active_;  // guarded by mu_: submitted, not final
+  DaemonRequestId next_id_ = 1;                 // guarded by mu_
+  long submitted_ = 0;                          // guarded by mu_
+  bool stopping_ = false;                       // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace kvtier::daemon

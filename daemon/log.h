@@ -1,0 +1,32 @@
+// Logging to stderr in a form journald understands: under systemd (the
+// JOURNAL_STREAM variable is set) each line starts with the syslog priority
+// prefix "<N>", which journald turns into the entry's priority; on a
+// terminal the level is written as a word instead.
+//
+// Thread-safety: log_write() may be called from any thread; each call writes
+// one line with a single write so lines from threads do not interleave.
+#pragma once
+
+#include <expected>
+#include <string>
+#include <string_view>
+
+namespace kvtier::daemon {
+
+enum class LogLevel { kError = 3, kWarning = 4, kInfo = 6, kDebug = 7 };
+
+// "error" | "warning" | "info" | "debug".
+std::expected<LogLevel, std::string> log_level_parse(std::string_view name);
+
+// Messages less severe than `level` are dropped. Default kInfo. Set it once
+// at start-up, before other threads log.
+void log_level_set(LogLevel level);
+
+void log_write(LogLevel level, std::string_view message);
+
+inline void log_error(std::string_view m) { log_write(LogLevel::kError, m); }
+inline void log_warning(std::string_view m) { log_write(LogLevel::kWarning, m); }
+inline void log_info(std::string_view m) { log_write(LogLevel::kInfo, m); }
+inline void log_debug(std::string_view m) { log_write(LogLevel::kDebug, m); }
+
+}  // namespace kvtier::daemon

@@ -1,0 +1,61 @@
+#include "daemon/oneshot.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+
+namespace kvtier::daemon {
+
+int oneshot_run(const OneShotOptions& o) {
+  auto model = kvtier::Model::load(o.model_dir);
+  if (!model) {
+    std::fprintf(stderr, "kvtierd: cannot load model from %s: %s\n", o.model_dir.c_str(),
+                 model.error().c_str());
+    return 1;
+  }
+  auto tokenizer = kvtier::Tokenizer::load(model->config().tokenizer);
+  if (!tokenizer) {
+    std::fprintf(stderr, "kvtierd: %s\n", tokenizer.error().c_str());
+    return 1;
+  }
+  auto prompt = (*tokenizer)->encode(o.prompt);
+  if (!prompt) {
+    std::fprintf(stderr, "kvtierd: cannot encode the prompt: %s\n", prompt.error().c_str());
+    return 1;
+  }
+
+  const auto layout = model->kv_layout(o.page_size);
+  const int blocks = (model->config().block_size + o.page_size - 1) / o.page_size;
+  kvtier::tiers::BlockPool pool(layout.block_bytes(), blocks);
+
+  kvtier::GenerateOptions options;
+  options.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
+  options.max_tokens = o.max_tokens;
+  options.stop = o.stop;
+  options.page_size = o.page_size;
+  options.prefill_chunk = o.prefill_chunk;
+
+  // The prompt is echoed once generation has started, so a refused request
+  // prints only its error.
+  bool echoed = false;
+  auto echo = [&](std::string_view text) {
+    if (!echoed) std::cout << o.prompt;
+    echoed = true;
+    std::cout << text << std::flush;
+  };
+  auto out = kvtier::generate(*model, pool, tokenizer->get(), *prompt, options, echo);
+  if (!out) {
+    std::fprintf(stderr, "%skvtierd: %s\n", echoed ? "\n" : "", out.error().c_str());
+    return 1;
+  }
+  echo("");
+  std::cout << std::endl;
+  std::fprintf(stderr, "[%zu prompt tokens, %zu generated, finish: %s]\n", prompt->size(),
+               out->tokens.size(), std::string(kvtier::to_string(out->finish)).c_str());
+  return 0;
+}
+
+}  // namespace kvtier::daemon

@@ -1,0 +1,96 @@
+// The kvtierd wire protocol: newline-delimited JSON-RPC 2.0 (docs/protocol.md).
+//
+// This file parses and validates request lines and builds response,
+// error and notification lines. It does no I/O and keeps no state, so it is
+// the seam a fuzz target drives and unit tests call directly: every function
+// either returns a value or an RpcError carrying the JSON-RPC code and a
+// message meant for a human; none throws.
+//
+// Thread-safety: all functions are pure and may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace kvtier::daemon {
+
+// JSON-RPC 2.0 error codes. The -32000..-32099 range is the spec's
+// "server error" space; kvtierd's own codes live there.
+namespace rpc_code {
+inline constexpr int kParseError = -32700;      // the line is not valid JSON
+inline constexpr int kInvalidRequest = -32600;  // valid JSON, not a valid request object
+inline constexpr int kMethodNotFound = -32601;
+inline constexpr int kInvalidParams = -32602;   // wrong types, out-of-range values
+inline constexpr int kInternalError = -32603;   // the engine failed the request
+inline constexpr int kTooManyPending = -32000;  // max_pending requests already queued or running
+inline constexpr int kLineTooLong = -32001;     // a request line over max_line_bytes
+inline constexpr int kShuttingDown = -32002;    // the daemon is stopping
+}  // namespace rpc_code
+
+struct RpcError {
+  int code = rpc_code::kInternalError;
+  std::string message;
+};
+
+// One parsed request line.
+struct RpcCall {
+  nlohmann::json id;    // string, integer or null; null also when absent
+  bool has_id = false;  // false: a notification, which gets no response
+  std::string method;
+  nlohmann::json params = nlohmann::json::object();  // object or array; {} when absent
+};
+
+// An error while parsing a line, with the id to answer it under (null when
+// the id could not be read, as JSON-RPC 2.0 requires).
+struct CallError {
+  nlohmann::json id;
+  RpcError error;
+};
+
+// Parses one line (without its '\n'). Refuses, with kParseError, text that is
+// not JSON and, with kInvalidRequest, anything but a single request object:
+// batches (arrays), a missing or wrong "jsonrpc", a non-string method, an id
+// that is not a string, integer or null, params that are not an object or
+// array.
+std::expected<RpcCall, CallError> call_parse(std::string_view line);
+
+// `generate`'s parameters, type-checked. Value rules that need the model
+// (vocabulary, context, sampling ranges, stop strings, KV budget) are the
+// engine's (Scheduler::submit) and come back from it as kInvalidParams.
+struct GenerateParams {
+  // Exactly one of the two: text to encode, or token ids.
+  std::variant<std::string, std::vector<int>> prompt;
+  int max_tokens = 64;
+  SamplingParams sampling;  // temperature 1, top_k 0, top_p 1, seed 0 unless given
+  std::vector<std::string> stop;
+  int priority = 0;
+  bool stream = false;
+};
+
+// Refuses with kInvalidParams, naming the key: params that are not an
+// object, an unknown key, a wrong type, an integer outside int's range,
+// neither or both of prompt and tokens.
+std::expected<GenerateParams, RpcError> generate_params_parse(const nlohmann::json& params);
+
+// `cancel`'s parameter: {"id": <request id>} (a non-negative integer).
+std::expected<std::uint64_t, RpcError> cancel_params_parse(const nlohmann::json& params);
+
+// Refuses with kInvalidParams any params other than absent, {} or [].
+std::expected<void, RpcError> no_params_check(const nlohmann::json& params);
+
+// Lines to send, each ending in '\n'. Strings that are not valid UTF-8 (a
+// byte-level BPE token may hold part of a character) are written with U+FFFD
+// in place of the bad bytes rather than failing.
+std::string response_line(const nlohmann::json& id, const nlohmann::json& result);
+std::string error_line(const nlohmann::json& id, const RpcError& error);
+std::string notification_line(std::string_view method, const nlohmann::json& params);
+
+}  // namespace kvtier::daemon

@@ -1,0 +1,263 @@
+#include "daemon/session.h"
+
+#include <chrono>
+#include <utility>
+
+#include "daemon/log.h"
+
+namespace kvtier::daemon {
+
+using nlohmann::json;
+
+const std::array<Session::Method, 6>& Session::methods() {
+  static const std::array<Method, 6> table = {{
+      {"generate", "generate a continuation of a prompt (text or token ids), optionally streamed",
+       &Session::method_generate},
+      {"cancel", "cancel a running generate by its request id", &Session::method_cancel},
+      {"stats", "scheduler and request counters", &Session::method_stats},
+      {"health", "liveness check and model summary", &Session::method_health},
+      {"shutdown", "cancel running requests and stop the daemon", &Session::method_shutdown},
+      {"help", "the methods this daemon answers", &Session::method_help},
+  }};
+  return table;
+}
+
+Session::Session(asio::local::stream_protocol::socket socket, EngineLoop& engine,
+                 SessionOptions options, ShutdownHandler on_shutdown, ClosedHandler on_closed)
+    : socket_(std::move(socket)),
+      flush_timer_(socket_.get_executor()),
+      engine_(engine),
+      options_(options),
+      on_shutdown_(std::move(on_shutdown)),
+      on_closed_(std::move(on_closed)),
+      framer_(options.max_line_bytes) {}
+
+void Session::start() { read(); }
+
+void Session::read() {
+  socket_.async_read_some(asio::buffer(read_buf_), [self = shared_from_this()](std::error_code ec,
+                                                                               std::size_t n) {
+    if (self->closed_ || self->stopping_) return;
+    if (ec) {
+      if (ec != asio::error::eof) log_debug("connection read failed: " + ec.message());
+      self->close();
+      return;
+    }
+    for (auto& item : self->framer_.feed(std::string_view(self->read_buf_.data(), n))) {
+      if (item.too_long) {
+        self->send(error_line(nullptr, {rpc_code::kLineTooLong,
+                                        "request line longer than max_line_bytes (" +
+                                            std::to_string(self->options_.max_line_bytes) + ")"}));
+      } else {
+        self->on_line(item.line);
+      }
+      if (self->closed_ || self->stopping_) return;
+    }
+    self->read();
+  });
+}
+
+void Session::on_line(const std::string& line) {
+  auto call = call_parse(line);
+  if (!call) {
+    send(error_line(call.error().id, call.error().error));
+    return;
+  }
+  for (const Method& m : methods()) {
+    if (call->method == m.name) {
+      (this->*m.handler)(*call);
+      return;
+    }
+  }
+  reply_error(*call,
+              {rpc_code::kMethodNotFound, "unknown method '" + call->method + "' (try 'help')"});
+}
+
+void Session::reply(const RpcCall& call, const json& result) {
+  if (call.has_id) send(response_line(call.id, result));
+}
+
+void Session::reply_error(const RpcCall& call, const RpcError& error) {
+  if (call.has_id) send(error_line(call.id, error));
+}
+
+void Session::send(std::string line) {
+  if (closed_) return;
+  out_bytes_ += line.size();
+  if (out_bytes_ > options_.max_output_bytes) {
+    log_warning("dropping a client that does not read its replies (" + std::to_string(out_bytes_) +
+                " bytes queued)");
+    close();
+    return;
+  }
+  out_.push_back(std::move(line));
+  if (!writing_) write_next();
+}
+
+void Session::write_next() {
+  writing_ = true;
+  asio::async_write(socket_, asio::buffer(out_.front()),
+                    [self = shared_from_this()](std::error_code ec, std::size_t) {
+                      self->writing_ = false;
+                      if (self->closed_) return;
+                      self->out_bytes_ -= self->out_.front().size();
+                      self->out_.pop_front();
+                      if (ec) {
+                        log_debug("connection write failed: " + ec.message());
+                        self->close();
+                      } else if (!self->out_.empty()) {
+                        self->write_next();
+                      } else if (self->stopping_) {
+                        self->close();
+                      }
+                    });
+}
+
+void Session::stop() {
+  if (closed_ || stopping_) return;
+  stopping_ = true;
+  if (!writing_) {
+    close();
+    return;
+  }
+  flush_timer_.expires_after(std::chrono::seconds(1));
+  flush_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+    if (!ec) self->close();
+  });
+}
+
+void Session::close() {
+  if (closed_) return;
+  closed_ = true;
+  std::error_code ignored;
+  flush_timer_.cancel();
+  socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+  socket_.close(ignored);
+  out_.clear();
+  out_bytes_ = 0;
+  // Nobody is left to read these results: give their KV back now.
+  for (DaemonRequestId id : requests_) engine_.cancel(id);
+  if (on_closed_) on_closed_(this);
+}
+
+void Session::method_generate(RpcCall& call) {
+  auto params = generate_params_parse(call.params);
+  if (!params) return reply_error(call, params.error());
+  RequestParams rp;
+  rp.sampling = params->sampling;
+  rp.max_tokens = params->max_tokens;
+  rp.stop = std::move(params->stop);
+  rp.priority = params->priority;
+  const bool stream = params->stream;
+
+  // The sink runs on the engine thread; hop to this session's executor.
+  auto self = shared_from_this();
+  EventSink sink = [self, call, stream](EngineEvent event) {
+    asio::post(self->socket_.get_executor(),
+               [self, call, stream, event = std::move(event)]() mutable {
+                 self->on_engine_event(call, stream, std::move(event));
+               });
+  };
+  auto id = engine_.submit(std::move(params->prompt), std::move(rp), std::move(sink));
+  if (!id) {
+    if (id.error() == EngineLoop::SubmitError::kTooManyPending) {
+      return reply_error(call, {rpc_code::kTooManyPending,
+                                "too many pending requests (max_pending); retry later"});
+    }
+    return reply_error(call, {rpc_code::kShuttingDown, "the daemon is shutting down"});
+  }
+  requests_.insert(*id);
+}
+
+void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent event) {
+  if (!event.final) {
+    if (stream) {
+      send(notification_line("generate.token",
+                             {{"id", event.id}, {"tokens", event.tokens}, {"text", event.text}}));
+    }
+    return;
+  }
+  requests_.erase(event.id);
+  if (!event.result) {
+    return reply_error(
+        call,
+        {event.invalid_params ? rpc_code::kInvalidParams : rpc_code::kInternalError, event.error});
+  }
+  const GenerateResult& r = *event.result;
+  reply(call, {{"id", event.id},
+               {"text", r.text},
+               {"tokens", r.tokens},
+               {"finish_reason", r.finish_reason},
+               {"prompt_tokens", r.prompt_tokens},
+               {"completion_tokens", r.tokens.size()},
+               {"timings",
+                {{"queue_ms", r.queue_ms}, {"ttft_ms", r.ttft_ms}, {"total_ms", r.total_ms}}}});
+}
+
+void Session::method_cancel(RpcCall& call) {
+  auto id = cancel_params_parse(call.params);
+  if (!id) return reply_error(call, id.error());
+  if (!engine_.cancel(*id)) {
+    return reply_error(
+        call, {rpc_code::kInvalidParams, "no running request with id " + std::to_string(*id)});
+  }
+  // The generate call itself answers with finish_reason "cancelled".
+  reply(call, {{"cancelled", *id}});
+}
+
+void Session::method_stats(RpcCall& call) {
+  if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
+  auto self = shared_from_this();
+  engine_.stats([self, call](EngineStats s) {
+    asio::post(self->socket_.get_executor(), [self, call, s] {
+      const SchedulerStats& q = s.scheduler;
+      self->reply(call, {{"waiting", q.waiting},
+                         {"prefilling", q.prefilling},
+                         {"running", q.running},
+                         {"blocks_used", q.blocks_used},
+                         {"blocks_free", q.blocks_free},
+                         {"steps", q.steps},
+                         {"preemptions", q.preemptions},
+                         {"recomputed_tokens", q.recomputed_tokens},
+                         {"pending", s.pending},
+                         {"requests_submitted", s.submitted},
+                         {"requests_completed", s.completed},
+                         {"requests_cancelled", s.cancelled},
+                         {"requests_failed", s.failed}});
+    });
+  });
+}
+
+void Session::method_health(RpcCall& call) {
+  if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
+  const ModelConfig& m = engine_.model_config();
+  const SchedulerConfig& c = engine_.scheduler_config();
+  reply(call, {{"status", "ok"},
+               {"model",
+                {{"n_layer", m.n_layer},
+                 {"n_head", m.n_head},
+                 {"n_embd", m.n_embd},
+                 {"vocab_size", m.vocab_size},
+                 {"block_size", m.block_size}}},
+               {"config",
+                {{"max_kv_tokens", c.max_kv_tokens},
+                 {"max_batch_size", c.max_batch_size},
+                 {"token_budget", c.token_budget},
+                 {"policy", to_string(c.policy)},
+                 {"page_size", c.page_size}}}});
+}
+
+void Session::method_shutdown(RpcCall& call) {
+  if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
+  reply(call, {{"stopping", true}});
+  log_info("shutdown requested by a client");
+  if (on_shutdown_) on_shutdown_();
+}
+
+void Session::method_help(RpcCall& call) {
+  json list = json::array();
+  for (const Method& m : methods()) list.push_back({{"name", m.name}, {"summary", m.summary}});
+  reply(call, {{"methods", list}});
+}
+
+}  // namespace kvtier::daemon

@@ -1,0 +1,104 @@
+// One client connection on the Unix socket.
+//
+// Framing: newline-delimited JSON-RPC 2.0 (protocol.h); a line over
+// max_line_bytes gets a kLineTooLong error and the connection goes on.
+// Requests are handled in arrival order, but responses to `generate` come
+// when the engine finishes, so several generations may be in flight on one
+// connection and their responses may come in any order (match them by id).
+//
+// Slow clients: replies queue in a per-connection buffer. When the bytes
+// queued and not yet written pass max_output_bytes the client is dropped,
+// so a stalled reader costs the daemon bounded memory and never stalls the
+// engine (which only ever posts to this session's executor).
+//
+// When the connection closes — the client left, it was dropped, or the
+// daemon stops — every request of this session still running is cancelled,
+// which gives its KV blocks back at once.
+//
+// Thread-safety: a Session lives on its io_context's thread; events from the
+// engine thread reach it only through asio::post.
+#pragma once
+
+#include <array>
+#include <asio.hpp>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+
+#include "daemon/engine_loop.h"
+#include "daemon/line_framer.h"
+#include "daemon/protocol.h"
+
+namespace kvtier::daemon {
+
+struct SessionOptions {
+  std::size_t max_line_bytes = 1 << 20;    // longest request line accepted
+  std::size_t max_output_bytes = 8 << 20;  // reply bytes queued before the client is dropped
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  // Called once when the connection has closed, on the io thread.
+  using ClosedHandler = std::function<void(Session*)>;
+  // Called when a client asks the daemon to shut down, after the reply was queued.
+  using ShutdownHandler = std::function<void()>;
+
+  Session(asio::local::stream_protocol::socket socket, EngineLoop& engine, SessionOptions options,
+          ShutdownHandler on_shutdown, ClosedHandler on_closed);
+
+  // Starts reading. REQUIRES: the session is owned by a shared_ptr.
+  void start();
+
+  // Stops reading, flushes what is queued (for at most a second, then gives
+  // up on a stalled client) and closes. Idempotent.
+  void stop();
+
+  // Queues one protocol line (or drops the client if its buffer is full).
+  void send(std::string line);
+
+  // The methods this daemon answers, with a one-line summary each: the
+  // dispatch table and `help` both come from it.
+  struct Method {
+    const char* name;
+    const char* summary;
+    void (Session::*handler)(RpcCall& call);
+  };
+  static const std::array<Method, 6>& methods();
+
+ private:
+  void read();
+  void on_line(const std::string& line);
+  void write_next();
+  void close();
+  void reply(const RpcCall& call, const nlohmann::json& result);
+  void reply_error(const RpcCall& call, const RpcError& error);
+  void on_engine_event(const RpcCall& call, bool stream, EngineEvent event);
+
+  void method_generate(RpcCall& call);
+  void method_cancel(RpcCall& call);
+  void method_stats(RpcCall& call);
+  void method_health(RpcCall& call);
+  void method_shutdown(RpcCall& call);
+  void method_help(RpcCall& call);
+
+  asio::local::stream_protocol::socket socket_;
+  asio::steady_timer flush_timer_;
+  EngineLoop& engine_;
+  SessionOptions options_;
+  ShutdownHandler on_shutdown_;
+  ClosedHandler on_closed_;
+
+  LineFramer framer_;
+  std::array<char, 16384> read_buf_;
+  std::deque<std::string> out_;
+  std::size_t out_bytes_ = 0;  // bytes in out_, the one being written included
+  bool writing_ = false;
+  bool stopping_ = false;  // no more reads; close once out_ is written
+  bool closed_ = false;
+  std::unordered_set<DaemonRequestId> requests_;  // this session's requests not yet final
+};
+
+}  // namespace kvtier::daemon

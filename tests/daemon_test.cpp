@@ -1,0 +1,538 @@
+// Black-box tests of kvtierd: each test starts the real binary on a socket in
+// a fresh temporary directory, talks newline-delimited JSON-RPC to it over a
+// plain Unix socket, and stops it. Every wait is bounded: a daemon that hangs
+// fails the test instead of hanging the suite, and the fixture kills and
+// reaps whatever is still running.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "test_util.h"
+
+namespace kvtier {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+const std::filesystem::path kModelDir =
+    std::filesystem::path(KVTIER_SOURCE_DIR) / "models/fortunes-char";
+// Generous: the suite shares two cores with other work.
+constexpr auto kTimeout = 60s;
+
+// A plain AF_UNIX client with line framing and timeouts.
+class Client {
+ public:
+  // Tries once; invalid() on failure.
+  explicit Client(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) close();
+  }
+  ~Client() { close(); }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  bool valid() const { return fd_ >= 0; }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  bool send_raw(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  bool send(const json& j) { return send_raw(j.dump() + "\n"); }
+
+  // The next line as JSON; nullopt on timeout, EOF or bad JSON.
+  std::optional<json> read(std::chrono::milliseconds timeout = kTimeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
+        json j = json::parse(buf_.substr(0, nl), nullptr, false);
+        buf_.erase(0, nl + 1);
+        if (j.is_discarded()) return std::nullopt;
+        return j;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char chunk[4096];
+      const ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
+      if (n <= 0) return std::nullopt;
+      buf_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+  // Sends a request and returns its response, collecting notifications.
+  std::optional<json> call(const json& request, std::vector<json>* notifications = nullptr) {
+    if (!send(request)) return std::nullopt;
+    for (;;) {
+      auto msg = read();
+      if (!msg) return std::nullopt;
+      if (!msg->contains("id")) {
+        if (notifications) notifications->push_back(*msg);
+        continue;
+      }
+      return msg;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  std::string buf_;
+};
+
+json request(int id, const std::string& method, json params = json::object()) {
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
+}
+
+// The kvtierd child process.
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> extra_args = {}) {
+    socket_path_ = (dir_.path() / "kvtierd.sock").string();
+    std::vector<std::string> args = {KVTIER_DAEMON_PATH, "--socket",    socket_path_, "--model",
+                                     kModelDir.string(), "--log-level", "warning"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~Daemon() {
+    if (pid_ > 0 && !exit_status_) {
+      ::kill(pid_, SIGKILL);
+      int status;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+
+  const std::string& socket_path() const { return socket_path_; }
+  pid_t pid() const { return pid_; }
+
+  // Polls until the daemon accepts a connection; false if it exits or the
+  // timeout passes first.
+  bool wait_ready() {
+    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (exited()) return false;
+      Client c(socket_path_);
+      if (c.valid()) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  std::unique_ptr<Client> connect() { return std::make_unique<Client>(socket_path_); }
+
+  bool exited() {
+    if (exit_status_) return true;
+    int status;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) exit_status_ = status;
+    return exit_status_.has_value();
+  }
+
+  // The raw wait status once the process exits; nullopt on timeout.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout = kTimeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!exited() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(10ms);
+    return exit_status_;
+  }
+
+ private:
+  test_util::TempDir dir_;
+  std::string socket_path_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_status_;
+};
+
+::testing::AssertionResult exited_zero(std::optional<int> status) {
+  if (!status) return ::testing::AssertionFailure() << "kvtierd did not exit in time";
+  if (!WIFEXITED(*status)) return ::testing::AssertionFailure() << "kvtierd was killed by a signal";
+  if (WEXITSTATUS(*status) != 0) {
+    return ::testing::AssertionFailure() << "kvtierd exited with " << WEXITSTATUS(*status);
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Stops the daemon through the protocol and checks it exits 0.
+void shutdown(Daemon& d) {
+  auto c = d.connect();
+  ASSERT_TRUE(c->valid());
+  auto r = c->call(request(999, "shutdown"));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(exited_zero(d.wait_exit()));
+}
+
+int error_code(const std::optional<json>& response) {
+  if (!response || !response->contains("error")) return 0;
+  return (*response)["error"].value("code", 0);
+}
+
+// What the engine produces in-process for the same request: the reference
+// every daemon result is compared with.
+Generation reference(const std::string& prompt, int max_tokens, float temperature,
+                     std::uint64_t seed) {
+  auto model = Model::load(kModelDir);
+  EXPECT_TRUE(model.has_value());
+  auto tokenizer = Tokenizer::load(model->config().tokenizer);
+  EXPECT_TRUE(tokenizer.has_value());
+  auto tokens = (*tokenizer)->encode(prompt);
+  EXPECT_TRUE(tokens.has_value());
+  const int page_size = 16;
+  tiers::BlockPool pool(model->kv_layout(page_size).block_bytes(),
+                        model->config().block_size / page_size + 1);
+  GenerateOptions options;
+  options.sampling = {temperature, 0, 1.0f, seed};
+  options.max_tokens = max_tokens;
+  options.page_size = page_size;
+  auto out = generate(*model, pool, tokenizer->get(), *tokens, options);
+  EXPECT_TRUE(out.has_value());
+  return out ? *out : Generation{};
+}
+
+json generate_params(const std::string& prompt, int max_tokens, float temperature,
+                     std::uint64_t seed, bool stream = false) {
+  return {{"prompt", prompt},
+          {"max_tokens", max_tokens},
+          {"temperature", temperature},
+          {"seed", seed},
+          {"stream", stream}};
+}
+
+TEST(DaemonTest, HealthAnswersAndShutdownExitsZero) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  auto r = c->call(request(1, "health"));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ((*r)["id"], 1);
+  EXPECT_EQ((*r)["result"]["status"], "ok");
+  EXPECT_EQ((*r)["result"]["model"]["vocab_size"], 96);
+  shutdown(d);
+}
+
+TEST(DaemonTest, GreedyAndSeededGenerateMatchTheEngineInProcess) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  struct Case {
+    std::string prompt;
+    float temperature;
+    std::uint64_t seed;
+  };
+  for (const Case& k : {Case{"The meaning of life is", 0.0f, 0}, Case{"A fool", 0.9f, 42}}) {
+    const Generation want = reference(k.prompt, 40, k.temperature, k.seed);
+    auto r = c->call(request(2, "generate", generate_params(k.prompt, 40, k.temperature, k.seed)));
+    ASSERT_TRUE(r.has_value());
+    ASSERT_TRUE(r->contains("result")) << r->dump();
+    const json& res = (*r)["result"];
+    EXPECT_EQ(res["tokens"].get<std::vector<int>>(), want.tokens) << k.prompt;
+    EXPECT_EQ(res["text"], want.text);
+    EXPECT_EQ(res["finish_reason"], "length");
+    EXPECT_EQ(res["completion_tokens"], 40);
+    EXPECT_EQ(res["prompt_tokens"], static_cast<int>(k.prompt.size()));
+    EXPECT_GE(res["timings"]["total_ms"].get<double>(), res["timings"]["ttft_ms"].get<double>());
+  }
+  shutdown(d);
+}
+
+TEST(DaemonTest, StreamedNotificationsConcatenateToTheFinalText) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  std::vector<json> notes;
+  auto r = c->call(request(3, "generate", generate_params("Love is", 30, 0.8f, 7, true)), &notes);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_TRUE(r->contains("result")) << r->dump();
+  std::string text;
+  std::vector<int> tokens;
+  for (const json& n : notes) {
+    EXPECT_EQ(n["method"], "generate.token");
+    EXPECT_EQ(n["params"]["id"], (*r)["result"]["id"]);
+    text += n["params"]["text"].get<std::string>();
+    for (int t : n["params"]["tokens"]) tokens.push_back(t);
+  }
+  EXPECT_FALSE(notes.empty());
+  EXPECT_EQ(text, (*r)["result"]["text"]);
+  EXPECT_EQ(tokens, (*r)["result"]["tokens"].get<std::vector<int>>());
+  shutdown(d);
+}
+
+TEST(DaemonTest, ConcurrentClientsEachGetTheirResultAlone) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::vector<std::string> prompts = {"The cat", "Never", "A wise man", "Today"};
+  std::vector<std::vector<int>> alone;
+  {
+    auto c = d.connect();
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      auto r = c->call(request(1, "generate", generate_params(prompts[i], 30, 0.8f, i)));
+      ASSERT_TRUE(r && r->contains("result"));
+      alone.push_back((*r)["result"]["tokens"].get<std::vector<int>>());
+    }
+  }
+  std::vector<std::vector<int>> together(prompts.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Client c(d.socket_path());
+      auto r = c.call(request(static_cast<int>(i), "generate",
+                              generate_params(prompts[i], 30, 0.8f, i, i % 2)));
+      if (r && r->contains("result"))
+        together[i] = (*r)["result"]["tokens"].get<std::vector<int>>();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i], alone[i]) << prompts[i];
+  shutdown(d);
+}
+
+TEST(DaemonTest, BadInputGetsTheRightErrorAndTheConnectionStaysUsable) {
+  Daemon d({"--max-line-bytes", "1024"});
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  auto raw = [&](const std::string& line) {
+    c->send_raw(line + "\n");
+    return c->read();
+  };
+  EXPECT_EQ(error_code(raw("{not json")), -32700);
+  EXPECT_EQ(error_code(raw("[1,2]")), -32600);
+  EXPECT_EQ(error_code(raw(R"({"jsonrpc":"1.0","id":1,"method":"health"})")), -32600);
+  EXPECT_EQ(error_code(raw(R"({"jsonrpc":"2.0","id":1,"method":7})")), -32600);
+  EXPECT_EQ(error_code(c->call(request(1, "no.such.method"))), -32601);
+  // Wrong types.
+  EXPECT_EQ(error_code(c->call(request(2, "generate", {{"prompt", 5}}))), -32602);
+  EXPECT_EQ(error_code(c->call(request(3, "generate", {{"prompt", "a"}, {"max_tokens", "ten"}}))),
+            -32602);
+  EXPECT_EQ(error_code(c->call(request(4, "generate", {{"tokens", {1, "x"}}}))), -32602);
+  EXPECT_EQ(error_code(c->call(request(5, "generate", {{"prompt", "a"}, {"stream", 1}}))), -32602);
+  EXPECT_EQ(error_code(c->call(request(6, "generate", json::array()))), -32602);
+  EXPECT_EQ(error_code(c->call(request(7, "generate", {{"prompt", "a"}, {"bogus", 1}}))), -32602);
+  EXPECT_EQ(error_code(c->call(request(8, "cancel", {{"id", "x"}}))), -32602);
+  // Out-of-range values: the engine's validation message comes back.
+  auto top_p = c->call(request(9, "generate", {{"prompt", "a"}, {"top_p", 5}}));
+  EXPECT_EQ(error_code(top_p), -32602);
+  EXPECT_TRUE(test_util::contains((*top_p)["error"]["message"].get<std::string>(), "top_p"));
+  EXPECT_EQ(error_code(c->call(request(10, "generate", {{"prompt", "a"}, {"max_tokens", 0}}))),
+            -32602);
+  EXPECT_EQ(error_code(c->call(request(11, "generate", {{"tokens", {1, 1000}}}))), -32602);
+  EXPECT_EQ(error_code(c->call(request(12, "generate", {{"prompt", ""}}))), -32602);
+  EXPECT_EQ(error_code(c->call(request(13, "generate", {{"prompt", "a"}, {"temperature", -1}}))),
+            -32602);
+  EXPECT_EQ(error_code(c->call(request(14, "generate", {{"prompt", "a"}, {"max_tokens", 1e12}}))),
+            -32602);
+  EXPECT_EQ(error_code(c->call(request(15, "cancel", {{"id", 12345}}))), -32602);
+  // A line over --max-line-bytes: one error, then the next line is served.
+  EXPECT_EQ(error_code(raw(std::string(5000, 'x'))), -32001);
+  auto ok = c->call(request(16, "generate", generate_params("Hi", 5, 0.0f, 0)));
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_TRUE(ok->contains("result")) << ok->dump();
+  EXPECT_EQ((*c->call(request(17, "health")))["result"]["status"], "ok");
+  shutdown(d);
+}
+
+TEST(DaemonTest, RequestsPastMaxPendingAreRefused) {
+  Daemon d({"--max-pending", "1"});
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  // Both lines in one write: the daemon reads them together, so the first is
+  // still pending when the second is parsed.
+  c->send_raw(request(1, "generate", generate_params("Long", 200, 0.8f, 1)).dump() + "\n" +
+              request(2, "generate", generate_params("Short", 5, 0.8f, 1)).dump() + "\n");
+  std::optional<json> first, second;
+  for (int i = 0; i < 2; ++i) {
+    auto msg = c->read();
+    ASSERT_TRUE(msg.has_value());
+    ((*msg)["id"] == 1 ? first : second) = msg;
+  }
+  EXPECT_EQ(error_code(second), -32000);
+  EXPECT_TRUE(first && first->contains("result"));
+  shutdown(d);
+}
+
+TEST(DaemonTest, ClientThatDisconnectsMidStreamIsCancelledAndOthersAreUndisturbed) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  {
+    auto quitter = d.connect();
+    ASSERT_TRUE(
+        quitter->send(request(1, "generate", generate_params("Goodbye", 200, 0.8f, 3, true))));
+    auto note = quitter->read();
+    ASSERT_TRUE(note.has_value());
+    EXPECT_EQ((*note)["method"], "generate.token");
+  }  // closes the connection mid-stream
+  const Generation want = reference("Hello", 30, 0.0f, 0);
+  auto other = d.connect();
+  auto r = other->call(request(2, "generate", generate_params("Hello", 30, 0.0f, 0)));
+  ASSERT_TRUE(r && r->contains("result"));
+  EXPECT_EQ((*r)["result"]["tokens"].get<std::vector<int>>(), want.tokens);
+
+  // The quitter's request was cancelled and its KV blocks given back.
+  json stats;
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto s = other->call(request(3, "stats"));
+    ASSERT_TRUE(s && s->contains("result"));
+    stats = (*s)["result"];
+    if (stats["pending"] == 0) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(stats["requests_cancelled"], 1) << stats.dump();
+  EXPECT_EQ(stats["pending"], 0);
+  EXPECT_EQ(stats["blocks_used"], 0);
+  shutdown(d);
+}
+
+TEST(DaemonTest, ClientThatStopsReadingIsDroppedAndItsRequestsCancelled) {
+  Daemon d({"--max-output-bytes", "4096"});
+  ASSERT_TRUE(d.wait_ready());
+  auto slow = d.connect();
+  // Far more notifications than the socket buffers plus 4 KiB can hold.
+  std::string lines;
+  for (int i = 0; i < 40; ++i) {
+    lines += request(i, "generate", generate_params("Flood", 200, 0.8f, i, true)).dump() + "\n";
+  }
+  ASSERT_TRUE(slow->send_raw(lines));
+
+  // Others are served meanwhile, and the slow client's requests end.
+  auto other = d.connect();
+  json stats;
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto s = other->call(request(1, "stats"));
+    ASSERT_TRUE(s && s->contains("result"));
+    stats = (*s)["result"];
+    if (stats["pending"] == 0 && stats["requests_submitted"] > 0) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(stats["pending"], 0) << stats.dump();
+  EXPECT_GT(stats["requests_cancelled"].get<int>(), 0) << stats.dump();
+  EXPECT_EQ(stats["blocks_used"], 0);
+  // The slow client finds its connection closed once it drains what was sent
+  // (read() gives nullopt at EOF; the loop is bounded by its timeout too).
+  while (slow->read(kTimeout).has_value()) {
+  }
+  shutdown(d);
+}
+
+TEST(DaemonTest, CancelEndsARunningRequest) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  ASSERT_TRUE(c->send(request(1, "generate", generate_params("Wait", 200, 0.8f, 3, true))));
+  auto note = c->read();
+  ASSERT_TRUE(note && note->contains("params"));
+  const json id = (*note)["params"]["id"];
+  ASSERT_TRUE(c->send(request(2, "cancel", {{"id", id}})));
+  std::optional<json> generate_response, cancel_response;
+  while (!generate_response || !cancel_response) {
+    auto msg = c->read();
+    ASSERT_TRUE(msg.has_value());
+    if (!msg->contains("id")) continue;
+    ((*msg)["id"] == 1 ? generate_response : cancel_response) = msg;
+  }
+  EXPECT_TRUE(cancel_response->contains("result")) << cancel_response->dump();
+  EXPECT_EQ((*generate_response)["result"]["finish_reason"], "cancelled");
+  EXPECT_LT((*generate_response)["result"]["completion_tokens"].get<int>(), 200);
+  shutdown(d);
+}
+
+TEST(DaemonTest, SigtermWithARequestInFlightExitsZero) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  ASSERT_TRUE(c->send(request(1, "generate", generate_params("Stop", 200, 0.8f, 5, true))));
+  ASSERT_TRUE(c->read().has_value());  // it is running
+  ASSERT_EQ(::kill(d.pid(), SIGTERM), 0);
+  // The client gets its final response (cancelled) before the socket closes.
+  std::optional<json> response;
+  while (auto msg = c->read()) {
+    if (msg->contains("id")) {
+      response = msg;
+      break;
+    }
+  }
+  ASSERT_TRUE(response.has_value());
+  EXPECT_EQ((*response)["result"]["finish_reason"], "cancelled");
+  EXPECT_TRUE(exited_zero(d.wait_exit()));
+  EXPECT_FALSE(std::filesystem::exists(d.socket_path()));
+}
+
+TEST(DaemonTest, StaleSocketFileIsReplaced) {
+  // A socket file bound and never listened on, as a daemon killed with
+  // SIGKILL leaves behind: nobody answers on it.
+  test_util::TempDir dir;
+  const std::string path = (dir.path() / "kvtierd.sock").string();
+  {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ::close(fd);  // bound, never listened on, now closed: a stale file
+  }
+  ASSERT_TRUE(std::filesystem::exists(path));
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(KVTIER_DAEMON_PATH, KVTIER_DAEMON_PATH, "--socket", path.c_str(), "--model",
+            kModelDir.c_str(), "--log-level", "warning", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  bool ready = false;
+  for (auto deadline = std::chrono::steady_clock::now() + kTimeout;
+       !ready && std::chrono::steady_clock::now() < deadline;) {
+    Client c(path);
+    ready = c.valid() && c.call(request(1, "health")).has_value();
+    if (!ready) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(ready);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  pid_t done = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + kTimeout;
+       done == 0 && std::chrono::steady_clock::now() < deadline;) {
+    done = ::waitpid(pid, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(10ms);
+  }
+  if (done != pid) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    FAIL() << "kvtierd did not exit on SIGTERM";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+}  // namespace kvtier
