@@ -29,6 +29,36 @@ bool is_terminal(RequestStatus status) {
          status == RequestStatus::kFailed;
 }
 
+std::uint64_t sample_seed(std::uint64_t seed, int index) {
+  return seed ^ (static_cast<std::uint64_t>(index) * 0x9E3779B97F4A7C15ULL);
+}
+
+namespace {
+
+SamplingParams with_seed(SamplingParams p, std::uint64_t seed) {
+  p.seed = seed;
+  return p;
+}
+
+}  // namespace
+
+Request::Request(RequestId id, const Request& head, int index, SequenceKv kv)
+    : id_(id),
+      arrival_(head.arrival_),
+      priority_(head.priority_),
+      max_tokens_(head.max_tokens_),
+      sampling_(with_seed(head.sampling_, sample_seed(head.sampling_.seed, index))),
+      stop_(head.stop_),
+      group_(head.id_),
+      sample_index_(index),
+      num_samples_(head.num_samples_),
+      prompt_len_(head.prompt_len_),
+      tokens_(head.tokens_.begin(), head.tokens_.begin() + head.prompt_len_),
+      status_(RequestStatus::kRunning),
+      kv_(std::move(kv)),
+      sampler_(sampling_),
+      stop_matcher_(stop_) {}
+
 Request::Request(RequestId id, std::uint64_t arrival, RequestParams params, int page_size)
     : id_(id),
       arrival_(arrival),
@@ -36,6 +66,8 @@ Request::Request(RequestId id, std::uint64_t arrival, RequestParams params, int 
       max_tokens_(params.max_tokens),
       sampling_(params.sampling),
       stop_(params.stop),
+      group_(id),
+      num_samples_(params.n),
       prompt_len_(static_cast<int>(params.prompt.size())),
       tokens_(std::move(params.prompt)),
       kv_(page_size),

@@ -18,6 +18,16 @@
 //  * running: kv().length() == tokens().size() - 1 (the last sampled token is
 //    the next decode step's input and has no KV yet).
 //
+// Samples (RequestParams::n > 1, seed 001's "prefill once, expand to
+// num_samples"): the request submit() returns is sample 0, the head. Its
+// prompt is prefilled once; when the prefill ends, the scheduler forks
+// samples 1..n-1 as requests of their own (ids of their own, group() naming
+// the head) whose KV shares the prompt's blocks (SequenceKv::fork), each with
+// its own Sampler seeded with sample_seed(seed, index). From then on every
+// sample lives like an ordinary request (it is preempted, re-prefilled and
+// finished on its own), so a sample's tokens equal those of a single-sample
+// request with its derived seed.
+//
 // Only the Scheduler mutates a Request; everyone else sees it through const
 // pointers. Not thread-safe: it lives on the engine thread.
 #pragma once
@@ -60,12 +70,30 @@ struct RequestParams {
   int max_tokens = 64;            // tokens to generate at most; generation also ends at the context
   std::vector<std::string> stop;  // stop strings (need a tokenizer)
   int priority = 0;               // 0 = most urgent; only the `priority` policy looks at it
+  int n = 1;                      // samples from one prefill, 1..kMaxSamples
 };
+
+// The most samples one request may ask for.
+inline constexpr int kMaxSamples = 16;
+
+// The seed sample `index` of a request seeded `seed` samples with:
+// seed XOR (index * 0x9E3779B97F4A7C15). The multiplier is odd, so index ->
+// index * K is a bijection on 64-bit integers, and so is XOR with a fixed
+// seed: two samples of one request never share a seed. Sample 0 uses the seed
+// itself, so an n = 1 request is exactly what it was before samples existed,
+// and sample 0 of any n equals it. (The Sampler expands the seed with
+// splitmix64, so seeds that differ in a few bits still give unrelated streams.)
+std::uint64_t sample_seed(std::uint64_t seed, int index);
 
 class Request {
  public:
   // REQUIRES: params were validated (Scheduler::submit does it).
   Request(RequestId id, std::uint64_t arrival, RequestParams params, int page_size);
+  // Sample `index` of `head`, forked when the head's prompt prefill ended:
+  // the head's prompt and parameters, sampling seeded with
+  // sample_seed(head's seed, index), and `kv` (a fork of the head's) as its
+  // KV. REQUIRES: head has generated nothing yet; 0 < index < head's n.
+  Request(RequestId id, const Request& head, int index, SequenceKv kv);
 
   RequestId id() const { return id_; }
   // Order of submission, from a counter the scheduler owns (never wall-clock,
@@ -76,6 +104,13 @@ class Request {
   int max_tokens() const { return max_tokens_; }
   const SamplingParams& sampling() const { return sampling_; }
   const std::vector<std::string>& stop() const { return stop_; }
+
+  // The id submit() returned for this request's group: id() for the head.
+  RequestId group() const { return group_; }
+  // 0 for the head, 1..num_samples() - 1 for the samples forked from it.
+  int sample_index() const { return sample_index_; }
+  // RequestParams::n of the group.
+  int num_samples() const { return num_samples_; }
 
   RequestStatus status() const { return status_; }
   // Set once the request is done.
@@ -110,6 +145,13 @@ class Request {
   int max_tokens_;
   SamplingParams sampling_;
   std::vector<std::string> stop_;
+  RequestId group_;
+  int sample_index_ = 0;
+  int num_samples_ = 1;
+  // Head only: set once samples 1..n-1 are forked (never again, even if the
+  // head is preempted and re-prefilled), and their ids in index order.
+  bool forked_ = false;
+  std::vector<RequestId> sample_ids_;
 
   int prompt_len_;
   std::vector<int> tokens_;

@@ -111,14 +111,41 @@ Scheduler::QueueKey Scheduler::queue_key(const Request& r) const {
   return {priority, r.arrival_, r.id_};
 }
 
-int Scheduler::charged_blocks(const Request& r) const {
-  return static_cast<int>(r.kv_.block_ids().size());
+int Scheduler::used_blocks() const {
+  // Distinct blocks: samples of one request share their prompt's blocks, and
+  // the pool hands each out once.
+  seen_.assign(static_cast<std::size_t>(pool_->num_blocks()), 0);
+  int used = 0;
+  for (const Request* r : admitted_) {
+    for (int block : r->kv_.block_ids()) {
+      if (seen_[block] != 0) continue;
+      seen_[block] = 1;
+      ++used;
+    }
+  }
+  return used;
 }
 
-int Scheduler::used_blocks() const {
-  int used = 0;
-  for (const Request* r : admitted_) used += charged_blocks(*r);
-  return used;
+int Scheduler::batch_slots(const Request& r) const {
+  return r.sample_index_ == 0 && !r.forked_ ? r.num_samples_ : 1;
+}
+
+int Scheduler::used_batch_slots() const {
+  int slots = 0;
+  for (const Request* r : admitted_) slots += batch_slots(*r);
+  return slots;
+}
+
+std::vector<Request*> Scheduler::group_of(RequestId id) const {
+  // The map owns the requests; const here only means the map is not changed.
+  Request* r = requests_.at(id).get();
+  std::vector<Request*> group = {r};
+  if (r->sample_index_ != 0) return group;
+  for (RequestId sample_id : r->sample_ids_) {
+    auto it = requests_.find(sample_id);
+    if (it != requests_.end()) group.push_back(it->second.get());
+  }
+  return group;
 }
 
 std::expected<RequestId, std::string> Scheduler::submit(RequestParams params) {
@@ -132,6 +159,13 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params) {
   if (params.priority < 0)
     return std::unexpected("priority must be 0 (most urgent) or more, got " +
                            std::to_string(params.priority));
+  if (params.n < 1 || params.n > kMaxSamples)
+    return std::unexpected("n (samples) must be in [1, " + std::to_string(kMaxSamples) + "], got " +
+                           std::to_string(params.n));
+  if (params.n > config_.max_batch_size)
+    return std::unexpected("n (samples) is " + std::to_string(params.n) +
+                           " but max_batch_size allows " + std::to_string(config_.max_batch_size) +
+                           " sequences at once");
   // The KV never holds the last sampled token, and generation ends at the
   // context, so this is the most the request can ever hold. If that cannot fit
   // the whole budget, admitting it would end in preempting it forever.
@@ -155,15 +189,20 @@ std::expected<void, std::string> Scheduler::cancel(RequestId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return std::unexpected("no request with id " + std::to_string(id));
   Request& r = *it->second;
-  if (is_terminal(r.status_))
+  const std::vector<Request*> group = group_of(id);
+  if (std::all_of(group.begin(), group.end(),
+                  [](const Request* m) { return is_terminal(m->status_); }))
     return std::unexpected("request " + std::to_string(id) + " already finished (" +
                            std::string(to_string(r.status_)) + ")");
-  if (r.status_ == RequestStatus::kWaiting) {
-    waiting_.erase(queue_key(r));
-    r.status_ = RequestStatus::kCancelled;
-    return {};
+  for (Request* m : group) {
+    if (is_terminal(m->status_)) continue;
+    if (m->status_ == RequestStatus::kWaiting) {
+      waiting_.erase(queue_key(*m));
+      m->status_ = RequestStatus::kCancelled;
+    } else {
+      retire(*m, RequestStatus::kCancelled);
+    }
   }
-  retire(r, RequestStatus::kCancelled);
   return {};
 }
 
@@ -179,14 +218,16 @@ void Scheduler::sort_admitted_by_urgency() {
 }
 
 void Scheduler::admit() {
-  while (!waiting_.empty() && static_cast<int>(admitted_.size()) < config_.max_batch_size) {
+  while (!waiting_.empty()) {
     Request& r = *requests_.at(waiting_.begin()->id);
-    // Keep the pages the running requests need for this step's decode, so an
-    // admission never forces a preemption in the same step.
+    if (used_batch_slots() + batch_slots(r) > config_.max_batch_size) break;
+    // Keep the pages (and copies of shared blocks) the running requests need
+    // for this step's decode, so an admission never forces a preemption in
+    // the same step.
     int growth = 0;
     for (const Request* a : admitted_) {
-      if (a->status_ == RequestStatus::kRunning && a->kv_.length() + 1 > a->kv_.capacity())
-        ++growth;
+      if (a->status_ == RequestStatus::kRunning)
+        growth += a->kv_.blocks_needed(*pool_, a->kv_.length() + 1);
     }
     const int need = blocks_for(static_cast<long>(r.tokens_.size()));
     if (used_blocks() + growth + need > max_blocks_) break;
@@ -200,8 +241,8 @@ void Scheduler::admit() {
 }
 
 bool Scheduler::reserve(Request& r, int n) {
-  const int more = blocks_for(n) - static_cast<int>(r.kv_.block_ids().size());
-  if (more <= 0) return true;
+  const int more = r.kv_.blocks_needed(*pool_, n);
+  if (more == 0) return true;
   if (used_blocks() + more > max_blocks_) return false;
   return r.kv_.reserve(*pool_, n);
 }
@@ -229,7 +270,8 @@ void Scheduler::preempt(Request& victim, StepOutput& out) {
   ++victim.preemptions_;
   ++preemptions_;
   RequestEvent event;
-  event.id = victim.id_;
+  event.id = victim.group_;
+  event.sample = victim.sample_index_;
   event.preempted = true;
   out.events.push_back(std::move(event));
 }
@@ -317,8 +359,12 @@ StepOutput Scheduler::step() {
     const int n = std::min<int>(room, static_cast<int>(r->tokens_.size()) - begin);
     chunks.push_back({&r->kv_, std::span(r->tokens_).subspan(begin, n), false});
     rows.push_back(r);
+    // Only a head before its fork or a re-prefill after a preemption
+    // prefills, and neither shares blocks: the chunk writes its own pages.
+    assert(r->kv_.blocks_needed(*pool_, begin + n) == 0);
     out.prefill_tokens = n;
-    out.prefill_request = r->id_;
+    out.prefill_request = r->group_;
+    out.prefill_sample = r->sample_index_;
     const long recomputed = std::max(0, std::min(begin + n, r->computed_before_) - begin);
     r->recomputed_tokens_ += recomputed;
     recomputed_tokens_ += recomputed;
@@ -334,7 +380,8 @@ StepOutput Scheduler::step() {
       r->error_ = logits.error();
       retire(*r, RequestStatus::kFailed);
       RequestEvent event;
-      event.id = r->id_;
+      event.id = r->group_;
+      event.sample = r->sample_index_;
       event.error = logits.error();
       out.events.push_back(std::move(event));
     }
@@ -348,13 +395,38 @@ StepOutput Scheduler::step() {
       if (r.kv_.length() < static_cast<int>(r.tokens_.size())) continue;  // more chunks to come
       r.status_ = RequestStatus::kRunning;
     }
-    RequestEvent event;
-    event.id = r.id_;
-    sample_and_append(r, logits->subspan(i * V, V), event);
-    if (r.finish_) retire(r, RequestStatus::kDone);
-    out.events.push_back(std::move(event));
+    // Every sample's first token comes from the one prefill's logits row.
+    std::vector<Request*> samplers = {&r};
+    if (r.sample_index_ == 0 && r.num_samples_ > 1 && !r.forked_) {
+      const std::vector<Request*> forked = fork_samples(r);
+      samplers.insert(samplers.end(), forked.begin(), forked.end());
+    }
+    for (Request* s : samplers) {
+      RequestEvent event;
+      event.id = s->group_;
+      event.sample = s->sample_index_;
+      sample_and_append(*s, logits->subspan(i * V, V), event);
+      if (s->finish_) retire(*s, RequestStatus::kDone);
+      out.events.push_back(std::move(event));
+    }
   }
   return out;
+}
+
+std::vector<Request*> Scheduler::fork_samples(Request& head) {
+  // The head has fed its prompt and sampled nothing: its KV is the prompt's.
+  assert(head.num_generated() == 0 && head.kv_.length() == head.prompt_len_);
+  head.forked_ = true;
+  std::vector<Request*> forked;
+  for (int index = 1; index < head.num_samples_; ++index) {
+    const RequestId id = next_id_++;
+    auto sample = std::make_unique<Request>(id, head, index, head.kv_.fork(*pool_));
+    forked.push_back(sample.get());
+    admitted_.push_back(sample.get());
+    head.sample_ids_.push_back(id);
+    requests_.emplace(id, std::move(sample));
+  }
+  return forked;
 }
 
 bool Scheduler::has_work() const { return !waiting_.empty() || !admitted_.empty(); }
@@ -370,10 +442,23 @@ std::optional<RequestStatus> Scheduler::status(RequestId id) const {
   return r->status_;
 }
 
+std::vector<const Request*> Scheduler::samples(RequestId id) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return {};
+  auto head = requests_.find(it->second->group_);
+  if (head == requests_.end()) return {};
+  const std::vector<Request*> group = group_of(head->first);
+  return {group.begin(), group.end()};
+}
+
 bool Scheduler::forget(RequestId id) {
   auto it = requests_.find(id);
-  if (it == requests_.end() || !is_terminal(it->second->status_)) return false;
-  requests_.erase(it);
+  if (it == requests_.end() || it->second->sample_index_ != 0) return false;
+  const std::vector<Request*> group = group_of(id);
+  if (!std::all_of(group.begin(), group.end(),
+                   [](const Request* m) { return is_terminal(m->status_); }))
+    return false;
+  for (Request* m : group) requests_.erase(m->id_);
   return true;
 }
 
@@ -397,8 +482,11 @@ std::expected<void, std::string> Scheduler::check_invariants() const {
     return std::unexpected("request " + std::to_string(r.id_) + " (" +
                            std::string(to_string(r.status_)) + "): " + what);
   };
-  std::vector<RequestId> owner(static_cast<std::size_t>(pool_->num_blocks()), 0);
-  int used = 0, waiting = 0, admitted = 0;
+  // Block tables holding each block, and which request saw it last (to catch
+  // a block twice in one table).
+  std::vector<int> holders(static_cast<std::size_t>(pool_->num_blocks()), 0);
+  std::vector<RequestId> last_holder(static_cast<std::size_t>(pool_->num_blocks()), 0);
+  int waiting = 0, admitted = 0;
   for (const auto& [id, ptr] : requests_) {
     const Request& r = *ptr;
     const int length = r.kv_.length();
@@ -432,14 +520,24 @@ std::expected<void, std::string> Scheduler::check_invariants() const {
     for (int block : r.kv_.block_ids()) {
       if (block < 0 || block >= pool_->num_blocks())
         return fail(r, "block " + std::to_string(block) + " is outside the pool");
-      if (owner[block] != 0)
-        return fail(r, "block " + std::to_string(block) + " is also in request " +
-                           std::to_string(owner[block]) + "'s table");
+      if (last_holder[block] == r.id_)
+        return fail(r, "block " + std::to_string(block) + " is in its table twice");
       if (!pool_->is_allocated(block))
         return fail(r, "block " + std::to_string(block) + " is in its table but free");
-      owner[block] = r.id_;
-      ++used;
+      last_holder[block] = r.id_;
+      ++holders[block];
     }
+  }
+  // Every reference the pool counts is a block-table entry, and the other way
+  // round; the referenced blocks and the free list then partition the pool.
+  int used = 0, referenced = 0;
+  for (int block = 0; block < pool_->num_blocks(); ++block) {
+    if (holders[block] != pool_->ref_count(block))
+      return std::unexpected("block " + std::to_string(block) + " has " +
+                             std::to_string(pool_->ref_count(block)) + " references but " +
+                             std::to_string(holders[block]) + " block tables hold it");
+    if (holders[block] > 0) ++used;
+    if (pool_->is_allocated(block)) ++referenced;
   }
   if (waiting != static_cast<int>(waiting_.size()))
     return std::unexpected("the queue holds " + std::to_string(waiting_.size()) + " entries but " +
@@ -447,16 +545,21 @@ std::expected<void, std::string> Scheduler::check_invariants() const {
   if (admitted != static_cast<int>(admitted_.size()))
     return std::unexpected("the batch holds " + std::to_string(admitted_.size()) +
                            " requests but " + std::to_string(admitted) + " are admitted");
-  if (admitted > config_.max_batch_size)
-    return std::unexpected(std::to_string(admitted) + " requests admitted, over max_batch_size " +
+  if (used_batch_slots() > config_.max_batch_size)
+    return std::unexpected(std::to_string(used_batch_slots()) +
+                           " batch slots taken, over max_batch_size " +
                            std::to_string(config_.max_batch_size));
+  if (used != used_blocks())
+    return std::unexpected("the budget counts " + std::to_string(used_blocks()) +
+                           " blocks but the block tables hold " + std::to_string(used));
   if (used > max_blocks_)
     return std::unexpected("the requests use " + std::to_string(used * config_.page_size) +
                            " KV tokens, over max_kv_tokens (" +
                            std::to_string(max_blocks_ * config_.page_size) + ")");
-  if (pool_->num_free() + used != pool_->num_blocks())
-    return std::unexpected(std::to_string(pool_->num_free()) + " free + " + std::to_string(used) +
-                           " used blocks != pool size " + std::to_string(pool_->num_blocks()));
+  if (pool_->num_free() + referenced != pool_->num_blocks())
+    return std::unexpected(std::to_string(pool_->num_free()) + " free + " +
+                           std::to_string(referenced) + " referenced blocks != pool size " +
+                           std::to_string(pool_->num_blocks()));
   return {};
 }
 

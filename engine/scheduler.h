@@ -21,15 +21,26 @@
 //     prompt; then stop strings, max_tokens and the context end are checked in
 //     generate()'s order, and finished requests give their blocks back at once.
 //
+// Samples (RequestParams::n > 1): the prompt is prefilled once, by the head
+// (sample 0); the step whose prefill chunk ends the prompt forks samples
+// 1..n-1 (request.h), which share the prompt's blocks, and samples every
+// sample's first token from the same logits row. A head that has not forked
+// yet takes n slots of max_batch_size, so the fork never overfills the batch.
+// Each sample then decodes, is preempted and finishes on its own; before a
+// sample first writes into the shared partial last block it gets its own copy
+// (SequenceKv::reserve, copy-on-write), and full prompt blocks stay shared
+// until every sample has released them.
+//
 // KV accounting is page-granular: a request holding n positions is charged
 // ceil(n / page_size) whole pages, which is what the pool really hands out
 // (17 positions at page_size 16 cost 32 tokens of max_kv_tokens). A request's
 // prefill pages are all reserved when it is admitted, so a prefill never
-// stalls halfway; decode pages are reserved one at a time as it grows.
+// stalls halfway; decode pages are reserved one at a time as it grows. A block
+// shared by several samples is counted once: the budget is in pool blocks.
 //
 // Determinism: a request's tokens depend only on its prompt, sampling
 // parameters and seed — not on the batch, the token budget, the prefill
-// chunking or preemption — because Model::forward is batch-invariant and each
+// chunking, preemption or its sibling samples — because Model::forward is batch-invariant and each
 // request owns its Sampler. Re-prefilling prompt + generated after a
 // preemption yields the same last-row logits that decoding the last token
 // would have; tests compare every token with generate().
@@ -113,7 +124,8 @@ struct SchedulerConfig {
 
 // What happened to one request during a step, for a caller to stream.
 struct RequestEvent {
-  RequestId id = 0;
+  RequestId id = 0;         // the id submit() returned (a sample's group())
+  int sample = 0;           // which sample of it (0 unless RequestParams::n > 1)
   std::vector<int> tokens;  // sampled this step (at most one today)
   // Text that became final this step: bytes that might still begin a stop
   // string are held back until they cannot (as generate()'s on_text).
@@ -127,14 +139,15 @@ struct StepOutput {
   std::vector<RequestEvent> events;          // at most one per request, in forward-batch order
   int decode_tokens = 0;                     // rows of the forward pass that were decode steps
   int prefill_tokens = 0;                    // tokens of the prefill chunk (0 when none)
-  std::optional<RequestId> prefill_request;  // whose chunk it was
+  std::optional<RequestId> prefill_request;  // whose chunk it was (group id, as in events)
+  int prefill_sample = 0;                    // and which of its samples
 };
 
 struct SchedulerStats {
   int waiting = 0;
   int prefilling = 0;
   int running = 0;
-  int blocks_used = 0;  // held by admitted requests
+  int blocks_used = 0;  // held by admitted requests, a shared block once
   int blocks_free = 0;  // still available within max_kv_tokens
   long steps = 0;
   long preemptions = 0;
@@ -165,11 +178,14 @@ class Scheduler {
   // possible KV (prompt + max_tokens - 1 positions, capped at the context)
   // exceeds max_kv_tokens, so it could never run alone. A prompt as long as
   // the context is accepted: it yields one token and finishes with kContext,
-  // as in generate().
+  // as in generate(). n must be in [1, kMaxSamples] and at most
+  // max_batch_size (the samples decode side by side).
   std::expected<RequestId, std::string> submit(RequestParams params);
 
   // Cancels a waiting, prefilling or running request; its blocks return to
-  // the pool at once. Fails for an unknown id or a request already finished.
+  // the pool at once (a block shared with a live sample stays until that one
+  // lets it go). For a head it cancels every live sample of the group. Fails
+  // for an unknown id or a request (group) already finished.
   std::expected<void, std::string> cancel(RequestId id);
 
   // Runs one engine step (see the top of this file) and reports what happened.
@@ -183,16 +199,23 @@ class Scheduler {
   // valid until forget(id) or the scheduler's destruction.
   const Request* find(RequestId id) const;
   std::optional<RequestStatus> status(RequestId id) const;
+  // The samples of id's group in index order: the head, then those forked so
+  // far (none before the prompt prefill ends, nor if it never did). Empty for
+  // an unknown id.
+  std::vector<const Request*> samples(RequestId id) const;
 
-  // Drops a finished (done, cancelled, failed) request so its memory goes;
-  // false if it is unknown or still live.
+  // Drops a finished (done, cancelled, failed) request so its memory goes,
+  // with all the samples of its group; false if it is unknown, a sample other
+  // than the head (samples go with their head), or any sample is still live.
   bool forget(RequestId id);
 
   SchedulerStats stats() const;
 
-  // An error message if the block accounting is broken: free + used blocks
-  // differ from the pool size, a block is in two block tables (or is free and
-  // in a table), the used KV exceeds max_kv_tokens, the batch exceeds
+  // An error message if the block accounting is broken: free + referenced
+  // blocks differ from the pool size, a block's reference count differs from
+  // the number of block tables holding it (so a block is never both free and
+  // in a table), a table holds a block twice, the used KV exceeds
+  // max_kv_tokens, the batch exceeds
   // max_batch_size, or a request's state contradicts its status (see
   // request.h). Tests call it after every step.
   std::expected<void, std::string> check_invariants() const;
@@ -228,11 +251,21 @@ class Scheduler {
   void sample_and_append(Request& r, std::span<const float> logits, RequestEvent& event);
   // Moves a request out of the batch into a terminal state and frees its KV.
   void retire(Request& r, RequestStatus status);
-  // The blocks a request is charged for admission and budget checks. With no
-  // eviction policy it is the block table's size; an eviction policy (window,
-  // sinks, H2O) will answer its effective size here (seed 000's contract).
-  int charged_blocks(const Request& r) const;
+  // Forks samples 1..n-1 of a head whose prompt prefill just ended; they join
+  // the batch as running requests. Returns them in index order.
+  std::vector<Request*> fork_samples(Request& head);
+  // Batch slots a request takes: n for a head that has not forked yet (its
+  // samples will join the batch), 1 otherwise.
+  int batch_slots(const Request& r) const;
+  int used_batch_slots() const;
+  // The blocks the admitted requests hold, each shared block once. With no
+  // eviction policy it is the number of distinct blocks in their tables; an
+  // eviction policy (window, sinks, H2O) will answer its effective size here
+  // (seed 000's contract).
   int used_blocks() const;
+  // All samples of the group whose head is `id`, in index order; just the
+  // request for a sample other than the head. REQUIRES: id is known.
+  std::vector<Request*> group_of(RequestId id) const;
   int blocks_for(long positions) const;
   void sort_admitted_by_urgency();
 
@@ -252,6 +285,7 @@ class Scheduler {
   std::vector<Request*> admitted_;  // prefilling + running
   RequestId next_id_ = 1;
   std::uint64_t next_arrival_ = 0;
+  mutable std::vector<char> seen_;  // used_blocks()'s scratch, one entry per pool block
 
   long steps_ = 0;
   long preemptions_ = 0;

@@ -1,15 +1,49 @@
 #include "engine/sequence_kv.h"
 
 #include <cassert>
+#include <cstring>
 
 namespace kvtier {
 
+bool SequenceKv::last_block_needs_copy(const tiers::BlockPool& pool) const {
+  // A full last block (length_ on a page boundary) is never written again:
+  // the next position starts a new page.
+  if (length_ % page_size_ == 0) return false;
+  const int last = length_ / page_size_;
+  assert(last < static_cast<int>(block_ids_.size()));
+  return pool.is_shared(block_ids_[last]);
+}
+
+int SequenceKv::blocks_needed(const tiers::BlockPool& pool, int n) const {
+  const int pages = (n + page_size_ - 1) / page_size_ - static_cast<int>(block_ids_.size());
+  const int copy = n > length_ && last_block_needs_copy(pool) ? 1 : 0;
+  return (pages > 0 ? pages : 0) + copy;
+}
+
 bool SequenceKv::reserve(tiers::BlockPool& pool, int n) {
-  const int needed = (n + page_size_ - 1) / page_size_ - static_cast<int>(block_ids_.size());
-  if (needed <= 0) return true;
+  const int needed = blocks_needed(pool, n);
+  if (needed == 0) return true;
   if (pool.num_free() < needed) return false;
-  for (int i = 0; i < needed; ++i) block_ids_.push_back(*pool.allocate());
+  if (n > length_ && last_block_needs_copy(pool)) {
+    int& slot = block_ids_[length_ / page_size_];
+    const int copy = *pool.allocate();
+    // The whole block, not just the filled positions: cheaper to reason
+    // about, and the unfilled tail is never read before it is written.
+    std::memcpy(pool.data(copy), pool.data(slot), pool.block_bytes());
+    pool.release(slot);  // still held by the other sharers, so never freed here
+    slot = copy;
+  }
+  const int pages = (n + page_size_ - 1) / page_size_ - static_cast<int>(block_ids_.size());
+  for (int i = 0; i < pages; ++i) block_ids_.push_back(*pool.allocate());
   return true;
+}
+
+SequenceKv SequenceKv::fork(tiers::BlockPool& pool) const {
+  SequenceKv child(page_size_);
+  child.length_ = length_;
+  child.block_ids_ = block_ids_;
+  for (int id : block_ids_) pool.add_ref(id);
+  return child;
 }
 
 void SequenceKv::advance(int n) {

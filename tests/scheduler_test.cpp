@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -527,6 +528,183 @@ TEST_F(SchedulerTest, CancelFreesBlocksInEveryState) {
   EXPECT_TRUE(s->forget(keep));
   EXPECT_EQ(s->find(keep), nullptr);
   EXPECT_FALSE(s->forget(keep));
+}
+
+// Runs the scheduler dry, checking the invariants after every step, and
+// returns every (group id, sample) stream of tokens its events carried.
+::testing::AssertionResult drain_samples(Scheduler& s,
+                                         std::map<std::pair<RequestId, int>, std::vector<int>>& got,
+                                         long* preemptions = nullptr) {
+  for (int steps = 1; s.has_work(); ++steps) {
+    if (steps == 20000) return ::testing::AssertionFailure() << "no end after 20000 steps";
+    for (const RequestEvent& e : s.step().events) {
+      if (!e.error.empty()) return ::testing::AssertionFailure() << e.error;
+      auto& tokens = got[{e.id, e.sample}];
+      tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+    }
+    if (auto ok = s.check_invariants(); !ok)
+      return ::testing::AssertionFailure() << "after step " << steps << ": " << ok.error();
+  }
+  if (preemptions != nullptr) *preemptions = s.stats().preemptions;
+  return ::testing::AssertionSuccess();
+}
+
+// Seed 001's "prefill once, expand to num_samples": the prompt is prefilled
+// once, its blocks are shared by every sample and counted once, and each
+// sample's tokens equal a single-sample run seeded with sample_seed(seed, i) —
+// with the prompt ending mid-page (the shared partial block is copied) or on
+// a page boundary, and with a budget so tight that samples are preempted.
+TEST_F(SchedulerTest, SamplesSharePromptBlocksAndMatchTheirSingleSampleRuns) {
+  constexpr int kSamples = 3;
+  constexpr std::uint64_t kSeed = 7;
+  for (const std::string_view prompt : {"Fortune: ", "Fortune!"}) {  // 9 and 8 characters
+    for (const int max_kv_tokens : {256, 48}) {
+      SCOPED_TRACE(std::string(prompt) + " max_kv_tokens " + std::to_string(max_kv_tokens));
+      SchedulerConfig c;
+      c.page_size = 4;
+      c.max_kv_tokens = max_kv_tokens;
+      c.max_batch_size = 3;
+      c.token_budget = 4;
+      auto s = make(c);
+      ASSERT_NE(s, nullptr);
+      RequestParams p = params(prompt, 20, 0, sampled(kSeed));
+      const int prompt_len = static_cast<int>(p.prompt.size());
+      p.n = kSamples;
+      const RequestParams single = p;
+      auto id = s->submit(std::move(p));
+      ASSERT_TRUE(id.has_value()) << id.error();
+      // A second request arriving later must wait: the head holds all 3
+      // batch slots for its samples before they exist.
+      auto other = s->submit(params("Later", 20, 0, sampled(1)));
+      ASSERT_TRUE(other.has_value()) << other.error();
+
+      std::map<std::pair<RequestId, int>, std::vector<int>> got;
+      long preemptions = 0;
+      // Up to the fork: one prefill, every sample sharing its blocks.
+      while (s->samples(*id).size() < kSamples) {
+        ASSERT_EQ(s->samples(*id).size(), 1u);
+        const StepOutput out = s->step();
+        for (const RequestEvent& e : out.events) {
+          auto& tokens = got[{e.id, e.sample}];
+          tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+        }
+        ASSERT_TRUE(s->check_invariants().has_value()) << s->check_invariants().error();
+        ASSERT_EQ(s->stats().preemptions, 0);
+        ASSERT_LT(s->stats().steps, 20);
+      }
+      const auto samples = s->samples(*id);
+      const std::vector<int> prompt_blocks = as_vector(samples[0]->kv().block_ids());
+      EXPECT_EQ(static_cast<int>(prompt_blocks.size()), (prompt_len + 3) / 4);
+      for (int i = 0; i < kSamples; ++i) {
+        EXPECT_EQ(samples[i]->group(), *id);
+        EXPECT_EQ(samples[i]->sample_index(), i);
+        EXPECT_EQ(samples[i]->kv().length(), prompt_len);
+        EXPECT_EQ(as_vector(samples[i]->kv().block_ids()), prompt_blocks);
+        EXPECT_EQ(samples[i]->num_generated(), 1);  // all from the one prefill's logits
+      }
+      // Counted once, not kSamples times; `other` still waits (no slot).
+      EXPECT_EQ(s->stats().blocks_used, static_cast<int>(prompt_blocks.size()));
+      EXPECT_EQ(s->status(*other), RequestStatus::kWaiting);
+
+      ASSERT_TRUE(drain_samples(*s, got, &preemptions));
+      EXPECT_EQ(preemptions > 0, max_kv_tokens == 48);
+      std::set<std::vector<int>> distinct;
+      for (int i = 0; i < kSamples; ++i) {
+        const Request* r = s->samples(*id)[i];
+        RequestParams alone_p = single;
+        alone_p.sampling.seed = sample_seed(kSeed, i);
+        EXPECT_EQ(r->sampling().seed, alone_p.sampling.seed);
+        EXPECT_EQ(as_vector(r->generated()), alone(alone_p).tokens) << "sample " << i;
+        EXPECT_EQ(got[std::make_pair(*id, i)], as_vector(r->generated())) << "sample " << i;
+        distinct.insert(as_vector(r->generated()));
+      }
+      EXPECT_EQ(distinct.size(), static_cast<std::size_t>(kSamples));  // different seeds
+      EXPECT_EQ(as_vector(s->find(*other)->generated()),
+                alone(params("Later", 20, 0, sampled(1))).tokens);
+      EXPECT_EQ(s->stats().blocks_used, 0);
+      EXPECT_EQ(s->stats().blocks_free, s->max_blocks());
+      // Samples go with their head.
+      EXPECT_FALSE(s->forget(s->samples(*id)[1]->id()));
+      const RequestId sample1 = s->samples(*id)[1]->id();
+      EXPECT_TRUE(s->forget(*id));
+      EXPECT_EQ(s->find(sample1), nullptr);
+      EXPECT_TRUE(s->samples(*id).empty());
+    }
+  }
+}
+
+TEST_F(SchedulerTest, CancellingAFannedOutRequestFreesEverySample) {
+  SchedulerConfig c;
+  c.page_size = 4;
+  c.max_kv_tokens = 256;
+  c.max_batch_size = 4;
+  c.token_budget = 8;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  RequestParams p = params("Fortune: ", 30, 0, sampled(3));
+  p.n = 4;
+  auto id = s->submit(p);
+  ASSERT_TRUE(id.has_value()) << id.error();
+  // Before the fork: cancelling the head leaves nothing behind.
+  auto early = s->submit(p);
+  ASSERT_TRUE(early.has_value());
+  ASSERT_TRUE(s->cancel(*early).has_value());
+  // Decode a few tokens past the fork, so the samples hold shared and own blocks.
+  while (s->samples(*id).size() < 4 || s->samples(*id)[3]->num_generated() < 4) {
+    s->step();
+    ASSERT_TRUE(s->check_invariants().has_value()) << s->check_invariants().error();
+    ASSERT_LT(s->stats().steps, 50);
+  }
+  const auto samples = s->samples(*id);
+  int held = 0;
+  for (const Request* r : samples) held += static_cast<int>(r->kv().block_ids().size());
+  EXPECT_LT(s->stats().blocks_used, held);  // shared blocks counted once
+  EXPECT_GT(s->stats().blocks_used, 0);
+  ASSERT_TRUE(s->cancel(*id).has_value());
+  for (const Request* r : samples) {
+    EXPECT_EQ(r->status(), RequestStatus::kCancelled);
+    EXPECT_TRUE(r->kv().block_ids().empty());
+  }
+  EXPECT_EQ(s->stats().blocks_used, 0);
+  EXPECT_EQ(s->stats().blocks_free, s->max_blocks());
+  ASSERT_TRUE(s->check_invariants().has_value()) << s->check_invariants().error();
+  EXPECT_FALSE(s->has_work());
+  const auto again = s->cancel(*id);
+  ASSERT_FALSE(again.has_value());
+  EXPECT_TRUE(contains(again.error(), "already finished (cancelled)"));
+  EXPECT_EQ(s->samples(*early).size(), 1u);  // never forked
+  EXPECT_EQ(s->status(*early), RequestStatus::kCancelled);
+}
+
+TEST_F(SchedulerTest, RefusesBadSampleCounts) {
+  SchedulerConfig c;
+  c.max_batch_size = 4;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  for (const int n : {0, -1, kMaxSamples + 1}) {
+    RequestParams p = params("Hi", 4);
+    p.n = n;
+    const auto id = s->submit(p);
+    ASSERT_FALSE(id.has_value()) << n;
+    EXPECT_TRUE(contains(id.error(), "n (samples) must be in [1, 16], got " + std::to_string(n)));
+  }
+  RequestParams p = params("Hi", 4);
+  p.n = 5;
+  const auto id = s->submit(p);
+  ASSERT_FALSE(id.has_value());
+  EXPECT_TRUE(contains(id.error(), "max_batch_size allows 4"));
+  p.n = 4;
+  EXPECT_TRUE(s->submit(p).has_value());
+}
+
+// Sample seeds never collide within a request, and sample 0 keeps the seed.
+TEST(SampleSeedTest, DistinctPerSampleAndIdentityForSampleZero) {
+  for (const std::uint64_t seed : {0ull, 7ull, ~0ull}) {
+    EXPECT_EQ(sample_seed(seed, 0), seed);
+    std::set<std::uint64_t> seeds;
+    for (int i = 0; i < kMaxSamples; ++i) seeds.insert(sample_seed(seed, i));
+    EXPECT_EQ(seeds.size(), static_cast<std::size_t>(kMaxSamples));
+  }
 }
 
 TEST_F(SchedulerTest, RefusesBadConfigsWithClearMessages) {

@@ -9,7 +9,7 @@ namespace kvtier::tiers {
 void BlockPool::AlignedFree::operator()(std::byte* p) const { std::free(p); }
 
 BlockPool::BlockPool(std::size_t block_bytes, int num_blocks)
-    : block_bytes_(block_bytes), num_blocks_(num_blocks), allocated_(num_blocks, false) {
+    : block_bytes_(block_bytes), num_blocks_(num_blocks), ref_counts_(num_blocks, 0) {
   assert(block_bytes > 0 && block_bytes % 64 == 0 && num_blocks > 0);
   const std::size_t total = block_bytes * static_cast<std::size_t>(num_blocks);
   void* p = std::aligned_alloc(64, total);
@@ -24,14 +24,18 @@ std::optional<int> BlockPool::allocate() {
   if (free_.empty()) return std::nullopt;
   const int id = free_.back();
   free_.pop_back();
-  allocated_[id] = true;
+  ref_counts_[id] = 1;
   return id;
 }
 
+void BlockPool::add_ref(int id) {
+  assert(id >= 0 && id < num_blocks_ && ref_counts_[id] > 0);
+  ++ref_counts_[id];
+}
+
 void BlockPool::release(int id) {
-  assert(id >= 0 && id < num_blocks_ && allocated_[id]);
-  allocated_[id] = false;
-  free_.push_back(id);
+  assert(id >= 0 && id < num_blocks_ && ref_counts_[id] > 0);
+  if (--ref_counts_[id] == 0) free_.push_back(id);
 }
 
 }  // namespace kvtier::tiers

@@ -1,11 +1,20 @@
-// A fixed number of equal-size blocks carved from one aligned allocation.
+// A fixed number of equal-size, reference-counted blocks carved from one
+// aligned allocation.
 //
 // This is the L1 pool's host stand-in: the engine computes attention straight
-// out of these blocks. Blocks are opaque bytes here; what they hold is the
-// engine's business.
+// out of these blocks. Blocks are opaque bytes here; what they hold, and who
+// holds them, is the caller's business (the pool knows nothing of models,
+// requests or block tables).
 //
-// Invariant: every id in [0, num_blocks()) is either free (on the free list)
-// or allocated, never both. Not thread-safe: one owner thread (the engine).
+// Reference counts let several owners share one block (a prompt prefilled
+// once and fanned out into samples, later a prefix cache): allocate() hands a
+// block out with one reference, add_ref() adds one, release() drops one, and
+// the block returns to the free list when the last reference goes.
+//
+// Invariants: every id in [0, num_blocks()) is either free (on the free list,
+// ref_count 0) or referenced (ref_count >= 1), never both; so num_free() +
+// the number of referenced blocks == num_blocks(). Not thread-safe: one owner
+// thread (the engine).
 #pragma once
 
 #include <cstddef>
@@ -19,15 +28,20 @@ class BlockPool {
  public:
   // Reserves num_blocks * block_bytes bytes aligned to 64 bytes (a cache
   // line). Contents start unspecified and pages are touched only when used,
-  // so an idle pool costs address space, not resident memory. REQUIRES: block_bytes is a multiple
-  // of 64 and > 0, num_blocks > 0. Throws std::bad_alloc when memory is short.
+  // so an idle pool costs address space, not resident memory. REQUIRES:
+  // block_bytes is a multiple of 64 and > 0, num_blocks > 0. Throws
+  // std::bad_alloc when memory is short.
   BlockPool(std::size_t block_bytes, int num_blocks);
 
-  // A free block, or nullopt when none is left. Most recently freed first,
-  // which keeps hot memory hot.
+  // A free block with a reference count of 1, or nullopt when none is left.
+  // Most recently freed first, which keeps hot memory hot.
   std::optional<int> allocate();
 
-  // REQUIRES: id is allocated.
+  // One more owner of a block. REQUIRES: id is referenced.
+  void add_ref(int id);
+
+  // Drops one reference; the block is free again when none is left.
+  // REQUIRES: id is referenced.
   void release(int id);
 
   std::byte* data(int id) { return base_.get() + static_cast<std::size_t>(id) * block_bytes_; }
@@ -38,7 +52,11 @@ class BlockPool {
   std::size_t block_bytes() const { return block_bytes_; }
   int num_blocks() const { return num_blocks_; }
   int num_free() const { return static_cast<int>(free_.size()); }
-  bool is_allocated(int id) const { return allocated_[id]; }
+  // 0 for a free block. REQUIRES: 0 <= id < num_blocks().
+  int ref_count(int id) const { return ref_counts_[id]; }
+  bool is_allocated(int id) const { return ref_counts_[id] > 0; }
+  // More than one owner: writing into it would change what the others see.
+  bool is_shared(int id) const { return ref_counts_[id] > 1; }
 
  private:
   struct AlignedFree {
@@ -48,7 +66,7 @@ class BlockPool {
   int num_blocks_;
   std::unique_ptr<std::byte[], AlignedFree> base_;
   std::vector<int> free_;
-  std::vector<bool> allocated_;
+  std::vector<int> ref_counts_;
 };
 
 }  // namespace kvtier::tiers
