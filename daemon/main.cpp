@@ -1,19 +1,28 @@
 // kvtierd: serves text generation from a GPT-2 family model on a Unix socket
 // (docs/protocol.md). With --prompt it instead generates once, prints the
 // text and exits (oneshot.h).
+//
+// Every setting is a flag and may also come from a TOML or INI file given
+// with --config, whose keys are the long flag names without the dashes in
+// front (`max-kv-tokens = 8192`); flags on the command line override the
+// file. Unknown keys and bad values are errors, as they are for flags.
 #include <omp.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <asio.hpp>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <string>
 
+#include "daemon/access.h"
 #include "daemon/engine_loop.h"
 #include "daemon/log.h"
 #include "daemon/oneshot.h"
 #include "daemon/server.h"
+#include "daemon/systemd_notify.h"
 
 namespace {
 
@@ -27,6 +36,21 @@ std::string default_socket_path() {
   return "/run/kvtier/kvtierd.sock";
 }
 
+// The bundled model: installed next to the binary (`cmake --install` puts it
+// in PREFIX/share/kvtier/models), else the source tree the binary was built
+// from.
+std::string default_model_dir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed =
+        (exe.parent_path() / "../share/kvtier/models/fortunes-char").lexically_normal();
+    if (fs::exists(installed / "config.json", ec)) return installed.string();
+  }
+  return KVTIER_DEFAULT_MODEL_DIR;
+}
+
 struct ServeOptions {
   std::string socket_path = default_socket_path();
   // A service holds many sequences at once: 16 full contexts of the bundled
@@ -38,6 +62,8 @@ struct ServeOptions {
   int max_pending = 256;
   int max_connections = 64;
   std::string log_level = "info";
+  std::string socket_group;  // empty: the daemon's own group
+  bool allow_any_uid = false;
 };
 
 int serve(const std::string& model_dir, ServeOptions o) {
@@ -58,25 +84,51 @@ int serve(const std::string& model_dir, ServeOptions o) {
     return 2;
   }
 
+  std::optional<gid_t> socket_group;
+  if (!o.socket_group.empty()) {
+    auto gid = group_id(o.socket_group);
+    if (!gid) {
+      log_error("--socket-group: " + gid.error());
+      return 2;
+    }
+    socket_group = *gid;
+  }
+
   // A client that vanishes mid-write must cost an EPIPE, not the daemon.
   std::signal(SIGPIPE, SIG_IGN);
 
-  std::error_code ec;
-  const auto dir = std::filesystem::path(o.socket_path).parent_path();
-  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    log_error("cannot create " + dir.string() + ": " + ec.message());
+  auto activated = activated_socket();
+  if (!activated) {
+    log_error(activated.error());
     return 1;
   }
+  if (!*activated) {
+    std::error_code ec;
+    const auto dir = std::filesystem::path(o.socket_path).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      log_error("cannot create " + dir.string() + ": " + ec.message());
+      return 1;
+    }
+  }
 
+  notify_status("loading the model from " + model_dir);
   auto engine = EngineLoop::create(model_dir, {o.scheduler, o.max_pending});
   if (!engine) {
     log_error(engine.error());
     return 1;
   }
   asio::io_context io(1);  // one Asio thread: sessions need no locks among themselves
-  Server server(io, **engine,
-                {o.socket_path, {o.max_line_bytes, o.max_output_bytes}, o.max_connections});
+  ServerOptions server_options;
+  server_options.socket_path = o.socket_path;
+  server_options.session = {.max_line_bytes = o.max_line_bytes,
+                            .max_output_bytes = o.max_output_bytes,
+                            .daemon_uid = ::geteuid(),
+                            .allow_any_uid = o.allow_any_uid};
+  server_options.max_connections = o.max_connections;
+  server_options.socket_group = socket_group;
+  server_options.activated_fd = activated->value_or(-1);
+  Server server(io, **engine, std::move(server_options));
   if (auto ok = server.listen(); !ok) {
     log_error(ok.error());
     return 1;
@@ -93,13 +145,17 @@ int serve(const std::string& model_dir, ServeOptions o) {
 
 int main(int argc, char** argv) {
   OneShotOptions one;
-  one.model_dir = KVTIER_DEFAULT_MODEL_DIR;
+  one.model_dir = default_model_dir();
   ServeOptions serve_options;
   int threads = 0;
 
   CLI::App app{
       "kvtierd: KV-cache tiering inference daemon.\n"
       "Serves JSON-RPC on a Unix socket; with --prompt, generates once and exits."};
+  app.set_config("--config", "",
+                 "Read settings from this TOML/INI file: keys are the long flag names "
+                 "(max-kv-tokens = 8192); command-line flags win");
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--model", one.model_dir, "Model folder (config.json, model.safetensors)")
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
@@ -142,6 +198,7 @@ int main(int argc, char** argv) {
   server->add_option("--token-budget", so.scheduler.token_budget, "Tokens per forward pass")
       ->capture_default_str();
   server->add_option("--policy", so.policy, "Admission order: fcfs | priority")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
   server->add_option("--max-line-bytes", so.max_line_bytes, "Longest request line accepted")
       ->check(CLI::Range(std::size_t{64}, std::size_t{1} << 30))
@@ -158,8 +215,29 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   server->add_option("--log-level", so.log_level, "error | warning | info | debug")
+      ->check(CLI::IsMember({"error", "warning", "info", "debug"}))
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  server->add_option("--socket-group", so.socket_group,
+                     "Group the socket file is given to (mode 0660); default: the daemon's");
+  server->add_flag("--allow-any-uid", so.allow_any_uid,
+                   "Let every client that can connect make privileged calls (shutdown); "
+                   "default: only the daemon's uid and root");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 words an unknown config key as "INI was not able to parse KEY",
+    // even for TOML; say what is wrong instead.
+    const std::string what = e.what();
+    const std::string prefix = "INI was not able to parse ";
+    if (what.starts_with(prefix)) {
+      std::cerr << "kvtierd: unknown setting '" << what.substr(prefix.size())
+                << "' in the config file (its keys are the long flag names: see --help)\n";
+      return e.get_exit_code();
+    }
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
 
   if (threads > 0) omp_set_num_threads(threads);
   if (prompt_opt->count() > 0) return oneshot_run(one);

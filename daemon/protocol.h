@@ -28,11 +28,12 @@ namespace rpc_code {
 inline constexpr int kParseError = -32700;      // the line is not valid JSON
 inline constexpr int kInvalidRequest = -32600;  // valid JSON, not a valid request object
 inline constexpr int kMethodNotFound = -32601;
-inline constexpr int kInvalidParams = -32602;   // wrong types, out-of-range values
-inline constexpr int kInternalError = -32603;   // the engine failed the request
-inline constexpr int kTooManyPending = -32000;  // max_pending requests already queued or running
-inline constexpr int kLineTooLong = -32001;     // a request line over max_line_bytes
-inline constexpr int kShuttingDown = -32002;    // the daemon is stopping
+inline constexpr int kInvalidParams = -32602;     // wrong types, out-of-range values
+inline constexpr int kInternalError = -32603;     // the engine failed the request
+inline constexpr int kTooManyPending = -32000;    // max_pending requests already queued or running
+inline constexpr int kLineTooLong = -32001;       // a request line over max_line_bytes
+inline constexpr int kShuttingDown = -32002;      // the daemon is stopping
+inline constexpr int kPermissionDenied = -32003;  // a privileged method from a uid not allowed it
 }  // namespace rpc_code
 
 struct RpcError {

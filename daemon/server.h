@@ -4,7 +4,15 @@
 // Start-up: a stale socket file (one nobody answers on, left by a daemon that
 // died) is removed; a live one means another kvtierd runs and listen() fails
 // rather than stealing its path. Any other kind of file at the path is left
-// alone and refused.
+// alone and refused. Under socket activation systemd owns the socket file:
+// the daemon takes the listening fd it was given and never binds, chmods or
+// removes anything.
+//
+// Each connection's peer credentials are logged at info level and handed to
+// its session, which checks privileged calls against them (access.h).
+//
+// Watchdog: when systemd's watchdog is on, the io thread sends WATCHDOG=1 at
+// half the timeout, so a wedged event loop gets the daemon restarted.
 //
 // Stopping (SIGINT, SIGTERM or the `shutdown` method): stop accepting, cancel
 // every running request through the engine (their clients get their final
@@ -15,10 +23,14 @@
 // Thread-safety: everything runs on the io_context's thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <asio.hpp>
+#include <chrono>
 #include <cstddef>
 #include <expected>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -32,6 +44,12 @@ struct ServerOptions {
   SessionOptions session;
   // Connections served at once; one more gets an error line and is closed.
   int max_connections = 64;
+  // Group the socket file is chowned to (--socket-group); nullopt keeps the
+  // daemon's own group. Ignored for an activated socket (SocketGroup= there).
+  std::optional<gid_t> socket_group;
+  // A listening Unix stream socket inherited from systemd (sd_listen_fds), or
+  // -1 to bind socket_path. The server takes ownership of it.
+  int activated_fd = -1;
 };
 
 class Server {
@@ -40,11 +58,13 @@ class Server {
   Server(asio::io_context& io, EngineLoop& engine, ServerOptions options);
   ~Server();
 
-  // Removes a stale socket file, binds, listens and sets the socket's mode
-  // to 0660. Errors name the path and the reason.
+  // Removes a stale socket file, binds, listens, sets the socket's mode to
+  // 0660 and its group; or adopts the activated socket. Errors name the path
+  // and the reason.
   std::expected<void, std::string> listen();
 
-  // Starts accepting and watching SIGINT/SIGTERM. REQUIRES: listen() succeeded.
+  // Starts accepting, watching SIGINT/SIGTERM and pinging the watchdog, and
+  // tells systemd the daemon is ready. REQUIRES: listen() succeeded.
   void start();
 
   // See the top of this file. Idempotent; safe to call from a handler.
@@ -52,14 +72,18 @@ class Server {
 
  private:
   void accept();
+  void watchdog_ping();
 
   asio::io_context& io_;
   EngineLoop& engine_;
   ServerOptions options_;
   asio::local::stream_protocol::acceptor acceptor_;
   asio::signal_set signals_;
+  asio::steady_timer watchdog_timer_;
+  std::optional<std::chrono::microseconds> watchdog_interval_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
   bool listening_ = false;
+  bool owns_socket_file_ = false;  // bound here, so removed on exit
   bool stopping_ = false;
 };
 

@@ -16,18 +16,21 @@ const std::array<Session::Method, 6>& Session::methods() {
       {"cancel", "cancel a running generate by its request id", &Session::method_cancel},
       {"stats", "scheduler and request counters", &Session::method_stats},
       {"health", "liveness check and model summary", &Session::method_health},
-      {"shutdown", "cancel running requests and stop the daemon", &Session::method_shutdown},
+      {"shutdown", "cancel running requests and stop the daemon (privileged)",
+       &Session::method_shutdown, true},
       {"help", "the methods this daemon answers", &Session::method_help},
   }};
   return table;
 }
 
 Session::Session(asio::local::stream_protocol::socket socket, EngineLoop& engine,
-                 SessionOptions options, ShutdownHandler on_shutdown, ClosedHandler on_closed)
+                 SessionOptions options, std::optional<PeerCredentials> peer,
+                 ShutdownHandler on_shutdown, ClosedHandler on_closed)
     : socket_(std::move(socket)),
       flush_timer_(socket_.get_executor()),
       engine_(engine),
       options_(options),
+      peer_(peer),
       on_shutdown_(std::move(on_shutdown)),
       on_closed_(std::move(on_closed)),
       framer_(options.max_line_bytes) {}
@@ -65,6 +68,17 @@ void Session::on_line(const std::string& line) {
   }
   for (const Method& m : methods()) {
     if (call->method == m.name) {
+      if (m.privileged && !(peer_ && privileged_call_allowed(peer_->uid, options_.daemon_uid,
+                                                             options_.allow_any_uid))) {
+        const std::string who = peer_ ? "uid " + std::to_string(peer_->uid) : "an unknown peer";
+        log_warning("refused '" + call->method + "' from " + who);
+        reply_error(*call,
+                    {rpc_code::kPermissionDenied,
+                     "permission denied: '" + call->method + "' is allowed only to uid " +
+                         std::to_string(options_.daemon_uid) + " (the daemon's) and root, not " +
+                         who + " (start kvtierd with --allow-any-uid to allow every client)"});
+        return;
+      }
       (this->*m.handler)(*call);
       return;
     }
@@ -250,7 +264,7 @@ void Session::method_health(RpcCall& call) {
 void Session::method_shutdown(RpcCall& call) {
   if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
   reply(call, {{"stopping", true}});
-  log_info("shutdown requested by a client");
+  log_info("shutdown requested by " + (peer_ ? to_string(*peer_) : std::string("a client")));
   if (on_shutdown_) on_shutdown_();
 }
 

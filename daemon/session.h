@@ -11,6 +11,9 @@
 // so a stalled reader costs the daemon bounded memory and never stalls the
 // engine (which only ever posts to this session's executor).
 //
+// Privileged methods (Method::privileged: `shutdown` today) are refused with
+// kPermissionDenied unless the peer's uid may make them (access.h).
+//
 // When the connection closes — the client left, it was dropped, or the
 // daemon stops — every request of this session still running is cancelled,
 // which gives its KV blocks back at once.
@@ -25,9 +28,11 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
+#include "daemon/access.h"
 #include "daemon/engine_loop.h"
 #include "daemon/line_framer.h"
 #include "daemon/protocol.h"
@@ -37,6 +42,11 @@ namespace kvtier::daemon {
 struct SessionOptions {
   std::size_t max_line_bytes = 1 << 20;    // longest request line accepted
   std::size_t max_output_bytes = 8 << 20;  // reply bytes queued before the client is dropped
+  // Privileged calls: allowed to this uid and root, or to anyone when
+  // allow_any_uid is set. main() sets daemon_uid to the daemon's euid; the
+  // default, root, fails closed.
+  uid_t daemon_uid = 0;
+  bool allow_any_uid = false;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -46,8 +56,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // Called when a client asks the daemon to shut down, after the reply was queued.
   using ShutdownHandler = std::function<void()>;
 
+  // `peer`: the client's credentials, nullopt when the kernel could not
+  // tell (then no privileged call is allowed).
   Session(asio::local::stream_protocol::socket socket, EngineLoop& engine, SessionOptions options,
-          ShutdownHandler on_shutdown, ClosedHandler on_closed);
+          std::optional<PeerCredentials> peer, ShutdownHandler on_shutdown,
+          ClosedHandler on_closed);
 
   // Starts reading. REQUIRES: the session is owned by a shared_ptr.
   void start();
@@ -65,6 +78,8 @@ class Session : public std::enable_shared_from_this<Session> {
     const char* name;
     const char* summary;
     void (Session::*handler)(RpcCall& call);
+    // Changes or stops the daemon for every client: see the top of this file.
+    bool privileged = false;
   };
   static const std::array<Method, 6>& methods();
 
@@ -88,6 +103,7 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::steady_timer flush_timer_;
   EngineLoop& engine_;
   SessionOptions options_;
+  std::optional<PeerCredentials> peer_;
   ShutdownHandler on_shutdown_;
   ClosedHandler on_closed_;
 

@@ -4,14 +4,17 @@
 // fails the test instead of hanging the suite, and the fixture kills and
 // reaps whatever is still running.
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -112,20 +115,37 @@ json request(int id, const std::string& method, json params = json::object()) {
   return {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
 }
 
+// The environment of this process plus `extra` ("NAME=VALUE"), built before
+// fork() so the child only calls execve.
+std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
 // The kvtierd child process.
 class Daemon {
  public:
-  explicit Daemon(std::vector<std::string> extra_args = {}) {
+  // `env`: extra "NAME=VALUE" entries for the child's environment.
+  explicit Daemon(std::vector<std::string> extra_args = {}, std::vector<std::string> env = {}) {
     socket_path_ = (dir_.path() / "kvtierd.sock").string();
     std::vector<std::string> args = {KVTIER_DAEMON_PATH, "--socket",    socket_path_, "--model",
                                      kModelDir.string(), "--log-level", "warning"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<std::string> envs = environment_with(env);
+    std::vector<char*> argv = c_strings(args);
+    std::vector<char*> envp = c_strings(envs);
     pid_ = ::fork();
     if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
+      ::execve(argv[0], argv.data(), envp.data());
       ::_exit(127);
     }
   }
@@ -138,6 +158,7 @@ class Daemon {
   }
 
   const std::string& socket_path() const { return socket_path_; }
+  const std::filesystem::path& dir() const { return dir_.path(); }
   pid_t pid() const { return pid_; }
 
   // Polls until the daemon accepts a connection; false if it exits or the
@@ -532,6 +553,238 @@ TEST(DaemonTest, StaleSocketFileIsReplaced) {
     FAIL() << "kvtierd did not exit on SIGTERM";
   }
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// Waits for `pid` to exit (bounded); kills and reaps it past the timeout.
+std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout = kTimeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(10ms);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return std::nullopt;
+}
+
+// kvtierd run to completion, for start-up errors: its exit status and what
+// it wrote to stderr.
+struct RunResult {
+  std::optional<int> status;
+  std::string err;
+};
+
+RunResult run_kvtierd(std::vector<std::string> args) {
+  args.insert(args.begin(), KVTIER_DAEMON_PATH);
+  std::vector<char*> argv = c_strings(args);
+  int pipefd[2];
+  EXPECT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(pipefd[1], STDERR_FILENO);  // the copy is not close-on-exec
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(pipefd[1]);
+  RunResult r;
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{pipefd[0], POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    char chunk[4096];
+    const ssize_t n = ::read(pipefd[0], chunk, sizeof(chunk));
+    if (n <= 0) break;
+    r.err.append(chunk, static_cast<std::size_t>(n));
+  }
+  ::close(pipefd[0]);
+  r.status = reap(pid);
+  return r;
+}
+
+bool exited_nonzero(const RunResult& r) {
+  return r.status && WIFEXITED(*r.status) && WEXITSTATUS(*r.status) != 0;
+}
+
+TEST(DaemonTest, SocketIsMode0660AndTheDaemonsOwnUidMayShutItDown) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  struct stat st {};
+  ASSERT_EQ(::stat(d.socket_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  // The test runs as the daemon's uid: the privileged call is allowed (the
+  // refusal is tested through privileged_call_allowed in access_test.cpp).
+  shutdown(d);
+}
+
+TEST(DaemonTest, SocketGroupGivesTheSocketToThatGroup) {
+  const group* g = ::getgrgid(::getegid());
+  ASSERT_NE(g, nullptr);
+  Daemon d({"--socket-group", g->gr_name});
+  ASSERT_TRUE(d.wait_ready());
+  struct stat st {};
+  ASSERT_EQ(::stat(d.socket_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, ::getegid());
+  shutdown(d);
+}
+
+TEST(DaemonTest, UnknownSocketGroupIsAClearError) {
+  test_util::TempDir dir;
+  auto r = run_kvtierd({"--socket", (dir.path() / "s.sock").string(), "--model", kModelDir.string(),
+                        "--socket-group", "kvtier-no-such-group"});
+  EXPECT_TRUE(exited_nonzero(r)) << r.err;
+  EXPECT_TRUE(test_util::contains(r.err, "no such group 'kvtier-no-such-group'"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "s.sock"));
+}
+
+TEST(DaemonTest, ConfigFileSetsServerFlagsAndTheCommandLineWins) {
+  test_util::TempDir dir;
+  const auto config =
+      dir.write("kvtierd.toml", "# a comment\nmax-kv-tokens = 1024\nmax-batch-size = 3\n");
+  Daemon d({"--config", config.string(), "--max-batch-size", "5"});
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  auto r = c->call(request(1, "health"));
+  ASSERT_TRUE(r && r->contains("result"));
+  EXPECT_EQ((*r)["result"]["config"]["max_kv_tokens"], 1024);
+  EXPECT_EQ((*r)["result"]["config"]["max_batch_size"], 5);
+  shutdown(d);
+}
+
+TEST(DaemonTest, BadConfigFileExitsNonZeroWithAMessage) {
+  test_util::TempDir dir;
+  auto run = [&](const std::string& text) {
+    const auto config = dir.write("kvtierd.toml", text);
+    return run_kvtierd({"--config", config.string(), "--socket", (dir.path() / "s.sock").string(),
+                        "--model", kModelDir.string()});
+  };
+  auto unknown = run("max-kv-tokenz = 1024\n");
+  EXPECT_TRUE(exited_nonzero(unknown));
+  EXPECT_TRUE(test_util::contains(unknown.err, "unknown setting 'max-kv-tokenz'"));
+  auto bad_value = run("max-kv-tokens = \"lots\"\n");
+  EXPECT_TRUE(exited_nonzero(bad_value));
+  EXPECT_TRUE(test_util::contains(bad_value.err, "max-kv-tokens"));
+  auto out_of_range = run("max-pending = 0\n");
+  EXPECT_TRUE(exited_nonzero(out_of_range));
+  EXPECT_TRUE(test_util::contains(out_of_range.err, "max-pending"));
+  auto missing = run_kvtierd({"--config", (dir.path() / "none.toml").string()});
+  EXPECT_TRUE(exited_nonzero(missing));
+  EXPECT_TRUE(test_util::contains(missing.err, "none.toml"));
+}
+
+// A datagram socket standing in for systemd's notification socket.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::filesystem::path& path) : path_(path.string()) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
+    bound_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~NotifySocket() { ::close(fd_); }
+  NotifySocket(const NotifySocket&) = delete;
+  NotifySocket& operator=(const NotifySocket&) = delete;
+
+  bool bound() const { return bound_; }
+  const std::string& path() const { return path_; }
+
+  // Reads messages until one contains `needle`; false on timeout.
+  bool wait_for(const std::string& needle, std::chrono::milliseconds timeout = kTimeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char msg[4096];
+      const ssize_t n = ::recv(fd_, msg, sizeof(msg), 0);
+      if (n <= 0) continue;
+      const std::string text(msg, static_cast<std::size_t>(n));
+      received_ += text + "\n";
+      if (test_util::contains(text, needle)) return true;
+    }
+  }
+  const std::string& received() const { return received_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool bound_ = false;
+  std::string received_;
+};
+
+TEST(DaemonTest, SystemdGetsReadyWatchdogPingsAndStopping) {
+  test_util::TempDir dir;
+  NotifySocket notify(dir.path() / "notify.sock");
+  ASSERT_TRUE(notify.bound());
+  // A 200 ms watchdog: pings every 100 ms.
+  Daemon d({}, {"NOTIFY_SOCKET=" + notify.path(), "WATCHDOG_USEC=200000"});
+  ASSERT_TRUE(notify.wait_for("READY=1")) << notify.received();
+  EXPECT_TRUE(test_util::contains(notify.received(), "STATUS="));
+  // The daemon answers once READY=1 has been sent: no polling needed.
+  auto c = d.connect();
+  ASSERT_TRUE(c->valid());
+  // Pings keep coming from the running event loop.
+  EXPECT_TRUE(notify.wait_for("WATCHDOG=1")) << notify.received();
+  EXPECT_TRUE(notify.wait_for("WATCHDOG=1")) << notify.received();
+  shutdown(d);
+  EXPECT_TRUE(notify.wait_for("STOPPING=1", 5s)) << notify.received();
+}
+
+TEST(DaemonTest, SocketActivationServesOnTheInheritedSocketAndLeavesItsFile) {
+  test_util::TempDir dir;
+  const std::string path = (dir.path() / "activated.sock").string();
+  const std::string unused = (dir.path() / "unused.sock").string();
+  // Bound and listening, as systemd's kvtierd.socket hands it over; not
+  // close-on-exec, so the child keeps it across exec.
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);
+
+  std::vector<std::string> args = {KVTIER_DAEMON_PATH, "--socket",    unused,   "--model",
+                                   kModelDir.string(), "--log-level", "warning"};
+  std::vector<char*> argv = c_strings(args);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // sd_listen_fds(3): the sockets start at fd 3, and LISTEN_PID must be
+    // the daemon's own pid, known only here.
+    if (listener != 3) ::dup2(listener, 3);
+    char listen_pid[32];
+    std::snprintf(listen_pid, sizeof(listen_pid), "%d", static_cast<int>(::getpid()));
+    ::setenv("LISTEN_PID", listen_pid, 1);
+    ::setenv("LISTEN_FDS", "1", 1);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(listener);  // the daemon holds it now
+
+  // connect() succeeds on the backlog at once; wait for an answer instead.
+  bool served = false;
+  for (auto deadline = std::chrono::steady_clock::now() + kTimeout;
+       !served && std::chrono::steady_clock::now() < deadline;) {
+    Client c(path);
+    auto r = c.valid() ? c.call(request(1, "health")) : std::nullopt;
+    served = r && r->contains("result");
+    if (!served) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(served);
+  {
+    Client c(path);
+    EXPECT_TRUE(c.call(request(2, "shutdown")).has_value());
+  }
+  auto status = reap(pid);
+  ASSERT_TRUE(status.has_value()) << "kvtierd did not exit";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  // systemd owns the activated socket's file; --socket was never bound.
+  EXPECT_TRUE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(unused));
 }
 
 }  // namespace

@@ -1,0 +1,52 @@
+#include "daemon/access.h"
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace kvtier::daemon {
+
+std::optional<PeerCredentials> peer_credentials(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred)) {
+    return std::nullopt;
+  }
+  return PeerCredentials{cred.pid, cred.uid, cred.gid};
+}
+
+std::string to_string(const PeerCredentials& peer) {
+  return "pid " + std::to_string(peer.pid) + " uid " + std::to_string(peer.uid) + " gid " +
+         std::to_string(peer.gid);
+}
+
+bool privileged_call_allowed(uid_t peer_uid, uid_t daemon_uid, bool allow_any_uid) {
+  return allow_any_uid || peer_uid == 0 || peer_uid == daemon_uid;
+}
+
+std::expected<gid_t, std::string> group_id(const std::string& name) {
+  if (name.empty()) return std::unexpected(std::string("empty group name"));
+  // getgrnam_r: the reentrant form, with a buffer grown until the entry fits
+  // (large groups list many members).
+  std::vector<char> buf(4096);
+  for (;;) {
+    group gr{};
+    group* found = nullptr;
+    const int err = ::getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &found);
+    if (err == ERANGE && buf.size() < (1u << 20)) {
+      buf.resize(buf.size() * 2);
+      continue;
+    }
+    if (err != 0) {
+      return std::unexpected("cannot look up group '" + name + "': " + std::strerror(err));
+    }
+    if (!found) return std::unexpected("no such group '" + name + "'");
+    return found->gr_gid;
+  }
+}
+
+}  // namespace kvtier::daemon
