@@ -225,11 +225,9 @@ int error_code(const std::optional<json>& response) {
 // every daemon result is compared with.
 Generation reference(const std::string& prompt, int max_tokens, float temperature,
                      std::uint64_t seed) {
-  auto model = Model::load(kModelDir);
-  EXPECT_TRUE(model.has_value());
-  auto tokenizer = Tokenizer::load(model->config().tokenizer);
-  EXPECT_TRUE(tokenizer.has_value());
-  auto tokens = (*tokenizer)->encode(prompt);
+  Model* model = &test_util::bundled_model().model;
+  const Tokenizer* tokenizer = test_util::bundled_model().tokenizer.get();
+  auto tokens = tokenizer->encode(prompt);
   EXPECT_TRUE(tokens.has_value());
   const int page_size = 16;
   tiers::BlockPool pool(model->kv_layout(page_size).block_bytes(),
@@ -238,7 +236,7 @@ Generation reference(const std::string& prompt, int max_tokens, float temperatur
   options.sampling = {temperature, 0, 1.0f, seed};
   options.max_tokens = max_tokens;
   options.page_size = page_size;
-  auto out = generate(*model, pool, tokenizer->get(), *tokens, options);
+  auto out = generate(*model, pool, tokenizer, *tokens, options);
   EXPECT_TRUE(out.has_value());
   return out ? *out : Generation{};
 }

@@ -7,26 +7,19 @@
 
 #include <filesystem>
 
+#include "test_util.h"
+
 namespace kvtier {
 namespace {
 
 class GeneratorTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const auto dir = std::filesystem::path(KVTIER_SOURCE_DIR) / "models/fortunes-char";
-    auto loaded = Model::load(dir);
-    ASSERT_TRUE(loaded.has_value()) << loaded.error();
-    model_ = new Model(std::move(*loaded));
-    auto tok = Tokenizer::load(model_->config().tokenizer);
-    ASSERT_TRUE(tok.has_value()) << tok.error();
-    tokenizer_ = tok->release();
+    model_ = &test_util::bundled_model().model;
+    tokenizer_ = test_util::bundled_model().tokenizer.get();
     pool_ = new tiers::BlockPool(model_->kv_layout(16).block_bytes(), 32);
   }
-  static void TearDownTestSuite() {
-    delete pool_;
-    delete tokenizer_;
-    delete model_;
-  }
+  static void TearDownTestSuite() { delete pool_; }
   void TearDown() override { EXPECT_EQ(pool_->num_free(), pool_->num_blocks()) << "leaked KV"; }
 
   std::vector<int> encode(std::string_view text) {

@@ -39,17 +39,8 @@ struct Trace {
 class SchedulerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const auto dir = std::filesystem::path(KVTIER_SOURCE_DIR) / "models/fortunes-char";
-    auto loaded = Model::load(dir);
-    ASSERT_TRUE(loaded.has_value()) << loaded.error();
-    model_ = new Model(std::move(*loaded));
-    auto tok = Tokenizer::load(model_->config().tokenizer);
-    ASSERT_TRUE(tok.has_value()) << tok.error();
-    tokenizer_ = tok->release();
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    delete model_;
+    model_ = &test_util::bundled_model().model;
+    tokenizer_ = test_util::bundled_model().tokenizer.get();
   }
 
   std::vector<int> encode(std::string_view text) {

@@ -1,7 +1,8 @@
 // Helpers shared by the test files: a self-deleting temporary directory, writing a
-// file, a substring check that prints both strings on failure, and one safetensors
+// file, a substring check that prints both strings on failure, one safetensors
 // writer (well-formed files from a tensor list, or any header text for the reader's
-// error paths). Header-only; each *_test.cpp includes what it uses.
+// error paths), and the bundled model loaded once per test process. Header-only;
+// each *_test.cpp includes what it uses.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,7 +19,29 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+
 namespace kvtier::test_util {
+
+// models/fortunes-char and its tokenizer, loaded on first use and kept for
+// the rest of the process (tests run one at a time, so sharing the Model's
+// scratch buffers is safe). Throws, failing the calling test, if it cannot load.
+struct BundledModel {
+  Model model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+inline BundledModel& bundled_model() {
+  static BundledModel* bundled = [] {
+    const auto dir = std::filesystem::path(KVTIER_SOURCE_DIR) / "models/fortunes-char";
+    auto model = Model::load(dir);
+    if (!model) throw std::runtime_error("cannot load the bundled model: " + model.error());
+    auto tokenizer = Tokenizer::load(model->config().tokenizer);
+    if (!tokenizer) throw std::runtime_error("cannot load its tokenizer: " + tokenizer.error());
+    return new BundledModel{std::move(*model), std::move(*tokenizer)};
+  }();
+  return *bundled;
+}
 
 // Writes `bytes` to `path` verbatim (binary, truncating) and returns `path`.
 inline std::filesystem::path write_file(const std::filesystem::path& path, std::string_view bytes) {
