@@ -1,5 +1,7 @@
 #include "kernels/attention.h"
 
+#include <immintrin.h>
+
 #include <cmath>
 #include <vector>
 
@@ -14,6 +16,59 @@ const float* key_page(const PagedKv& kv, int block, int kv_head) {
 
 const float* value_page(const PagedKv& kv, int block, int kv_head) {
   return kv.blocks[block] + kv.v_offset + static_cast<long>(kv_head) * kv.page_size * kv.head_dim;
+}
+
+// Register-blocked forms of the two inner loops for the common shape (pages
+// of 16 keys, heads of 64 dims) on AVX-512. They perform the same fused
+// multiply-adds in the same order as the generic loops below — only which
+// values stay in registers changes — so either path gives the same bits.
+#if defined(__AVX512F__)
+constexpr int kFastPage = 16;
+constexpr int kFastDim = 64;
+
+// s row r (16 scores) = fma chain over d of q_r[d] * kp[d][0..16), from 0.
+template <int R>
+void scores_page16(float* s, long s_stride, const float* q, long q_stride, const float* kp, int D) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int d = 0; d < D; ++d) {
+    const __m512 k = _mm512_loadu_ps(kp + d * kFastPage);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * q_stride + d]), k, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(s + r * s_stride, acc[r]);
+}
+
+// out rows r (64 values) += p_r[t] * V[t] for t in [t_begin, t_end), in order.
+template <int R>
+void values_head64(float* out, long out_stride, const float* const* probs, const PagedKv& kv,
+                   int kv_head, int t_begin, int t_end) {
+  __m512 o[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < 4; ++i) o[r][i] = _mm512_loadu_ps(out + r * out_stride + 16 * i);
+  for (int t = t_begin; t < t_end; ++t) {
+    const float* v = value_page(kv, t / kv.page_size, kv_head) + (t % kv.page_size) * kFastDim;
+    __m512 vv[4];
+    for (int i = 0; i < 4; ++i) vv[i] = _mm512_loadu_ps(v + 16 * i);
+    for (int r = 0; r < R; ++r) {
+      const __m512 p = _mm512_set1_ps(probs[r][t]);
+      for (int i = 0; i < 4; ++i) o[r][i] = _mm512_fmadd_ps(p, vv[i], o[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(out + r * out_stride + 16 * i, o[r][i]);
+}
+#endif
+
+// out (D) += p[t] * V[t] for t in [t_begin, t_end), in order: the generic form.
+void values_generic(float* out, const float* p, const PagedKv& kv, int kv_head, int t_begin,
+                    int t_end) {
+  const int D = kv.head_dim;
+  for (int t = t_begin; t < t_end; ++t) {
+    const float* v = value_page(kv, t / kv.page_size, kv_head) + (t % kv.page_size) * D;
+    const float pt = p[t];
+    for (int d = 0; d < D; ++d) out[d] = __builtin_fmaf(pt, v[d], out[d]);
+  }
 }
 
 }  // namespace
@@ -42,6 +97,17 @@ void attention_rows(float* out, long out_stride, const float* q, long q_stride, 
   for (int start = 0, block = 0; start < n; start += P, ++block) {
     const int len = n - start < P ? n - start : P;
     const float* kp = key_page(kv, block, kv_head);
+#if defined(__AVX512F__)
+    if (P == kFastPage && len == kFastPage) {
+      const long stride = n + 1;
+      int r = 0;
+      for (; r + 8 <= n_rows; r += 8)
+        scores_page16<8>(scores(r) + start, stride, q + r * q_stride, q_stride, kp, D);
+      for (; r < n_rows; ++r)
+        scores_page16<1>(scores(r) + start, stride, q + r * q_stride, 0, kp, D);
+      continue;
+    }
+#endif
     for (int r = 0; r < n_rows; ++r) {
       float* s = scores(r) + start;
       for (int j = 0; j < len; ++j) s[j] = 0.0f;
@@ -71,20 +137,25 @@ void attention_rows(float* out, long out_stride, const float* q, long q_stride, 
     for (int d = 0; d < D; ++d) o[d] = 0.0f;
   }
 
-  // Weighted sum of values, position by position, each value row loaded once
-  // for every query that sees it.
-  for (int start = 0, block = 0; start < n; start += P, ++block) {
-    const int len = n - start < P ? n - start : P;
-    const float* vp = value_page(kv, block, kv_head);
-    for (int j = 0; j < len; ++j) {
-      const int t = start + j;
-      const float* v = vp + j * D;
-      for (int r = t > first_pos ? t - first_pos : 0; r < n_rows; ++r) {
-        const float p = scores(r)[t];
-        float* o = out + r * out_stride;
-        for (int d = 0; d < D; ++d) o[d] = __builtin_fmaf(p, v[d], o[d]);
-      }
-    }
+  // Weighted sum of values, position by position. Rows go in groups of four:
+  // keys up to the group's first position are seen by all four and each
+  // value row is loaded once for them; the few keys after it are seen by
+  // some rows only and go row by row. Each row still adds in key order.
+  for (int r0 = 0; r0 < n_rows; r0 += 4) {
+    const int rows = n_rows - r0 < 4 ? n_rows - r0 : 4;
+    const int shared_end = first_pos + r0 + 1;  // keys [0, shared_end) are seen by every row
+    float* o = out + r0 * out_stride;
+#if defined(__AVX512F__)
+    if (rows == 4 && D == kFastDim) {
+      const float* probs[4] = {scores(r0), scores(r0 + 1), scores(r0 + 2), scores(r0 + 3)};
+      values_head64<4>(o, out_stride, probs, kv, kv_head, 0, shared_end);
+    } else
+#endif
+      for (int r = 0; r < rows; ++r)
+        values_generic(o + r * out_stride, scores(r0 + r), kv, kv_head, 0, shared_end);
+    for (int r = 1; r < rows; ++r)
+      values_generic(o + r * out_stride, scores(r0 + r), kv, kv_head, shared_end,
+                     first_pos + r0 + r + 1);
   }
   for (int r = 0; r < n_rows; ++r) {
     const float inv = scores(r)[n];
