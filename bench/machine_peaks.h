@@ -27,7 +27,7 @@ double read_bytes_per_second(int threads, int repeats = 5);
 
 // FLOP/s of OpenBLAS sgemm for out (M, N) = inp (M, K) * W, W stored (N, K)
 // when `weight_out_in` (CblasTrans) or (K, N); best of `repeats`.
-double openblas_sgemm_flops(int M, int K, int N, bool weight_out_in, int threads, int repeats = 3);
+double openblas_sgemm_flops(int M, int K, int N, bool weight_out_in, int threads, int repeats = 5);
 
 // Peak resident set size of this process so far, in bytes.
 double peak_rss_bytes();
