@@ -234,14 +234,20 @@ TEST_F(SchedulerTest, UrgentLateArrivalTakesTheNextPrefillChunk) {
   EXPECT_EQ(t.finished.front(), urgent);
 }
 
-// Seed 003, test 3.
-TEST_F(SchedulerTest, TightBudgetPreemptsTheLowPriorityRequestAndBothFinish) {
+// Seed 003's setting for tests 3 and 4: a KV budget of 24 tokens (six pages
+// of 4), too small for a long low-priority request and an urgent one at once.
+SchedulerConfig tight_priority_budget() {
   SchedulerConfig c;
   c.policy = SchedulingPolicy::kPriority;
   c.page_size = 4;
   c.max_kv_tokens = 24;
   c.token_budget = 16;
-  auto s = make(c);
+  return c;
+}
+
+// Seed 003, test 3.
+TEST_F(SchedulerTest, TightBudgetPreemptsTheLowPriorityRequestAndBothFinish) {
+  auto s = make(tight_priority_budget());
   ASSERT_NE(s, nullptr);
   Trace t;
   const RequestId low = submit(*s, t, params("A A A A A ", 10, 2));
@@ -273,12 +279,7 @@ TEST_F(SchedulerTest, TightBudgetPreemptsTheLowPriorityRequestAndBothFinish) {
 // Sampler's stream must have survived too), and the recomputed work is what
 // its KV held when it was preempted.
 TEST_F(SchedulerTest, PreemptedRequestResumesWithConsistentKvAndOutput) {
-  SchedulerConfig c;
-  c.policy = SchedulingPolicy::kPriority;
-  c.page_size = 4;
-  c.max_kv_tokens = 24;
-  c.token_budget = 16;
-  auto s = make(c);
+  auto s = make(tight_priority_budget());
   ASSERT_NE(s, nullptr);
   Trace t;
   const RequestParams low_p = params("A A A A A ", 10, 2, sampled(11));
