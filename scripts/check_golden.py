@@ -28,7 +28,6 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse
 import json
-import struct
 import sys
 
 import numpy as np
@@ -38,7 +37,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_golden as mg  # noqa: E402
 import train_char_model as tcm  # noqa: E402
-from safetensors_io import load_file  # noqa: E402
+from safetensors_io import load_file, read_header  # noqa: E402
 
 failures = []
 
@@ -50,10 +49,7 @@ def check(ok, msg):
 
 
 def check_structure(path):
-    with open(path, "rb") as f:
-        buf = f.read()
-    (n,) = struct.unpack("<Q", buf[:8])
-    header = json.loads(buf[8:8 + n].decode("utf-8"))
+    buf, n, header = read_header(path)
     header.pop("__metadata__", None)
     spans = sorted(tuple(v["data_offsets"]) for v in header.values())
     aligned = all(b % 64 == 0 for b, _ in spans)

@@ -84,12 +84,17 @@ def save_file(tensors, path, metadata=None):
             f.write(b)
 
 
-def load_file(path):
-    """Return (dict name -> numpy array, metadata dict) preserving file order."""
+def read_header(path):
+    """Return (file bytes, header length N, header dict with __metadata__ kept)."""
     with open(path, "rb") as f:
         buf = f.read()
     (n,) = struct.unpack("<Q", buf[:8])
-    header = json.loads(buf[8:8 + n].decode("utf-8"))
+    return buf, n, json.loads(buf[8:8 + n].decode("utf-8"))
+
+
+def load_file(path):
+    """Return (dict name -> numpy array, metadata dict) preserving file order."""
+    buf, n, header = read_header(path)
     meta = header.pop("__metadata__", {}) or {}
     base = 8 + n
     out = {}
