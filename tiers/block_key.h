@@ -1,0 +1,33 @@
+// The identity of a KV block as the tiers see it: a 128-bit key the engine
+// derives (a hash chained over the block's prefix, see engine/block_hash.h).
+//
+// The tiers never interpret it: it names a block in the L3 index and in the
+// maps that say where a block lives. Equal keys mean equal bytes; that
+// promise is the engine's to keep.
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kvtier::tiers {
+
+struct BlockKey {
+  std::uint64_t hi = 0;
+  std::uint64_t lo = 0;
+  auto operator<=>(const BlockKey&) const = default;
+  bool is_zero() const { return hi == 0 && lo == 0; }
+};
+
+struct BlockKeyHash {
+  // The key is already a good hash; mixing the halves is enough.
+  std::size_t operator()(const BlockKey& k) const {
+    return static_cast<std::size_t>(k.lo ^ (k.hi * 0x9E3779B97F4A7C15ULL));
+  }
+};
+
+// 32 lowercase hex digits, hi first: for logs and the protocol.
+std::string to_hex(const BlockKey& key);
+
+}  // namespace kvtier::tiers

@@ -1,0 +1,104 @@
+// The L3 store's index: which block lives in which slab slot, kept in RocksDB
+// so the SSD tier survives restarts (tiers/l3_store.h combines it with the
+// slab file).
+//
+// One RocksDB key per block: 'k' + the 128-bit key, big-endian. Its value is a
+// small fixed binary encoding with a version byte (see encode_value) holding
+// the slot's byte offset, the payload length and checksum, the parent key,
+// the model fingerprint, the block's tokens and its last-use clock. One more
+// key, 'm', records the format the entries were written in (format_tag and
+// block_bytes); an index written in another format is discarded at open,
+// never served.
+//
+// Values are decoded defensively: a value of the wrong version or length is
+// dropped with a warning and deleted, never trusted and never a crash.
+//
+// Writes go to RocksDB's write-ahead log without fsync: they survive the
+// process being killed at any moment (the log is in the kernel's page cache
+// once a write returns), and after a power loss the payload checksums catch
+// an entry whose slot does not hold what it says.
+//
+// Thread-safety: as RocksDB's, i.e. any method from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tiers/block_key.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace kvtier::tiers {
+
+// What the index stores about a block beside its location; all opaque to tiers.
+struct L3Record {
+  BlockKey key;
+  BlockKey parent;                // the previous block's key (zero for a first block)
+  std::uint64_t fingerprint = 0;  // model fingerprint; a read expecting another is refused
+  std::vector<std::int32_t> tokens;
+
+  bool operator==(const L3Record&) const = default;
+};
+
+// One index entry: the record plus where and what its payload is.
+struct L3Entry {
+  L3Record record;
+  std::uint64_t offset = 0;    // byte offset of its slot in the slab file
+  std::uint32_t length = 0;    // payload bytes (block_bytes when written)
+  std::uint64_t checksum = 0;  // XXH3_64bits of those bytes
+  std::uint64_t last_use = 0;  // the store's LRU clock: larger is more recent
+
+  bool operator==(const L3Entry&) const = default;
+};
+
+class L3Index {
+ public:
+  // What open() found.
+  struct Opened {
+    std::unique_ptr<L3Index> index;
+    std::vector<L3Entry> entries;       // every valid entry, in key order
+    std::vector<std::string> warnings;  // what was discarded, and why
+  };
+
+  // Opens the RocksDB database in directory `dir`, creating it if missing.
+  // An index written with another format_tag or block_bytes, or without a
+  // format record, has its entries discarded (said in warnings); so has one
+  // RocksDB reports as corrupt. An error when the database cannot be created
+  // or opened at all (bad path, locked by another process).
+  static std::expected<Opened, std::string> open(const std::string& dir, std::uint64_t format_tag,
+                                                 std::uint64_t block_bytes);
+
+  ~L3Index();
+  L3Index(const L3Index&) = delete;
+  L3Index& operator=(const L3Index&) = delete;
+
+  // Inserts or replaces entries (one atomic batch); an error when RocksDB
+  // refuses the write.
+  std::expected<void, std::string> put(std::span<const L3Entry> entries);
+  std::expected<void, std::string> put(const L3Entry& entry) { return put(std::span(&entry, 1)); }
+  // Deletes entries (one atomic batch); deleting a missing key is not an error.
+  std::expected<void, std::string> erase(std::span<const BlockKey> keys);
+  std::expected<void, std::string> erase(const BlockKey& key) { return erase(std::span(&key, 1)); }
+
+  // The on-disk encodings, public for tests and tools.
+  static std::string encode_key(const BlockKey& key);
+  static std::optional<BlockKey> decode_key(std::string_view bytes);
+  static std::string encode_value(const L3Entry& entry);
+  // nullopt for any value that is not exactly one well-formed version-1 value.
+  static std::optional<L3Entry> decode_value(const BlockKey& key, std::string_view bytes);
+
+ private:
+  explicit L3Index(std::unique_ptr<rocksdb::DB> db);
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+}  // namespace kvtier::tiers

@@ -1,0 +1,504 @@
+#include "tiers/l3_store.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
+namespace kvtier::tiers {
+
+namespace {
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+const char* to_string(L3Status status) {
+  switch (status) {
+    case L3Status::kOk:
+      return "ok";
+    case L3Status::kNotFound:
+      return "not found";
+    case L3Status::kChecksumMismatch:
+      return "checksum mismatch";
+    case L3Status::kIoError:
+      return "I/O error";
+    case L3Status::kNoSpace:
+      return "no space";
+    case L3Status::kUnavailable:
+      return "unavailable";
+  }
+  return "?";
+}
+
+L3Store::L3Store(const L3Options& options, std::size_t slot_bytes, std::size_t num_slots)
+    : options_(options), slot_bytes_(slot_bytes), num_slots_(num_slots), slots_(num_slots) {}
+
+std::expected<std::unique_ptr<L3Store>, std::string> L3Store::open(const L3Options& options) {
+  if (options.block_bytes == 0) return std::unexpected("L3: block_bytes must be positive");
+  const std::size_t slot_bytes = round_up(options.block_bytes, SlabFile::kAlignment);
+  const std::size_t num_slots = options.capacity_bytes / slot_bytes;
+  if (num_slots == 0)
+    return std::unexpected("L3: capacity " + std::to_string(options.capacity_bytes) +
+                           " bytes holds no " + std::to_string(slot_bytes) + "-byte slot");
+  if (num_slots > 0xFFFFFFFFu) return std::unexpected("L3: more than 2^32 slots");
+
+  const std::filesystem::path dir(options.path);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec))
+    return std::unexpected("L3: cannot create directory " + options.path + ": " +
+                           (ec ? ec.message() : "not a directory"));
+
+  std::unique_ptr<L3Store> store(new L3Store(options, slot_bytes, num_slots));
+  auto opened = L3Index::open((dir / "index").string(), options.format_tag, options.block_bytes);
+  if (!opened) return std::unexpected("L3: " + opened.error());
+  store->index_ = std::move(opened->index);
+  store->warnings_ = std::move(opened->warnings);
+
+  SlabFileOptions slab_options;
+  slab_options.path = (dir / "slab").string();
+  slab_options.slot_bytes = slot_bytes;
+  slab_options.num_slots = num_slots;
+  slab_options.queue_depth = options.queue_depth;
+  slab_options.submit_batch = std::max(1, options.submit_batch);
+  L3Store* s = store.get();
+  auto slab = SlabFile::open(
+      slab_options, [s](std::uint64_t ticket, int result) { s->on_io_complete(ticket, result); },
+      [s](int error) { s->on_submit_error(error); });
+  if (!slab) return std::unexpected("L3: " + slab.error());
+  store->slab_ = std::move(*slab);
+  if (!store->slab_->direct())
+    store->warnings_.push_back("slab " + slab_options.path +
+                               ": the file system refuses O_DIRECT; using the page cache");
+
+  // Recover: every entry that names a whole, unclaimed slot in range.
+  std::vector<BlockKey> drop;
+  std::string first_drop;
+  std::uint64_t max_use = 0;
+  for (L3Entry& e : opened->entries) {
+    const std::uint64_t slot = e.offset / slot_bytes;
+    std::string why;
+    if (e.offset % slot_bytes != 0)
+      why = "offset " + std::to_string(e.offset) + " is not a slot boundary";
+    else if (slot >= num_slots)
+      why =
+          "slot " + std::to_string(slot) + " is beyond the " + std::to_string(num_slots) + " slots";
+    else if (e.length != options.block_bytes)
+      why = "length " + std::to_string(e.length) + " is not block_bytes";
+    else if (store->slots_[slot].owned)
+      why = "slot " + std::to_string(slot) + " is claimed twice";
+    if (!why.empty()) {
+      if (drop.empty()) first_drop = why;
+      drop.push_back(e.record.key);
+      continue;
+    }
+    store->slots_[slot].owned = true;
+    Entry entry;
+    entry.slot = static_cast<std::uint32_t>(slot);
+    entry.checksum = e.checksum;
+    entry.last_use = e.last_use;
+    entry.state = EntryState::kStored;
+    max_use = std::max(max_use, e.last_use);
+    store->lru_.insert({e.last_use, e.record.key});
+    const BlockKey key = e.record.key;
+    entry.record = std::move(e.record);
+    store->entries_.emplace(key, std::move(entry));
+  }
+  if (!drop.empty()) {
+    store->warnings_.push_back("L3: dropped " + std::to_string(drop.size()) +
+                               " index entries with no valid slot (first: " + first_drop + ")");
+    if (auto r = store->index_->erase(drop); !r) return std::unexpected("L3: " + r.error());
+  }
+  store->clock_ = max_use + 1;
+  for (std::size_t slot = num_slots; slot-- > 0;)  // lowest slots handed out first
+    if (!store->slots_[slot].owned) store->free_.push_back(static_cast<std::uint32_t>(slot));
+  store->stats_.capacity_blocks = num_slots;
+  store->warnings_.push_back("L3: recovered " + std::to_string(store->entries_.size()) +
+                             " blocks; " + std::to_string(store->free_.size()) + " of " +
+                             std::to_string(num_slots) + " slots free");
+  return store;
+}
+
+L3Store::~L3Store() {
+  if (slab_) drain();
+  slab_.reset();  // joins the completion thread before the index closes
+}
+
+std::chrono::steady_clock::time_point L3Store::now() const {
+  return options_.clock ? options_.clock() : std::chrono::steady_clock::now();
+}
+
+// ---- engine thread ---------------------------------------------------------
+
+std::uint64_t L3Store::write(const L3Record& record, const std::byte* src) {
+  const std::uint64_t ticket = next_ticket_++;
+  const auto start = std::chrono::steady_clock::now();
+  std::uint32_t slot = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = entries_.find(record.key); it != entries_.end()) {
+      use_locked(it->second);
+      complete_locked(ticket, record.key, true, L3Status::kOk);
+      return ticket;
+    }
+    bool probe = false;
+    if (!admit_locked(probe)) {
+      ++stats_.dropped_writes;
+      complete_locked(ticket, record.key, true, L3Status::kUnavailable);
+      return ticket;
+    }
+    bool index_error = false;
+    const auto taken = take_slot_locked(index_error);
+    if (!taken) {
+      if (index_error) {
+        breaker_failure_locked(probe);
+        complete_locked(ticket, record.key, true, L3Status::kIoError);
+      } else {
+        if (probe) probe_in_flight_ = false;  // nothing was tried: the next one probes
+        ++stats_.dropped_writes;
+        complete_locked(ticket, record.key, true, L3Status::kNoSpace);
+      }
+      return ticket;
+    }
+    slot = *taken;
+    slots_[slot].owned = true;
+    Entry entry;
+    entry.record = record;
+    entry.slot = slot;
+    entries_.emplace(record.key, std::move(entry));
+    ops_.emplace(ticket, Op{record.key, true, slot, const_cast<std::byte*>(src), 0, probe, start});
+  }
+  slab_->enqueue_write(slot, src, ticket);  // outside mu_: a failed submit reports back into it
+  return ticket;
+}
+
+std::uint64_t L3Store::read(const BlockKey& key, std::uint64_t expected_fingerprint,
+                            std::byte* dst) {
+  const std::uint64_t ticket = next_ticket_++;
+  const auto start = std::chrono::steady_clock::now();
+  std::uint32_t slot = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.state != EntryState::kStored) {
+      complete_locked(ticket, key, false, L3Status::kNotFound);
+      return ticket;
+    }
+    if (it->second.record.fingerprint != expected_fingerprint) {
+      // Another model's block under this key: a hash collision or a damaged
+      // entry. Either way it must never be served.
+      ++stats_.checksum_failures;
+      remove_stored_locked(key);
+      complete_locked(ticket, key, false, L3Status::kChecksumMismatch);
+      return ticket;
+    }
+    bool probe = false;
+    if (!admit_locked(probe)) {
+      complete_locked(ticket, key, false, L3Status::kUnavailable);
+      return ticket;
+    }
+    Entry& entry = it->second;
+    slot = entry.slot;
+    ++slots_[slot].reads;  // pins the slot: no eviction, no reuse
+    use_locked(entry);
+    ops_.emplace(ticket, Op{key, false, slot, dst, entry.checksum, probe, start});
+  }
+  slab_->enqueue_read(slot, dst, ticket);
+  return ticket;
+}
+
+void L3Store::flush() { slab_->flush(); }
+
+std::vector<L3Completion> L3Store::poll() {
+  slab_->flush();
+  std::vector<L3Completion> out;
+  std::lock_guard lock(mu_);
+  out.swap(completions_);
+  return out;
+}
+
+void L3Store::drain() {
+  slab_->wait_idle();
+  std::lock_guard lock(mu_);
+  persist_touched_locked();
+}
+
+void L3Store::erase(const BlockKey& key) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  if (it->second.state == EntryState::kWriting) {
+    // Not in the index yet; the write's completion sees it gone and frees the slot.
+    entries_.erase(it);
+    return;
+  }
+  remove_stored_locked(key);
+}
+
+void L3Store::touch(const BlockKey& key) {
+  std::lock_guard lock(mu_);
+  if (auto it = entries_.find(key); it != entries_.end()) use_locked(it->second);
+}
+
+void L3Store::set_protected(const BlockKey& key, bool is_protected) {
+  std::lock_guard lock(mu_);
+  if (auto it = entries_.find(key); it != entries_.end()) it->second.is_protected = is_protected;
+}
+
+// ---- any thread ------------------------------------------------------------
+
+std::optional<L3Record> L3Store::lookup(const BlockKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.state != EntryState::kStored) return std::nullopt;
+  return it->second.record;
+}
+
+bool L3Store::contains(const BlockKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(key);
+  return it != entries_.end() && it->second.state == EntryState::kStored;
+}
+
+std::vector<BlockKey> L3Store::keys() const {
+  std::lock_guard lock(mu_);
+  std::vector<BlockKey> out;
+  out.reserve(entries_.size());
+  for (const auto& [key, entry] : entries_)
+    if (entry.state == EntryState::kStored) out.push_back(key);
+  return out;
+}
+
+std::optional<std::uint64_t> L3Store::slot_offset(const BlockKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.state != EntryState::kStored) return std::nullopt;
+  return slab_->offset(it->second.slot);
+}
+
+L3Stats L3Store::stats() const {
+  std::lock_guard lock(mu_);
+  L3Stats s = stats_;
+  s.used_blocks = entries_.size();
+  s.available = !breaker_open_;
+  const LatencySummary r = read_latency_.summary(), w = write_latency_.summary();
+  s.mean_read_us = r.mean_us;
+  s.p99_read_us = r.p99_us;
+  s.mean_write_us = w.mean_us;
+  s.p99_write_us = w.p99_us;
+  return s;
+}
+
+// ---- completion thread -----------------------------------------------------
+
+void L3Store::on_io_complete(std::uint64_t ticket, int result) {
+  Op op;
+  {
+    std::lock_guard lock(mu_);
+    auto it = ops_.find(ticket);
+    if (it == ops_.end()) return;  // cannot happen: every tag is a ticket in ops_
+    op = it->second;
+    ops_.erase(it);
+  }
+  const bool transferred = result >= 0 && static_cast<std::size_t>(result) == slot_bytes_;
+  // The buffer is the caller's until the completion is polled, so it still
+  // holds what was written (or has just been read): hash it without the lock.
+  const std::uint64_t checksum = transferred ? XXH3_64bits(op.buf, options_.block_bytes) : 0;
+  const auto latency = std::chrono::steady_clock::now() - op.start;
+
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(op.key);
+  if (op.is_write) {
+    const bool still_wanted = it != entries_.end() && it->second.state == EntryState::kWriting &&
+                              it->second.slot == op.slot;
+    if (!transferred) {
+      ++stats_.io_errors;
+      breaker_failure_locked(op.probe);
+      if (still_wanted) entries_.erase(it);
+      release_slot_locked(op.slot);
+      complete_locked(ticket, op.key, true, L3Status::kIoError, latency);
+      return;
+    }
+    breaker_success_locked(op.probe);
+    ++stats_.writes;
+    stats_.write_bytes += static_cast<long>(options_.block_bytes);
+    write_latency_.record(latency);
+    if (!still_wanted) {  // erased while in flight: nothing to commit
+      release_slot_locked(op.slot);
+      complete_locked(ticket, op.key, true, L3Status::kOk, latency);
+      return;
+    }
+    Entry& entry = it->second;
+    entry.checksum = checksum;
+    entry.last_use = clock_++;
+    // The payload is on the device; only now may the index point at it.
+    if (auto r = index_->put(index_entry_locked(entry)); !r) {
+      ++stats_.io_errors;
+      breaker_failure_locked(false);
+      entries_.erase(it);
+      release_slot_locked(op.slot);
+      complete_locked(ticket, op.key, true, L3Status::kIoError, latency);
+      return;
+    }
+    entry.state = EntryState::kStored;
+    lru_.insert({entry.last_use, op.key});
+    complete_locked(ticket, op.key, true, L3Status::kOk, latency);
+    return;
+  }
+
+  --slots_[op.slot].reads;
+  const bool same_entry = it != entries_.end() && it->second.state == EntryState::kStored &&
+                          it->second.slot == op.slot && it->second.checksum == op.checksum;
+  L3Status status = L3Status::kOk;
+  if (!transferred) {
+    ++stats_.io_errors;
+    breaker_failure_locked(op.probe);
+    status = L3Status::kIoError;  // the entry stays: the bytes may be fine
+  } else if (checksum != op.checksum) {
+    breaker_success_locked(op.probe);  // the disk answered; the bytes are wrong
+    ++stats_.checksum_failures;
+    if (same_entry) remove_stored_locked(op.key);
+    status = L3Status::kChecksumMismatch;
+  } else {
+    breaker_success_locked(op.probe);
+    ++stats_.reads;
+    stats_.read_bytes += static_cast<long>(options_.block_bytes);
+    read_latency_.record(latency);
+    // Persist the use that read() recorded; if RocksDB refuses, it stays in
+    // touched_ for drain() to try again.
+    if (same_entry && index_->put(index_entry_locked(it->second))) touched_.erase(op.key);
+  }
+  // Erased or evicted while we read: the slot is free once no read is left.
+  if (!slots_[op.slot].owned && slots_[op.slot].reads == 0) free_.push_back(op.slot);
+  complete_locked(ticket, op.key, false, status, latency);
+}
+
+void L3Store::on_submit_error(int /*error*/) {
+  std::lock_guard lock(mu_);
+  ++stats_.io_errors;
+  breaker_failure_locked(false);
+}
+
+// ---- helpers, mu_ held -------------------------------------------------------
+
+bool L3Store::admit_locked(bool& probe) {
+  probe = false;
+  if (!breaker_open_) return true;
+  if (probe_in_flight_ || now() < open_until_) return false;
+  probe_in_flight_ = true;
+  probe = true;
+  return true;
+}
+
+void L3Store::breaker_failure_locked(bool probe) {
+  if (!breaker_open_) {
+    breaker_open_ = true;
+    backoff_ = options_.backoff_initial;
+    open_until_ = now() + backoff_;
+  } else if (probe) {
+    probe_in_flight_ = false;
+    backoff_ = std::min(2 * backoff_, std::max(options_.backoff_max, options_.backoff_initial));
+    open_until_ = now() + backoff_;
+  }
+  // Otherwise an operation started before the breaker opened has failed too:
+  // counted by the caller, no change of schedule.
+}
+
+void L3Store::breaker_success_locked(bool probe) {
+  if (!probe) return;  // only the probe speaks for the disk's present state
+  breaker_open_ = false;
+  probe_in_flight_ = false;
+  backoff_ = std::chrono::milliseconds{0};
+}
+
+void L3Store::complete_locked(std::uint64_t ticket, const BlockKey& key, bool is_write,
+                              L3Status status, std::chrono::nanoseconds latency) {
+  completions_.push_back({ticket, key, is_write, status, latency});
+}
+
+std::optional<std::uint32_t> L3Store::take_slot_locked(bool& index_error) {
+  index_error = false;
+  if (!free_.empty()) {
+    const std::uint32_t slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  // Least recently used first; protected entries and those being read stay.
+  for (const auto& [last_use, key] : lru_) {
+    const Entry& victim = entries_.at(key);
+    if (victim.is_protected || slots_[victim.slot].reads > 0) continue;
+    const std::uint32_t slot = victim.slot;
+    // The index forgets the victim before anything overwrites its bytes.
+    if (auto r = index_->erase(key); !r) {
+      ++stats_.io_errors;
+      index_error = true;
+      return std::nullopt;
+    }
+    ++stats_.evictions;
+    touched_.erase(key);
+    entries_.erase(key);
+    lru_.erase({last_use, key});  // invalidates the loop: leave it now
+    slots_[slot].owned = false;
+    return slot;
+  }
+  return std::nullopt;
+}
+
+bool L3Store::remove_stored_locked(const BlockKey& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return true;
+  const std::uint32_t slot = it->second.slot;
+  const auto r = index_->erase(key);
+  lru_.erase({it->second.last_use, key});
+  touched_.erase(key);
+  entries_.erase(it);
+  if (!r) {
+    // The index may still name this slot, so it must not be rewritten: it
+    // stays owned (out of use) until a restart sorts the index out.
+    ++stats_.io_errors;
+    breaker_failure_locked(false);
+    return false;
+  }
+  release_slot_locked(slot);
+  return true;
+}
+
+void L3Store::release_slot_locked(std::uint32_t slot) {
+  slots_[slot].owned = false;
+  if (slots_[slot].reads == 0) free_.push_back(slot);
+}
+
+void L3Store::use_locked(Entry& entry) {
+  if (entry.state != EntryState::kStored) return;
+  lru_.erase({entry.last_use, entry.record.key});
+  entry.last_use = clock_++;
+  lru_.insert({entry.last_use, entry.record.key});
+  touched_.insert(entry.record.key);
+}
+
+L3Entry L3Store::index_entry_locked(const Entry& entry) const {
+  L3Entry e;
+  e.record = entry.record;
+  e.offset = slab_->offset(entry.slot);
+  e.length = static_cast<std::uint32_t>(options_.block_bytes);
+  e.checksum = entry.checksum;
+  e.last_use = entry.last_use;
+  return e;
+}
+
+void L3Store::persist_touched_locked() {
+  if (touched_.empty()) return;
+  std::vector<L3Entry> batch;
+  batch.reserve(touched_.size());
+  for (const BlockKey& key : touched_) {
+    auto it = entries_.find(key);
+    if (it != entries_.end() && it->second.state == EntryState::kStored)
+      batch.push_back(index_entry_locked(it->second));
+  }
+  // Only the order of uses is at stake: on failure keep them for next time.
+  if (index_->put(batch)) touched_.clear();
+}
+
+}  // namespace kvtier::tiers

@@ -1,0 +1,265 @@
+// The L3 tier: opaque fixed-size blocks on an SSD, found again after a
+// restart.
+//
+// Payloads live in one preallocated slab file of equal slots
+// (tiers/slab_file.h, io_uring + O_DIRECT); a RocksDB index
+// (tiers/l3_index.h) maps each block's key to its slot, checksum (XXH3_64bits
+// of the block_bytes payload), record and last use. An in-memory map mirrors
+// the index, so lookups never touch RocksDB.
+//
+// Invariants, which hold even if the process is killed at any moment:
+//  * An index entry exists only for a slot whose payload write completed
+//    successfully: the entry is committed after the write, never before.
+//  * An entry is deleted from the index before its slot is written again
+//    (eviction, erase), so no entry ever names bytes it did not checksum.
+//  * Bytes are served only after their checksum and fingerprint match the
+//    entry's; a mismatch removes the entry and counts it. Wrong KV is a miss,
+//    never a result.
+//  * Each slot is free, owned by exactly one entry (being written or stored),
+//    or, after its entry went away, still being read; free slots are only
+//    those with no owner and no read in flight.
+//
+// Failures: an I/O error (a negative or short completion, a refused
+// submission, a refused index write) is counted and opens a circuit breaker.
+// While it is open, write() and read() complete kUnavailable without touching
+// the disk; once the backoff has passed (doubling from backoff_initial up to
+// backoff_max) the next operation goes through as a probe, and its success
+// closes the breaker. Nothing throws on I/O failure.
+//
+// Threading: write, read, erase, touch, set_protected, flush, poll and drain
+// are called from one thread, the engine's; lookup, contains, stats and the
+// accessors from any thread. The slab's completion thread verifies
+// checksums, commits index entries and queues completions. One mutex (mu_)
+// guards all shared state, and index writes happen under it, so the index
+// sees puts and deletes in the same order as the in-memory map; checksums
+// are computed outside it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "tiers/block_key.h"
+#include "tiers/l3_index.h"
+#include "tiers/latency_stats.h"
+#include "tiers/slab_file.h"
+
+namespace kvtier::tiers {
+
+struct L3Options {
+  // A directory, created if missing: the slab is <path>/slab and the RocksDB
+  // index <path>/index.
+  std::string path;
+  // Slab size. slots = capacity_bytes / slot_bytes; fewer than one fails open.
+  std::size_t capacity_bytes = 0;
+  // Payload bytes per block; a slot is this rounded up to 4096.
+  std::size_t block_bytes = 0;
+  // What the payload bytes mean (e.g. a hash of layout version, page size and
+  // block_bytes). An index written with another tag or block size is
+  // discarded at open (said in warnings()), never served.
+  std::uint64_t format_tag = 0;
+  // Transfers in the kernel at once; more wait in a queue.
+  int queue_depth = 64;
+  // Operations queued before write()/read() submit them by themselves;
+  // flush(), poll() and drain() submit the rest. Bigger batches mean fewer
+  // system calls, smaller ones less delay before the disk starts.
+  int submit_batch = 16;
+  // Circuit breaker: time shut after the first failure, doubling after each
+  // failed probe up to backoff_max.
+  std::chrono::milliseconds backoff_initial{1000}, backoff_max{30000};
+  // The breaker's clock; empty means std::chrono::steady_clock::now. Tests
+  // substitute one they advance by hand.
+  std::function<std::chrono::steady_clock::time_point()> clock;
+};
+
+enum class L3Status {
+  kOk,
+  kNotFound,          // no stored entry (or only one still being written)
+  kChecksumMismatch,  // the bytes or the fingerprint did not match: entry removed
+  kIoError,           // the disk or the index failed this operation: breaker opened
+  kNoSpace,           // every slot is protected, being read or being written
+  kUnavailable,       // the breaker is open: nothing was tried
+};
+const char* to_string(L3Status status);
+
+struct L3Completion {
+  std::uint64_t ticket = 0;  // what write()/read() returned
+  BlockKey key;
+  bool is_write = false;
+  L3Status status = L3Status::kOk;
+  std::chrono::nanoseconds latency{0};  // from write()/read() to the end of the completion
+};
+
+struct L3Stats {
+  std::size_t capacity_blocks = 0, used_blocks = 0;  // used: stored or being written
+  long reads = 0, writes = 0;                        // completed kOk with a transfer
+  long read_bytes = 0, write_bytes = 0;              // payload bytes of those
+  long checksum_failures = 0, io_errors = 0, evictions = 0;
+  long dropped_writes = 0;  // writes refused: kUnavailable, kNoSpace
+  bool available = true;    // the breaker is closed
+  // Over the transfers above: the mean of all, the 99th percentile of the
+  // most recent (LatencyStats::kWindow).
+  double mean_read_us = 0, p99_read_us = 0, mean_write_us = 0, p99_write_us = 0;
+};
+
+class L3Store {
+ public:
+  // Opens or creates the store. Recovers used slots and LRU order from the
+  // index; entries naming a slot out of range (a smaller capacity than
+  // before), of another length, or a slot another entry already claims are
+  // dropped, with a line in warnings(). An error when the directory, slab or
+  // index cannot be created or allocated (e.g. fallocate fails: disk full).
+  static std::expected<std::unique_ptr<L3Store>, std::string> open(const L3Options& options);
+
+  // Drains every operation, persists LRU order, closes.
+  ~L3Store();
+  L3Store(const L3Store&) = delete;
+  L3Store& operator=(const L3Store&) = delete;
+
+  // Starts writing `src` (block_bytes valid bytes) under record.key and
+  // returns the ticket its completion will carry. REQUIRES: src is
+  // 4096-aligned, slot_bytes() long, and stays valid and unchanged until the
+  // completion is polled.
+  //  * A key already stored, or being written, completes kOk without I/O
+  //    (src is not used) and counts as a use.
+  //  * With no free slot, the least recently used unprotected entry with no
+  //    read in flight is evicted: deleted from the index before its slot is
+  //    reused. Without one the write completes kNoSpace.
+  //  * The index entry is committed only after the payload write succeeded;
+  //    until then lookup() and read() do not see the key.
+  std::uint64_t write(const L3Record& record, const std::byte* src);
+
+  // Starts reading the block stored under `key` into dst. REQUIRES: dst is
+  // 4096-aligned, slot_bytes() long, and valid until the completion is
+  // polled; its contents are unspecified unless the completion says kOk.
+  // kOk only when the payload's checksum and the stored fingerprint (equal
+  // to expected_fingerprint) match; otherwise kChecksumMismatch, and the
+  // entry is removed and counted. The entry cannot be evicted while the read
+  // is in flight; a read counts as a use.
+  std::uint64_t read(const BlockKey& key, std::uint64_t expected_fingerprint, std::byte* dst);
+
+  // Submits every queued operation now (write/read batch them).
+  void flush();
+  // Completions since the last call, in completion order; flushes first and
+  // never blocks on I/O.
+  std::vector<L3Completion> poll();
+  // Blocks until every submitted operation has completed (its completion is
+  // then waiting for poll()) and persists LRU order.
+  void drain();
+
+  // The record of a stored entry (not of one still being written). Served
+  // from memory.
+  std::optional<L3Record> lookup(const BlockKey& key) const;
+  bool contains(const BlockKey& key) const;
+  // Removes the entry from the index, then frees its slot (once no read is
+  // in flight on it). An entry still being written is dropped when its write
+  // completes. Unknown keys are ignored.
+  void erase(const BlockKey& key);
+  // Marks the entry used now, for LRU. Persisted lazily: with the next read
+  // of it, drain() or close.
+  void touch(const BlockKey& key);
+  // Protected entries are never evicted (the engine's swapped-out requests).
+  // Kept in memory only: after a restart nothing is protected.
+  void set_protected(const BlockKey& key, bool is_protected);
+
+  std::size_t slot_bytes() const { return slot_bytes_; }
+  std::size_t block_bytes() const { return options_.block_bytes; }
+  std::size_t capacity_blocks() const { return num_slots_; }
+  // Every stored key, in no particular order: what a restart found, for
+  // tools and tests (lookup() is the cheap question).
+  std::vector<BlockKey> keys() const;
+  // Where a stored entry's payload lies in <path>/slab, for tests and tools.
+  std::optional<std::uint64_t> slot_offset(const BlockKey& key) const;
+  L3Stats stats() const;
+  // What open() recovered and discarded, one line each.
+  std::vector<std::string> warnings() const { return warnings_; }
+
+ private:
+  enum class EntryState { kWriting, kStored };
+  struct Entry {
+    L3Record record;
+    std::uint32_t slot = 0;
+    std::uint64_t checksum = 0;  // valid once kStored
+    std::uint64_t last_use = 0;  // key into lru_ while kStored
+    EntryState state = EntryState::kWriting;
+    bool is_protected = false;
+  };
+  struct Slot {
+    bool owned = false;  // by an entry, or by the write still filling it
+    int reads = 0;       // reads in flight
+  };
+  struct Op {
+    BlockKey key;
+    bool is_write = false;
+    std::uint32_t slot = 0;
+    std::byte* buf = nullptr;
+    std::uint64_t checksum = 0;  // reads: what the payload must hash to
+    bool probe = false;          // the breaker's probe
+    std::chrono::steady_clock::time_point start;
+  };
+  L3Store(const L3Options& options, std::size_t slot_bytes, std::size_t num_slots);
+  std::chrono::steady_clock::time_point now() const;
+
+  // The rest REQUIRE mu_ held.
+  // Whether an operation may touch the disk now; marks it as the probe when
+  // the breaker is half open.
+  bool admit_locked(bool& probe);
+  void breaker_failure_locked(bool probe);
+  void breaker_success_locked(bool probe);
+  void complete_locked(std::uint64_t ticket, const BlockKey& key, bool is_write, L3Status status,
+                       std::chrono::nanoseconds latency = {});
+  // A free slot, evicting the LRU victim if need be: nullopt (with *error
+  // set when the index refused the delete) if none can be had.
+  std::optional<std::uint32_t> take_slot_locked(bool& index_error);
+  // Drops a stored entry from the index and memory and releases its slot.
+  bool remove_stored_locked(const BlockKey& key);
+  void release_slot_locked(std::uint32_t slot);
+  void use_locked(Entry& entry);
+  L3Entry index_entry_locked(const Entry& entry) const;
+  void persist_touched_locked();
+
+  // Completion-thread callbacks from the slab.
+  void on_io_complete(std::uint64_t ticket, int result);
+  void on_submit_error(int error);
+
+  L3Options options_;
+  std::size_t slot_bytes_;
+  std::size_t num_slots_;
+  std::vector<std::string> warnings_;  // written by open() only
+  std::unique_ptr<L3Index> index_;
+  std::unique_ptr<SlabFile> slab_;  // declared last: destroyed (drained) first
+  std::uint64_t next_ticket_ = 1;   // engine thread only
+
+  mutable std::mutex mu_;  // guards everything below
+  std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_;
+  // (last_use, key) of every stored entry, least recently used first. The
+  // key breaks ties, which only a damaged index can create.
+  std::set<std::pair<std::uint64_t, BlockKey>> lru_;
+  std::uint64_t clock_ = 1;                             // next last_use
+  std::unordered_set<BlockKey, BlockKeyHash> touched_;  // last_use not yet persisted
+  std::vector<Slot> slots_;
+  std::vector<std::uint32_t> free_;            // slots with no owner and no reads; lowest last
+  std::unordered_map<std::uint64_t, Op> ops_;  // ticket -> operation in flight
+  std::vector<L3Completion> completions_;      // waiting for poll()
+  L3Stats stats_;
+  LatencyStats read_latency_, write_latency_;
+  // The breaker: closed, open until open_until_, or half open with one probe
+  // in flight.
+  bool breaker_open_ = false;
+  bool probe_in_flight_ = false;
+  std::chrono::steady_clock::time_point open_until_;
+  std::chrono::milliseconds backoff_{0};
+};
+
+}  // namespace kvtier::tiers
