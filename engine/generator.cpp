@@ -49,10 +49,13 @@ std::expected<Generation, std::string> generate(
     return std::unexpected(ok.error());
   if (options.prefill_chunk < 0) return std::unexpected("prefill_chunk must not be negative");
   if (options.page_size < 1) return std::unexpected("page_size must be at least 1");
+  if (auto ok = options.eviction.validate(options.page_size); !ok)
+    return std::unexpected(ok.error());
 
   const int context = model.config().block_size;
   const int V = model.config().vocab_size;
   SequenceKv kv(options.page_size);
+  KvEvictor evictor(options.eviction, context);
   Sampler sampler(options.sampling);
   StopMatcher stops(options.stop);
   Generation out;
@@ -66,13 +69,17 @@ std::expected<Generation, std::string> generate(
       error = "the KV pool has no free block for this sequence";
       return false;
     }
-    const Model::Chunk chunk{&kv, tokens, false};
+    out.peak_kv_blocks = std::max(out.peak_kv_blocks, kv.resident_blocks());
+    const Model::Chunk chunk{&kv, tokens, false, evictor.scores()};
     auto logits = model.forward(std::span(&chunk, 1), pool);
     if (!logits) {
       error = logits.error();
       return false;
     }
     last = logits->subspan(logits->size() - V);
+    // No eviction inside the prompt: whole and chunked prefill stay equal.
+    if (kv.length() >= static_cast<int>(prompt.size()))
+      out.evicted_blocks += evictor.evict(kv, pool);
     return true;
   };
 

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/eviction_policy.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
@@ -33,12 +34,19 @@ struct GenerateOptions {
   std::vector<std::string> stop;  // needs a tokenizer
   int prefill_chunk = 0;          // tokens per prefill step; 0 = the whole prompt at once
   int page_size = 16;
+  // Which KV pages to drop as the sequence grows (engine/eviction_policy.h):
+  // applied after the forward pass that completes the prompt and after every
+  // decode step. The default, none, keeps every page, and the results are
+  // exactly what they were before policies existed.
+  EvictionPolicy eviction;
 };
 
 struct Generation {
   std::vector<int> tokens;  // generated ids (the prompt excluded)
   std::string text;         // their text, cut before a stop string; empty without a tokenizer
   FinishReason finish = FinishReason::kLength;
+  int peak_kv_blocks = 0;  // the most KV pages the sequence held at once
+  int evicted_blocks = 0;  // pages the eviction policy dropped
 };
 
 // The rules every request passes before it reaches the engine, whichever
@@ -55,8 +63,9 @@ std::expected<void, std::string> validate_request(const ModelConfig& config,
 // returning) and samples up to max_tokens tokens. `on_text`, if set, receives
 // the text as it becomes final (bytes that might begin a stop string are held
 // back until they cannot). Fails with a clear message on a request that
-// validate_request() refuses, a bad prefill_chunk or page_size, or a pool
-// too small for the sequence.
+// validate_request() refuses, a bad prefill_chunk, page_size or eviction
+// policy, or a pool too small for the sequence (with eviction, too small for
+// effective_kv_tokens()).
 std::expected<Generation, std::string> generate(
     Model& model, tiers::BlockPool& pool, const Tokenizer* tokenizer, std::span<const int> prompt,
     const GenerateOptions& options, const std::function<void(std::string_view)>& on_text = {});

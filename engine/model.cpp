@@ -41,6 +41,9 @@ std::expected<void, std::string> Model::check(std::span<const Chunk> chunks,
       return std::unexpected("forward: chunk " + std::to_string(i) + " has pages for " +
                              std::to_string(c.kv->capacity()) + " positions, needs " +
                              std::to_string(end));
+    if (c.kv->length() < c.kv->capacity() && c.kv->is_evicted(c.kv->length() / c.kv->page_size()))
+      return std::unexpected("forward: chunk " + std::to_string(i) +
+                             " would write into an evicted page");
     if (c.kv->page_size() != chunks[0].kv->page_size())
       return std::unexpected("forward: sequences with different page sizes in one batch");
     for (int t : c.tokens)
@@ -76,10 +79,13 @@ void Model::attention(int layer, int M) {
   // Then each (tile, head) on its own: a tile is a run of consecutive rows of
   // one chunk that share the K/V pages they load. Neither the tiling nor the
   // thread that runs a tile changes a row's arithmetic.
+  // Attention scores, for chunks that want them, go to a buffer of each
+  // thread's own and are then added up: integer sums, so in any order.
   const long items = static_cast<long>(tiles_.size()) * H;
 #pragma omp parallel
   {
     std::vector<float> scratch(static_cast<std::size_t>(kTileRows) * (config_.block_size + 1));
+    std::vector<kernels::AttentionScore> scores(static_cast<std::size_t>(score_positions_), 0);
 #pragma omp for schedule(dynamic, 1)
     for (long item = 0; item < items; ++item) {
       const Tile tile = tiles_[item / H];
@@ -88,8 +94,14 @@ void Model::attention(int layer, int M) {
       const auto view = layout.layer_view(block_bases_[first.chunk].data(), layer);
       const float* q = qkv_.data() + tile.first_row * width + h * D;
       float* out = att_.data() + static_cast<long>(tile.first_row) * C + h * D;
+      const long offset = score_offset_[first.chunk];
       kernels::attention_rows(out, C, q, width, tile.rows, first.pos, view, h / group,
-                              scratch.data());
+                              scratch.data(), offset < 0 ? nullptr : scores.data() + offset);
+    }
+    if (!scores.empty()) {
+#pragma omp critical(kvtier_attention_scores)
+      for (const ScoreTarget& t : score_targets_)
+        for (int i = 0; i < t.positions; ++i) t.scores[i] += scores[t.offset + i];
     }
   }
 }
@@ -104,6 +116,9 @@ std::expected<std::span<const float>, std::string> Model::forward(std::span<cons
   rows_.clear();
   tiles_.clear();
   block_bases_.resize(chunks.size());
+  score_targets_.clear();
+  score_offset_.assign(chunks.size(), -1);
+  score_positions_ = 0;
   std::vector<int> logit_rows;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const Chunk& c = chunks[i];
@@ -116,7 +131,13 @@ std::expected<std::span<const float>, std::string> Model::forward(std::span<cons
     }
     block_bases_[i].clear();
     for (int id : c.kv->block_ids())
-      block_bases_[i].push_back(reinterpret_cast<float*>(pool.data(id)));
+      block_bases_[i].push_back(
+          id == SequenceKv::kEvictedBlock ? nullptr : reinterpret_cast<float*>(pool.data(id)));
+    if (c.scores != nullptr) {
+      score_offset_[i] = score_positions_;
+      score_targets_.push_back({score_positions_, c.kv->length() + n, c.scores});
+      score_positions_ += c.kv->length() + n;
+    }
   }
   const int M = static_cast<int>(rows_.size());
   x_.resize(static_cast<std::size_t>(M) * C);

@@ -15,6 +15,10 @@
 // from that row alone in a fixed order (see kernels/matmul.h and
 // kernels/attention.h); tests check it with memcmp.
 //
+// Evicted pages (SequenceKv::evict_block) are skipped by attention exactly
+// as if masked (kernels/attention.h); queries keep their absolute positions,
+// so a token's position embedding never changes.
+//
 // Thread-safety: forward() uses scratch buffers the Model owns, so one thread
 // (the engine's) calls it at a time; the kernels inside use OpenMP threads.
 #pragma once
@@ -48,6 +52,13 @@ class Model {
     SequenceKv* kv = nullptr;     // positions kv->length() .. +tokens.size() are computed
     std::span<const int> tokens;  // and their K/V appended; kv->length() advances
     bool all_logits = false;      // logits for every token of the chunk, not only the last
+    // For H2O eviction: when set, every row's attention probabilities, summed
+    // over layers and heads, are added per key position (scores[t] for
+    // position t, fixed point as kernels::AttentionScore says). It holds at
+    // least kv->length() + tokens.size() entries; positions on evicted pages
+    // get nothing. The sums are integers, so they do not depend on the batch,
+    // the chunking or the threads. Null (the default) costs nothing.
+    kernels::AttentionScore* scores = nullptr;
   };
 
   // Runs the chunks through the model and returns the logits, (R, V) in
@@ -82,7 +93,17 @@ class Model {
     int rows;
   };
   std::vector<Tile> tiles_;
-  std::vector<std::vector<float*>> block_bases_;  // per chunk
+  std::vector<std::vector<float*>> block_bases_;  // per chunk; null for evicted pages
+  // Chunks that gather attention scores: where their positions sit in each
+  // thread's score buffer and where the sums go.
+  struct ScoreTarget {
+    long offset;
+    int positions;
+    kernels::AttentionScore* scores;
+  };
+  std::vector<ScoreTarget> score_targets_;
+  std::vector<long> score_offset_;  // per chunk; -1 without scores
+  long score_positions_ = 0;
   int page_size_ = 0;
   std::vector<float> x_, ln_, qkv_, att_, fc_, logits_in_, logits_;
 };

@@ -42,7 +42,8 @@ SequenceKv SequenceKv::fork(tiers::BlockPool& pool) const {
   SequenceKv child(page_size_);
   child.length_ = length_;
   child.block_ids_ = block_ids_;
-  for (int id : block_ids_) pool.add_ref(id);
+  for (int id : block_ids_)
+    if (id != kEvictedBlock) pool.add_ref(id);
   return child;
 }
 
@@ -52,9 +53,33 @@ void SequenceKv::advance(int n) {
 }
 
 void SequenceKv::release(tiers::BlockPool& pool) {
-  for (int id : block_ids_) pool.release(id);
+  for (int id : block_ids_)
+    if (id != kEvictedBlock) pool.release(id);
   block_ids_.clear();
   length_ = 0;
+}
+
+SequenceKv SequenceKv::adopt(int page_size, std::vector<int> block_ids, int length) {
+  SequenceKv kv(page_size);
+  kv.block_ids_ = std::move(block_ids);
+  assert(length >= 0 && length <= kv.capacity());
+  kv.length_ = length;
+  return kv;
+}
+
+void SequenceKv::evict_block(tiers::BlockPool& pool, int index) {
+  assert(index >= 0 && index < static_cast<int>(block_ids_.size()));
+  assert(block_ids_[index] != kEvictedBlock);
+  // A partial page is still being written; only full pages can go.
+  assert((index + 1) * page_size_ <= length_);
+  pool.release(block_ids_[index]);
+  block_ids_[index] = kEvictedBlock;
+}
+
+int SequenceKv::resident_blocks() const {
+  int n = 0;
+  for (int id : block_ids_) n += id != kEvictedBlock ? 1 : 0;
+  return n;
 }
 
 }  // namespace kvtier

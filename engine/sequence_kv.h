@@ -6,9 +6,20 @@
 // the same length, so a prompt prefilled once can fan out into several
 // samples.
 //
+// Evicted pages: an eviction policy (engine/eviction_policy.h) may drop a
+// whole, full page from the table with evict_block(). Its entry stays, as
+// kEvictedBlock, so entry i still covers positions [i * page_size, (i + 1) *
+// page_size): keys and values keep the absolute positions they were computed
+// at and attention skips the hole. Positions keep counting (length() is the
+// next position, not the number held); resident_blocks() is what the
+// sequence holds.
+//
 // Invariants:
-//  * length() <= capacity() = blocks * page_size;
-//  * the sequence holds one pool reference per entry of its block table;
+//  * length() <= capacity() = blocks * page_size (evicted entries included);
+//  * the sequence holds one pool reference per resident (non-evicted) entry
+//    of its block table;
+//  * only full pages are evicted, so the page that position length() falls
+//    into, and every later one, is resident;
 //  * after reserve(pool, n) returns true, every block that positions
 //    [length(), n) fall into is owned by this sequence alone, so writing them
 //    changes no other sequence (copy-on-write). Only the last, partial block
@@ -54,6 +65,25 @@ class SequenceKv {
   // A new sequence sharing every block of this one (a reference each) at the
   // same length. Takes nothing from the free list.
   SequenceKv fork(tiers::BlockPool& pool) const;
+
+  // A sequence that takes over blocks whose references the caller already
+  // holds (one per entry, such as blocks a prefix cache shares or a swapped-out
+  // sequence gets back), holding `length` positions. REQUIRES: length <=
+  // block_ids.size() * page_size.
+  static SequenceKv adopt(int page_size, std::vector<int> block_ids, int length);
+
+  // The block-table entry of an evicted page.
+  static constexpr int kEvictedBlock = -1;
+
+  // Drops page `index` from the sequence: its pool reference is released (the
+  // block returns to the pool unless another sequence shares it) and its
+  // entry becomes kEvictedBlock. Positions do not move. REQUIRES: the page is
+  // resident and full ((index + 1) * page_size <= length()).
+  void evict_block(tiers::BlockPool& pool, int index);
+
+  // Entries of the block table that hold a block (not evicted).
+  int resident_blocks() const;
+  bool is_evicted(int index) const { return block_ids_[index] == kEvictedBlock; }
 
   // Marks n more positions as filled. REQUIRES: length() + n <= capacity().
   void advance(int n);

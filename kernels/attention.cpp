@@ -60,6 +60,27 @@ void values_head64(float* out, long out_stride, const float* const* probs, const
 }
 #endif
 
+// Calls fn(begin, end) for each run of consecutive present positions in
+// [t_begin, t_end), in increasing order. With every page present that is one
+// call for the whole range, so loops written over runs do exactly what they
+// did over the range.
+template <typename Fn>
+void for_each_present_run(const PagedKv& kv, int t_begin, int t_end, Fn&& fn) {
+  const int P = kv.page_size;
+  int t = t_begin;
+  while (t < t_end) {
+    while (t < t_end && kv.blocks[t / P] == nullptr) t = (t / P + 1) * P;
+    if (t >= t_end) return;
+    int end = t;
+    while (end < t_end && kv.blocks[end / P] != nullptr) {
+      const int page_end = (end / P + 1) * P;
+      end = page_end < t_end ? page_end : t_end;
+    }
+    fn(t, end);
+    t = end;
+  }
+}
+
 // out (D) += p[t] * V[t] for t in [t_begin, t_end), in order: the generic form.
 void values_generic(float* out, const float* p, const PagedKv& kv, int kv_head, int t_begin,
                     int t_end) {
@@ -85,7 +106,8 @@ void kv_write(const PagedKv& kv, int pos, const float* k, const float* v) {
 }
 
 void attention_rows(float* out, long out_stride, const float* q, long q_stride, int n_rows,
-                    int first_pos, const PagedKv& kv, int kv_head, float* scratch) {
+                    int first_pos, const PagedKv& kv, int kv_head, float* scratch,
+                    AttentionScore* key_scores) {
   const int P = kv.page_size, D = kv.head_dim;
   const int n = first_pos + n_rows;  // keys the last row sees
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -93,8 +115,10 @@ void attention_rows(float* out, long out_stride, const float* q, long q_stride, 
   auto scores = [&](int r) { return scratch + static_cast<long>(r) * (n + 1); };
 
   // Scores, a page at a time: s[j] = fma chain over d of q[d] * K[d][j]. Keys
-  // past a row's own position are computed and never used.
+  // past a row's own position are computed and never used; absent pages are
+  // neither computed nor read later.
   for (int start = 0, block = 0; start < n; start += P, ++block) {
+    if (kv.blocks[block] == nullptr) continue;
     const int len = n - start < P ? n - start : P;
     const float* kp = key_page(kv, block, kv_head);
 #if defined(__AVX512F__)
@@ -122,16 +146,31 @@ void attention_rows(float* out, long out_stride, const float* q, long q_stride, 
     }
   }
 
-  // Softmax of each row over its own keys 0 .. first_pos + r.
+  // Softmax of each row over its own present keys 0 .. first_pos + r. The
+  // row's own page is present, so the first run starts the max.
   for (int r = 0; r < n_rows; ++r) {
     float* s = scores(r);
     const int keys = first_pos + r + 1;
-    for (int t = 0; t < keys; ++t) s[t] *= scale;
-    float max = s[0];
-    for (int t = 1; t < keys; ++t) max = s[t] > max ? s[t] : max;
-    for (int t = 0; t < keys; ++t) s[t] = vexp(s[t] - max);
+    auto each_run = [&](auto&& fn) { for_each_present_run(kv, 0, keys, fn); };
+    each_run([&](int a, int b) {
+      for (int t = a; t < b; ++t) s[t] *= scale;
+    });
+    bool first = true;
+    float max = 0.0f;
+    each_run([&](int a, int b) {
+      if (first) {
+        max = s[a];
+        first = false;
+      }
+      for (int t = a; t < b; ++t) max = s[t] > max ? s[t] : max;
+    });
+    each_run([&](int a, int b) {
+      for (int t = a; t < b; ++t) s[t] = vexp(s[t] - max);
+    });
     float sum = 0.0f;
-    for (int t = 0; t < keys; ++t) sum += s[t];
+    each_run([&](int a, int b) {
+      for (int t = a; t < b; ++t) sum += s[t];
+    });
     s[n] = 1.0f / sum;
     float* o = out + r * out_stride;
     for (int d = 0; d < D; ++d) o[d] = 0.0f;
@@ -148,40 +187,64 @@ void attention_rows(float* out, long out_stride, const float* q, long q_stride, 
 #if defined(__AVX512F__)
     if (rows == 4 && D == kFastDim) {
       const float* probs[4] = {scores(r0), scores(r0 + 1), scores(r0 + 2), scores(r0 + 3)};
-      values_head64<4>(o, out_stride, probs, kv, kv_head, 0, shared_end);
+      for_each_present_run(kv, 0, shared_end, [&](int a, int b) {
+        values_head64<4>(o, out_stride, probs, kv, kv_head, a, b);
+      });
     } else
 #endif
       for (int r = 0; r < rows; ++r)
-        values_generic(o + r * out_stride, scores(r0 + r), kv, kv_head, 0, shared_end);
+        for_each_present_run(kv, 0, shared_end, [&](int a, int b) {
+          values_generic(o + r * out_stride, scores(r0 + r), kv, kv_head, a, b);
+        });
     for (int r = 1; r < rows; ++r)
-      values_generic(o + r * out_stride, scores(r0 + r), kv, kv_head, shared_end,
-                     first_pos + r0 + r + 1);
+      for_each_present_run(kv, shared_end, first_pos + r0 + r + 1, [&](int a, int b) {
+        values_generic(o + r * out_stride, scores(r0 + r), kv, kv_head, a, b);
+      });
   }
   for (int r = 0; r < n_rows; ++r) {
     const float inv = scores(r)[n];
     float* o = out + r * out_stride;
     for (int d = 0; d < D; ++d) o[d] *= inv;
   }
+
+  // Probabilities into the caller's scores, in fixed point (see
+  // AttentionScore): p_t = s[t] / sum, rounded down.
+  if (key_scores == nullptr) return;
+  for (int r = 0; r < n_rows; ++r) {
+    const float* s = scores(r);
+    const float inv = s[n];
+    for_each_present_run(kv, 0, first_pos + r + 1, [&](int a, int b) {
+      for (int t = a; t < b; ++t)
+        key_scores[t] += static_cast<AttentionScore>(s[t] * inv * static_cast<float>(kScoreOne));
+    });
+  }
 }
 
-void attention_row_reference(float* out, const float* q, int pos, const PagedKv& kv, int kv_head) {
+void attention_row_reference(float* out, const float* q, int pos, const PagedKv& kv, int kv_head,
+                             double* probs) {
   const int P = kv.page_size, D = kv.head_dim;
-  std::vector<double> s(pos + 1);
+  auto present = [&](int t) { return kv.blocks[t / P] != nullptr; };
+  std::vector<double> s(pos + 1, 0.0);
+  double max = -INFINITY;
   for (int t = 0; t <= pos; ++t) {
+    if (!present(t)) continue;
     const float* kp = key_page(kv, t / P, kv_head);
     double dot = 0.0;
     for (int d = 0; d < D; ++d) dot += static_cast<double>(q[d]) * kp[d * P + t % P];
     s[t] = dot / std::sqrt(static_cast<double>(D));
+    max = s[t] > max ? s[t] : max;
   }
-  double max = s[0];
-  for (double x : s) max = x > max ? x : max;
   double sum = 0.0;
-  for (double& x : s) sum += (x = std::exp(x - max));
+  for (int t = 0; t <= pos; ++t)
+    if (present(t)) sum += (s[t] = std::exp(s[t] - max));
   for (int d = 0; d < D; ++d) {
     double acc = 0.0;
-    for (int t = 0; t <= pos; ++t) acc += s[t] * value_page(kv, t / P, kv_head)[(t % P) * D + d];
+    for (int t = 0; t <= pos; ++t)
+      if (present(t)) acc += s[t] * value_page(kv, t / P, kv_head)[(t % P) * D + d];
     out[d] = static_cast<float>(acc / sum);
   }
+  if (probs != nullptr)
+    for (int t = 0; t <= pos; ++t) probs[t] = s[t] / sum;
 }
 
 }  // namespace kvtier::kernels

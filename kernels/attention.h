@@ -16,13 +16,33 @@
 // on how the sequence was chunked, what else is batched with it, or which
 // thread runs it — the property every "restored equals recomputed" check
 // rests on.
+//
+// Absent pages: an eviction policy (engine/eviction_policy.h) may drop whole
+// pages of a sequence; their entry in PagedKv::blocks is null. Keys and
+// values keep the absolute positions they were computed at, so a query
+// simply skips those positions: the softmax and the weighted sum run over
+// the present positions only, in the same increasing order, exactly as if
+// the absent ones were masked out. With every page present the arithmetic
+// is the same as before absent pages existed, bit for bit.
 #pragma once
+
+#include <cstdint>
 
 namespace kvtier::kernels {
 
+// Attention probabilities summed per key position, in fixed point: one
+// query's whole softmax (which sums to 1) adds about kScoreOne. Integers
+// because their sum is the same in any order, so a sequence's scores do not
+// depend on how its prompt was chunked or tiled, the batch, or the threads
+// (float sums would, in their last bits). A probability p adds
+// floor(p * kScoreOne); 2^32 keeps every probability above 2.3e-10 and
+// leaves room for 2^31 whole queries (layers x heads x rows) before overflow.
+using AttentionScore = std::int64_t;
+inline constexpr AttentionScore kScoreOne = AttentionScore{1} << 32;
+
 // One layer of one sequence's KV, seen through its block table.
 struct PagedKv {
-  float* const* blocks = nullptr;  // block base pointers, in position order
+  float* const* blocks = nullptr;  // block base pointers, in position order; null = page absent
   long k_offset = 0;               // floats from a block's base to this layer's K
   long v_offset = 0;               // floats from a block's base to this layer's V
   int page_size = 0;
@@ -31,7 +51,7 @@ struct PagedKv {
 };
 
 // Writes the key and value of position `pos` (each (Hkv * D)) into its page.
-// REQUIRES: the block for pos is in the table.
+// REQUIRES: the block for pos is in the table and present.
 void kv_write(const PagedKv& kv, int pos, const float* k, const float* v);
 
 // Attention of n_rows consecutive queries of one head, at positions
@@ -42,11 +62,24 @@ void kv_write(const PagedKv& kv, int pos, const float* k, const float* v);
 // they load; each row's arithmetic is exactly what it would be alone, so a
 // tile gives the same bits as its rows one at a time. `scratch` holds at
 // least n_rows * (first_pos + n_rows + 1) floats.
+//
+// Positions on absent pages are skipped (see the top of this file).
+// REQUIRES: the pages of the rows' own positions are present.
+//
+// `key_scores`, when not null, gets each row's softmax probabilities added
+// into it (key_scores[t] += floor(p_t * kScoreOne) for every present t the
+// row sees, absent ones untouched); it holds at least first_pos + n_rows
+// entries and no other thread writes it during the call. Without it the
+// function does no score work at all.
 void attention_rows(float* out, long out_stride, const float* q, long q_stride, int n_rows,
-                    int first_pos, const PagedKv& kv, int kv_head, float* scratch);
+                    int first_pos, const PagedKv& kv, int kv_head, float* scratch,
+                    AttentionScore* key_scores = nullptr);
 
 // Plain reference for one query at `pos`, with libm and double accumulation, for
-// tests of the fast path (agreement within tolerance, not bits).
-void attention_row_reference(float* out, const float* q, int pos, const PagedKv& kv, int kv_head);
+// tests of the fast path (agreement within tolerance, not bits). Skips absent
+// pages as attention_rows() does. `probs`, when not null, receives the
+// softmax probability of every position 0..pos (0 for absent ones).
+void attention_row_reference(float* out, const float* q, int pos, const PagedKv& kv, int kv_head,
+                             double* probs = nullptr);
 
 }  // namespace kvtier::kernels

@@ -116,5 +116,103 @@ TEST(Attention, TileRowsMatchSingleRowsBitForBit) {
   }
 }
 
+// Pages with a null base are absent (evicted): every row skips their
+// positions, as the reference does, for the register-blocked and generic
+// paths, single rows and tiles.
+TEST(Attention, AbsentPagesAreSkippedLikeTheReference) {
+  const int n = 70, heads = 2;
+  for (auto [page_size, D] : {std::pair{16, 64}, {16, 24}, {5, 64}, {5, 24}}) {
+    Pages pages(n, page_size, heads, D, 31);
+    // Drop pages 0, 2 and 3 (a run of two) — never the last, which the
+    // queries below live in.
+    for (int b : {0, 2, 3}) pages.bases[b] = nullptr;
+    std::mt19937 rng(4);
+    std::normal_distribution<float> normal;
+    std::vector<float> q(static_cast<std::size_t>(n) * D);
+    for (auto& x : q) x = normal(rng);
+    const int last_page_start = (n - 1) / page_size * page_size;
+    for (int first : {last_page_start, n - 3}) {
+      const int rows = n - first;
+      std::vector<float> tile(static_cast<std::size_t>(rows) * D), one(D), ref(D);
+      std::vector<float> scratch(static_cast<std::size_t>(rows) * (n + 1));
+      attention_rows(tile.data(), D, q.data() + first * D, D, rows, first, pages.view, 1,
+                     scratch.data());
+      for (int r = 0; r < rows; ++r) {
+        attention_rows(one.data(), 0, q.data() + (first + r) * D, 0, 1, first + r, pages.view, 1,
+                       scratch.data());
+        ASSERT_EQ(0, std::memcmp(one.data(), tile.data() + r * D, sizeof(float) * D));
+        attention_row_reference(ref.data(), q.data() + (first + r) * D, first + r, pages.view, 1);
+        for (int d = 0; d < D; ++d)
+          ASSERT_NEAR(one[d], ref[d], 2e-5f) << "page " << page_size << " D " << D << " row " << r;
+      }
+    }
+  }
+}
+
+// Skipping is exact: a sequence with holes gives the bits of the sequence
+// that never had those pages (the present ones moved together).
+TEST(Attention, AbsentPagesGiveTheBitsOfTheCompactedSequence) {
+  const int n = 70, P = 16, heads = 2;
+  for (int D : {64, 24}) {
+    Pages holes(n, P, heads, D, 17);
+    holes.bases[1] = holes.bases[2] = nullptr;  // positions 16..47 gone
+    // The compacted copy: pages 0, 3, 4 of `holes` as pages 0, 1, 2.
+    Pages compact(n - 32, P, heads, D, 99);
+    for (auto [to, from] : {std::pair{0, 0}, {1, 3}, {2, 4}})
+      std::memcpy(compact.bases[to], holes.bases[from], sizeof(float) * 2 * heads * D * P);
+    std::mt19937 rng(6);
+    std::normal_distribution<float> normal;
+    const int rows = 6, first = n - rows;
+    std::vector<float> q(static_cast<std::size_t>(rows) * D);
+    for (auto& x : q) x = normal(rng);
+    std::vector<float> a(q.size()), b(q.size()), scratch(static_cast<std::size_t>(rows) * (n + 1));
+    attention_rows(a.data(), D, q.data(), D, rows, first, holes.view, 0, scratch.data());
+    attention_rows(b.data(), D, q.data(), D, rows, first - 32, compact.view, 0, scratch.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size())) << "D " << D;
+  }
+}
+
+// Asking for scores changes no output bit, and the scores are each row's
+// probabilities in fixed point: the reference's within rounding, nothing on
+// absent positions, and the same integers whether the rows ran as a tile or
+// one at a time.
+TEST(Attention, ScoresAreTheRowsProbabilitiesInFixedPoint) {
+  const int n = 53, heads = 2;
+  for (auto [page_size, D] : {std::pair{16, 64}, {3, 16}}) {
+    Pages pages(n, page_size, heads, D, 12);
+    pages.bases[1] = nullptr;
+    std::mt19937 rng(2);
+    std::normal_distribution<float> normal;
+    const int rows = 7, first = n - rows;
+    std::vector<float> q(static_cast<std::size_t>(rows) * D);
+    for (auto& x : q) x = normal(rng);
+    std::vector<float> plain(q.size()), scored(q.size());
+    std::vector<float> scratch(static_cast<std::size_t>(rows) * (n + 1));
+    std::vector<AttentionScore> tile_scores(n, 0), row_scores(n, 0);
+    attention_rows(plain.data(), D, q.data(), D, rows, first, pages.view, 1, scratch.data());
+    attention_rows(scored.data(), D, q.data(), D, rows, first, pages.view, 1, scratch.data(),
+                   tile_scores.data());
+    EXPECT_EQ(0, std::memcmp(plain.data(), scored.data(), sizeof(float) * plain.size()));
+
+    std::vector<double> expected(n, 0.0), probs(n);
+    std::vector<float> out(D);
+    for (int r = 0; r < rows; ++r) {
+      attention_rows(out.data(), 0, q.data() + r * D, 0, 1, first + r, pages.view, 1,
+                     scratch.data(), row_scores.data());
+      attention_row_reference(out.data(), q.data() + r * D, first + r, pages.view, 1, probs.data());
+      for (int t = 0; t <= first + r; ++t) expected[t] += probs[t];
+    }
+    EXPECT_EQ(tile_scores, row_scores);
+    for (int t = 0; t < n; ++t) {
+      if (t / page_size == 1) {
+        EXPECT_EQ(tile_scores[t], 0) << "absent position " << t;
+        continue;
+      }
+      EXPECT_NEAR(static_cast<double>(tile_scores[t]) / kScoreOne, expected[t], 1e-5)
+          << "page " << page_size << " position " << t;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::kernels

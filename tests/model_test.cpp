@@ -245,6 +245,124 @@ TEST(Model, FillsTheContextExactlyAndNoFurther) {
   kv.release(f.pool);
 }
 
+// H2O's attention scores: asking for them changes no logit bit; they are
+// integers, so whole and chunked prefill give the same sums; and each row
+// adds one unit per layer and head (its softmax sums to 1), give or take the
+// fixed-point rounding.
+TEST(Model, AttentionScoresChangeNoLogitAndIgnoreChunking) {
+  const auto config = tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4);
+  Fixture f(config);
+  std::mt19937 rng(13);
+  const auto prompt = random_tokens(rng, 60, config.vocab_size);
+
+  SequenceKv plain(f.page_size);
+  const auto expected = f.run(plain, prompt, true);
+  plain.release(f.pool);
+
+  std::vector<kernels::AttentionScore> whole_scores(config.block_size, 0);
+  SequenceKv whole(f.page_size);
+  ASSERT_TRUE(whole.reserve(f.pool, 60));
+  const Model::Chunk chunk{&whole, prompt, true, whole_scores.data()};
+  auto logits = f.model.forward(std::span(&chunk, 1), f.pool);
+  ASSERT_TRUE(logits.has_value()) << logits.error();
+  EXPECT_TRUE(same_bits(expected, *logits));
+  whole.release(f.pool);
+
+  std::vector<kernels::AttentionScore> chunked_scores(config.block_size, 0);
+  SequenceKv kv(f.page_size);
+  for (int begin = 0; begin < 60; begin += 7) {
+    const auto piece = std::span(prompt).subspan(begin, std::min(7, 60 - begin));
+    ASSERT_TRUE(kv.reserve(f.pool, kv.length() + static_cast<int>(piece.size())));
+    const Model::Chunk c{&kv, piece, false, chunked_scores.data()};
+    ASSERT_TRUE(f.model.forward(std::span(&c, 1), f.pool).has_value());
+  }
+  kv.release(f.pool);
+  EXPECT_EQ(whole_scores, chunked_scores);
+
+  long double total = 0;
+  for (auto s : whole_scores) total += static_cast<long double>(s) / kernels::kScoreOne;
+  const double units = 60.0 * config.n_layer * config.n_head;
+  EXPECT_NEAR(static_cast<double>(total), units, units * 1e-5);
+}
+
+// A sequence with an evicted page: its logits change (the page is skipped),
+// stay batch-invariant, and its evicted positions gather no scores.
+TEST(Model, EvictedPagesAreSkippedAndBatchInvariant) {
+  const auto config = tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4);
+  Fixture f(config);
+  std::mt19937 rng(21);
+  const auto prompt = random_tokens(rng, 40, config.vocab_size);
+  const auto other = random_tokens(rng, 23, config.vocab_size);
+
+  // Full cache, then the same with page 1 (positions 16..31) evicted; both
+  // decode three steps with the same tokens.
+  auto decode = [&](SequenceKv& kv, std::vector<kernels::AttentionScore>* scores) {
+    std::vector<std::vector<float>> rows;
+    for (int token : {3, 1, 4}) {
+      EXPECT_TRUE(kv.reserve(f.pool, kv.length() + 1));
+      const Model::Chunk c{&kv, std::span(&token, 1), false,
+                           scores != nullptr ? scores->data() : nullptr};
+      auto logits = f.model.forward(std::span(&c, 1), f.pool);
+      EXPECT_TRUE(logits.has_value());
+      rows.emplace_back(logits->begin(), logits->end());
+    }
+    return rows;
+  };
+  SequenceKv full(f.page_size);
+  f.run(full, prompt, false);
+  const auto full_rows = decode(full, nullptr);
+  full.release(f.pool);
+
+  SequenceKv alone(f.page_size);
+  f.run(alone, prompt, false);
+  alone.evict_block(f.pool, 1);
+  std::vector<kernels::AttentionScore> scores(config.block_size, 0);
+  const auto alone_rows = decode(alone, &scores);
+  for (int t = 16; t < 32; ++t) EXPECT_EQ(scores[t], 0) << "evicted position " << t;
+  EXPECT_GT(scores[0], 0);
+  EXPECT_GT(scores[32], 0);
+  for (std::size_t i = 0; i < full_rows.size(); ++i)
+    EXPECT_FALSE(same_bits(full_rows[i], alone_rows[i])) << "step " << i;
+  alone.release(f.pool);
+
+  // The same steps batched beside another sequence's prefill chunks.
+  SequenceKv kv(f.page_size), neighbour(f.page_size);
+  f.run(kv, prompt, false);
+  kv.evict_block(f.pool, 1);
+  int fed = 0;
+  std::vector<kernels::AttentionScore> batched_scores(config.block_size, 0);
+  std::vector<std::vector<float>> batched_rows;
+  for (int token : {3, 1, 4}) {
+    const auto piece = std::span(other).subspan(fed, 7);
+    fed += 7;
+    ASSERT_TRUE(kv.reserve(f.pool, kv.length() + 1));
+    ASSERT_TRUE(neighbour.reserve(f.pool, neighbour.length() + 7));
+    const std::vector<Model::Chunk> batch{
+        {&neighbour, piece, false}, {&kv, std::span(&token, 1), false, batched_scores.data()}};
+    auto logits = f.model.forward(batch, f.pool);
+    ASSERT_TRUE(logits.has_value()) << logits.error();
+    const auto row = logits->subspan(config.vocab_size, config.vocab_size);
+    batched_rows.emplace_back(row.begin(), row.end());
+  }
+  for (std::size_t i = 0; i < alone_rows.size(); ++i)
+    EXPECT_TRUE(same_bits(alone_rows[i], batched_rows[i])) << "step " << i;
+  EXPECT_EQ(scores, batched_scores);
+  kv.release(f.pool);
+  neighbour.release(f.pool);
+  EXPECT_EQ(f.pool.num_free(), f.pool.num_blocks());
+}
+
+TEST(Model, RefusesToWriteIntoAnEvictedPage) {
+  Fixture f(tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4));
+  SequenceKv kv = SequenceKv::adopt(f.page_size, {SequenceKv::kEvictedBlock}, 0);
+  const int token = 1;
+  const Model::Chunk chunk{&kv, std::span(&token, 1), false};
+  auto r = f.model.forward(std::span(&chunk, 1), f.pool);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().find("evicted page"), std::string::npos) << r.error();
+  EXPECT_EQ(kv.length(), 0);
+}
+
 }  // namespace
 
 // Readable parameters in test listings and failure messages.

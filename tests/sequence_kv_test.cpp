@@ -137,5 +137,43 @@ TEST(SequenceKvTest, CopyAndPagesAreAllOrNothing) {
   EXPECT_EQ(pool.num_free(), 3);
 }
 
+// Eviction leaves a hole: the entry becomes kEvictedBlock, positions keep
+// their pages, the block goes back to the pool, and growing, forking and
+// releasing skip the hole.
+TEST(SequenceKvTest, EvictedPagesLeaveHolesThatEverythingSkips) {
+  tiers::BlockPool pool(kBlockBytes, 8);
+  SequenceKv a = filled(pool, 10);  // pages 0, 1 full; page 2 partial
+  const std::vector<int> original = ids(a);
+  a.evict_block(pool, 0);
+  EXPECT_TRUE(a.is_evicted(0));
+  EXPECT_EQ(a.block_ids()[0], SequenceKv::kEvictedBlock);
+  EXPECT_EQ(a.resident_blocks(), 2);
+  EXPECT_EQ(a.length(), 10);
+  EXPECT_EQ(a.capacity(), 12);
+  EXPECT_FALSE(pool.is_allocated(original[0]));
+  EXPECT_EQ(pool.num_free(), 6);
+
+  // Growing past the partial page adds pages at the end; the hole stays.
+  EXPECT_EQ(a.blocks_needed(pool, 13), 1);
+  ASSERT_TRUE(a.reserve(pool, 13));
+  a.advance(3);
+  EXPECT_EQ(a.block_ids().size(), 4u);
+  EXPECT_TRUE(a.is_evicted(0));
+
+  // A fork shares the resident pages only, the hole included as a hole.
+  SequenceKv b = a.fork(pool);
+  EXPECT_EQ(ids(b), ids(a));
+  EXPECT_EQ(pool.ref_count(original[1]), 2);
+  // Evicting a shared page drops one reference; the other owner keeps it.
+  b.evict_block(pool, 1);
+  EXPECT_EQ(pool.ref_count(original[1]), 1);
+  EXPECT_TRUE(all_bytes(pool, original[1], 2));
+  EXPECT_FALSE(a.is_evicted(1));
+
+  a.release(pool);
+  b.release(pool);
+  EXPECT_EQ(pool.num_free(), pool.num_blocks());
+}
+
 }  // namespace
 }  // namespace kvtier
