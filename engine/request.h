@@ -7,12 +7,16 @@
 //                ^           |            |
 //                +-----------+------------+   preempted (recompute): blocks freed,
 //                                             back to waiting, re-prefilled later
+//                ^                        |
+//                +------- swapped <-------+   preempted (swap): full blocks go to the
+//                                             prefix cache (held there), the partial
+//                                             last one to an L2 slot; back in the queue,
+//                                             re-admitted by promoting them, no recompute
 //   any live state -> cancelled (blocks freed at once); failed on an engine error.
-//   swapped is reserved for swap-mode preemption, which comes with the tiers.
 //
 // Invariants (Scheduler::check_invariants() checks them after every step):
 //  * tokens() is the prompt followed by the generated tokens;
-//  * waiting, done, cancelled and failed requests hold no KV blocks;
+//  * waiting, swapped, done, cancelled and failed requests hold no L1 blocks;
 //  * prefilling: kv().length() < tokens().size() <= kv().capacity() (all the
 //    pages the prefill needs are reserved when the request is admitted);
 //  * running: kv().length() == tokens().size() - 1 (the last sampled token is
@@ -32,6 +36,7 @@
 // pointers. Not thread-safe: it lives on the engine thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -42,6 +47,7 @@
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/sequence_kv.h"
+#include "tiers/block_key.h"
 
 namespace kvtier {
 
@@ -51,7 +57,7 @@ enum class RequestStatus {
   kWaiting,     // queued for admission; holds no KV
   kPrefilling,  // admitted; its prompt (or, after a preemption, prompt + generated) is being fed
   kRunning,     // decoding one token per step
-  kSwapped,     // preempted with its KV moved down a tier (not produced until the tiers land)
+  kSwapped,     // preempted with its KV moved down the tiers; queued for re-admission
   kDone,        // finished; finish_reason() says why
   kCancelled,   // cancelled by the caller
   kFailed,      // the engine failed it; error() says why
@@ -71,6 +77,9 @@ struct RequestParams {
   std::vector<std::string> stop;  // stop strings (need a tokenizer)
   int priority = 0;               // 0 = most urgent; only the `priority` policy looks at it
   int n = 1;                      // samples from one prefill, 1..kMaxSamples
+  // Prefix-cache namespace (a tenant): requests share cached blocks only
+  // with requests of the same salt. Empty is the default namespace.
+  std::string cache_salt;
 };
 
 // The most samples one request may ask for.
@@ -135,6 +144,9 @@ class Request {
   // second (or later) time because of it.
   int preemptions() const { return preemptions_; }
   long recomputed_tokens() const { return recomputed_tokens_; }
+  // Prompt tokens served from the prefix cache at the first admission, by the
+  // tier they were in (L1 shared at once, L2 and L3 promoted).
+  const std::array<int, 3>& cached_tokens() const { return cached_tokens_; }
 
  private:
   friend class Scheduler;
@@ -172,6 +184,16 @@ class Request {
   // Positions [0, computed_before_) had KV once and lost it to a preemption;
   // prefilling them again is recompute.
   int computed_before_ = 0;
+
+  // Prefix cache: the chain root (from the salt), and while swapped out, the
+  // KV length to restore, the keys of the full blocks held for it in the
+  // cache, and the L2 slot holding its partial last block (-1 if none).
+  tiers::BlockKey cache_root_;
+  int swapped_length_ = 0;
+  std::vector<tiers::BlockKey> held_keys_;
+  int stash_slot_ = -1;
+  bool admitted_once_ = false;
+  std::array<int, 3> cached_tokens_{};
 };
 
 }  // namespace kvtier

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <utility>
+
+#include "engine/block_hash.h"
 
 namespace kvtier {
 
@@ -55,9 +58,14 @@ std::expected<void, std::string> SchedulerConfig::validate() const {
     return std::unexpected("token_budget (" + std::to_string(token_budget) +
                            ") must be at least max_batch_size (" + std::to_string(max_batch_size) +
                            ") so that every running request decodes each step");
-  if (preemption == PreemptionMode::kSwap)
+  if (preemption == PreemptionMode::kSwap && !prefix_cache)
     return std::unexpected(
-        "preemption 'swap' is not available until the tiers land; use 'recompute'");
+        "preemption 'swap' moves KV through the prefix cache; turn prefix_cache on or use "
+        "'recompute'");
+  if (!prefix_cache && (cache.l2_bytes > 0 || !cache.l3_path.empty()))
+    return std::unexpected("l2_bytes and l3_path need prefix_cache on");
+  if (!cache.l3_path.empty() && cache.l3_bytes == 0)
+    return std::unexpected("l3_path is set but l3_bytes is 0");
   return {};
 }
 
@@ -65,11 +73,18 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
     Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
     tiers::BlockPool* pool) {
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
-  const std::size_t block_bytes = model.kv_layout(config.page_size).block_bytes();
+  const KvLayout layout = model.kv_layout(config.page_size);
+  std::size_t block_bytes = layout.block_bytes();
+  // O_DIRECT reads and writes go straight to and from L1 blocks.
+  if (config.prefix_cache) block_bytes = (block_bytes + 4095) / 4096 * 4096;
   int max_blocks = config.max_kv_tokens / config.page_size;
   std::unique_ptr<tiers::BlockPool> owned;
   if (pool == nullptr) {
-    owned = std::make_unique<tiers::BlockPool>(block_bytes, max_blocks);
+    const int l1_blocks =
+        std::max<int>(max_blocks, static_cast<int>(config.l1_bytes / block_bytes));
+    owned = std::make_unique<tiers::BlockPool>(
+        block_bytes, l1_blocks,
+        config.prefix_cache ? tiers::Memory::kPageAligned : tiers::Memory::kPageable);
     pool = owned.get();
   } else {
     if (pool->block_bytes() < block_bytes)
@@ -82,24 +97,83 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
                              " of its blocks are in use");
     max_blocks = std::min(max_blocks, pool->num_blocks());
   }
-  return std::unique_ptr<Scheduler>(
-      new Scheduler(model, tokenizer, config, std::move(owned), pool, max_blocks));
+  std::unique_ptr<KvCache> cache;
+  if (config.prefix_cache) {
+    const std::uint64_t fingerprint =
+        model_fingerprint(model.config(), model.weights(), config.page_size);
+    auto created = KvCache::create(layout, fingerprint, *pool, config.cache);
+    if (!created) return std::unexpected(created.error());
+    cache = std::move(*created);
+  }
+  return std::unique_ptr<Scheduler>(new Scheduler(model, tokenizer, config, std::move(owned), pool,
+                                                  max_blocks, std::move(cache)));
 }
 
 Scheduler::Scheduler(Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
                      std::unique_ptr<tiers::BlockPool> owned_pool, tiers::BlockPool* pool,
-                     int max_blocks)
+                     int max_blocks, std::unique_ptr<KvCache> cache)
     : model_(&model),
       tokenizer_(tokenizer),
       config_(config),
       owned_pool_(std::move(owned_pool)),
       pool_(pool),
+      cache_(std::move(cache)),
       max_blocks_(max_blocks),
       context_(model.config().block_size),
       vocab_size_(model.config().vocab_size) {}
 
+std::expected<void, std::string> Scheduler::reconfigure(const SchedulerConfig& config) {
+  if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
+  SchedulerConfig fixed = config;
+  fixed.token_budget = config_.token_budget;
+  fixed.max_batch_size = config_.max_batch_size;
+  fixed.policy = config_.policy;
+  if (fixed.max_kv_tokens != config_.max_kv_tokens || fixed.page_size != config_.page_size ||
+      fixed.preemption != config_.preemption)
+    return std::unexpected(
+        "only token_budget, max_batch_size and policy can change while the engine runs");
+  for (const auto& [id, r] : requests_) {
+    if (!is_terminal(r->status_) && r->num_samples_ > config.max_batch_size)
+      return std::unexpected("request " + std::to_string(id) +
+                             " has n = " + std::to_string(r->num_samples_) +
+                             ", more than max_batch_size " + std::to_string(config.max_batch_size));
+  }
+  std::vector<RequestId> queued;
+  for (const QueueKey& key : waiting_) queued.push_back(key.id);
+  config_ = config;
+  waiting_.clear();
+  for (RequestId id : queued) waiting_.insert(queue_key(*requests_.at(id)));
+  return {};
+}
+
+void Scheduler::calibrate_tier_costs() {
+  if (!cache_) return;
+  const int n = std::min({64, context_ - 1, max_blocks_ * config_.page_size});
+  double best = 0;
+  if (n > 0 && pool_->num_free() * config_.page_size >= n) {
+    const std::vector<int> tokens(static_cast<std::size_t>(n), 0);
+    best = 1e9;
+    for (int i = 0; i < 2; ++i) {
+      SequenceKv kv(config_.page_size);
+      if (!kv.reserve(*pool_, n)) break;
+      const Model::Chunk chunk{&kv, tokens, false};
+      const auto start = std::chrono::steady_clock::now();
+      const bool ok = model_->forward(std::span(&chunk, 1), *pool_).has_value();
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      kv.release(*pool_);
+      if (ok) best = std::min(best, took);
+    }
+    if (best == 1e9) best = 0;
+  }
+  cache_->set_costs(cache_->calibrate(n > 0 ? best / n : 0));
+}
+
 Scheduler::~Scheduler() {
   for (Request* r : admitted_) r->kv_.release(*pool_);
+  for (auto& [id, r] : requests_) {
+    if (r->stash_slot_ >= 0) cache_->drop_stash(r->stash_slot_);
+  }
 }
 
 int Scheduler::blocks_for(long positions) const {
@@ -178,8 +252,10 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params) {
                            "; shorten the prompt or max_tokens");
 
   const RequestId id = next_id_++;
+  const std::string salt = params.cache_salt;
   auto request =
       std::make_unique<Request>(id, next_arrival_++, std::move(params), config_.page_size);
+  if (cache_) request->cache_root_ = cache_->root(salt);
   waiting_.insert(queue_key(*request));
   requests_.emplace(id, std::move(request));
   return id;
@@ -196,8 +272,9 @@ std::expected<void, std::string> Scheduler::cancel(RequestId id) {
                            std::string(to_string(r.status_)) + ")");
   for (Request* m : group) {
     if (is_terminal(m->status_)) continue;
-    if (m->status_ == RequestStatus::kWaiting) {
+    if (m->status_ == RequestStatus::kWaiting || m->status_ == RequestStatus::kSwapped) {
       waiting_.erase(queue_key(*m));
+      release_swap_state(*m);
       m->status_ = RequestStatus::kCancelled;
     } else {
       retire(*m, RequestStatus::kCancelled);
@@ -207,6 +284,9 @@ std::expected<void, std::string> Scheduler::cancel(RequestId id) {
 }
 
 void Scheduler::retire(Request& r, RequestStatus status) {
+  // Done or cancelled, the KV it computed is right and may serve a later
+  // request; a failed forward() wrote nothing, so the same holds.
+  if (cache_) insert_into_cache(r);
   r.kv_.release(*pool_);
   r.status_ = status;
   std::erase(admitted_, &r);
@@ -229,21 +309,81 @@ void Scheduler::admit() {
       if (a->status_ == RequestStatus::kRunning)
         growth += a->kv_.blocks_needed(*pool_, a->kv_.length() + 1);
     }
-    const int need = blocks_for(static_cast<long>(r.tokens_.size()));
+    const int tokens = static_cast<int>(r.tokens_.size());
+    const int need = blocks_for(tokens);
     if (used_blocks() + growth + need > max_blocks_) break;
-    const bool reserved = reserve(r, static_cast<int>(r.tokens_.size()));
-    assert(reserved);
-    if (!reserved) break;  // only if the pool is shared after all
+    // The queue is strict, so a head whose blocks are still coming up from
+    // L3 holds the others back; the running requests go on meanwhile.
+    if (cache_ && !restore_from_cache(r, need)) break;
+    // A swapped request whose whole KV came back decodes at once.
+    const bool resumes = r.num_generated() > 0 && r.kv_.length() == tokens - 1;
+    if (!resumes && !reserve(r, tokens)) {
+      // Only when cached blocks could not be demoted in time (L3 writes in
+      // flight): give back what the cache lent and try again next step.
+      r.computed_before_ = std::max(r.computed_before_, r.kv_.length());
+      r.kv_.release(*pool_);
+      break;
+    }
     waiting_.erase(waiting_.begin());
-    r.status_ = RequestStatus::kPrefilling;
+    if (r.status_ == RequestStatus::kSwapped) {
+      release_swap_state(r);
+      ++swapped_in_;
+    }
+    r.status_ = resumes ? RequestStatus::kRunning : RequestStatus::kPrefilling;
+    r.admitted_once_ = true;
     admitted_.push_back(&r);
   }
+}
+
+bool Scheduler::restore_from_cache(Request& r, int budget_blocks) {
+  const int tokens = static_cast<int>(r.tokens_.size());
+  const int P = config_.page_size;
+  // At least the last token is always fed: its logits pick the next token.
+  const int max_match = (tokens - 1) / P;
+  if (!r.admitted_once_ && r.status_ == RequestStatus::kWaiting &&
+      r.cached_tokens_ == std::array<int, 3>{}) {
+    const PrefixLookup found = cache_->lookup(r.cache_root_, r.tokens_, max_match);
+    for (int t = 0; t < kNumTiers; ++t) r.cached_tokens_[t] = found.blocks[t] * P;
+  }
+  auto blocks = cache_->acquire_prefix(r.cache_root_, r.tokens_, max_match, budget_blocks);
+  if (!blocks) return false;
+  int length = static_cast<int>(blocks->size()) * P;
+  if (r.stash_slot_ >= 0 && length == r.swapped_length_ / P * P) {
+    auto tail = cache_->unstash_partial(r.stash_slot_);
+    if (!tail) {
+      for (int b : *blocks) pool_->release(b);
+      return false;
+    }
+    r.stash_slot_ = -1;
+    blocks->push_back(*tail);
+    length = r.swapped_length_;
+  }
+  r.kv_ = SequenceKv::adopt(P, std::move(*blocks), length);
+  return true;
+}
+
+std::vector<CacheNode*> Scheduler::insert_into_cache(const Request& r) {
+  const int full = r.kv_.length() / config_.page_size;
+  const auto tokens =
+      std::span(r.tokens_).first(static_cast<std::size_t>(full) * config_.page_size);
+  return cache_->insert(r.cache_root_, tokens, r.kv_.block_ids().first(full));
+}
+
+void Scheduler::release_swap_state(Request& r) {
+  if (!cache_) return;
+  cache_->hold(r.held_keys_, -1);
+  r.held_keys_.clear();
+  if (r.stash_slot_ >= 0) cache_->drop_stash(r.stash_slot_);
+  r.stash_slot_ = -1;
+  r.swapped_length_ = 0;
 }
 
 bool Scheduler::reserve(Request& r, int n) {
   const int more = r.kv_.blocks_needed(*pool_, n);
   if (more == 0) return true;
   if (used_blocks() + more > max_blocks_) return false;
+  // Cached blocks no request holds make way (demoted down the tiers).
+  if (cache_) cache_->make_free_l1(more);
   return r.kv_.reserve(*pool_, n);
 }
 
@@ -262,9 +402,7 @@ void Scheduler::preempt(Request& victim, StepOutput& out) {
       preempt_recompute(victim);
       break;
     case PreemptionMode::kSwap:
-      // validate() refuses swap until the tier manager can hold the blocks.
-      assert(false && "swap preemption is not implemented");
-      preempt_recompute(victim);
+      preempt_swap(victim);
       break;
   }
   ++victim.preemptions_;
@@ -287,6 +425,29 @@ void Scheduler::preempt_recompute(Request& victim) {
   victim.status_ = RequestStatus::kWaiting;
   // Its original arrival puts it ahead of everything that came after it.
   waiting_.insert(queue_key(victim));
+}
+
+void Scheduler::preempt_swap(Request& victim) {
+  // The full blocks join the prefix cache, held so they are dropped only as a
+  // last resort; they leave L1 only when someone needs the room (they are
+  // demoted like any cached block). The partial last block cannot be shared,
+  // so it goes to an L2 slot of its own. Nothing is recomputed unless the
+  // tiers run out of room for them.
+  const int length = victim.kv_.length();
+  for (const CacheNode* node : insert_into_cache(victim)) victim.held_keys_.push_back(node->key);
+  cache_->hold(victim.held_keys_, +1);
+  const int P = config_.page_size;
+  if (length % P != 0) {
+    const int tail = victim.kv_.block_ids()[static_cast<std::size_t>(length / P)];
+    if (auto slot = cache_->stash_partial(tail)) victim.stash_slot_ = *slot;
+  }
+  victim.swapped_length_ = length;
+  victim.computed_before_ = std::max(victim.computed_before_, length);
+  victim.kv_.release(*pool_);
+  std::erase(admitted_, &victim);
+  victim.status_ = RequestStatus::kSwapped;
+  waiting_.insert(queue_key(victim));
+  ++swapped_out_;
 }
 
 void Scheduler::sample_and_append(Request& r, std::span<const float> logits, RequestEvent& event) {
@@ -324,6 +485,7 @@ void Scheduler::sample_and_append(Request& r, std::span<const float> logits, Req
 StepOutput Scheduler::step() {
   StepOutput out;
   ++steps_;
+  if (cache_) cache_->poll();
   admit();
 
   // Pages for this step's decodes, most urgent first, so that when pages run
@@ -474,6 +636,9 @@ SchedulerStats Scheduler::stats() const {
   s.steps = steps_;
   s.preemptions = preemptions_;
   s.recomputed_tokens = recomputed_tokens_;
+  s.swapped_out = swapped_out_;
+  s.swapped_in = swapped_in_;
+  for (const auto& [id, r] : requests_) s.swapped += r->status_ == RequestStatus::kSwapped;
   return s;
 }
 
@@ -507,6 +672,7 @@ std::expected<void, std::string> Scheduler::check_invariants() const {
         ++admitted;
         break;
       case RequestStatus::kWaiting:
+      case RequestStatus::kSwapped:
         if (!waiting_.contains(queue_key(r))) return fail(r, "waiting but not in the queue");
         ++waiting;
         [[fallthrough]];
@@ -528,14 +694,18 @@ std::expected<void, std::string> Scheduler::check_invariants() const {
       ++holders[block];
     }
   }
-  // Every reference the pool counts is a block-table entry, and the other way
-  // round; the referenced blocks and the free list then partition the pool.
+  // Every reference the pool counts is a block-table entry or the prefix
+  // cache's, and the other way round; the referenced blocks and the free list
+  // then partition the pool.
+  const std::vector<int> cached =
+      cache_ ? cache_->l1_ref_counts() : std::vector<int>(holders.size(), 0);
   int used = 0, referenced = 0;
   for (int block = 0; block < pool_->num_blocks(); ++block) {
-    if (holders[block] != pool_->ref_count(block))
+    if (holders[block] + cached[block] != pool_->ref_count(block))
       return std::unexpected("block " + std::to_string(block) + " has " +
                              std::to_string(pool_->ref_count(block)) + " references but " +
-                             std::to_string(holders[block]) + " block tables hold it");
+                             std::to_string(holders[block]) + " block tables and " +
+                             std::to_string(cached[block]) + " cache entries hold it");
     if (holders[block] > 0) ++used;
     if (pool_->is_allocated(block)) ++referenced;
   }
@@ -560,6 +730,7 @@ std::expected<void, std::string> Scheduler::check_invariants() const {
     return std::unexpected(std::to_string(pool_->num_free()) + " free + " +
                            std::to_string(referenced) + " referenced blocks != pool size " +
                            std::to_string(pool_->num_blocks()));
+  if (cache_) return cache_->check_invariants();
   return {};
 }
 

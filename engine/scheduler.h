@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "engine/generator.h"
+#include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/request.h"
 #include "engine/tokenizer.h"
@@ -113,12 +114,25 @@ struct SchedulerConfig {
   // means fewer blocks to track and move between tiers.
   int page_size = 16;
 
-  // What happens to a preemption victim's KV. Only kRecompute exists today;
-  // kSwap is refused by validate() until the tiers land.
+  // What happens to a preemption victim's KV: kRecompute frees it (it is
+  // prefilled again later); kSwap moves it down the tiers and back, with no
+  // recomputation (needs the prefix cache).
   PreemptionMode preemption = PreemptionMode::kRecompute;
 
+  // The prefix cache (engine/kv_cache.h): finished and swapped-out requests
+  // leave their full blocks in a radix tree, new requests share or promote
+  // the blocks their prompt starts with, and blocks no request holds move
+  // down L1 -> L2 -> L3 instead of being dropped.
+  bool prefix_cache = false;
+  // L1 pool size in bytes; 0 means exactly max_kv_tokens. A larger L1 keeps
+  // more cached blocks beside the running requests' (the budget for
+  // requests stays max_kv_tokens).
+  std::size_t l1_bytes = 0;
+  CacheConfig cache;  // L2, L3 and the write policy (prefix_cache only)
+
   // Clear message for: page_size < 1, max_kv_tokens below one page,
-  // max_batch_size < 1, token_budget < 1 or < max_batch_size, swap preemption.
+  // max_batch_size < 1, token_budget < 1 or < max_batch_size, swap preemption
+  // without the prefix cache, L2/L3 settings without it.
   std::expected<void, std::string> validate() const;
 };
 
@@ -152,6 +166,9 @@ struct SchedulerStats {
   long steps = 0;
   long preemptions = 0;
   long recomputed_tokens = 0;  // positions whose KV was computed again after a preemption
+  long swapped_out = 0;        // swap preemptions
+  long swapped_in = 0;         // swapped requests re-admitted
+  int swapped = 0;             // requests swapped out now
 };
 
 class Scheduler {
@@ -221,12 +238,30 @@ class Scheduler {
   std::expected<void, std::string> check_invariants() const;
 
   const SchedulerConfig& config() const { return config_; }
+  // Measures what a prefilled token costs and, through the cache, what
+  // loading a block from L2 and L3 costs, and hands the figures to the
+  // cache's load-or-recompute decision. Call once at start-up, before any
+  // request (it borrows free pool blocks). No-op without the prefix cache.
+  void calibrate_tier_costs();
+
+  // The prefix cache, or null when config().prefix_cache is off.
+  KvCache* cache() { return cache_.get(); }
+  const KvCache* cache() const { return cache_.get(); }
+
+  // Changes the tunables that are safe to change between steps: token_budget,
+  // max_batch_size and policy (the waiting queue is re-ordered). Any other
+  // field of `config` must equal the current one. Refused, changing nothing,
+  // when the result fails validate() or a live request's n exceeds the new
+  // max_batch_size. Requests already admitted stay admitted; a smaller batch
+  // limit only stops new admissions until the batch shrinks.
+  std::expected<void, std::string> reconfigure(const SchedulerConfig& config);
   // max_kv_tokens in pages, capped by the pool's size.
   int max_blocks() const { return max_blocks_; }
 
  private:
   Scheduler(Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
-            std::unique_ptr<tiers::BlockPool> owned_pool, tiers::BlockPool* pool, int max_blocks);
+            std::unique_ptr<tiers::BlockPool> owned_pool, tiers::BlockPool* pool, int max_blocks,
+            std::unique_ptr<KvCache> cache);
 
   // Queue order; smaller is more urgent. `priority` is 0 for fcfs.
   struct QueueKey {
@@ -247,6 +282,15 @@ class Scheduler {
   // This is where swap mode plugs in.
   void preempt(Request& victim, StepOutput& out);
   void preempt_recompute(Request& victim);
+  void preempt_swap(Request& victim);
+  // Admission's prefix-cache step: gives a request that holds no blocks the
+  // cached blocks its tokens start with (and a swapped one its stashed
+  // partial block). False while promotions for it are still in flight.
+  bool restore_from_cache(Request& r, int budget_blocks);
+  // The cache's share of a finished or swapped request: its full blocks.
+  std::vector<CacheNode*> insert_into_cache(const Request& r);
+  // Lets go of what a swapped-out request kept in the cache (holds, stash).
+  void release_swap_state(Request& r);
   // Samples r's next token from `logits` and checks the stop conditions.
   void sample_and_append(Request& r, std::span<const float> logits, RequestEvent& event);
   // Moves a request out of the batch into a terminal state and frees its KV.
@@ -274,6 +318,8 @@ class Scheduler {
   SchedulerConfig config_;
   std::unique_ptr<tiers::BlockPool> owned_pool_;
   tiers::BlockPool* pool_;
+  // After the pool: destroyed first, it gives back the blocks it holds.
+  std::unique_ptr<KvCache> cache_;
   int max_blocks_;
   int context_;
   int vocab_size_;
@@ -290,6 +336,8 @@ class Scheduler {
   long steps_ = 0;
   long preemptions_ = 0;
   long recomputed_tokens_ = 0;
+  long swapped_out_ = 0;
+  long swapped_in_ = 0;
 };
 
 }  // namespace kvtier

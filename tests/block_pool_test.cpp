@@ -81,5 +81,27 @@ TEST(BlockPoolTest, BlocksAreDisjointAndAligned) {
   }
 }
 
+// Page-aligned and pinned pools give O_DIRECT-ready blocks. Locking may be
+// refused by RLIMIT_MEMLOCK; then the pool still works and says why.
+TEST(BlockPoolTest, PinnedPoolIsPageAlignedAndLockedOrSaysWhyNot) {
+  for (Memory memory : {Memory::kPageAligned, Memory::kPinned}) {
+    BlockPool pool(8192, 3, memory);
+    for (int id = 0; id < 3; ++id)
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(pool.data(id)) % 4096, 0u);
+    if (memory == Memory::kPageAligned) {
+      EXPECT_FALSE(pool.locked());
+    } else {
+      EXPECT_TRUE(pool.locked() || !pool.lock_error().empty());
+      if (!pool.locked()) {
+        EXPECT_NE(pool.lock_error().find("mlock"), std::string::npos) << pool.lock_error();
+      }
+    }
+    const int id = *pool.allocate();
+    pool.data(id)[8191] = std::byte{7};  // the whole block is usable
+    pool.release(id);
+    EXPECT_EQ(pool.num_free(), 3);
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::tiers

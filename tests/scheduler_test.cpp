@@ -725,7 +725,14 @@ TEST_F(SchedulerTest, RefusesBadConfigsWithClearMessages) {
   refused(c, "token_budget (4) must be at least max_batch_size (8)");
   c = {};
   c.preemption = PreemptionMode::kSwap;
-  refused(c, "preemption 'swap' is not available until the tiers land");
+  refused(c, "preemption 'swap' moves KV through the prefix cache");
+  c = {};
+  c.cache.l2_bytes = 1 << 20;
+  refused(c, "l2_bytes and l3_path need prefix_cache on");
+  c = {};
+  c.prefix_cache = true;
+  c.cache.l3_path = "/nonexistent";
+  refused(c, "l3_path is set but l3_bytes is 0");
 
   EXPECT_EQ(parse_policy("priority"), SchedulingPolicy::kPriority);
   EXPECT_EQ(parse_policy("fcfs"), SchedulingPolicy::kFcfs);

@@ -1,10 +1,12 @@
 // A fixed number of equal-size, reference-counted blocks carved from one
 // aligned allocation.
 //
-// This is the L1 pool's host stand-in: the engine computes attention straight
-// out of these blocks. Blocks are opaque bytes here; what they hold, and who
-// holds them, is the caller's business (the pool knows nothing of models,
-// requests or block tables).
+// Two uses: the L1 pool's host stand-in (the engine computes attention
+// straight out of these blocks) and the L2 pinned host pool (Memory::kPinned:
+// page-aligned, locked memory that io_uring O_DIRECT reads and writes, and
+// that a GPU could copy to and from without staging). Blocks are opaque bytes here; what they hold,
+// and who holds them, is the caller's business (the pool knows nothing of models, requests or block
+// tables).
 //
 // Reference counts let several owners share one block (a prompt prefilled
 // once and fanned out into samples, later a prefix cache): allocate() hands a
@@ -20,18 +22,34 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace kvtier::tiers {
 
+enum class Memory {
+  kPageable,     // 64-byte aligned, touched lazily
+  kPageAligned,  // 4096-byte aligned (O_DIRECT buffers), touched lazily
+  kPinned,       // 4096-byte aligned and mlock()ed up front (see BlockPool())
+};
+
 class BlockPool {
  public:
-  // Reserves num_blocks * block_bytes bytes aligned to 64 bytes (a cache
-  // line). Contents start unspecified and pages are touched only when used,
-  // so an idle pool costs address space, not resident memory. REQUIRES:
-  // block_bytes is a multiple of 64 and > 0, num_blocks > 0. Throws
-  // std::bad_alloc when memory is short.
-  BlockPool(std::size_t block_bytes, int num_blocks);
+  // Reserves num_blocks * block_bytes bytes.
+  //  * kPageable: aligned to 64 bytes (a cache line). Contents start
+  //    unspecified and pages are touched only when used, so an idle pool
+  //    costs address space, not resident memory.
+  //  * kPageAligned: aligned to 4096 bytes, so every block can be the buffer
+  //    of an O_DIRECT transfer (block_bytes a multiple of 4096 too);
+  //  * kPinned: the same, and locked with mlock(). Locking can be refused
+  //    (RLIMIT_MEMLOCK); the pool then works on unlocked memory, locked()
+  //    says false and lock_error() says why, for the caller to warn about.
+  // REQUIRES: block_bytes > 0 and a multiple of the alignment, num_blocks >
+  // 0. Throws std::bad_alloc when memory is short.
+  BlockPool(std::size_t block_bytes, int num_blocks, Memory memory = Memory::kPageable);
+  ~BlockPool();
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
 
   // A free block with a reference count of 1, or nullopt when none is left.
   // Most recently freed first, which keeps hot memory hot.
@@ -50,6 +68,13 @@ class BlockPool {
   }
 
   std::size_t block_bytes() const { return block_bytes_; }
+  std::size_t capacity_bytes() const {
+    return block_bytes_ * static_cast<std::size_t>(num_blocks_);
+  }
+  Memory memory() const { return memory_; }
+  // kPinned only: whether mlock() succeeded, and the error when it did not.
+  bool locked() const { return locked_; }
+  const std::string& lock_error() const { return lock_error_; }
   int num_blocks() const { return num_blocks_; }
   int num_free() const { return static_cast<int>(free_.size()); }
   // 0 for a free block. REQUIRES: 0 <= id < num_blocks().
@@ -64,6 +89,9 @@ class BlockPool {
   };
   std::size_t block_bytes_;
   int num_blocks_;
+  Memory memory_;
+  bool locked_ = false;
+  std::string lock_error_;
   std::unique_ptr<std::byte[], AlignedFree> base_;
   std::vector<int> free_;
   std::vector<int> ref_counts_;

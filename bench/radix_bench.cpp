@@ -1,0 +1,113 @@
+// Radix prefix cache operations against prefix length: match, insert and
+// evict should cost O(blocks in the prefix), i.e. a constant time per block
+// whatever the length and however many other prefixes the tree holds.
+// Prints Google Benchmark's table plus ns/block for each length; asserts
+// nothing.
+//
+//   build/bench/radix_bench [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "bench/recording_reporter.h"
+#include "engine/block_hash.h"
+#include "engine/radix_cache.h"
+
+namespace {
+
+using kvtier::CacheNode;
+using kvtier::RadixCache;
+using kvtier::Tier;
+
+constexpr int kPage = 16;
+constexpr int kOtherPrefixes = 2000;  // background population of the tree
+
+std::vector<int> random_tokens(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, 50256);
+  std::vector<int> t(n);
+  for (int& x : t) x = pick(rng);
+  return t;
+}
+
+// A tree holding kOtherPrefixes unrelated 8-block prefixes, then `tokens`.
+struct Fixture {
+  RadixCache tree{kPage};
+  kvtier::tiers::BlockKey root = kvtier::root_key(1, "");
+  int next_block = 0;
+
+  std::vector<CacheNode*> insert(const std::vector<int>& tokens) {
+    std::vector<CacheNode*> path;
+    CacheNode* parent = nullptr;
+    for (std::size_t i = 0; (i + 1) * kPage <= tokens.size(); ++i) {
+      CacheNode* n = tree.insert(root, parent, std::span(tokens).subspan(i * kPage, kPage));
+      if (n->l1 < 0) tree.set_l1(n, next_block++);
+      path.push_back(n);
+      parent = n;
+    }
+    tree.touch(path);
+    return path;
+  }
+
+  // The background lives in L2, so L1's LRU index holds only what a
+  // benchmark inserts while the tree and its maps stay large.
+  Fixture() {
+    for (int i = 0; i < kOtherPrefixes; ++i)
+      for (CacheNode* n : insert(random_tokens(8 * kPage, 1000 + i))) {
+        tree.set_l2(n, n->l1);
+        tree.set_l1(n, -1);
+      }
+  }
+};
+
+void BM_Match(benchmark::State& state) {
+  const int blocks = static_cast<int>(state.range(0));
+  Fixture f;
+  const auto tokens = random_tokens(static_cast<std::size_t>(blocks) * kPage, 7);
+  f.insert(tokens);
+  for (auto _ : state) {
+    auto path = f.tree.match(f.root, tokens, blocks);
+    benchmark::DoNotOptimize(path.data());
+  }
+  state.counters["blocks"] = blocks;
+}
+
+void BM_InsertAndEvict(benchmark::State& state) {
+  // One iteration inserts a fresh prefix of `blocks` blocks and evicts it
+  // again leaf first through the LRU index, as demotion would.
+  const int blocks = static_cast<int>(state.range(0));
+  Fixture f;
+  const auto tokens = random_tokens(static_cast<std::size_t>(blocks) * kPage, 9);
+  for (auto _ : state) {
+    f.insert(tokens);
+    for (int i = 0; i < blocks; ++i) {
+      CacheNode* victim = f.tree.lru(Tier::kL1, [](const CacheNode& n) { return n.children == 0; });
+      f.tree.set_l1(victim, -1);
+    }
+  }
+  state.counters["blocks"] = blocks;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  for (int blocks : {1, 4, 16, 64, 256}) {
+    benchmark::RegisterBenchmark("match", BM_Match)->Arg(blocks);
+    benchmark::RegisterBenchmark("insert+evict", BM_InsertAndEvict)->Arg(blocks);
+  }
+  kvtier::bench::RecordingReporter capture;
+  benchmark::RunSpecifiedBenchmarks(&capture);
+  std::printf("\n== radix cache, page %d, %d other prefixes in the tree\n", kPage, kOtherPrefixes);
+  std::printf("  %-8s %16s %22s\n", "blocks", "match ns/block", "insert+evict ns/block");
+  for (int blocks : {1, 4, 16, 64, 256}) {
+    const std::string arg = "/" + std::to_string(blocks);
+    std::printf("  %-8d %16.1f %22.1f\n", blocks,
+                capture.get("match" + arg, "seconds") * 1e9 / blocks,
+                capture.get("insert+evict" + arg, "seconds") * 1e9 / blocks);
+  }
+  return 0;
+}

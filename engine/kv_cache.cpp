@@ -1,0 +1,669 @@
+#include "engine/kv_cache.h"
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
+
+#include "engine/block_hash.h"
+#include "kernels/block_copy.h"
+#include "tiers/l3_store.h"
+
+namespace kvtier {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+std::string_view to_string(WritePolicy policy) {
+  return policy == WritePolicy::kWriteThrough ? "write_through" : "write_back";
+}
+
+std::expected<WritePolicy, std::string> parse_write_policy(std::string_view name) {
+  if (name == "write_back") return WritePolicy::kWriteBack;
+  if (name == "write_through") return WritePolicy::kWriteThrough;
+  return std::unexpected("unknown write_policy '" + std::string(name) +
+                         "' (expected write_back or write_through)");
+}
+
+// What an L3 operation in flight is for, by ticket.
+struct KvCache::L3Parts {
+  std::unique_ptr<tiers::L3Store> store;
+  struct Pending {
+    tiers::BlockKey key;
+    bool is_write = false;
+    int l1_source = -1;  // write from L1: the block whose extra reference we hold
+    Clock::time_point start;
+  };
+  std::unordered_map<std::uint64_t, Pending> pending;
+};
+
+std::expected<std::unique_ptr<KvCache>, std::string> KvCache::create(const KvLayout& layout,
+                                                                     std::uint64_t fingerprint,
+                                                                     tiers::BlockPool& l1,
+                                                                     const CacheConfig& config) {
+  if (l1.block_bytes() < layout.block_bytes())
+    return std::unexpected("L1 blocks have " + std::to_string(l1.block_bytes()) +
+                           " bytes but the KV layout needs " +
+                           std::to_string(layout.block_bytes()));
+  if (!config.l3_path.empty() && l1.block_bytes() % 4096 != 0)
+    return std::unexpected("L3 needs L1 blocks that are a multiple of 4096 bytes");
+  return std::unique_ptr<KvCache>(new KvCache(layout, fingerprint, l1, config));
+}
+
+KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
+                 const CacheConfig& config)
+    : layout_(layout),
+      block_bytes_(layout.block_bytes()),
+      fingerprint_(fingerprint),
+      l1_(&l1),
+      config_(config),
+      tree_(layout.page_size),
+      l1_write_refs_(static_cast<std::size_t>(l1.num_blocks()), 0) {
+  const std::size_t slot = round_up(block_bytes_, 4096);
+  const int l2_blocks = static_cast<int>(config.l2_bytes / slot);
+  if (l2_blocks > 0) {
+    l2_ = std::make_unique<tiers::BlockPool>(slot, l2_blocks, tiers::Memory::kPinned);
+    if (!l2_->locked()) warnings_.push_back("L2 memory is not page-locked: " + l2_->lock_error());
+  } else if (config.l2_bytes > 0) {
+    warnings_.push_back("l2_bytes " + std::to_string(config.l2_bytes) + " holds no block of " +
+                        std::to_string(slot) + " bytes; no L2");
+  }
+  if (!config.l3_path.empty()) {
+    tiers::L3Options options;
+    options.path = config.l3_path;
+    options.capacity_bytes = config.l3_bytes;
+    options.block_bytes = block_bytes_;
+    // The fingerprint covers the layout version and page size too; entries
+    // of another model stay unreachable through their keys, and the tag
+    // makes a store written for another block size start empty.
+    options.format_tag = fingerprint;
+    auto store = tiers::L3Store::open(options);
+    if (store) {
+      l3_ = std::make_unique<L3Parts>();
+      l3_->store = std::move(*store);
+      for (const std::string& w : l3_->store->warnings()) warnings_.push_back(w);
+    } else {
+      warnings_.push_back("L3 disabled: " + store.error());
+      stats_.tier[2].available = false;
+      stats_.tier[2].io_errors = 1;
+    }
+  }
+}
+
+KvCache::~KvCache() {
+  drain();
+  for (const CacheNode* n : tree_.nodes()) {
+    if (n->l1 >= 0) l1_->release(n->l1);
+    if (n->l2 >= 0) l2_->release(n->l2);
+  }
+}
+
+tiers::BlockKey KvCache::root(std::string_view cache_salt) const {
+  return root_key(fingerprint_, cache_salt);
+}
+
+// Brings L3 entries under a path into the tree: after a restart the tree is
+// empty but the store still knows every block by its key.
+static void adopt_l3_entries(RadixCache& tree, tiers::L3Store* store, const tiers::BlockKey& root,
+                             std::span<const int> tokens, int max_blocks, int page_size,
+                             std::uint64_t fingerprint) {
+  if (store == nullptr) return;
+  const int blocks = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / page_size);
+  CacheNode* parent = nullptr;
+  tiers::BlockKey key = root;
+  for (int i = 0; i < blocks; ++i) {
+    const auto block = tokens.subspan(static_cast<std::size_t>(i) * page_size, page_size);
+    key = chain_key(key, block);
+    CacheNode* node = tree.find(key);
+    if (node == nullptr || !node->resident()) {
+      const auto record = store->lookup(key);
+      if (!record || record->fingerprint != fingerprint ||
+          !std::equal(block.begin(), block.end(), record->tokens.begin(), record->tokens.end()))
+        return;
+      node = tree.insert(root, parent, block);
+      tree.set_l3(node, true);
+    } else if (node->l3 && !store->contains(key)) {
+      // The store evicted it on its own; the tree learns it here.
+      tree.set_l3(node, false);
+      return;
+    }
+    parent = node;
+  }
+}
+
+PrefixLookup KvCache::lookup(const tiers::BlockKey& root, std::span<const int> tokens,
+                             int max_blocks) {
+  adopt_l3_entries(tree_, l3_ ? l3_->store.get() : nullptr, root, tokens, max_blocks,
+                   layout_.page_size, fingerprint_);
+  PrefixLookup out;
+  for (const CacheNode* n : tree_.match(root, tokens, max_blocks))
+    ++out.blocks[static_cast<int>(n->best_tier())];
+  return out;
+}
+
+std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& root,
+                                                        std::span<const int> tokens, int max_blocks,
+                                                        int l1_blocks_allowed) {
+  ++stats_.lookups;
+  adopt_l3_entries(tree_, l3_ ? l3_->store.get() : nullptr, root, tokens, max_blocks,
+                   layout_.page_size, fingerprint_);
+  std::vector<CacheNode*> path = tree_.match(root, tokens, max_blocks);
+
+  // Load or recompute: a tail of L3-only blocks is loaded only when reading it
+  // is cheaper than prefilling its tokens (a short run may not be: reads have
+  // a fixed latency, prefill is per token).
+  std::size_t first_l3 = path.size();
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i]->best_tier() == Tier::kL3 && !path[i]->l1_loading) {
+      first_l3 = i;
+      break;
+    }
+  }
+  if (first_l3 < path.size() && costs_.prefill_per_token_s > 0) {
+    const double n = static_cast<double>(path.size() - first_l3);
+    const double load = costs_.l3_latency_s + n * costs_.l3_per_block_s;
+    const double recompute = n * layout_.page_size * costs_.prefill_per_token_s;
+    if (load >= recompute) {
+      stats_.skipped_loads += static_cast<long>(n);
+      path.resize(first_l3);
+    }
+  }
+  const int wanted = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / layout_.page_size);
+  stats_.missed_blocks += wanted - static_cast<long>(path.size());
+  tree_.touch(path);
+  // While this runs, making room may wait for L3 and handle completions; the
+  // path's nodes must neither be demoted to make room for each other (the
+  // stamp) nor vanish (a hold each).
+  protected_stamp_ = tree_.now();
+  for (CacheNode* node : path) ++node->holds;
+  struct Release {
+    KvCache* cache;
+    std::vector<CacheNode*>* path;
+    ~Release() {
+      cache->protected_stamp_.reset();
+      for (auto it = path->rbegin(); it != path->rend(); ++it) {
+        --(*it)->holds;
+        cache->tree_.prune(*it);
+      }
+    }
+  };
+  std::vector<CacheNode*> held = path;
+  Release release{this, &held};
+
+  bool pending = false;
+  int taken = 0;
+  long l1_hits = 0;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    CacheNode* node = path[i];
+    if (node->usable_l1()) {
+      ++l1_hits;
+      continue;
+    }
+    if (node->l1_loading) {
+      pending = true;
+      continue;
+    }
+    std::optional<int> block = taken < l1_blocks_allowed ? alloc_l1() : std::nullopt;
+    if (!block) {  // no room to bring more up: serve the part before this one
+      path.resize(i);
+      break;
+    }
+    ++taken;
+    if (node->l2 >= 0) {
+      copy_block(l1_->data(*block), l2_->data(node->l2), Tier::kL2, Tier::kL1);
+      tree_.set_l1(node, *block);
+      ++stats_.tier[1].promotions;
+      ++stats_.tier[1].hits;
+      continue;
+    }
+    // L3 only: read straight into the new L1 block.
+    assert(node->l3 && l3_);
+    node->l1_loading = true;
+    tree_.set_l1(node, *block);
+    const std::uint64_t ticket = l3_->store->read(node->key, fingerprint_, l1_->data(*block));
+    l3_->pending[ticket] = {node->key, false, -1, Clock::now()};
+    pending = true;
+  }
+  // A read that failed meanwhile leaves its block missing: try again later
+  // (the next match stops before it).
+  for (const CacheNode* node : path) pending = pending || !node->usable_l1();
+  if (pending) {
+    if (l3_) l3_->store->flush();  // start the reads now, not at the next poll()
+    return std::nullopt;
+  }
+
+  std::vector<int> blocks;
+  blocks.reserve(path.size());
+  for (CacheNode* node : path) {
+    l1_->add_ref(node->l1);
+    blocks.push_back(node->l1);
+  }
+  stats_.tier[0].hits += l1_hits;
+  stats_.recompute_tokens_avoided += static_cast<long>(blocks.size()) * layout_.page_size;
+  return blocks;
+}
+
+std::vector<CacheNode*> KvCache::insert(const tiers::BlockKey& root, std::span<const int> tokens,
+                                        std::span<const int> blocks) {
+  std::vector<CacheNode*> path;
+  CacheNode* parent = nullptr;
+  const std::size_t P = static_cast<std::size_t>(layout_.page_size);
+  for (std::size_t i = 0; i < blocks.size() && (i + 1) * P <= tokens.size(); ++i) {
+    CacheNode* node = tree_.insert(root, parent, tokens.subspan(i * P, P));
+    if (node->l1 < 0) {
+      l1_->add_ref(blocks[i]);
+      tree_.set_l1(node, blocks[i]);
+    }
+    if (l3_ && config_.write_policy == WritePolicy::kWriteThrough && !node->l3 &&
+        !node->l3_writing && node->usable_l1() && stats_.tier[2].available) {
+      tiers::L3Record record;
+      record.key = node->key;
+      record.parent = parent == nullptr ? tiers::BlockKey{} : parent->key;
+      record.fingerprint = fingerprint_;
+      record.tokens.assign(node->tokens.begin(), node->tokens.end());
+      l1_->add_ref(node->l1);
+      ++l1_write_refs_[node->l1];
+      node->l3_writing = true;
+      const std::uint64_t ticket = l3_->store->write(record, l1_->data(node->l1));
+      l3_->pending[ticket] = {node->key, true, node->l1, Clock::now()};
+    }
+    path.push_back(node);
+    parent = node;
+  }
+  tree_.touch(path);
+  return path;
+}
+
+std::optional<int> KvCache::alloc_l1() {
+  if (!make_free_l1(1)) return std::nullopt;
+  return l1_->allocate();
+}
+
+bool KvCache::can_demote(const CacheNode& n) const {
+  if (n.l1_loading || l1_->ref_count(n.l1) != 1) return false;  // a request or a write holds it
+  if (protected_stamp_ && n.last_use == *protected_stamp_) return false;
+  if (n.pins == 0 || n.l2 >= 0) return true;
+  // A pinned block may leave L1 only for L2.
+  return l2_ && (l2_->num_free() > 0 || tree_.lru(Tier::kL2, [](const CacheNode& m) {
+           return m.pins == 0 && !m.l3_writing;
+         }) != nullptr);
+}
+
+bool KvCache::make_free_l1(int n) {
+  while (l1_->num_free() < n) {
+    CacheNode* victim = tree_.lru(Tier::kL1, [this](const CacheNode& m) { return can_demote(m); });
+    if (victim == nullptr) return false;
+    demote_l1(victim);
+  }
+  start_writeback();
+  return true;
+}
+
+int KvCache::demotable_l1() const {
+  int n = 0;
+  for (const CacheNode* node : tree_.nodes())
+    if (node->l1 >= 0 && !node->l1_loading && l1_->ref_count(node->l1) == 1) ++n;
+  return n;
+}
+
+void KvCache::demote_l1(CacheNode* node) {
+  const int block = node->l1;
+  if (node->l2 < 0) {
+    // A block L3 already has may take a free or clean slot, never push out a
+    // block that exists only in L2.
+    if (auto slot = alloc_l2(/*may_drop_only_copy=*/!node->l3)) {
+      copy_block(l2_->data(*slot), l1_->data(block), Tier::kL1, Tier::kL2);
+      tree_.set_l2(node, *slot);
+      ++stats_.tier[1].demotions;
+    } else if (!node->l3) {
+      ++stats_.tier[0].dropped;
+    }
+  }
+  l1_->release(block);
+  tree_.set_l1(node, -1);  // may erase the node
+}
+
+std::optional<int> KvCache::alloc_l2(bool may_drop_only_copy) {
+  if (!l2_) return std::nullopt;
+  if (l2_->num_free() == 0) {
+    // Cheapest loss first: a block L3 (or L1) also has, then one no swapped
+    // request waits for, then any unpinned one.
+    auto movable = [](const CacheNode& m) { return m.pins == 0 && !m.l3_writing; };
+    CacheNode* victim =
+        tree_.lru(Tier::kL2, [&](const CacheNode& m) { return movable(m) && (m.l3 || m.l1 >= 0); });
+    if (victim == nullptr && !may_drop_only_copy) return std::nullopt;
+    if (victim == nullptr && l3_ && !l3_->pending.empty()) {
+      // Every candidate is still on its way to L3: waiting for those writes
+      // (milliseconds) is cheaper than dropping a block and recomputing it.
+      drain();
+      victim = tree_.lru(Tier::kL2, [&](const CacheNode& m) { return movable(m) && m.l3; });
+    }
+    if (victim == nullptr)
+      victim = tree_.lru(Tier::kL2, [&](const CacheNode& m) { return movable(m) && m.holds == 0; });
+    if (victim == nullptr) victim = tree_.lru(Tier::kL2, movable);
+    if (victim == nullptr) return std::nullopt;
+    if (!victim->l3 && victim->l1 < 0) ++stats_.tier[1].dropped;
+    l2_->release(victim->l2);
+    tree_.set_l2(victim, -1);
+  }
+  return l2_->allocate();
+}
+
+void KvCache::copy_block(std::byte* dst, const std::byte* src, Tier from, Tier to) {
+  const auto start = Clock::now();
+  kernels::copy_block(dst, src, block_bytes_);
+  const auto took = Clock::now() - start;
+  const long bytes = static_cast<long>(block_bytes_);
+  stats_.tier[static_cast<int>(from)].bytes_out += bytes;
+  stats_.tier[static_cast<int>(to)].bytes_in += bytes;
+  // Filed under the lower tier: an L1<->L2 move is L2's transfer.
+  latency_[std::max(static_cast<int>(from), static_cast<int>(to))].record(took);
+}
+
+std::optional<int> KvCache::stash_partial(int l1_block) {
+  auto slot = alloc_l2(/*may_drop_only_copy=*/true);
+  if (!slot) return std::nullopt;
+  copy_block(l2_->data(*slot), l1_->data(l1_block), Tier::kL1, Tier::kL2);
+  ++stats_.tier[1].demotions;
+  return slot;
+}
+
+std::optional<int> KvCache::unstash_partial(int l2_slot) {
+  auto block = alloc_l1();
+  if (!block) return std::nullopt;
+  copy_block(l1_->data(*block), l2_->data(l2_slot), Tier::kL2, Tier::kL1);
+  ++stats_.tier[1].promotions;
+  l2_->release(l2_slot);
+  return block;
+}
+
+void KvCache::drop_stash(int l2_slot) { l2_->release(l2_slot); }
+
+void KvCache::hold(std::span<const tiers::BlockKey> keys, int delta) {
+  for (const tiers::BlockKey& key : keys) {
+    CacheNode* node = tree_.find(key);
+    if (node == nullptr) continue;
+    node->holds = std::max(0, node->holds + delta);
+    if (l3_ && node->l3) l3_->store->set_protected(key, node->holds > 0);
+    tree_.prune(node);
+  }
+}
+
+int KvCache::pin(const tiers::BlockKey& root, std::span<const int> tokens, int delta) {
+  const std::vector<CacheNode*> path = tree_.match(root, tokens, 1 << 30);
+  int changed = 0;
+  for (CacheNode* node : path) {
+    const int before = node->pins;
+    node->pins = std::max(0, node->pins + delta);
+    changed += node->pins != before;
+  }
+  for (auto it = path.rbegin(); it != path.rend(); ++it) tree_.prune(*it);
+  return changed;
+}
+
+int KvCache::flush(Tier tier) {
+  int dropped = 0;
+  switch (tier) {
+    case Tier::kL1:
+      while (CacheNode* n = tree_.lru(Tier::kL1, [this](const CacheNode& m) {
+        return !m.l1_loading && l1_->ref_count(m.l1) == 1 && m.pins == 0;
+      })) {
+        demote_l1(n);
+        ++dropped;
+      }
+      break;
+    case Tier::kL2:
+      if (!l2_) break;
+      while (CacheNode* n = tree_.lru(Tier::kL2, [](const CacheNode& m) {
+        return m.pins == 0 && m.holds == 0 && !m.l3_writing;
+      })) {
+        l2_->release(n->l2);
+        tree_.set_l2(n, -1);
+        ++stats_.tier[1].dropped;
+        ++dropped;
+      }
+      break;
+    case Tier::kL3:
+      if (!l3_) break;
+      while (CacheNode* n = tree_.lru(
+                 Tier::kL3, [](const CacheNode& m) { return m.holds == 0 && !m.l1_loading; })) {
+        l3_->store->erase(n->key);
+        tree_.set_l3(n, false);
+        ++stats_.tier[2].dropped;
+        ++dropped;
+      }
+      break;
+  }
+  return dropped;
+}
+
+void KvCache::poll() {
+  if (!l3_) return;
+  for (const tiers::L3Completion& c : l3_->store->poll()) {
+    auto it = l3_->pending.find(c.ticket);
+    if (it == l3_->pending.end()) continue;
+    const L3Parts::Pending p = it->second;
+    l3_->pending.erase(it);
+    latency_[2].record(c.latency);
+    TierStats& t3 = stats_.tier[2];
+    if (c.status == tiers::L3Status::kChecksumMismatch) ++t3.checksum_failures;
+    if (c.status == tiers::L3Status::kIoError) ++t3.io_errors;
+    CacheNode* node = tree_.find(p.key);
+    if (p.is_write) {
+      if (p.l1_source >= 0) {
+        --l1_write_refs_[p.l1_source];
+        l1_->release(p.l1_source);
+      }
+      if (node == nullptr) continue;
+      node->l3_writing = false;
+      if (c.status == tiers::L3Status::kOk) {
+        tree_.set_l3(node, true);
+        ++t3.demotions;
+        t3.bytes_in += static_cast<long>(block_bytes_);
+        if (node->holds > 0) l3_->store->set_protected(node->key, true);
+      } else {
+        tree_.prune(node);
+      }
+      continue;
+    }
+    if (node == nullptr) continue;  // cannot happen: a loading node holds its L1 block
+    if (c.status == tiers::L3Status::kOk) {
+      node->l1_loading = false;
+      ++t3.promotions;
+      ++t3.hits;
+      t3.bytes_out += static_cast<long>(block_bytes_);
+    } else {
+      // A miss: the tokens will be prefilled. A corrupt entry is already gone
+      // from the store; forget it here too.
+      const int block = node->l1;
+      node->l1_loading = false;
+      // Still resident in L1 here, so neither call can erase the node early.
+      if (c.status == tiers::L3Status::kChecksumMismatch || c.status == tiers::L3Status::kNotFound)
+        tree_.set_l3(node, false);
+      l1_->release(block);
+      tree_.set_l1(node, -1);
+    }
+  }
+
+  start_writeback();
+}
+
+void KvCache::start_writeback() {
+  // write_back: a block goes to L3 once it has left L1 (it is in L2), so by
+  // the time L2 needs its slot it is usually clean and can be let go.
+  if (!l3_ || !l2_ || config_.write_policy == WritePolicy::kWriteThrough) return;
+  stats_.tier[2].available = l3_->store->stats().available;
+  if (!stats_.tier[2].available) return;
+  constexpr std::size_t kMaxWritesInFlight = 256;
+  while (l3_->pending.size() < kMaxWritesInFlight) {
+    CacheNode* node =
+        tree_.lru(Tier::kL2, [](const CacheNode& m) { return !m.l3 && !m.l3_writing; });
+    if (node == nullptr) break;
+    tiers::L3Record record;
+    record.key = node->key;
+    record.parent = node->parent == nullptr ? tiers::BlockKey{} : node->parent->key;
+    record.fingerprint = fingerprint_;
+    record.tokens.assign(node->tokens.begin(), node->tokens.end());
+    node->l3_writing = true;
+    const std::uint64_t ticket = l3_->store->write(record, l2_->data(node->l2));
+    l3_->pending[ticket] = {node->key, true, -1, Clock::now()};
+  }
+  l3_->store->flush();
+}
+
+TierCosts KvCache::calibrate(double prefill_per_token_s) {
+  TierCosts c;
+  c.prefill_per_token_s = prefill_per_token_s;
+  constexpr int kReads = 8;
+  std::vector<int> blocks;
+  for (int i = 0; i < kReads; ++i) {
+    auto b = alloc_l1();
+    if (!b) break;
+    blocks.push_back(*b);
+  }
+  if (blocks.size() < kReads) {
+    for (int b : blocks) l1_->release(b);
+    return c;  // no room to measure: keep "always load"
+  }
+  if (l2_ && l2_->num_free() > 0) {
+    const int slot = *l2_->allocate();
+    double best = 1e9;
+    for (int i = 0; i < 5; ++i) {
+      const auto start = Clock::now();
+      kernels::copy_block(l2_->data(slot), l1_->data(blocks[i % kReads]), block_bytes_);
+      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    c.l2_per_block_s = best;
+    l2_->release(slot);
+  }
+  if (l3_ && l3_->store->stats().available) {
+    tiers::L3Record probe;
+    probe.key = {0xFFFFFFFFFFFFFFFFULL, 0x6b76746965722d70ULL};  // on no chain
+    probe.fingerprint = fingerprint_;
+    l3_->store->write(probe, l1_->data(blocks[0]));
+    l3_->store->drain();
+    (void)l3_->store->poll();
+    // One read, then kReads at once: latency + n * per_block fits both.
+    auto timed_reads = [&](int n) {
+      const auto start = Clock::now();
+      for (int i = 0; i < n; ++i) l3_->store->read(probe.key, fingerprint_, l1_->data(blocks[i]));
+      l3_->store->drain();
+      bool ok = true;
+      for (const tiers::L3Completion& done : l3_->store->poll())
+        ok = ok && done.status == tiers::L3Status::kOk;
+      return ok ? std::chrono::duration<double>(Clock::now() - start).count() : -1.0;
+    };
+    double one = 1e9, many = 1e9;
+    for (int i = 0; i < 3; ++i) {
+      one = std::min(one, timed_reads(1));
+      many = std::min(many, timed_reads(kReads));
+    }
+    if (one > 0 && many > 0) {
+      c.l3_per_block_s = std::max(0.0, (many - one) / (kReads - 1));
+      c.l3_latency_s = std::max(0.0, one - c.l3_per_block_s);
+    }
+    l3_->store->erase(probe.key);
+  }
+  for (int b : blocks) l1_->release(b);
+  return c;
+}
+
+void KvCache::drain() {
+  if (!l3_) return;
+  while (!l3_->pending.empty()) {
+    l3_->store->drain();
+    poll();
+  }
+}
+
+std::vector<int> KvCache::l1_ref_counts() const {
+  std::vector<int> refs = l1_write_refs_;
+  for (const CacheNode* n : tree_.nodes())
+    if (n->l1 >= 0) ++refs[static_cast<std::size_t>(n->l1)];
+  return refs;
+}
+
+CacheStats KvCache::stats() const {
+  CacheStats s = stats_;
+  s.nodes = tree_.size();
+  s.costs = costs_;
+  s.tier[0].capacity_blocks = static_cast<std::size_t>(l1_->num_blocks());
+  s.tier[0].used_blocks = static_cast<std::size_t>(l1_->num_blocks() - l1_->num_free());
+  if (l2_) {
+    s.tier[1].capacity_blocks = static_cast<std::size_t>(l2_->num_blocks());
+    s.tier[1].used_blocks = static_cast<std::size_t>(l2_->num_blocks() - l2_->num_free());
+  } else {
+    s.tier[1].available = false;
+  }
+  if (l3_) {
+    const tiers::L3Stats s3 = l3_->store->stats();
+    s.tier[2].capacity_blocks = s3.capacity_blocks;
+    s.tier[2].used_blocks = s3.used_blocks;
+    s.tier[2].available = s3.available;
+    s.tier[2].io_errors = s3.io_errors;
+    s.tier[2].checksum_failures = s3.checksum_failures;
+  } else {
+    s.tier[2].available = false;
+  }
+  for (int t = 0; t < kNumTiers; ++t) s.tier[t].transfer = latency_[t].summary();
+  return s;
+}
+
+TreeSummary KvCache::summarize(int top) const {
+  TreeSummary s;
+  std::unordered_map<const CacheNode*, TreeSummary::Family> families;
+  for (const CacheNode* n : tree_.nodes()) {
+    ++s.nodes;
+    const bool in[kNumTiers] = {n->l1 >= 0, n->l2 >= 0, n->l3};
+    const CacheNode* first = n;
+    while (first->parent != nullptr) first = first->parent;
+    TreeSummary::Family& f = families[first];
+    ++f.nodes;
+    f.depth = std::max(f.depth, n->depth);
+    for (int t = 0; t < kNumTiers; ++t) {
+      s.blocks[t] += in[t];
+      f.blocks[t] += in[t];
+    }
+    s.leaves += n->children == 0;
+    s.max_depth = std::max(s.max_depth, n->depth);
+    s.pinned += n->pins > 0;
+    s.held += n->holds > 0;
+    s.in_flight += n->l1_loading || n->l3_writing;
+  }
+  for (auto& [first, f] : families) {
+    f.first_key = tiers::to_hex(first->key);
+    f.first_tokens = first->tokens;
+    s.largest.push_back(std::move(f));
+  }
+  std::sort(s.largest.begin(), s.largest.end(), [](const auto& a, const auto& b) {
+    return a.nodes != b.nodes ? a.nodes > b.nodes : a.first_key < b.first_key;
+  });
+  if (static_cast<int>(s.largest.size()) > top) s.largest.resize(static_cast<std::size_t>(top));
+  return s;
+}
+
+std::expected<void, std::string> KvCache::check_invariants() const {
+  std::vector<int> l2_owners(l2_ ? static_cast<std::size_t>(l2_->num_blocks()) : 0, 0);
+  for (const CacheNode* n : tree_.nodes()) {
+    const std::string name = "cache block " + tiers::to_hex(n->key);
+    if (n->l1 >= 0 && !l1_->is_allocated(n->l1))
+      return std::unexpected(name + " names free L1 block " + std::to_string(n->l1));
+    if (n->l2 >= 0) {
+      if (!l2_ || !l2_->is_allocated(n->l2))
+        return std::unexpected(name + " names free L2 slot " + std::to_string(n->l2));
+      if (++l2_owners[n->l2] > 1)
+        return std::unexpected("L2 slot " + std::to_string(n->l2) + " belongs to two blocks");
+    }
+    if (!n->resident() && n->children == 0 && !n->l3_writing && n->pins == 0 && n->holds == 0)
+      return std::unexpected(name + " holds nothing and should have been erased");
+  }
+  return {};
+}
+
+}  // namespace kvtier

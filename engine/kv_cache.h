@@ -1,0 +1,243 @@
+// The tiered prefix cache: which full KV blocks are kept, in which tier, and
+// the moves between tiers. The radix tree (radix_cache.h) says what exists;
+// this class decides and performs the moves.
+//
+//   L1  the engine's block pool (the scheduler's); a cached block there can be
+//       shared by a new request at once;
+//   L2  a pinned host pool (tiers::BlockPool, Memory::kPinned), optional;
+//   L3  the SSD store (tiers::L3Store), optional.
+//
+// Policy:
+//  * Demotion instead of dropping: when L1 must free blocks (make_free_l1),
+//    the least recently used cached blocks that no request holds go to L2
+//    (a copy; L1 and L2 are both host memory without a GPU); when L2 must free
+//    a slot, a block already on L3 (clean) is released first, then a block no
+//    swapped request waits for, then any; L3 drops its own least recently
+//    used entries.
+//  * L3 writes: with write_back a block is written from L2 as soon as it is
+//    demoted there, so L2 slots are mostly clean when L2 needs them (a slot
+//    whose write is still in flight is waited for rather than dropped); with
+//    write_through every block is written from L1 as it enters the cache.
+//  * Promotion: acquire_prefix() copies L2 blocks up at once and starts L3
+//    reads into fresh L1 blocks; the request waits (the engine does not)
+//    until the reads complete, and then shares the blocks.
+//  * Pins keep a block in L1 or L2; holds (swapped-out requests) make a block
+//    the last choice for dropping.
+//
+// Reference counting in L1: the cache holds one pool reference per node in
+// L1 and one per block being written to L3 from L1; requests hold theirs. So
+// a node is demotable exactly when the pool's count is 1.
+//
+// Not thread-safe: the engine thread calls everything; L3 completions arrive
+// through poll().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/kv_layout.h"
+#include "engine/radix_cache.h"
+#include "tiers/block_pool.h"
+#include "tiers/latency_stats.h"
+
+namespace kvtier {
+
+enum class WritePolicy {
+  kWriteBack,     // L3 gets blocks as L2 fills up
+  kWriteThrough,  // every full block is also written to L3 when it enters the cache
+};
+std::string_view to_string(WritePolicy policy);
+std::expected<WritePolicy, std::string> parse_write_policy(std::string_view name);
+
+struct CacheConfig {
+  std::size_t l2_bytes = 0;  // pinned host pool; 0 = no L2
+  std::string l3_path;       // directory for the slab file and its index; empty = no L3
+  std::size_t l3_bytes = 0;  // slab size
+  WritePolicy write_policy = WritePolicy::kWriteBack;
+};
+
+// What it costs to get one block's worth of tokens, for the load-or-recompute
+// decision: loading a run of n blocks from a tier costs latency + n *
+// per_block; recomputing it costs n * page_size * prefill_per_token. Zeros
+// mean "always load" (the default until the daemon measures).
+struct TierCosts {
+  double prefill_per_token_s = 0;
+  double l2_per_block_s = 0;
+  double l3_latency_s = 0;
+  double l3_per_block_s = 0;
+};
+
+struct TierStats {
+  std::size_t capacity_blocks = 0;
+  std::size_t used_blocks = 0;
+  long hits = 0;        // blocks requests found here (L1: shared at once; L2, L3: promoted)
+  long demotions = 0;   // blocks moved into this tier from above
+  long promotions = 0;  // blocks moved up out of this tier
+  long bytes_in = 0;
+  long bytes_out = 0;
+  long dropped = 0;  // blocks that left the cache from this tier
+  long checksum_failures = 0;
+  long io_errors = 0;
+  bool available = true;
+  tiers::LatencySummary transfer;  // demotions and promotions into or out of this tier
+};
+
+struct CacheStats {
+  TierStats tier[kNumTiers];
+  long lookups = 0;        // prefix matches for admissions
+  long missed_blocks = 0;  // full prompt blocks no tier had
+  long recompute_tokens_avoided = 0;
+  long skipped_loads = 0;  // blocks recomputed because that was cheaper than loading
+  std::size_t nodes = 0;
+  TierCosts costs;
+};
+
+// The shape of the radix tree, for cache.tree.
+struct TreeSummary {
+  struct Family {           // the blocks under one first block
+    std::string first_key;  // hex
+    std::vector<int> first_tokens;
+    int blocks[kNumTiers] = {0, 0, 0};
+    int nodes = 0;
+    int depth = 0;  // longest prefix in it, in blocks
+  };
+  std::size_t nodes = 0;
+  std::size_t blocks[kNumTiers] = {0, 0, 0};  // nodes with a copy in each tier
+  std::size_t leaves = 0;
+  int max_depth = 0;
+  std::size_t pinned = 0, held = 0, in_flight = 0;
+  std::vector<Family> largest;  // up to `top` families, most nodes first
+};
+
+// Where the cached prefix of a token sequence is.
+struct PrefixLookup {
+  int blocks[kNumTiers] = {0, 0, 0};  // by best tier, in prefix order
+  int total_blocks() const { return blocks[0] + blocks[1] + blocks[2]; }
+};
+
+class KvCache {
+ public:
+  // `l1` is the engine's pool (shared with the scheduler, outliving the
+  // cache). Blocks must be a multiple of 4096 bytes when L3 is used (O_DIRECT
+  // straight from and into L1). Fails with a message for a pool whose blocks
+  // are too small for the layout; an L3 that cannot be opened is not an
+  // error: the cache runs on L1 + L2, warnings() says why and the L3 tier
+  // reports available = false.
+  static std::expected<std::unique_ptr<KvCache>, std::string> create(const KvLayout& layout,
+                                                                     std::uint64_t fingerprint,
+                                                                     tiers::BlockPool& l1,
+                                                                     const CacheConfig& config);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  // The chain root for requests with this salt.
+  tiers::BlockKey root(std::string_view cache_salt) const;
+
+  // Which tiers hold the first full blocks of tokens (at most max_blocks).
+  // Looks in the L3 index too, so it sees blocks from before a restart.
+  PrefixLookup lookup(const tiers::BlockKey& root, std::span<const int> tokens, int max_blocks);
+
+  // For admission: makes the cached run of the first full blocks of tokens
+  // (at most max_blocks, and cut where recomputing is cheaper than loading)
+  // usable in L1, and when it is, takes one pool reference on each block for
+  // the caller and returns them in order (possibly none). Returns nullopt
+  // while L3 reads for it are in flight: try again after a later poll().
+  // Takes at most `l1_blocks_allowed` free L1 blocks for promotions.
+  std::optional<std::vector<int>> acquire_prefix(const tiers::BlockKey& root,
+                                                 std::span<const int> tokens, int max_blocks,
+                                                 int l1_blocks_allowed);
+
+  // Adds the full blocks of a sequence to the cache: blocks[i] holds tokens
+  // [i*P, (i+1)*P). Blocks already cached (same key) are left as they are;
+  // new ones take a pool reference. Returns the nodes in order (for holds).
+  std::vector<CacheNode*> insert(const tiers::BlockKey& root, std::span<const int> tokens,
+                                 std::span<const int> blocks);
+
+  // Frees L1 blocks by demoting unheld cached ones until the pool has n free;
+  // false if it cannot.
+  bool make_free_l1(int n);
+  // L1 blocks the cache could free right now (cached, held by no request).
+  int demotable_l1() const;
+
+  // A swapped-out request's last partial block: copied into an L2 slot the
+  // request owns. nullopt without L2 or when no slot can be freed.
+  std::optional<int> stash_partial(int l1_block);
+  // Copies a stashed block back into a fresh L1 block (the caller's reference)
+  // and frees the slot; nullopt if L1 has no free block.
+  std::optional<int> unstash_partial(int l2_slot);
+  void drop_stash(int l2_slot);
+
+  // Holds and pins by key (nodes may move or go; keys stay valid).
+  void hold(std::span<const tiers::BlockKey> keys, int delta);
+  // Pins the cached prefix of tokens (delta +1) or unpins it (-1); returns
+  // how many blocks it changed.
+  int pin(const tiers::BlockKey& root, std::span<const int> tokens, int delta);
+
+  // Drops every unheld, unpinned block from a tier (L1: only blocks no
+  // request holds, demoted like make_free_l1 would). Returns blocks dropped.
+  int flush(Tier tier);
+
+  // Collects L3 completions and starts background writeback. Call once per
+  // engine step.
+  void poll();
+  // Waits for every L3 operation in flight (shutdown, tests).
+  void drain();
+
+  // Measures what a block costs to copy up from L2 and to read from L3 (one
+  // read, then several at once: the fixed latency and the per-block part),
+  // for a prefill that costs prefill_per_token_s a token. Call at start-up
+  // while L1 has free blocks; takes a few milliseconds.
+  TierCosts calibrate(double prefill_per_token_s);
+  void set_costs(const TierCosts& costs) { costs_ = costs; }
+  CacheStats stats() const;
+  const RadixCache& tree() const { return tree_; }
+  TreeSummary summarize(int top = 8) const;
+  std::vector<std::string> warnings() const { return warnings_; }
+  // References the cache itself holds on each L1 block (for the scheduler's
+  // invariant check): 1 for a cached node's block, plus writes in flight.
+  std::vector<int> l1_ref_counts() const;
+  // An error message if a node's locations disagree with the pools.
+  std::expected<void, std::string> check_invariants() const;
+
+ private:
+  KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
+          const CacheConfig& config);
+  std::optional<int> alloc_l1();
+  // A free L2 slot, freeing the least costly one when none is; with
+  // may_drop_only_copy false it never drops a block no other tier has.
+  std::optional<int> alloc_l2(bool may_drop_only_copy);
+  void demote_l1(CacheNode* node);
+  // Starts L3 writes of the L2 blocks L3 lacks (write_back).
+  void start_writeback();
+  // True if demoting this L1 node would not lose a pinned block.
+  bool can_demote(const CacheNode& node) const;
+  void copy_block(std::byte* dst, const std::byte* src, Tier from, Tier to);
+
+  struct L3Parts;  // the store and what is in flight; null without L3
+  KvLayout layout_;
+  std::size_t block_bytes_;  // KvLayout::block_bytes(): a multiple of 64, as copy_block needs
+  std::uint64_t fingerprint_;
+  tiers::BlockPool* l1_;
+  std::unique_ptr<tiers::BlockPool> l2_;
+  std::unique_ptr<L3Parts> l3_;
+  CacheConfig config_;
+  RadixCache tree_;
+  TierCosts costs_;
+  CacheStats stats_;
+  tiers::LatencyStats latency_[kNumTiers];
+  std::vector<int> l1_write_refs_;
+  // Nodes stamped with this time were matched by the acquire_prefix() in
+  // progress: demoting one to make room for another would thrash.
+  std::optional<std::uint64_t> protected_stamp_;  // per L1 block: writes to L3 in flight from it
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,135 @@
+#include "engine/radix_cache.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "engine/block_hash.h"
+
+namespace kvtier {
+
+const char* to_string(Tier tier) {
+  switch (tier) {
+    case Tier::kL1:
+      return "l1";
+    case Tier::kL2:
+      return "l2";
+    case Tier::kL3:
+      return "l3";
+  }
+  return "unknown";
+}
+
+std::vector<CacheNode*> RadixCache::match(const tiers::BlockKey& root, std::span<const int> tokens,
+                                          int max_blocks) const {
+  std::vector<CacheNode*> path;
+  const int blocks = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / page_size_);
+  tiers::BlockKey key = root;
+  const CacheNode* parent = nullptr;
+  for (int i = 0; i < blocks; ++i) {
+    const auto block = tokens.subspan(static_cast<std::size_t>(i) * page_size_, page_size_);
+    key = chain_key(key, block);
+    CacheNode* node = find(key);
+    // The key names the prefix; comparing tokens and parent guards against a
+    // (practically impossible) collision serving wrong KV.
+    if (node == nullptr || node->parent != parent || !node->resident() ||
+        !std::equal(block.begin(), block.end(), node->tokens.begin(), node->tokens.end()))
+      break;
+    path.push_back(node);
+    parent = node;
+  }
+  return path;
+}
+
+CacheNode* RadixCache::find(const tiers::BlockKey& key) const {
+  auto it = nodes_.find(key);
+  return it == nodes_.end() ? nullptr : it->second.get();
+}
+
+CacheNode* RadixCache::insert(const tiers::BlockKey& root, CacheNode* parent,
+                              std::span<const int> tokens) {
+  assert(static_cast<int>(tokens.size()) == page_size_);
+  const tiers::BlockKey key = chain_key(parent == nullptr ? root : parent->key, tokens);
+  if (CacheNode* existing = find(key)) return existing;
+  auto node = std::make_unique<CacheNode>();
+  node->key = key;
+  node->parent = parent;
+  node->tokens.assign(tokens.begin(), tokens.end());
+  node->depth = parent == nullptr ? 1 : parent->depth + 1;
+  node->last_use = clock_;
+  if (parent != nullptr) ++parent->children;
+  CacheNode* raw = node.get();
+  nodes_.emplace(key, std::move(node));
+  return raw;
+}
+
+void RadixCache::touch(std::span<CacheNode* const> path) {
+  ++clock_;
+  for (CacheNode* n : path) {
+    unindex(*n);
+    n->last_use = clock_;
+    index(*n);
+  }
+}
+
+bool RadixCache::in_tier(const CacheNode& n, Tier tier) const {
+  switch (tier) {
+    case Tier::kL1:
+      return n.l1 >= 0;
+    case Tier::kL2:
+      return n.l2 >= 0;
+    case Tier::kL3:
+      return n.l3;
+  }
+  return false;
+}
+
+void RadixCache::index(CacheNode& n) {
+  for (int t = 0; t < kNumTiers; ++t)
+    if (in_tier(n, static_cast<Tier>(t))) lru_[t].insert(lru_key(n));
+}
+
+void RadixCache::unindex(CacheNode& n) {
+  for (int t = 0; t < kNumTiers; ++t)
+    if (in_tier(n, static_cast<Tier>(t))) lru_[t].erase(lru_key(n));
+}
+
+void RadixCache::set_l1(CacheNode* node, int block) {
+  unindex(*node);
+  node->l1 = block;
+  if (block < 0) node->l1_loading = false;
+  index(*node);
+  erase_if_empty(node);
+}
+
+void RadixCache::set_l2(CacheNode* node, int slot) {
+  unindex(*node);
+  node->l2 = slot;
+  index(*node);
+  erase_if_empty(node);
+}
+
+void RadixCache::set_l3(CacheNode* node, bool stored) {
+  unindex(*node);
+  node->l3 = stored;
+  index(*node);
+  erase_if_empty(node);
+}
+
+void RadixCache::erase_if_empty(CacheNode* n) {
+  while (n != nullptr && n->children == 0 && !n->resident() && !n->l3_writing && n->pins == 0 &&
+         n->holds == 0) {
+    CacheNode* parent = n->parent;
+    if (parent != nullptr) --parent->children;
+    nodes_.erase(n->key);
+    n = parent;
+  }
+}
+
+std::vector<const CacheNode*> RadixCache::nodes() const {
+  std::vector<const CacheNode*> out;
+  out.reserve(nodes_.size());
+  for (const auto& [key, node] : nodes_) out.push_back(node.get());
+  return out;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,150 @@
+// The prefix tree over full KV blocks, and where each block lives now.
+//
+// Page granularity: a node is one full block (page_size tokens) and its
+// children are the blocks that follow it in some cached sequence. Nodes are
+// found by their chained key (engine/block_hash.h), which names the whole
+// prefix, so matching a prompt of n full blocks is n hash computations and n
+// hash-map lookups, inserting is the same, and evicting one node is O(log N)
+// in the LRU index: all O(prefix length), as bench/radix_bench shows. A
+// radix tree with compressed edges would save nothing here: every edge is
+// exactly one block.
+//
+// Where a node's bytes are (several at once is normal: a block read back from
+// L2 keeps its L2 copy until L2 needs the slot):
+//   l1  an L1 pool block; the cache holds one pool reference on it, requests
+//       that share it hold theirs;
+//   l2  an L2 pool slot, the cache's;
+//   l3  a committed entry under `key` in the L3 store.
+// A node with none of these (a "ghost") is kept only while it has children,
+// since match() walks from the root and must pass through it; a ghost stops
+// the match.
+//
+// LRU: each tier keeps its nodes ordered by (last_use, deeper first, key), so
+// the least recently used block of a tier is found in O(log N), leaves before
+// their parents (touch() stamps a whole matched path with one time).
+//
+// This class is only the structure and its indexes; the moves between tiers
+// and their policy live in KvCache (engine/kv_cache.h). Not thread-safe: the
+// engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "tiers/block_key.h"
+
+namespace kvtier {
+
+enum class Tier { kL1 = 0, kL2 = 1, kL3 = 2 };
+inline constexpr int kNumTiers = 3;
+const char* to_string(Tier tier);
+
+struct CacheNode {
+  tiers::BlockKey key;
+  CacheNode* parent = nullptr;  // null for the first block of a chain
+  std::vector<int> tokens;      // this block's page_size tokens
+  int depth = 1;                // 1 for a first block
+  int children = 0;
+
+  int l1 = -1;              // L1 pool block, or -1
+  bool l1_loading = false;  // an L3 read into l1 is in flight: not usable yet
+  int l2 = -1;              // L2 pool slot, or -1
+  bool l3 = false;          // committed in the L3 store
+  bool l3_writing = false;  // a write to L3 is in flight
+
+  int pins = 0;   // cache.pin: kept in L1 or L2, never only on L3 or nowhere
+  int holds = 0;  // swapped-out requests waiting for it: dropped only as a last resort
+  std::uint64_t last_use = 0;
+
+  bool usable_l1() const { return l1 >= 0 && !l1_loading; }
+  bool resident() const { return l1 >= 0 || l2 >= 0 || l3; }
+  // The fastest tier holding usable bytes; kL3 also for an L3-only node.
+  Tier best_tier() const { return usable_l1() ? Tier::kL1 : l2 >= 0 ? Tier::kL2 : Tier::kL3; }
+};
+
+class RadixCache {
+ public:
+  explicit RadixCache(int page_size) : page_size_(page_size) {}
+  RadixCache(const RadixCache&) = delete;
+  RadixCache& operator=(const RadixCache&) = delete;
+
+  int page_size() const { return page_size_; }
+
+  // The nodes of the longest cached run of full blocks of `tokens` under
+  // `root`, in order, at most max_blocks of them. Stops at the first block
+  // that has no node or whose node holds no bytes (a ghost).
+  std::vector<CacheNode*> match(const tiers::BlockKey& root, std::span<const int> tokens,
+                                int max_blocks) const;
+
+  CacheNode* find(const tiers::BlockKey& key) const;
+
+  // The node of the block `tokens` (page_size of them) that follows `parent`
+  // (null: the first block under `root`), created without any location when
+  // missing.
+  CacheNode* insert(const tiers::BlockKey& root, CacheNode* parent, std::span<const int> tokens);
+
+  // Stamps the nodes with the next time (one time for the whole path).
+  void touch(std::span<CacheNode* const> path);
+
+  // Location setters: the only way to change l1/l2/l3, so the LRU indexes
+  // follow. -1 / false clears. A node left with no location and no children
+  // is erased (and so is each ancestor that becomes such a leaf); the
+  // pointer is then dangling, so callers must not use it after a clear.
+  void set_l1(CacheNode* node, int block);
+  void set_l2(CacheNode* node, int slot);
+  void set_l3(CacheNode* node, bool stored);
+
+  // Erases the node if it holds no bytes and has no children, pins, holds or
+  // write in flight, and then each ancestor that becomes such a leaf. Call
+  // after dropping a pin or a hold. The pointer may dangle afterwards.
+  void prune(CacheNode* node) { erase_if_empty(node); }
+
+  // The time the last touch() stamped: nodes carrying it were matched in the
+  // current admission and must not be demoted to make room for each other.
+  std::uint64_t now() const { return clock_; }
+
+  // The least recently used node of `tier` that satisfies pred, or null.
+  template <typename Pred>
+  CacheNode* lru(Tier tier, Pred pred) const {
+    for (const LruKey& k : lru_[static_cast<int>(tier)])
+      if (pred(*k.node)) return k.node;
+    return nullptr;
+  }
+
+  std::size_t size() const { return nodes_.size(); }
+  std::size_t count(Tier tier) const { return lru_[static_cast<int>(tier)].size(); }
+  // Every node, in no particular order (summaries, invariant checks).
+  std::vector<const CacheNode*> nodes() const;
+
+ private:
+  struct LruKey {
+    std::uint64_t last_use;
+    int neg_depth;
+    tiers::BlockKey key;
+    CacheNode* node;
+    bool operator<(const LruKey& o) const {
+      if (last_use != o.last_use) return last_use < o.last_use;
+      if (neg_depth != o.neg_depth) return neg_depth < o.neg_depth;
+      return key < o.key;
+    }
+  };
+  static LruKey lru_key(const CacheNode& n) {
+    return {n.last_use, -n.depth, n.key, const_cast<CacheNode*>(&n)};
+  }
+  bool in_tier(const CacheNode& n, Tier tier) const;
+  void index(CacheNode& n);
+  void unindex(CacheNode& n);
+  // Erases n if it is an empty leaf, then its parent if that became one.
+  void erase_if_empty(CacheNode* n);
+
+  int page_size_;
+  std::uint64_t clock_ = 0;
+  std::unordered_map<tiers::BlockKey, std::unique_ptr<CacheNode>, tiers::BlockKeyHash> nodes_;
+  std::set<LruKey> lru_[kNumTiers];
+};
+
+}  // namespace kvtier

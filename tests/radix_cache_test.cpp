@@ -1,0 +1,131 @@
+// The prefix tree on its own: chained keys, matching, insertion, LRU order
+// per tier, and the erasure of nodes that hold nothing.
+#include "engine/radix_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "engine/block_hash.h"
+
+namespace kvtier {
+namespace {
+
+constexpr int P = 4;
+
+std::vector<int> seq(int n, int start = 0) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// Inserts the full blocks of tokens, giving block i the L1 id base + i.
+std::vector<CacheNode*> insert_all(RadixCache& tree, const tiers::BlockKey& root,
+                                   const std::vector<int>& tokens, int base) {
+  std::vector<CacheNode*> path;
+  CacheNode* parent = nullptr;
+  for (std::size_t i = 0; (i + 1) * P <= tokens.size(); ++i) {
+    CacheNode* n = tree.insert(root, parent, std::span(tokens).subspan(i * P, P));
+    if (n->l1 < 0) tree.set_l1(n, base + static_cast<int>(i));
+    path.push_back(n);
+    parent = n;
+  }
+  tree.touch(path);
+  return path;
+}
+
+TEST(BlockHashTest, KeysChainTheWholePrefixAndTheSalt) {
+  const auto root = root_key(42, "");
+  const std::vector<int> a = {1, 2, 3, 4}, b = {1, 2, 3, 5};
+  EXPECT_EQ(chain_key(root, a), chain_key(root, a));
+  EXPECT_NE(chain_key(root, a), chain_key(root, b));
+  // The same block after a different parent is a different block.
+  EXPECT_NE(chain_key(chain_key(root, a), a), chain_key(chain_key(root, b), a));
+  EXPECT_NE(root_key(42, ""), root_key(42, "tenant-a"));
+  EXPECT_NE(root_key(42, "tenant-a"), root_key(43, "tenant-a"));
+  EXPECT_EQ(tiers::to_hex({0x0123456789abcdefULL, 0xfULL}), "0123456789abcdef000000000000000f");
+}
+
+TEST(RadixCacheTest, MatchesTheLongestCachedRunOfFullBlocks) {
+  RadixCache tree(P);
+  const auto root = root_key(1, "");
+  const std::vector<int> prompt = seq(11);  // 2 full blocks + 3 tokens
+  const auto path = insert_all(tree, root, prompt, 0);
+  ASSERT_EQ(path.size(), 2u);
+  EXPECT_EQ(tree.size(), 2u);
+
+  EXPECT_EQ(tree.match(root, prompt, 100), path);
+  EXPECT_EQ(tree.match(root, prompt, 1).size(), 1u);
+  // Diverging in the second block matches only the first.
+  std::vector<int> other = prompt;
+  other[5] = 99;
+  EXPECT_EQ(tree.match(root, other, 100).size(), 1u);
+  // Another salt shares nothing.
+  EXPECT_TRUE(tree.match(root_key(1, "x"), prompt, 100).empty());
+  // Inserting a sibling branch shares the first node.
+  const auto branch = insert_all(tree, root, other, 10);
+  EXPECT_EQ(branch[0], path[0]);
+  EXPECT_NE(branch[1], path[1]);
+  EXPECT_EQ(path[0]->children, 2);
+  EXPECT_EQ(tree.size(), 3u);
+}
+
+TEST(RadixCacheTest, LruIsPerTierOldestFirstLeavesBeforeParents) {
+  RadixCache tree(P);
+  const auto root = root_key(1, "");
+  const auto old_path = insert_all(tree, root, seq(8, 100), 0);
+  const auto new_path = insert_all(tree, root, seq(8, 200), 2);
+  auto any = [](const CacheNode&) { return true; };
+  // Oldest path first, and within it the deeper node.
+  EXPECT_EQ(tree.lru(Tier::kL1, any), old_path[1]);
+  tree.touch(old_path);
+  EXPECT_EQ(tree.lru(Tier::kL1, any), new_path[1]);
+  EXPECT_EQ(tree.lru(Tier::kL2, any), nullptr);
+  tree.set_l2(new_path[1], 7);
+  EXPECT_EQ(tree.count(Tier::kL2), 1u);
+  EXPECT_EQ(tree.lru(Tier::kL2, any), new_path[1]);
+  // The predicate skips nodes.
+  EXPECT_EQ(tree.lru(Tier::kL1, [&](const CacheNode& n) { return &n != new_path[1]; }),
+            new_path[0]);
+}
+
+TEST(RadixCacheTest, NodesHoldingNothingAreErasedLeafFirst) {
+  RadixCache tree(P);
+  const auto root = root_key(1, "");
+  const std::vector<int> prompt = seq(8);
+  auto path = insert_all(tree, root, prompt, 0);
+  // A parent without bytes but with a child stays, as a ghost that stops matches.
+  tree.set_l1(path[0], -1);
+  EXPECT_EQ(tree.size(), 2u);
+  EXPECT_TRUE(tree.match(root, prompt, 100).empty());
+  // A held leaf stays until the hold goes.
+  path[1]->holds = 1;
+  tree.set_l1(path[1], -1);
+  EXPECT_EQ(tree.size(), 2u);
+  path[1]->holds = 0;
+  tree.prune(path[1]);  // the leaf and then its empty parent go
+  EXPECT_EQ(tree.size(), 0u);
+  EXPECT_EQ(tree.count(Tier::kL1), 0u);
+}
+
+TEST(RadixCacheTest, L3OnlyNodesMatchAndMoveBetweenTierIndexes) {
+  RadixCache tree(P);
+  const auto root = root_key(1, "");
+  const std::vector<int> prompt = seq(8);
+  auto path = insert_all(tree, root, prompt, 0);
+  tree.set_l3(path[0], true);
+  tree.set_l3(path[1], true);
+  tree.set_l1(path[1], -1);
+  tree.set_l1(path[0], -1);
+  EXPECT_EQ(tree.count(Tier::kL1), 0u);
+  EXPECT_EQ(tree.count(Tier::kL3), 2u);
+  const auto m = tree.match(root, prompt, 100);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0]->best_tier(), Tier::kL3);
+  tree.set_l3(path[1], false);
+  EXPECT_EQ(tree.size(), 1u);
+}
+
+}  // namespace
+}  // namespace kvtier

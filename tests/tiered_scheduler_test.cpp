@@ -1,0 +1,332 @@
+// The scheduler with the prefix cache and its tiers, on the bundled model:
+// shared prefixes, demotion to L2 and L3 and promotion back, swap preemption,
+// a restart on the same L3 directory, a corrupted slab, tenant salts and an
+// unusable L3. In every case each request's tokens must equal running it
+// alone with generate(), bit for bit, and check_invariants() (the block
+// conservation of the pool and the cache) holds after every step.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "test_util.h"
+
+namespace kvtier {
+namespace {
+
+using test_util::contains;
+
+SamplingParams greedy() { return {0.0f, 0, 1.0f, 0}; }
+SamplingParams sampled(std::uint64_t seed) { return {0.9f, 40, 0.95f, seed}; }
+
+class TieredSchedulerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = &test_util::bundled_model().model;
+    tokenizer_ = test_util::bundled_model().tokenizer.get();
+  }
+
+  RequestParams params(std::string_view prompt, int max_tokens, SamplingParams sampling,
+                       std::string salt = "") {
+    RequestParams p;
+    auto ids = tokenizer_->encode(prompt);
+    EXPECT_TRUE(ids.has_value());
+    p.prompt = ids.value_or(std::vector<int>{});
+    p.max_tokens = max_tokens;
+    p.sampling = sampling;
+    p.cache_salt = std::move(salt);
+    return p;
+  }
+
+  static std::vector<int> alone(const RequestParams& p) {
+    tiers::BlockPool pool(model_->kv_layout(16).block_bytes(), 17);
+    GenerateOptions o;
+    o.sampling = p.sampling;
+    o.max_tokens = p.max_tokens;
+    auto g = generate(*model_, pool, tokenizer_, p.prompt, o);
+    EXPECT_TRUE(g.has_value()) << g.error();
+    return g ? g->tokens : std::vector<int>{};
+  }
+
+  static std::unique_ptr<Scheduler> make(const SchedulerConfig& c) {
+    auto s = Scheduler::create(*model_, tokenizer_, c);
+    EXPECT_TRUE(s.has_value()) << s.error();
+    return s ? std::move(*s) : nullptr;
+  }
+
+  // Submits every request, steps until done with the invariants checked after
+  // each step, and compares every request with its solo run.
+  static ::testing::AssertionResult run_and_compare(Scheduler& s,
+                                                    const std::vector<RequestParams>& reqs,
+                                                    std::vector<RequestId>* ids_out = nullptr) {
+    std::vector<RequestId> ids;
+    for (const RequestParams& p : reqs) {
+      auto id = s.submit(p);
+      if (!id) return ::testing::AssertionFailure() << "submit: " << id.error();
+      ids.push_back(*id);
+    }
+    for (int guard = 0; s.has_work(); ++guard) {
+      if (guard == 50000) return ::testing::AssertionFailure() << "no end after 50000 steps";
+      for (const RequestEvent& e : s.step().events)
+        if (!e.error.empty()) return ::testing::AssertionFailure() << e.error;
+      if (auto ok = s.check_invariants(); !ok)
+        return ::testing::AssertionFailure() << "step " << guard << ": " << ok.error();
+    }
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      const Request* r = s.find(ids[i]);
+      const std::vector<int> got(r->generated().begin(), r->generated().end());
+      if (got != alone(reqs[i]))
+        return ::testing::AssertionFailure() << "request " << i << " differs from its solo run";
+    }
+    if (ids_out) *ids_out = ids;
+    return ::testing::AssertionSuccess();
+  }
+
+  static SchedulerConfig tiered(const std::filesystem::path& l3 = {}) {
+    SchedulerConfig c;
+    c.prefix_cache = true;
+    c.max_kv_tokens = 4096;
+    c.max_batch_size = 4;
+    c.token_budget = 32;
+    c.cache.l2_bytes = 16 * 65536;
+    if (!l3.empty()) {
+      c.cache.l3_path = l3.string();
+      c.cache.l3_bytes = 256 * 65536;
+    }
+    return c;
+  }
+
+  static Model* model_;
+  static Tokenizer* tokenizer_;
+};
+
+Model* TieredSchedulerTest::model_ = nullptr;
+Tokenizer* TieredSchedulerTest::tokenizer_ = nullptr;
+
+const std::string kShared =
+    "Q: What is the difference between a duck? A: One of its legs is both the same. "
+    "And the other";
+
+TEST_F(TieredSchedulerTest, SharedPrefixIsServedFromL1AndTokensMatch) {
+  auto s = make(tiered());
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 12, greedy())}));
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(
+      *s, {params(kShared + " two", 12, greedy()), params(kShared + " three", 12, sampled(7))},
+      &ids));
+  const int prompt_blocks = static_cast<int>(kShared.size()) / 16;
+  for (RequestId id : ids) {
+    const Request* r = s->find(id);
+    EXPECT_EQ(r->cached_tokens()[0], prompt_blocks * 16) << "request " << id;
+    EXPECT_EQ(r->cached_tokens()[1] + r->cached_tokens()[2], 0);
+  }
+  const CacheStats st = s->cache()->stats();
+  EXPECT_GE(st.recompute_tokens_avoided, 2L * prompt_blocks * 16);
+  EXPECT_GT(st.tier[0].hits, 0);
+}
+
+TEST_F(TieredSchedulerTest, SaltsNeverShareBlocks) {
+  auto s = make(tiered());
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared, 4, greedy(), "tenant-a")}));
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(
+      *s, {params(kShared, 4, greedy(), "tenant-b"), params(kShared, 4, greedy(), "tenant-a")},
+      &ids));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens()[0], 0);
+  EXPECT_GT(s->find(ids[1])->cached_tokens()[0], 0);
+}
+
+// Write-through puts every block on L3; flushing L1 and L2 leaves L3 as the
+// only copy, so the second pass must promote from L3.
+TEST_F(TieredSchedulerTest, BlocksFlushedToL3ComeBackBitIdentical) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->cache()->stats().tier[2].available);
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 8, greedy())}));
+  s->cache()->drain();
+  EXPECT_GT(s->cache()->flush(Tier::kL1), 0);
+  s->cache()->flush(Tier::kL2);
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 8, sampled(3))}, &ids));
+  const Request* r = s->find(ids[0]);
+  EXPECT_EQ(r->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
+  const CacheStats st = s->cache()->stats();
+  EXPECT_GT(st.tier[2].promotions, 0);
+  EXPECT_EQ(st.tier[2].checksum_failures, 0);
+}
+
+// A tiny L1 and L2 under many requests with shared prefixes: blocks are
+// demoted to L2 and written back to L3, and later requests promote them.
+TEST_F(TieredSchedulerTest, HeavyPressureDemotesAndPromotesWithoutChangingTokens) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.max_kv_tokens = 160;  // 10 blocks
+  c.cache.l2_bytes = 6 * 65536;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
+                                          "It is a truth universally ", "A bird in the hand "};
+  std::vector<RequestParams> wave;
+  for (int round = 0; round < 3; ++round)
+    for (std::size_t i = 0; i < stems.size(); ++i)
+      wave.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6,
+                            round == 1 ? sampled(round * 10 + i) : greedy()));
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<RequestParams> part(wave.begin() + round * 4, wave.begin() + round * 4 + 4);
+    ASSERT_TRUE(run_and_compare(*s, part)) << "round " << round;
+  }
+  s->cache()->drain();
+  const CacheStats st = s->cache()->stats();
+  EXPECT_GT(st.tier[1].demotions, 0);
+  EXPECT_GT(st.tier[2].demotions, 0);  // write_back: blocks that reached L2 went on to L3
+  EXPECT_GT(st.tier[1].promotions + st.tier[2].promotions, 0);
+  EXPECT_GT(st.recompute_tokens_avoided, 0);
+}
+
+TEST_F(TieredSchedulerTest, SwapPreemptionRecomputesNothingAndMatchesRecompute) {
+  const std::vector<std::string> prompts = {"Q: What is the difference between", "A",
+                                            "The fortune you seek is in another cookie.", "Love is",
+                                            "It is a truth universally acknowledged"};
+  std::vector<RequestParams> reqs;
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    reqs.push_back(params(prompts[i], 24, i % 2 ? sampled(40 + i) : greedy()));
+  long preemptions[2] = {0, 0}, recomputed[2] = {0, 0};
+  for (PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kRecompute}) {
+    SchedulerConfig c = tiered();
+    c.page_size = 8;
+    c.max_kv_tokens = 96;
+    c.max_batch_size = 4;
+    c.token_budget = 8;
+    c.preemption = mode;
+    c.cache.l2_bytes = 64 * 32768;
+    auto s = make(c);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(run_and_compare(*s, reqs)) << to_string(mode);
+    const int m = mode == PreemptionMode::kSwap ? 0 : 1;
+    preemptions[m] = s->stats().preemptions;
+    recomputed[m] = s->stats().recomputed_tokens;
+    if (mode == PreemptionMode::kSwap) {
+      EXPECT_EQ(s->stats().swapped_in, s->stats().swapped_out);
+      EXPECT_EQ(s->stats().swapped, 0);
+    }
+  }
+  EXPECT_GT(preemptions[0], 0) << "the budget never forced a swap";
+  EXPECT_EQ(recomputed[0], 0);
+  EXPECT_GT(preemptions[1], 0);
+  EXPECT_GT(recomputed[1], 0);
+}
+
+TEST_F(TieredSchedulerTest, RestartServesThePrefixFromL3AndACorruptSlabIsRecomputed) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  {
+    auto s = make(c);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 8, greedy())}));
+  }  // the scheduler's cache drains its writes when it goes
+  const int prompt_tokens = static_cast<int>(kShared.size()) / 16 * 16;
+  {
+    auto s = make(c);
+    ASSERT_NE(s, nullptr);
+    std::vector<RequestId> ids;
+    ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 8, greedy())}, &ids));
+    EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], prompt_tokens);
+    EXPECT_GT(s->cache()->stats().tier[2].promotions, 0);
+  }
+  // Every byte of the slab replaced: each block read fails its checksum, is
+  // a miss, and the request is prefilled instead, with the same tokens.
+  {
+    const auto slab = dir.path() / "l3" / "slab";
+    const int fd = ::open(slab.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    const std::vector<char> junk(1 << 20, 0x5a);
+    for (off_t off = 0; off < static_cast<off_t>(std::filesystem::file_size(slab));
+         off += static_cast<off_t>(junk.size()))
+      ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), off), static_cast<ssize_t>(junk.size()));
+    ::close(fd);
+  }
+  {
+    auto s = make(c);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(run_and_compare(*s, {params(kShared + " three", 8, greedy())}));
+    const CacheStats st = s->cache()->stats();
+    EXPECT_GT(st.tier[2].checksum_failures, 0);
+    EXPECT_EQ(st.tier[2].promotions, 0);
+  }
+}
+
+TEST_F(TieredSchedulerTest, UnusableL3DegradesToL1AndL2) {
+  test_util::TempDir dir;
+  const auto file = dir.write("not-a-directory", "x");
+  auto s = make(tiered(file / "l3"));
+  ASSERT_NE(s, nullptr);
+  ASSERT_FALSE(s->cache()->warnings().empty());
+  EXPECT_TRUE(contains(s->cache()->warnings().front(), "L3 disabled"));
+  EXPECT_FALSE(s->cache()->stats().tier[2].available);
+  ASSERT_TRUE(
+      run_and_compare(*s, {params(kShared, 8, greedy()), params(kShared + "!", 8, greedy())}));
+}
+
+// A pinned prefix may leave L1 for L2 but survives flushing L2; unpinned,
+// the same flush drops it. The tree summary follows.
+TEST_F(TieredSchedulerTest, PinnedPrefixStaysInL2ThroughFlushes) {
+  auto s = make(tiered());
+  ASSERT_NE(s, nullptr);
+  const RequestParams p = params(kShared, 2, greedy());
+  ASSERT_TRUE(run_and_compare(*s, {p}));
+  KvCache& cache = *s->cache();
+  const auto root = cache.root("");
+  const int blocks = static_cast<int>(p.prompt.size()) / 16;
+  EXPECT_EQ(cache.pin(root, p.prompt, +1), blocks);
+  EXPECT_EQ(cache.summarize().pinned, static_cast<std::size_t>(blocks));
+  EXPECT_EQ(cache.flush(Tier::kL1), 0) << "pinned blocks are not flushed from L1";
+  s->cache()->make_free_l1(s->max_blocks());  // pressure: pinned blocks go down to L2
+  EXPECT_EQ(cache.lookup(root, p.prompt, 100).blocks[1], blocks);
+  EXPECT_EQ(cache.flush(Tier::kL2), 0);
+  EXPECT_EQ(cache.lookup(root, p.prompt, 100).total_blocks(), blocks);
+  EXPECT_EQ(cache.pin(root, p.prompt, -1), blocks);
+  EXPECT_EQ(cache.flush(Tier::kL2), blocks);
+  EXPECT_EQ(cache.lookup(root, p.prompt, 100).total_blocks(), 0);
+  const TreeSummary t = cache.summarize();
+  EXPECT_EQ(t.pinned, 0u);
+  ASSERT_TRUE(s->check_invariants());
+}
+
+// Start-up calibration yields positive costs; when L3 is made to look slow
+// the cached prefix is recomputed instead of loaded, with the same tokens.
+TEST_F(TieredSchedulerTest, LoadOrRecomputeFollowsTheMeasuredCosts) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  s->calibrate_tier_costs();
+  const TierCosts measured = s->cache()->stats().costs;
+  EXPECT_GT(measured.prefill_per_token_s, 0);
+  EXPECT_GT(measured.l2_per_block_s, 0);
+  EXPECT_GT(measured.l3_latency_s + measured.l3_per_block_s, 0);
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
+  s->cache()->drain();
+  s->cache()->flush(Tier::kL1);
+  s->cache()->flush(Tier::kL2);
+  TierCosts slow = measured;
+  slow.l3_latency_s = 10;  // ten seconds a read: never worth it
+  s->cache()->set_costs(slow);
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 4, greedy())}));
+  const CacheStats st = s->cache()->stats();
+  EXPECT_GT(st.skipped_loads, 0);
+  EXPECT_EQ(st.tier[2].promotions, 0);
+}
+
+}  // namespace
+}  // namespace kvtier
