@@ -374,12 +374,12 @@ std::optional<int> KvCache::stash_partial(int l1_block) {
   return slot;
 }
 
-std::optional<int> KvCache::unstash_partial(int l2_slot) {
+std::optional<int> KvCache::unstash_partial(int l2_slot, bool keep_slot) {
   auto block = alloc_l1();
   if (!block) return std::nullopt;
   copy_block(l1_->data(*block), l2_->data(l2_slot), Tier::kL2, Tier::kL1);
   ++stats_.tier[1].promotions;
-  l2_->release(l2_slot);
+  if (!keep_slot) l2_->release(l2_slot);
   return block;
 }
 

@@ -171,8 +171,8 @@ class KvCache {
   // request owns. nullopt without L2 or when no slot can be freed.
   std::optional<int> stash_partial(int l1_block);
   // Copies a stashed block back into a fresh L1 block (the caller's reference)
-  // and frees the slot; nullopt if L1 has no free block.
-  std::optional<int> unstash_partial(int l2_slot);
+  // and frees the slot unless keep_slot; nullopt if L1 has no free block.
+  std::optional<int> unstash_partial(int l2_slot, bool keep_slot = false);
   void drop_stash(int l2_slot);
 
   // Holds and pins by key (nodes may move or go; keys stay valid).

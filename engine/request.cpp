@@ -57,9 +57,12 @@ Request::Request(RequestId id, const Request& head, int index, SequenceKv kv)
       status_(RequestStatus::kRunning),
       kv_(std::move(kv)),
       sampler_(sampling_),
-      stop_matcher_(stop_) {}
+      stop_matcher_(stop_),
+      evictor_(head.evictor_),
+      cache_root_(head.cache_root_) {}
 
-Request::Request(RequestId id, std::uint64_t arrival, RequestParams params, int page_size)
+Request::Request(RequestId id, std::uint64_t arrival, RequestParams params, int page_size,
+                 int context)
     : id_(id),
       arrival_(arrival),
       priority_(params.priority),
@@ -72,6 +75,7 @@ Request::Request(RequestId id, std::uint64_t arrival, RequestParams params, int 
       tokens_(std::move(params.prompt)),
       kv_(page_size),
       sampler_(params.sampling),
-      stop_matcher_(std::move(params.stop)) {}
+      stop_matcher_(std::move(params.stop)),
+      evictor_(params.eviction.value_or(EvictionPolicy::none()), context) {}
 
 }  // namespace kvtier

@@ -44,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/eviction_policy.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/sequence_kv.h"
@@ -80,6 +81,9 @@ struct RequestParams {
   // Prefix-cache namespace (a tenant): requests share cached blocks only
   // with requests of the same salt. Empty is the default namespace.
   std::string cache_salt;
+  // Which KV pages to drop as the sequence grows (engine/eviction_policy.h);
+  // unset means the scheduler's default (SchedulerConfig::eviction).
+  std::optional<EvictionPolicy> eviction;
 };
 
 // The most samples one request may ask for.
@@ -96,8 +100,9 @@ std::uint64_t sample_seed(std::uint64_t seed, int index);
 
 class Request {
  public:
-  // REQUIRES: params were validated (Scheduler::submit does it).
-  Request(RequestId id, std::uint64_t arrival, RequestParams params, int page_size);
+  // REQUIRES: params were validated (Scheduler::submit does it) and their
+  // eviction policy is set.
+  Request(RequestId id, std::uint64_t arrival, RequestParams params, int page_size, int context);
   // Sample `index` of `head`, forked when the head's prompt prefill ended:
   // the head's prompt and parameters, sampling seeded with
   // sample_seed(head's seed, index), and `kv` (a fork of the head's) as its
@@ -136,6 +141,7 @@ class Request {
   const std::string& text() const { return text_; }
 
   const SequenceKv& kv() const { return kv_; }
+  const EvictionPolicy& eviction() const { return evictor_.policy(); }
   // How many of tokens() the KV holds: the prefill's progress while
   // prefilling (the next chunk starts here).
   int prefill_cursor() const { return kv_.length(); }
@@ -178,6 +184,9 @@ class Request {
   // across preemptions, so a re-admitted request continues exactly where it was.
   Sampler sampler_;
   StopMatcher stop_matcher_;
+  // The eviction policy's state (H2O's accumulated scores); a forked sample
+  // starts from a copy of its head's.
+  KvEvictor evictor_;
 
   int preemptions_ = 0;
   long recomputed_tokens_ = 0;
@@ -186,12 +195,15 @@ class Request {
   int computed_before_ = 0;
 
   // Prefix cache: the chain root (from the salt), and while swapped out, the
-  // KV length to restore, the keys of the full blocks held for it in the
-  // cache, and the L2 slot holding its partial last block (-1 if none).
+  // KV length to restore, its block-table size, the keys of the full blocks
+  // held for it in the cache, and the blocks stashed in L2 slots of its own
+  // as (table index, slot): the partial last block, or, for a request with
+  // an eviction policy (whose KV must not be shared), every resident block.
   tiers::BlockKey cache_root_;
   int swapped_length_ = 0;
+  int swapped_table_size_ = 0;
   std::vector<tiers::BlockKey> held_keys_;
-  int stash_slot_ = -1;
+  std::vector<std::pair<int, int>> stash_;
   bool admitted_once_ = false;
   std::array<int, 3> cached_tokens_{};
 };

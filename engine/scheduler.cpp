@@ -171,9 +171,8 @@ void Scheduler::calibrate_tier_costs() {
 
 Scheduler::~Scheduler() {
   for (Request* r : admitted_) r->kv_.release(*pool_);
-  for (auto& [id, r] : requests_) {
-    if (r->stash_slot_ >= 0) cache_->drop_stash(r->stash_slot_);
-  }
+  for (auto& [id, r] : requests_)
+    for (const auto& [index, slot] : r->stash_) cache_->drop_stash(slot);
 }
 
 int Scheduler::blocks_for(long positions) const {
@@ -192,7 +191,7 @@ int Scheduler::used_blocks() const {
   int used = 0;
   for (const Request* r : admitted_) {
     for (int block : r->kv_.block_ids()) {
-      if (seen_[block] != 0) continue;
+      if (block == SequenceKv::kEvictedBlock || seen_[block] != 0) continue;
       seen_[block] = 1;
       ++used;
     }
@@ -240,21 +239,28 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params) {
     return std::unexpected("n (samples) is " + std::to_string(params.n) +
                            " but max_batch_size allows " + std::to_string(config_.max_batch_size) +
                            " sequences at once");
+  if (!params.eviction) params.eviction = config_.eviction;
+  if (auto ok = params.eviction->validate(config_.page_size); !ok)
+    return std::unexpected(ok.error());
   // The KV never holds the last sampled token, and generation ends at the
-  // context, so this is the most the request can ever hold. If that cannot fit
-  // the whole budget, admitting it would end in preempting it forever.
+  // context, so this is the most the request can ever hold (with an eviction
+  // policy, the most it keeps at once: seed 000's effective KV tokens). If
+  // that cannot fit the whole budget, admitting it would end in preempting it
+  // forever.
   const long longest = std::min<long>(prompt_len + params.max_tokens - 1, context_);
-  if (blocks_for(longest) > max_blocks_)
-    return std::unexpected("the request may need " + std::to_string(longest) + " KV tokens (" +
-                           std::to_string(blocks_for(longest)) + " pages of " +
+  const int effective = effective_kv_tokens(*params.eviction, static_cast<int>(prompt_len),
+                                            static_cast<int>(longest), config_.page_size);
+  if (blocks_for(effective) > max_blocks_)
+    return std::unexpected("the request may need " + std::to_string(effective) + " KV tokens (" +
+                           std::to_string(blocks_for(effective)) + " pages of " +
                            std::to_string(config_.page_size) + ") but max_kv_tokens allows " +
                            std::to_string(max_blocks_ * config_.page_size) +
                            "; shorten the prompt or max_tokens");
 
   const RequestId id = next_id_++;
   const std::string salt = params.cache_salt;
-  auto request =
-      std::make_unique<Request>(id, next_arrival_++, std::move(params), config_.page_size);
+  auto request = std::make_unique<Request>(id, next_arrival_++, std::move(params),
+                                           config_.page_size, context_);
   if (cache_) request->cache_root_ = cache_->root(salt);
   waiting_.insert(queue_key(*request));
   requests_.emplace(id, std::move(request));
@@ -338,31 +344,56 @@ void Scheduler::admit() {
 bool Scheduler::restore_from_cache(Request& r, int budget_blocks) {
   const int tokens = static_cast<int>(r.tokens_.size());
   const int P = config_.page_size;
-  // At least the last token is always fed: its logits pick the next token.
-  const int max_match = (tokens - 1) / P;
-  if (!r.admitted_once_ && r.status_ == RequestStatus::kWaiting &&
-      r.cached_tokens_ == std::array<int, 3>{}) {
-    const PrefixLookup found = cache_->lookup(r.cache_root_, r.tokens_, max_match);
-    for (int t = 0; t < kNumTiers; ++t) r.cached_tokens_[t] = found.blocks[t] * P;
-  }
-  auto blocks = cache_->acquire_prefix(r.cache_root_, r.tokens_, max_match, budget_blocks);
-  if (!blocks) return false;
-  int length = static_cast<int>(blocks->size()) * P;
-  if (r.stash_slot_ >= 0 && length == r.swapped_length_ / P * P) {
-    auto tail = cache_->unstash_partial(r.stash_slot_);
-    if (!tail) {
-      for (int b : *blocks) pool_->release(b);
-      return false;
+  std::vector<int> blocks;
+  int length = 0;
+  if (!r.eviction().evicts()) {
+    // At least the last token is always fed: its logits pick the next token.
+    const int max_match = (tokens - 1) / P;
+    if (!r.admitted_once_ && r.status_ == RequestStatus::kWaiting &&
+        r.cached_tokens_ == std::array<int, 3>{}) {
+      const PrefixLookup found = cache_->lookup(r.cache_root_, r.tokens_, max_match);
+      for (int t = 0; t < kNumTiers; ++t) r.cached_tokens_[t] = found.blocks[t] * P;
     }
-    r.stash_slot_ = -1;
-    blocks->push_back(*tail);
+    auto shared = cache_->acquire_prefix(r.cache_root_, r.tokens_, max_match, budget_blocks);
+    if (!shared) return false;
+    blocks = std::move(*shared);
+    length = static_cast<int>(blocks.size()) * P;
+  }
+  // A swapped request's own blocks come back when the shared part reaches
+  // them: its partial block after its full ones, or (with an eviction
+  // policy) its whole table, holes included.
+  const bool own_table = r.eviction().evicts();
+  if (!r.stash_.empty() && (own_table || length == r.swapped_length_ / P * P)) {
+    if (own_table)
+      blocks.assign(static_cast<std::size_t>(r.swapped_table_size_), SequenceKv::kEvictedBlock);
+    std::vector<int> restored;
+    for (const auto& [index, slot] : r.stash_) {
+      auto block = cache_->unstash_partial(slot, /*keep_slot=*/true);
+      if (!block) {
+        for (int b : restored) pool_->release(b);
+        for (int b : blocks)
+          if (b != SequenceKv::kEvictedBlock && !own_table) pool_->release(b);
+        return false;
+      }
+      restored.push_back(*block);
+      if (own_table) {
+        blocks[static_cast<std::size_t>(index)] = *block;
+      } else {
+        blocks.push_back(*block);
+      }
+    }
+    for (const auto& [index, slot] : r.stash_) cache_->drop_stash(slot);
+    r.stash_.clear();
     length = r.swapped_length_;
   }
-  r.kv_ = SequenceKv::adopt(P, std::move(*blocks), length);
+  r.kv_ = SequenceKv::adopt(P, std::move(blocks), length);
   return true;
 }
 
 std::vector<CacheNode*> Scheduler::insert_into_cache(const Request& r) {
+  // KV computed with pages evicted is not what the full cache holds: never
+  // shared.
+  if (r.eviction().evicts()) return {};
   const int full = r.kv_.length() / config_.page_size;
   const auto tokens =
       std::span(r.tokens_).first(static_cast<std::size_t>(full) * config_.page_size);
@@ -373,8 +404,8 @@ void Scheduler::release_swap_state(Request& r) {
   if (!cache_) return;
   cache_->hold(r.held_keys_, -1);
   r.held_keys_.clear();
-  if (r.stash_slot_ >= 0) cache_->drop_stash(r.stash_slot_);
-  r.stash_slot_ = -1;
+  for (const auto& [index, slot] : r.stash_) cache_->drop_stash(slot);
+  r.stash_.clear();
   r.swapped_length_ = 0;
 }
 
@@ -419,8 +450,13 @@ void Scheduler::preempt_recompute(Request& victim) {
   // Sampler and the StopMatcher are kept: the re-prefill covers prompt +
   // generated, and its last row's logits are those the next decode would have
   // produced, so the request continues exactly where it stopped.
+  // With an eviction policy the re-prefill lets every position see the whole
+  // context, which the original decode steps did not: the tokens after a
+  // recompute preemption can differ from an uninterrupted run (swap keeps
+  // them exact).
   victim.computed_before_ = std::max(victim.computed_before_, victim.kv_.length());
   victim.kv_.release(*pool_);
+  victim.evictor_.reset();
   std::erase(admitted_, &victim);
   victim.status_ = RequestStatus::kWaiting;
   // Its original arrival puts it ahead of everything that came after it.
@@ -433,15 +469,34 @@ void Scheduler::preempt_swap(Request& victim) {
   // demoted like any cached block). The partial last block cannot be shared,
   // so it goes to an L2 slot of its own. Nothing is recomputed unless the
   // tiers run out of room for them.
+  // A request with an eviction policy keeps its KV private: every resident
+  // block goes to an L2 slot of its own, and if L2 cannot take them all it
+  // is recomputed instead.
   const int length = victim.kv_.length();
-  for (const CacheNode* node : insert_into_cache(victim)) victim.held_keys_.push_back(node->key);
-  cache_->hold(victim.held_keys_, +1);
   const int P = config_.page_size;
-  if (length % P != 0) {
-    const int tail = victim.kv_.block_ids()[static_cast<std::size_t>(length / P)];
-    if (auto slot = cache_->stash_partial(tail)) victim.stash_slot_ = *slot;
+  const auto table = victim.kv_.block_ids();
+  if (victim.eviction().evicts()) {
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      if (table[i] == SequenceKv::kEvictedBlock) continue;
+      auto slot = cache_->stash_partial(table[i]);
+      if (!slot) {
+        for (const auto& [index, s] : victim.stash_) cache_->drop_stash(s);
+        victim.stash_.clear();
+        preempt_recompute(victim);
+        return;
+      }
+      victim.stash_.emplace_back(static_cast<int>(i), *slot);
+    }
+  } else {
+    for (const CacheNode* node : insert_into_cache(victim)) victim.held_keys_.push_back(node->key);
+    cache_->hold(victim.held_keys_, +1);
+    if (length % P != 0) {
+      const int tail = table[static_cast<std::size_t>(length / P)];
+      if (auto slot = cache_->stash_partial(tail)) victim.stash_.emplace_back(length / P, *slot);
+    }
   }
   victim.swapped_length_ = length;
+  victim.swapped_table_size_ = static_cast<int>(table.size());
   victim.computed_before_ = std::max(victim.computed_before_, length);
   victim.kv_.release(*pool_);
   std::erase(admitted_, &victim);
@@ -510,7 +565,7 @@ StepOutput Scheduler::step() {
   std::vector<Request*> rows;
   for (Request* r : admitted_) {
     if (r->status_ != RequestStatus::kRunning) continue;
-    chunks.push_back({&r->kv_, std::span(&r->tokens_.back(), 1), false});
+    chunks.push_back({&r->kv_, std::span(&r->tokens_.back(), 1), false, r->evictor_.scores()});
     rows.push_back(r);
   }
   out.decode_tokens = static_cast<int>(chunks.size());
@@ -519,7 +574,8 @@ StepOutput Scheduler::step() {
     if (r->status_ != RequestStatus::kPrefilling || room <= 0) continue;
     const int begin = r->kv_.length();
     const int n = std::min<int>(room, static_cast<int>(r->tokens_.size()) - begin);
-    chunks.push_back({&r->kv_, std::span(r->tokens_).subspan(begin, n), false});
+    chunks.push_back(
+        {&r->kv_, std::span(r->tokens_).subspan(begin, n), false, r->evictor_.scores()});
     rows.push_back(r);
     // Only a head before its fork or a re-prefill after a preemption
     // prefills, and neither shares blocks: the chunk writes its own pages.
@@ -549,6 +605,12 @@ StepOutput Scheduler::step() {
     }
     return out;
   }
+
+  // Eviction as generate() does it: after the pass that completes the prompt
+  // (never inside it, so chunking cannot change it) and after every decode.
+  for (Request* r : rows)
+    if (r->kv_.length() >= static_cast<int>(r->tokens_.size()))
+      evicted_blocks_ += r->evictor_.evict(r->kv_, *pool_);
 
   const std::size_t V = static_cast<std::size_t>(vocab_size_);
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -637,6 +699,7 @@ SchedulerStats Scheduler::stats() const {
   s.preemptions = preemptions_;
   s.recomputed_tokens = recomputed_tokens_;
   s.swapped_out = swapped_out_;
+  s.evicted_blocks = evicted_blocks_;
   s.swapped_in = swapped_in_;
   for (const auto& [id, r] : requests_) s.swapped += r->status_ == RequestStatus::kSwapped;
   return s;
@@ -684,6 +747,7 @@ std::expected<void, std::string> Scheduler::check_invariants() const {
         break;
     }
     for (int block : r.kv_.block_ids()) {
+      if (block == SequenceKv::kEvictedBlock) continue;
       if (block < 0 || block >= pool_->num_blocks())
         return fail(r, "block " + std::to_string(block) + " is outside the pool");
       if (last_holder[block] == r.id_)

@@ -130,6 +130,14 @@ struct SchedulerConfig {
   std::size_t l1_bytes = 0;
   CacheConfig cache;  // L2, L3 and the write policy (prefix_cache only)
 
+  // The eviction policy of requests that do not name one
+  // (RequestParams::eviction). Admission charges a request its effective
+  // size under its policy (seed 000's contract), and the pages a policy
+  // evicts go back to the pool at once, so the budget counts exactly the
+  // resident pages. Requests with a policy neither share nor leave blocks in
+  // the prefix cache: their KV is not the full cache's.
+  EvictionPolicy eviction;
+
   // Clear message for: page_size < 1, max_kv_tokens below one page,
   // max_batch_size < 1, token_budget < 1 or < max_batch_size, swap preemption
   // without the prefix cache, L2/L3 settings without it.
@@ -166,6 +174,7 @@ struct SchedulerStats {
   long steps = 0;
   long preemptions = 0;
   long recomputed_tokens = 0;  // positions whose KV was computed again after a preemption
+  long evicted_blocks = 0;     // pages the requests' eviction policies dropped
   long swapped_out = 0;        // swap preemptions
   long swapped_in = 0;         // swapped requests re-admitted
   int swapped = 0;             // requests swapped out now
@@ -338,6 +347,7 @@ class Scheduler {
   long recomputed_tokens_ = 0;
   long swapped_out_ = 0;
   long swapped_in_ = 0;
+  long evicted_blocks_ = 0;
 };
 
 }  // namespace kvtier

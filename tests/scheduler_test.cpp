@@ -783,7 +783,7 @@ TEST_F(SchedulerTest, RefusesBadSubmitsBeforeTheyReachTheEngine) {
   refused(params("x", 5, 0, SamplingParams{-1.0f, 0, 1.0f, 0}), "temperature");
   refused(params("x", 5, 0, greedy(), {""}), "stop");
   refused(params("x", 5, -1), "priority must be 0 (most urgent) or more, got -1");
-  refused(params("x", 200), "the request may need 200 KV tokens (13 pages of 16)");
+  refused(params("x", 200), "the request may need 208 KV tokens (13 pages of 16)");
   EXPECT_FALSE(s->has_work());
   EXPECT_EQ(s->stats().waiting, 0);
 

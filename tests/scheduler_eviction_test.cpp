@@ -1,0 +1,167 @@
+// Eviction policies inside the scheduler, on the bundled model: each
+// request's tokens equal generate() alone with the same policy whatever the
+// batch and budget; swap preemption keeps them exact; admission charges the
+// effective size, so the budget is neither over- nor under-counted.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "test_util.h"
+
+namespace kvtier {
+namespace {
+
+using test_util::contains;
+
+class SchedulerEvictionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = &test_util::bundled_model().model;
+    tokenizer_ = test_util::bundled_model().tokenizer.get();
+  }
+
+  static RequestParams params(std::string_view prompt, int max_tokens, EvictionPolicy policy,
+                              std::uint64_t seed = 0) {
+    RequestParams p;
+    p.prompt = *tokenizer_->encode(prompt);
+    p.max_tokens = max_tokens;
+    p.sampling =
+        seed == 0 ? SamplingParams{0.0f, 0, 1.0f, 0} : SamplingParams{0.9f, 40, 0.95f, seed};
+    p.eviction = policy;
+    return p;
+  }
+
+  static std::vector<int> alone(const RequestParams& p, int page_size) {
+    tiers::BlockPool pool(model_->kv_layout(page_size).block_bytes(), 64);
+    GenerateOptions o;
+    o.sampling = p.sampling;
+    o.max_tokens = p.max_tokens;
+    o.page_size = page_size;
+    o.eviction = *p.eviction;
+    auto g = generate(*model_, pool, tokenizer_, p.prompt, o);
+    EXPECT_TRUE(g.has_value()) << g.error();
+    return g ? g->tokens : std::vector<int>{};
+  }
+
+  // Runs to the end with the invariants after every step; returns the
+  // largest number of pages the budget counted at once.
+  static int run(Scheduler& s, const std::vector<RequestParams>& reqs,
+                 std::vector<RequestId>& ids) {
+    for (const RequestParams& p : reqs) ids.push_back(*s.submit(p));
+    int peak = 0;
+    for (int guard = 0; s.has_work() && guard < 20000; ++guard) {
+      for (const RequestEvent& e : s.step().events) EXPECT_TRUE(e.error.empty()) << e.error;
+      const auto ok = s.check_invariants();
+      EXPECT_TRUE(ok.has_value()) << ok.error();
+      if (!ok) break;
+      peak = std::max(peak, s.stats().blocks_used);
+    }
+    EXPECT_FALSE(s.has_work());
+    return peak;
+  }
+
+  static Model* model_;
+  static Tokenizer* tokenizer_;
+};
+
+Model* SchedulerEvictionTest::model_ = nullptr;
+Tokenizer* SchedulerEvictionTest::tokenizer_ = nullptr;
+
+const std::vector<std::string> kPrompts = {"Q: What is the difference between a duck?", "Love is",
+                                           "The fortune you seek is in another cookie."};
+
+TEST_F(SchedulerEvictionTest, TokensMatchGenerateAloneWithTheSamePolicyForAnyBatch) {
+  const std::vector<EvictionPolicy> policies = {
+      EvictionPolicy::sliding_window(32), EvictionPolicy::sliding_window(16, 8),
+      EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kSum),
+      EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kNormSum)};
+  for (const EvictionPolicy& policy : policies) {
+    std::vector<RequestParams> reqs;
+    for (std::size_t i = 0; i < kPrompts.size(); ++i)
+      reqs.push_back(params(kPrompts[i], 120, policy, i == 1 ? 5 : 0));
+    for (int batch : {1, 3}) {
+      SchedulerConfig c;
+      c.max_kv_tokens = 4096;
+      c.max_batch_size = batch;
+      c.token_budget = batch == 1 ? 7 : 64;  // chunked and whole prefills
+      auto s = std::move(*Scheduler::create(*model_, tokenizer_, c));
+      std::vector<RequestId> ids;
+      run(*s, reqs, ids);
+      for (std::size_t i = 0; i < reqs.size(); ++i)
+        EXPECT_EQ(std::vector<int>(s->find(ids[i])->generated().begin(),
+                                   s->find(ids[i])->generated().end()),
+                  alone(reqs[i], 16))
+            << policy.to_string() << " batch " << batch << " request " << i;
+      EXPECT_GT(s->stats().evicted_blocks, 0) << policy.to_string();
+      EXPECT_EQ(s->stats().preemptions, 0);
+    }
+  }
+}
+
+// Not over-counted: three requests whose full KV (3 x 15 pages) is far over
+// the budget run side by side without a preemption, because each is charged
+// its effective size. Not under-counted: the pages counted at the peak are
+// the pages resident, never more than the budget (check_invariants), and a
+// request whose effective size exceeds the budget is refused.
+TEST_F(SchedulerEvictionTest, BudgetCountsEffectiveSizeBothWays) {
+  const EvictionPolicy window = EvictionPolicy::sliding_window(32);
+  std::vector<RequestParams> reqs;
+  for (const std::string& p : kPrompts) reqs.push_back(params(p, 200, window));
+  SchedulerConfig c;
+  c.max_kv_tokens = 3 * 64;  // 12 pages: each request peaks at 4 (prompt or window + 1)
+  c.max_batch_size = 3;
+  c.token_budget = 64;
+  auto s = std::move(*Scheduler::create(*model_, tokenizer_, c));
+  std::vector<RequestId> ids;
+  const int peak = run(*s, reqs, ids);
+  EXPECT_EQ(s->stats().preemptions, 0);
+  int charged = 0;
+  for (const RequestParams& p : reqs)
+    charged += effective_kv_tokens(window, static_cast<int>(p.prompt.size()),
+                                   static_cast<int>(p.prompt.size()) + 199, 16) /
+               16;
+  EXPECT_LE(peak, charged);
+  EXPECT_GE(peak, charged - 3) << "fewer pages counted than the windows hold";
+  for (std::size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(s->find(ids[i])->num_generated(), 200);
+
+  // Without the policy the same request is refused: it could never fit.
+  SchedulerConfig small = c;
+  small.max_kv_tokens = 64;
+  auto t = std::move(*Scheduler::create(*model_, tokenizer_, small));
+  RequestParams full = reqs[0];
+  full.eviction = EvictionPolicy::none();
+  auto refused = t->submit(full);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_TRUE(contains(refused.error(), "max_kv_tokens allows 64"));
+  EXPECT_TRUE(t->submit(reqs[0]).has_value());
+}
+
+TEST_F(SchedulerEvictionTest, SwapPreemptionKeepsEvictingRequestsExact) {
+  const EvictionPolicy policy = EvictionPolicy::h2o(16, 16, 64);
+  std::vector<RequestParams> reqs;
+  for (std::size_t i = 0; i < kPrompts.size(); ++i)
+    reqs.push_back(params(kPrompts[i], 150, policy, i + 1));
+  SchedulerConfig c;
+  c.prefix_cache = true;
+  c.preemption = PreemptionMode::kSwap;
+  c.cache.l2_bytes = 64 * 65536;
+  c.max_kv_tokens = 9 * 16;  // three requests of up to 5 pages: someone must wait
+  c.max_batch_size = 3;
+  c.token_budget = 16;
+  auto s = std::move(*Scheduler::create(*model_, tokenizer_, c));
+  std::vector<RequestId> ids;
+  run(*s, reqs, ids);
+  EXPECT_GT(s->stats().preemptions, 0);
+  EXPECT_EQ(s->stats().recomputed_tokens, 0);
+  for (std::size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(
+        std::vector<int>(s->find(ids[i])->generated().begin(), s->find(ids[i])->generated().end()),
+        alone(reqs[i], 16))
+        << "request " << i;
+  EXPECT_EQ(s->cache()->stats().nodes, 0u) << "evicting requests must not fill the shared cache";
+}
+
+}  // namespace
+}  // namespace kvtier
