@@ -32,7 +32,8 @@ EngineLoop::EngineLoop(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> 
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       scheduler_(std::move(scheduler)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      max_pending_(options_.max_pending) {}
 
 EngineLoop::~EngineLoop() { stop(); }
 
@@ -54,8 +55,8 @@ std::expected<DaemonRequestId, EngineLoop::SubmitError> EngineLoop::submit(
   DaemonRequestId id;
   {
     std::lock_guard lock(mu_);
-    if (stopping_) return std::unexpected(SubmitError::kStopping);
-    if (static_cast<int>(active_.size()) >= options_.max_pending) {
+    if (stopping_ || draining_) return std::unexpected(SubmitError::kStopping);
+    if (static_cast<int>(active_.size()) >= max_pending_) {
       return std::unexpected(SubmitError::kTooManyPending);
     }
     id = next_id_++;
@@ -89,6 +90,26 @@ void EngineLoop::stats(std::function<void(EngineStats)> reply) {
   cv_.notify_one();
 }
 
+void EngineLoop::drain(std::function<void()> on_drained) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    draining_ = true;
+    inbox_.push_back(DrainCommand{std::move(on_drained)});
+  }
+  cv_.notify_one();
+}
+
+void EngineLoop::reconfigure(SchedulerConfig scheduler, int max_pending,
+                             std::function<void(std::expected<void, std::string>)> reply) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    inbox_.push_back(ReconfigureCommand{scheduler, max_pending, std::move(reply)});
+  }
+  cv_.notify_one();
+}
+
 void EngineLoop::mark_final(DaemonRequestId id) {
   std::lock_guard lock(mu_);
   active_.erase(id);
@@ -111,6 +132,9 @@ void EngineLoop::run() {
       return;
     }
     if (scheduler_->has_work()) step();
+    // Every submit() before drain() was queued ahead of its DrainCommand, so
+    // an empty live_ after handling it means nothing is left to finish.
+    if (on_drained_ && live_.empty()) std::exchange(on_drained_, nullptr)();
   }
 }
 
@@ -123,10 +147,12 @@ void EngineLoop::handle(SubmitCommand& c) {
   } else {
     params.prompt = std::move(std::get<std::vector<int>>(c.prompt));
   }
+  const int samples = params.n;
   auto rid = scheduler_->submit(std::move(params));
   if (!rid) return fail(c.id, c.sink, rid.error(), true);
   by_daemon_[c.id] = *rid;
-  live_.emplace(*rid, Live{c.id, std::move(c.sink), c.submitted, std::nullopt, std::nullopt});
+  live_.emplace(*rid,
+                Live{c.id, std::move(c.sink), c.submitted, std::nullopt, std::nullopt, samples, 0});
 }
 
 void EngineLoop::handle(CancelCommand& c) {
@@ -135,7 +161,7 @@ void EngineLoop::handle(CancelCommand& c) {
   const RequestId rid = it->second;
   if (!scheduler_->cancel(rid)) return;
   ++cancelled_;
-  finish(rid, live_.at(rid), "cancelled");
+  finish(rid, live_.at(rid), true);
 }
 
 void EngineLoop::handle(StatsCommand& c) {
@@ -149,7 +175,20 @@ void EngineLoop::handle(StatsCommand& c) {
   s.completed = completed_;
   s.cancelled = cancelled_;
   s.failed = failed_;
+  s.tokens_generated = tokens_generated_;
   c.reply(std::move(s));
+}
+
+void EngineLoop::handle(DrainCommand& c) { on_drained_ = std::move(c.on_drained); }
+
+void EngineLoop::handle(ReconfigureCommand& c) {
+  auto ok = scheduler_->reconfigure(c.scheduler);
+  if (ok) {
+    options_.scheduler = scheduler_->config();
+    std::lock_guard lock(mu_);
+    max_pending_ = c.max_pending;
+  }
+  c.reply(std::move(ok));
 }
 
 void EngineLoop::step() {
@@ -164,40 +203,49 @@ void EngineLoop::step() {
     auto it = live_.find(e.id);
     if (it == live_.end()) continue;
     Live& live = it->second;
+    tokens_generated_ += static_cast<long>(e.tokens.size());
     if (!e.tokens.empty() && !live.first_token) live.first_token = now;
     if (!e.error.empty()) {
+      // One failed sample fails the request: its siblings' results would be
+      // an incomplete answer.
       const DaemonRequestId id = live.id;
       EventSink sink = std::move(live.sink);
+      (void)scheduler_->cancel(e.id);  // the siblings still running, if any
       by_daemon_.erase(id);
       live_.erase(it);
       scheduler_->forget(e.id);
       fail(id, sink, e.error, false);
       continue;
     }
-    if (e.finish) {
-      // The finishing event's tokens and text are part of the final result;
-      // send them as a last progress event so a stream is complete.
-      if (!e.tokens.empty() || !e.text.empty()) {
-        live.sink(
-            EngineEvent{live.id, std::move(e.tokens), std::move(e.text), false, {}, {}, false});
-      }
+    // The finishing event's tokens and text are part of the final result;
+    // they go out as progress first so a stream is complete.
+    if (!e.tokens.empty() || !e.text.empty()) {
+      EngineEvent progress;
+      progress.id = live.id;
+      progress.sample = e.sample;
+      progress.tokens = std::move(e.tokens);
+      progress.text = std::move(e.text);
+      live.sink(std::move(progress));
+    }
+    if (e.finish && ++live.samples_finished == live.samples) {
       ++completed_;
-      finish(e.id, live, std::string(to_string(*e.finish)));
-    } else if (!e.tokens.empty() || !e.text.empty()) {
-      live.sink(EngineEvent{live.id, std::move(e.tokens), std::move(e.text), false, {}, {}, false});
+      finish(e.id, live, false);
     }
   }
 }
 
-void EngineLoop::finish(RequestId rid, Live& live, std::string finish_reason) {
+void EngineLoop::finish(RequestId rid, Live& live, bool cancelled) {
   const auto now = Clock::now();
   GenerateResult r;
-  if (const Request* req = scheduler_->find(rid)) {
-    r.tokens.assign(req->generated().begin(), req->generated().end());
-    r.text = req->text();
+  r.samples.resize(static_cast<std::size_t>(live.samples), SampleResult{{}, {}, "cancelled"});
+  for (const Request* req : scheduler_->samples(rid)) {
+    SampleResult& s = r.samples.at(static_cast<std::size_t>(req->sample_index()));
+    s.tokens.assign(req->generated().begin(), req->generated().end());
+    s.text = req->text();
+    if (req->finish_reason()) s.finish_reason = std::string(to_string(*req->finish_reason()));
     r.prompt_tokens = static_cast<int>(req->prompt().size());
   }
-  r.finish_reason = std::move(finish_reason);
+  r.finish_reason = cancelled ? "cancelled" : r.samples.front().finish_reason;
   r.queue_ms =
       live.admitted ? ms_between(live.submitted, *live.admitted) : ms_between(live.submitted, now);
   r.ttft_ms = live.first_token ? ms_between(live.submitted, *live.first_token) : 0;
@@ -233,7 +281,7 @@ void EngineLoop::cancel_all() {
   for (const auto& [rid, live] : live_) ids.push_back(rid);
   for (RequestId rid : ids) {
     if (scheduler_->cancel(rid)) ++cancelled_;
-    finish(rid, live_.at(rid), "cancelled");
+    finish(rid, live_.at(rid), true);
   }
 }
 

@@ -7,6 +7,10 @@
 // happened to each request through that request's EventSink. Nothing outside
 // this thread touches engine state, so the scheduler needs no locks.
 //
+// Samples (RequestParams::n > 1) are one request here: one id, progress
+// events tagged with their sample index, one final event carrying every
+// sample's result once the last one ends.
+//
 // Request ids here are the daemon's own, handed out at submit() on the
 // caller's thread (the scheduler's ids exist only once the engine thread has
 // seen the request), so a client learns its id before the engine runs it.
@@ -38,11 +42,22 @@ namespace kvtier::daemon {
 
 using DaemonRequestId = std::uint64_t;
 
-// What a finished request produced.
-struct GenerateResult {
+// What one sample of a finished request produced.
+struct SampleResult {
   std::vector<int> tokens;    // generated ids, the prompt excluded
   std::string text;           // cut before a stop string
   std::string finish_reason;  // "length" | "stop" | "context" | "cancelled"
+};
+
+// What a finished request produced.
+struct GenerateResult {
+  // RequestParams::n entries in sample order. Sample 0 is what the same
+  // request with n = 1 produces. A sample the engine never started (the
+  // request was cancelled before its prompt was prefilled) is empty and
+  // "cancelled".
+  std::vector<SampleResult> samples;
+  // "cancelled" when the request was cancelled, else sample 0's.
+  std::string finish_reason;
   int prompt_tokens = 0;
   double queue_ms = 0;  // submit -> admitted by the scheduler
   double ttft_ms = 0;   // submit -> first generated token (0 if none)
@@ -53,6 +68,7 @@ struct GenerateResult {
 // `final` set (its last): a result, or an error.
 struct EngineEvent {
   DaemonRequestId id = 0;
+  int sample = 0;           // which sample the tokens and text belong to
   std::vector<int> tokens;  // sampled since the last event
   std::string text;         // text that became final since the last event
   bool final = false;
@@ -73,7 +89,8 @@ struct EngineStats {
   long submitted = 0;
   long completed = 0;
   long cancelled = 0;
-  long failed = 0;  // refused by validation or failed by the engine
+  long failed = 0;            // refused by validation or failed by the engine
+  long tokens_generated = 0;  // over every request and sample since start
 };
 
 struct EngineLoopOptions {
@@ -102,6 +119,21 @@ class EngineLoop {
   // the thread. Idempotent; later submit() calls fail with kStopping.
   void stop();
 
+  // Thread-safe. The first half of a graceful stop: from now on submit()
+  // fails with kStopping, while requests already submitted run on.
+  // `on_drained` is called once, on the engine thread, when none is left
+  // (at once, from the engine thread, if none is running); it must only post
+  // elsewhere. Dropped uncalled if stop() comes first. Call once.
+  void drain(std::function<void()> on_drained);
+
+  // Thread-safe. Applies the scheduler's runtime tunables
+  // (Scheduler::reconfigure: token_budget, max_batch_size, policy) and
+  // max_pending between two steps. `reply` gets the scheduler's refusal, in
+  // which case nothing changed; it is called on the engine thread and
+  // dropped uncalled after stop().
+  void reconfigure(SchedulerConfig scheduler, int max_pending,
+                   std::function<void(std::expected<void, std::string>)> reply);
+
   // Thread-safe. Queues a generation; `prompt` is text (encoded on the engine
   // thread) or token ids. Validation happens on the engine thread and comes
   // back as a final error event. `sink` receives every event of the request.
@@ -119,7 +151,6 @@ class EngineLoop {
 
   // Thread-safe (immutable after create()).
   const ModelConfig& model_config() const { return model_->config(); }
-  const SchedulerConfig& scheduler_config() const { return options_.scheduler; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -137,7 +168,16 @@ class EngineLoop {
   struct StatsCommand {
     std::function<void(EngineStats)> reply;
   };
-  using Command = std::variant<SubmitCommand, CancelCommand, StatsCommand>;
+  struct DrainCommand {
+    std::function<void()> on_drained;
+  };
+  struct ReconfigureCommand {
+    SchedulerConfig scheduler;
+    int max_pending;
+    std::function<void(std::expected<void, std::string>)> reply;
+  };
+  using Command =
+      std::variant<SubmitCommand, CancelCommand, StatsCommand, DrainCommand, ReconfigureCommand>;
 
   // A request the engine thread is running, keyed by the scheduler's id.
   struct Live {
@@ -146,6 +186,8 @@ class EngineLoop {
     Clock::time_point submitted;
     std::optional<Clock::time_point> admitted;
     std::optional<Clock::time_point> first_token;
+    int samples = 1;           // RequestParams::n
+    int samples_finished = 0;  // the request is final when this reaches `samples`
   };
 
   EngineLoop(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tokenizer,
@@ -155,9 +197,12 @@ class EngineLoop {
   void handle(SubmitCommand& c);
   void handle(CancelCommand& c);
   void handle(StatsCommand& c);
+  void handle(DrainCommand& c);
+  void handle(ReconfigureCommand& c);
   void step();
-  // Sends the final event of the scheduler request `rid` and forgets it.
-  void finish(RequestId rid, Live& live, std::string finish_reason);
+  // Sends the final event of the scheduler request (group) `rid` and forgets
+  // it. `cancelled`: every sample not done counts as cancelled.
+  void finish(RequestId rid, Live& live, bool cancelled);
   void fail(DaemonRequestId id, const EventSink& sink, std::string error, bool invalid_params);
   void cancel_all();
   // Removes `id` from the set of non-final requests (under mu_).
@@ -174,6 +219,8 @@ class EngineLoop {
   long completed_ = 0;
   long cancelled_ = 0;
   long failed_ = 0;
+  long tokens_generated_ = 0;
+  std::function<void()> on_drained_;  // set by drain(), called once live_ is empty
 
   // Shared with submitting threads.
   std::mutex mu_;
@@ -182,7 +229,9 @@ class EngineLoop {
   std::unordered_set<DaemonRequestId> active_;  // guarded by mu_: submitted, not final
   DaemonRequestId next_id_ = 1;                 // guarded by mu_
   long submitted_ = 0;                          // guarded by mu_
+  int max_pending_;                             // guarded by mu_
   bool stopping_ = false;                       // guarded by mu_
+  bool draining_ = false;                       // guarded by mu_: submit() refuses
   std::thread thread_;
 };
 

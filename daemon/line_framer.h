@@ -33,6 +33,12 @@ class LineFramer {
   // Bytes of an unfinished line held now (at most max_line_bytes).
   std::size_t buffered() const { return partial_.size(); }
 
+  // Changes the limit from the next feed() on (the max_line_bytes runtime
+  // setting). An unfinished line already over a lower limit is reported
+  // then.
+  void set_max_line_bytes(std::size_t max_line_bytes) { max_line_bytes_ = max_line_bytes; }
+  std::size_t max_line_bytes() const { return max_line_bytes_; }
+
  private:
   std::size_t max_line_bytes_;
   std::string partial_;

@@ -11,7 +11,9 @@ namespace {
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 
-std::string_view level_name(LogLevel level) {
+}  // namespace
+
+std::string_view to_string(LogLevel level) {
   switch (level) {
     case LogLevel::kError:
       return "error";
@@ -25,17 +27,17 @@ std::string_view level_name(LogLevel level) {
   return "?";
 }
 
-}  // namespace
-
 std::expected<LogLevel, std::string> log_level_parse(std::string_view name) {
   for (LogLevel l : {LogLevel::kError, LogLevel::kWarning, LogLevel::kInfo, LogLevel::kDebug}) {
-    if (name == level_name(l)) return l;
+    if (name == to_string(l)) return l;
   }
   return std::unexpected("unknown log level '" + std::string(name) +
                          "' (expected error, warning, info or debug)");
 }
 
 void log_level_set(LogLevel level) { g_level.store(static_cast<int>(level)); }
+
+LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 
 void log_write(LogLevel level, std::string_view message) {
   if (static_cast<int>(level) > g_level.load(std::memory_order_relaxed)) return;
@@ -45,7 +47,7 @@ void log_write(LogLevel level, std::string_view message) {
     line = "<" + std::to_string(static_cast<int>(level)) + ">";
   } else {
     line = "kvtierd: ";
-    line += level_name(level);
+    line += to_string(level);
     line += ": ";
   }
   line += message;

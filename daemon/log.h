@@ -17,10 +17,13 @@ enum class LogLevel { kError = 3, kWarning = 4, kInfo = 6, kDebug = 7 };
 
 // "error" | "warning" | "info" | "debug".
 std::expected<LogLevel, std::string> log_level_parse(std::string_view name);
+std::string_view to_string(LogLevel level);
 
-// Messages less severe than `level` are dropped. Default kInfo. Set it once
-// at start-up, before other threads log.
+// Messages less severe than `level` are dropped. Default kInfo. May be
+// called at any time, from any thread (`config.set`, SIGHUP): lines already
+// being written keep the level they were checked against.
 void log_level_set(LogLevel level);
+LogLevel log_level();
 
 void log_write(LogLevel level, std::string_view message);
 

@@ -25,8 +25,11 @@ std::expected<int, RpcError> int_get(const json& v, std::string_view key, int mi
   bool in_range;
   long long value = 0;
   if (v.is_number_unsigned()) {
+    // JSON's non-negative integers parse as unsigned: the minimum applies
+    // here too (the fuzzer found "n": 0 and "max_tokens": 0 let through).
     const auto u = v.get<std::uint64_t>();
-    in_range = u <= static_cast<std::uint64_t>(max);
+    in_range =
+        (min <= 0 || u >= static_cast<std::uint64_t>(min)) && u <= static_cast<std::uint64_t>(max);
     value = in_range ? static_cast<long long>(u) : 0;
   } else {
     value = v.get<long long>();
@@ -150,6 +153,10 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
       auto n = int_get(v, key, 0, std::numeric_limits<int>::max());
       if (!n) return std::unexpected(n.error());
       out.priority = *n;
+    } else if (key == "n") {
+      auto n = int_get(v, key, 1, std::numeric_limits<int>::max());
+      if (!n) return std::unexpected(n.error());
+      out.n = *n;
     } else if (key == "stream") {
       if (!v.is_boolean()) return std::unexpected(invalid_params("'stream' must be true or false"));
       out.stream = v.get<bool>();

@@ -73,6 +73,7 @@ struct GenerateParams {
   SamplingParams sampling;  // temperature 1, top_k 0, top_p 1, seed 0 unless given
   std::vector<std::string> stop;
   int priority = 0;
+  int n = 1;  // samples from one prefill; the engine checks the upper bound
   bool stream = false;
 };
 

@@ -22,25 +22,27 @@ Server::Server(asio::io_context& io, EngineLoop& engine, ServerOptions options)
       engine_(engine),
       options_(std::move(options)),
       acceptor_(io),
-      signals_(io, SIGINT, SIGTERM),
-      watchdog_timer_(io) {}
+      signals_(io, SIGINT, SIGTERM, SIGHUP),
+      watchdog_timer_(io),
+      drain_timer_(io),
+      config_(options_.config) {}
 
 Server::~Server() {
   if (owns_socket_file_) {
     std::error_code ignored;
-    fs::remove(options_.socket_path, ignored);
+    fs::remove(config_.socket_path, ignored);
   }
 }
 
 std::expected<void, std::string> Server::listen() {
-  const std::string& path = options_.socket_path;
+  const std::string& path = config_.socket_path;
   std::error_code ec;
   if (options_.activated_fd >= 0) {
     acceptor_.assign(stream(), options_.activated_fd, ec);
     if (ec) return std::unexpected("cannot use the socket systemd passed: " + ec.message());
     // Report the path systemd bound, not --socket, in the log.
     const auto local = acceptor_.local_endpoint(ec);
-    if (!ec) options_.socket_path = local.path();
+    if (!ec) config_.socket_path = local.path();
     listening_ = true;
     return {};
   }
@@ -78,13 +80,26 @@ std::expected<void, std::string> Server::listen() {
   return {};
 }
 
-void Server::start() {
+void Server::wait_signal() {
   signals_.async_wait([this](std::error_code ec, int signo) {
-    if (ec) return;
-    log_info(std::string("received ") + (signo == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
-    stop();
+    if (ec || stopped_) return;
+    if (signo == SIGHUP) {
+      reload();
+    } else if (!stopping_) {
+      log_info(std::string("received ") + (signo == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
+      stop();
+    } else {
+      finish_stop("a second SIGINT/SIGTERM ended the drain");
+    }
+    // Stopped (drain_timeout 0 stops at once): a pending wait would keep
+    // io_context::run() from returning.
+    if (!stopped_) wait_signal();
   });
-  log_info("listening on " + options_.socket_path +
+}
+
+void Server::start() {
+  wait_signal();
+  log_info("listening on " + config_.socket_path +
            (options_.activated_fd >= 0 ? " (socket activation)" : ""));
   watchdog_interval_ = watchdog_ping_interval();
   if (watchdog_interval_) {
@@ -92,7 +107,7 @@ void Server::start() {
              std::to_string(watchdog_interval_->count() / 1000) + " ms");
     watchdog_ping();
   }
-  notify_ready("serving on " + options_.socket_path);
+  notify_ready("serving on " + config_.socket_path);
   accept();
 }
 
@@ -101,7 +116,7 @@ void Server::watchdog_ping() {
   notify_watchdog();
   watchdog_timer_.expires_after(*watchdog_interval_);
   watchdog_timer_.async_wait([this](std::error_code ec) {
-    if (!ec && !stopping_) watchdog_ping();
+    if (!ec && !stopped_) watchdog_ping();
   });
 }
 
@@ -112,7 +127,7 @@ void Server::accept() {
       // A transient failure (EMFILE, ECONNABORTED) must not end the daemon's
       // life as a server; log and keep accepting.
       log_warning("accept failed: " + ec.message());
-    } else if (static_cast<int>(sessions_.size()) >= options_.max_connections) {
+    } else if (static_cast<int>(sessions_.size()) >= config_.max_connections) {
       log_warning("refusing a connection: max_connections reached");
       const std::string line = error_line(
           nullptr, {rpc_code::kTooManyPending, "too many connections (max_connections)"});
@@ -122,10 +137,8 @@ void Server::accept() {
       // No credentials (the peer already vanished) means no privileges: the
       // session treats an unknown peer as an outsider.
       const auto peer = peer_credentials(socket.native_handle());
-      auto session = std::make_shared<Session>(
-          std::move(socket), engine_, options_.session, peer,
-          [this] { asio::post(io_, [this] { stop(); }); },
-          [this](Session* s) { sessions_.erase(s); });
+      auto session = std::make_shared<Session>(std::move(socket), engine_, *this, options_.session,
+                                               peer, [this](Session* s) { sessions_.erase(s); });
       sessions_.emplace(session.get(), session);
       log_info("client connected: " + (peer ? to_string(*peer) : "unknown peer") + " (" +
                std::to_string(sessions_.size()) + " connections)");
@@ -135,27 +148,129 @@ void Server::accept() {
   });
 }
 
+void Server::shutdown() {
+  // Posted: the session that asked queues its reply before anything stops.
+  asio::post(io_, [this] { stop(); });
+}
+
 void Server::stop() {
   if (stopping_) return;
   stopping_ = true;
-  notify_stopping("stopping: cancelling running requests");
   std::error_code ignored;
   acceptor_.close(ignored);
+  if (owns_socket_file_) {
+    fs::remove(config_.socket_path, ignored);
+    owns_socket_file_ = false;
+  }
+  listening_ = false;
+  const double timeout = config_.drain_timeout;
+  if (timeout <= 0) {
+    finish_stop("drain_timeout is 0");
+    return;
+  }
+  notify_stopping("stopping: letting running requests finish (up to " +
+                  std::to_string(static_cast<long>(timeout)) + " s)");
+  log_info("draining: running requests may finish within drain_timeout (" +
+           std::to_string(timeout) + " s); new ones are refused");
+  // The engine posts its final events before it calls back, so they reach
+  // the sessions before finish_stop closes them.
+  engine_.drain([this] { asio::post(io_, [this] { finish_stop("every request finished"); }); });
+  drain_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(timeout)));
+  drain_timer_.async_wait([this](std::error_code ec) {
+    if (!ec) finish_stop("drain_timeout passed; cancelling the requests still running");
+  });
+}
+
+void Server::finish_stop(const std::string& why) {
+  if (stopped_) return;
+  stopped_ = true;
+  log_info("stopping: " + why);
+  notify_stopping("stopping: " + why);
+  std::error_code ignored;
   signals_.cancel(ignored);
   watchdog_timer_.cancel();
+  drain_timer_.cancel();
+  updates_.clear();
   // Joins the engine thread; the final "cancelled" events it posts on the way
-  // out are queued on io_ before the session stops below, so clients get them.
+  // out are queued on io_ before the session stop below, so clients get them.
   engine_.stop();
   asio::post(io_, [this] {
     // stop() may close a session, which erases it from sessions_.
     auto sessions = sessions_;
     for (auto& [ptr, session] : sessions) session->stop();
   });
-  if (owns_socket_file_) {
-    fs::remove(options_.socket_path, ignored);
-    owns_socket_file_ = false;
+}
+
+void Server::config_update(ConfigChangeFn change, ConfigDoneFn done) {
+  if (stopped_) return;
+  updates_.push_back({std::move(change), std::move(done)});
+  if (updates_.size() == 1) update_next();
+}
+
+void Server::update_next() {
+  while (!updates_.empty()) {
+    auto next = updates_.front().change(config_);
+    if (!next) {
+      auto done = std::move(updates_.front().done);
+      updates_.pop_front();
+      done(std::unexpected(next.error()));
+      continue;
+    }
+    // The engine's part first: it is the one that may still refuse.
+    engine_.reconfigure(next->scheduler, next->max_pending,
+                        [this, next = *next](std::expected<void, std::string> ok) {
+                          asio::post(io_, [this, next, ok] {
+                            if (stopped_ || updates_.empty()) return;
+                            auto done = std::move(updates_.front().done);
+                            updates_.pop_front();
+                            if (!ok) {
+                              done(std::unexpected(ok.error()));
+                            } else {
+                              auto changes = config_diff(config_, next);
+                              config_ = next;
+                              log_level_set(config_.log_level);
+                              done(std::move(changes));
+                            }
+                            update_next();
+                          });
+                        });
+    return;
   }
-  listening_ = false;
+}
+
+void Server::reload() {
+  if (!options_.reload) {
+    log_warning("SIGHUP: kvtierd was started without --config; nothing to reload");
+    return;
+  }
+  auto loaded = options_.reload();
+  if (!loaded) {
+    log_error("SIGHUP: cannot reload the config file, nothing changed: " + loaded.error());
+    return;
+  }
+  for (const SettingChange& c : config_diff(config_, *loaded)) {
+    if (c.setting->runtime) continue;
+    log_warning("SIGHUP: " + std::string(c.setting->name) + " changed (" + c.from.dump() + " -> " +
+                c.to.dump() + ") but only takes effect after a restart; keeping " + c.from.dump());
+  }
+  config_update(
+      [loaded = *loaded](const DaemonConfig& current) {
+        return config_with_runtime_of(current, loaded);
+      },
+      [](const std::expected<std::vector<SettingChange>, std::string>& done) {
+        if (!done) {
+          log_error("SIGHUP: the config file's runtime settings were refused, nothing changed: " +
+                    done.error());
+          return;
+        }
+        const std::vector<SettingChange>& changes = done.value();
+        if (changes.empty()) log_info("SIGHUP: reloaded; no runtime setting changed");
+        for (const SettingChange& c : changes) {
+          log_info("SIGHUP: " + std::string(c.setting->name) + " " + c.from.dump() + " -> " +
+                   c.to.dump());
+        }
+      });
 }
 
 }  // namespace kvtier::daemon

@@ -14,11 +14,28 @@
 // Watchdog: when systemd's watchdog is on, the io thread sends WATCHDOG=1 at
 // half the timeout, so a wedged event loop gets the daemon restarted.
 //
-// Stopping (SIGINT, SIGTERM or the `shutdown` method): stop accepting, cancel
-// every running request through the engine (their clients get their final
-// responses with finish_reason "cancelled"), flush and close every session,
-// remove the socket file. io_context::run() then returns for lack of work,
-// and main exits 0.
+// Stopping (SIGINT, SIGTERM or the `shutdown` method), in two phases:
+//  1. drain: stop accepting and remove the socket file; the engine refuses
+//     new requests (-32002) while those running go on, for at most
+//     drain_timeout seconds. Open connections stay usable meanwhile (stats,
+//     cancel), and the watchdog keeps pinging. A second SIGINT/SIGTERM ends
+//     the drain at once.
+//  2. stop: cancel every request still running through the engine (their
+//     clients get their final responses, finish_reason "cancelled"), flush
+//     and close every session. io_context::run() then returns for lack of
+//     work, and main exits 0.
+//
+// Configuration: the Server holds the DaemonConfig in force and is the
+// DaemonControl sessions change it through. A change is applied whole or not
+// at all: the scheduler's part and max_pending on the engine thread first
+// (the one step that can refuse), then the rest here (log level,
+// max_line_bytes, drain_timeout). Changes are applied one at a time, in order.
+//
+// SIGHUP: re-reads the --config file (ServerOptions::reload) and applies its
+// runtime settings as config.set would, logging each change; a setting that
+// is not runtime but differs is logged as a warning and kept until a
+// restart. A file that does not parse changes nothing and is logged as an
+// error.
 //
 // Thread-safety: everything runs on the io_context's thread.
 #pragma once
@@ -28,31 +45,41 @@
 #include <asio.hpp>
 #include <chrono>
 #include <cstddef>
+#include <deque>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
+#include "daemon/config.h"
+#include "daemon/control.h"
 #include "daemon/engine_loop.h"
 #include "daemon/session.h"
 
 namespace kvtier::daemon {
 
 struct ServerOptions {
-  std::string socket_path;
+  // The settings in force at start (socket_path, max_connections and the
+  // runtime ones are used here); the engine must have been created with
+  // the same scheduler settings and max_pending.
+  DaemonConfig config;
   SessionOptions session;
-  // Connections served at once; one more gets an error line and is closed.
-  int max_connections = 64;
-  // Group the socket file is chowned to (--socket-group); nullopt keeps the
-  // daemon's own group. Ignored for an activated socket (SocketGroup= there).
+  // Group the socket file is chowned to (config.socket_group resolved);
+  // nullopt keeps the daemon's own group. Ignored for an activated socket
+  // (SocketGroup= there).
   std::optional<gid_t> socket_group;
+  // Parses the command line and --config file again, for SIGHUP; null when
+  // the daemon was started without --config (SIGHUP is then logged and
+  // ignored).
+  std::function<std::expected<DaemonConfig, std::string>()> reload;
   // A listening Unix stream socket inherited from systemd (sd_listen_fds), or
   // -1 to bind socket_path. The server takes ownership of it.
   int activated_fd = -1;
 };
 
-class Server {
+class Server : public DaemonControl {
  public:
   // `engine` must be started and outlive the server.
   Server(asio::io_context& io, EngineLoop& engine, ServerOptions options);
@@ -67,12 +94,30 @@ class Server {
   // tells systemd the daemon is ready. REQUIRES: listen() succeeded.
   void start();
 
-  // See the top of this file. Idempotent; safe to call from a handler.
+  // Begins stopping (see the top of this file). Idempotent; safe to call
+  // from a handler.
   void stop();
 
+  // DaemonControl.
+  const DaemonConfig& config() const override { return config_; }
+  void config_update(ConfigChangeFn change, ConfigDoneFn done) override;
+  int connections() const override { return static_cast<int>(sessions_.size()); }
+  void shutdown() override;
+
  private:
+  struct PendingUpdate {
+    ConfigChangeFn change;
+    ConfigDoneFn done;
+  };
+
   void accept();
   void watchdog_ping();
+  void wait_signal();
+  void reload();
+  // Applies the head of updates_, then the next ones.
+  void update_next();
+  // Phase 2 of stopping. Idempotent.
+  void finish_stop(const std::string& why);
 
   asio::io_context& io_;
   EngineLoop& engine_;
@@ -80,11 +125,15 @@ class Server {
   asio::local::stream_protocol::acceptor acceptor_;
   asio::signal_set signals_;
   asio::steady_timer watchdog_timer_;
+  asio::steady_timer drain_timer_;
+  DaemonConfig config_;
+  std::deque<PendingUpdate> updates_;  // head: being applied
   std::optional<std::chrono::microseconds> watchdog_interval_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
   bool listening_ = false;
   bool owns_socket_file_ = false;  // bound here, so removed on exit
-  bool stopping_ = false;
+  bool stopping_ = false;          // draining or stopped: no more accepting
+  bool stopped_ = false;           // finish_stop ran
 };
 
 }  // namespace kvtier::daemon

@@ -9,14 +9,19 @@ namespace kvtier::daemon {
 
 using nlohmann::json;
 
-const std::array<Session::Method, 6>& Session::methods() {
-  static const std::array<Method, 6> table = {{
+const std::array<Session::Method, 8>& Session::methods() {
+  static const std::array<Method, 8> table = {{
       {"generate", "generate a continuation of a prompt (text or token ids), optionally streamed",
        &Session::method_generate},
       {"cancel", "cancel a running generate by its request id", &Session::method_cancel},
       {"stats", "scheduler and request counters", &Session::method_stats},
       {"health", "liveness check and model summary", &Session::method_health},
-      {"shutdown", "cancel running requests and stop the daemon (privileged)",
+      {"config.get", "every setting, its value and whether it can change at run time",
+       &Session::method_config_get},
+      {"config.set", "change runtime settings (privileged)", &Session::method_config_set, true},
+      // The tiers' methods go here when the tiers land: tiers, cache.lookup,
+      // cache.warm, cache.pin / cache.unpin, cache.tree, cache.flush.
+      {"shutdown", "let running requests finish (drain_timeout), then stop (privileged)",
        &Session::method_shutdown, true},
       {"help", "the methods this daemon answers", &Session::method_help},
   }};
@@ -24,16 +29,16 @@ const std::array<Session::Method, 6>& Session::methods() {
 }
 
 Session::Session(asio::local::stream_protocol::socket socket, EngineLoop& engine,
-                 SessionOptions options, std::optional<PeerCredentials> peer,
-                 ShutdownHandler on_shutdown, ClosedHandler on_closed)
+                 DaemonControl& control, SessionOptions options,
+                 std::optional<PeerCredentials> peer, ClosedHandler on_closed)
     : socket_(std::move(socket)),
       flush_timer_(socket_.get_executor()),
       engine_(engine),
+      control_(control),
       options_(options),
       peer_(peer),
-      on_shutdown_(std::move(on_shutdown)),
       on_closed_(std::move(on_closed)),
-      framer_(options.max_line_bytes) {}
+      framer_(control.config().max_line_bytes) {}
 
 void Session::start() { read(); }
 
@@ -46,11 +51,13 @@ void Session::read() {
       self->close();
       return;
     }
+    // The limit in force when the bytes arrived (config.set may change it).
+    self->framer_.set_max_line_bytes(self->control_.config().max_line_bytes);
     for (auto& item : self->framer_.feed(std::string_view(self->read_buf_.data(), n))) {
       if (item.too_long) {
         self->send(error_line(nullptr, {rpc_code::kLineTooLong,
                                         "request line longer than max_line_bytes (" +
-                                            std::to_string(self->options_.max_line_bytes) + ")"}));
+                                            std::to_string(self->framer_.max_line_bytes()) + ")"}));
       } else {
         self->on_line(item.line);
       }
@@ -162,6 +169,7 @@ void Session::method_generate(RpcCall& call) {
   rp.max_tokens = params->max_tokens;
   rp.stop = std::move(params->stop);
   rp.priority = params->priority;
+  rp.n = params->n;
   const bool stream = params->stream;
 
   // The sink runs on the engine thread; hop to this session's executor.
@@ -186,8 +194,10 @@ void Session::method_generate(RpcCall& call) {
 void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent event) {
   if (!event.final) {
     if (stream) {
-      send(notification_line("generate.token",
-                             {{"id", event.id}, {"tokens", event.tokens}, {"text", event.text}}));
+      send(notification_line("generate.token", {{"id", event.id},
+                                                {"sample", event.sample},
+                                                {"tokens", event.tokens},
+                                                {"text", event.text}}));
     }
     return;
   }
@@ -198,12 +208,21 @@ void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent even
         {event.invalid_params ? rpc_code::kInvalidParams : rpc_code::kInternalError, event.error});
   }
   const GenerateResult& r = *event.result;
+  json samples = json::array();
+  std::size_t completion_tokens = 0;
+  for (const SampleResult& s : r.samples) {
+    samples.push_back({{"text", s.text}, {"tokens", s.tokens}, {"finish_reason", s.finish_reason}});
+    completion_tokens += s.tokens.size();
+  }
+  // The top level is sample 0, so an n = 1 client never looks at `samples`.
+  const SampleResult& first = r.samples.front();
   reply(call, {{"id", event.id},
-               {"text", r.text},
-               {"tokens", r.tokens},
+               {"text", first.text},
+               {"tokens", first.tokens},
                {"finish_reason", r.finish_reason},
+               {"samples", std::move(samples)},
                {"prompt_tokens", r.prompt_tokens},
-               {"completion_tokens", r.tokens.size()},
+               {"completion_tokens", completion_tokens},
                {"timings",
                 {{"queue_ms", r.queue_ms}, {"ttft_ms", r.ttft_ms}, {"total_ms", r.total_ms}}}});
 }
@@ -237,7 +256,9 @@ void Session::method_stats(RpcCall& call) {
                          {"requests_submitted", s.submitted},
                          {"requests_completed", s.completed},
                          {"requests_cancelled", s.cancelled},
-                         {"requests_failed", s.failed}});
+                         {"requests_failed", s.failed},
+                         {"tokens_generated", s.tokens_generated},
+                         {"connections", self->control_.connections()}});
     });
   });
 }
@@ -245,7 +266,7 @@ void Session::method_stats(RpcCall& call) {
 void Session::method_health(RpcCall& call) {
   if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
   const ModelConfig& m = engine_.model_config();
-  const SchedulerConfig& c = engine_.scheduler_config();
+  const SchedulerConfig& c = control_.config().scheduler;
   reply(call, {{"status", "ok"},
                {"model",
                 {{"n_layer", m.n_layer},
@@ -265,7 +286,30 @@ void Session::method_shutdown(RpcCall& call) {
   if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
   reply(call, {{"stopping", true}});
   log_info("shutdown requested by " + (peer_ ? to_string(*peer_) : std::string("a client")));
-  if (on_shutdown_) on_shutdown_();
+  control_.shutdown();
+}
+
+void Session::method_config_get(RpcCall& call) {
+  if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
+  reply(call, config_to_json(control_.config()));
+}
+
+void Session::method_config_set(RpcCall& call) {
+  const json changes = call.params;
+  const std::string who = peer_ ? to_string(*peer_) : std::string("a client");
+  auto self = shared_from_this();
+  control_.config_update(
+      [changes](const DaemonConfig& current) { return config_with_changes(current, changes); },
+      [self, call, who](const std::expected<std::vector<SettingChange>, std::string>& done) {
+        if (!done) return self->reply_error(call, {rpc_code::kInvalidParams, done.error()});
+        json changed = json::object();
+        for (const SettingChange& c : *done) {
+          changed[c.setting->name] = c.to;
+          log_info("config.set by " + who + ": " + c.setting->name + " " + c.from.dump() + " -> " +
+                   c.to.dump());
+        }
+        self->reply(call, {{"changed", std::move(changed)}});
+      });
 }
 
 void Session::method_help(RpcCall& call) {

@@ -1,7 +1,10 @@
 // One client connection on the Unix socket.
 //
 // Framing: newline-delimited JSON-RPC 2.0 (protocol.h); a line over
-// max_line_bytes gets a kLineTooLong error and the connection goes on.
+// max_line_bytes (a runtime setting, read before every read) gets a
+// kLineTooLong error and the connection goes on. A request without "id" is a
+// notification: it runs, and gets no response (a streamed generate still
+// sends its generate.token notifications).
 // Requests are handled in arrival order, but responses to `generate` come
 // when the engine finishes, so several generations may be in flight on one
 // connection and their responses may come in any order (match them by id).
@@ -11,7 +14,7 @@
 // so a stalled reader costs the daemon bounded memory and never stalls the
 // engine (which only ever posts to this session's executor).
 //
-// Privileged methods (Method::privileged: `shutdown` today) are refused with
+// Privileged methods (Method::privileged: `shutdown`, `config.set`) are refused with
 // kPermissionDenied unless the peer's uid may make them (access.h).
 //
 // When the connection closes — the client left, it was dropped, or the
@@ -33,6 +36,7 @@
 #include <unordered_set>
 
 #include "daemon/access.h"
+#include "daemon/control.h"
 #include "daemon/engine_loop.h"
 #include "daemon/line_framer.h"
 #include "daemon/protocol.h"
@@ -40,7 +44,6 @@
 namespace kvtier::daemon {
 
 struct SessionOptions {
-  std::size_t max_line_bytes = 1 << 20;    // longest request line accepted
   std::size_t max_output_bytes = 8 << 20;  // reply bytes queued before the client is dropped
   // Privileged calls: allowed to this uid and root, or to anyone when
   // allow_any_uid is set. main() sets daemon_uid to the daemon's euid; the
@@ -53,14 +56,12 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   // Called once when the connection has closed, on the io thread.
   using ClosedHandler = std::function<void(Session*)>;
-  // Called when a client asks the daemon to shut down, after the reply was queued.
-  using ShutdownHandler = std::function<void()>;
 
   // `peer`: the client's credentials, nullopt when the kernel could not
-  // tell (then no privileged call is allowed).
-  Session(asio::local::stream_protocol::socket socket, EngineLoop& engine, SessionOptions options,
-          std::optional<PeerCredentials> peer, ShutdownHandler on_shutdown,
-          ClosedHandler on_closed);
+  // tell (then no privileged call is allowed). `engine` and `control` must
+  // outlive the session's handlers.
+  Session(asio::local::stream_protocol::socket socket, EngineLoop& engine, DaemonControl& control,
+          SessionOptions options, std::optional<PeerCredentials> peer, ClosedHandler on_closed);
 
   // Starts reading. REQUIRES: the session is owned by a shared_ptr.
   void start();
@@ -73,7 +74,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void send(std::string line);
 
   // The methods this daemon answers, with a one-line summary each: the
-  // dispatch table and `help` both come from it.
+  // dispatch table and `help` both come from it. The tiers' methods
+  // (`tiers`, `cache.*`) join it when the tiers land.
   struct Method {
     const char* name;
     const char* summary;
@@ -81,7 +83,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Changes or stops the daemon for every client: see the top of this file.
     bool privileged = false;
   };
-  static const std::array<Method, 6>& methods();
+  static const std::array<Method, 8>& methods();
 
  private:
   void read();
@@ -97,14 +99,16 @@ class Session : public std::enable_shared_from_this<Session> {
   void method_stats(RpcCall& call);
   void method_health(RpcCall& call);
   void method_shutdown(RpcCall& call);
+  void method_config_get(RpcCall& call);
+  void method_config_set(RpcCall& call);
   void method_help(RpcCall& call);
 
   asio::local::stream_protocol::socket socket_;
   asio::steady_timer flush_timer_;
   EngineLoop& engine_;
+  DaemonControl& control_;
   SessionOptions options_;
   std::optional<PeerCredentials> peer_;
-  ShutdownHandler on_shutdown_;
   ClosedHandler on_closed_;
 
   LineFramer framer_;

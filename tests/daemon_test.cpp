@@ -23,232 +23,15 @@
 #include <thread>
 #include <vector>
 
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
-#include "test_util.h"
+#include "daemon_test_util.h"
+#include "engine/request.h"
 
 namespace kvtier {
 namespace {
 
+using namespace daemon_test;
 using nlohmann::json;
 using namespace std::chrono_literals;
-
-const std::filesystem::path kModelDir =
-    std::filesystem::path(KVTIER_SOURCE_DIR) / "models/fortunes-char";
-// Generous: the suite shares two cores with other work.
-constexpr auto kTimeout = 60s;
-
-// A plain AF_UNIX client with line framing and timeouts.
-class Client {
- public:
-  // Tries once; invalid() on failure.
-  explicit Client(const std::string& path) {
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) close();
-  }
-  ~Client() { close(); }
-  Client(const Client&) = delete;
-  Client& operator=(const Client&) = delete;
-
-  bool valid() const { return fd_ >= 0; }
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
-  bool send_raw(std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      bytes.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-  bool send(const json& j) { return send_raw(j.dump() + "\n"); }
-
-  // The next line as JSON; nullopt on timeout, EOF or bad JSON.
-  std::optional<json> read(std::chrono::milliseconds timeout = kTimeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-        json j = json::parse(buf_.substr(0, nl), nullptr, false);
-        buf_.erase(0, nl + 1);
-        if (j.is_discarded()) return std::nullopt;
-        return j;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char chunk[4096];
-      const ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
-      if (n <= 0) return std::nullopt;
-      buf_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
-
-  // Sends a request and returns its response, collecting notifications.
-  std::optional<json> call(const json& request, std::vector<json>* notifications = nullptr) {
-    if (!send(request)) return std::nullopt;
-    for (;;) {
-      auto msg = read();
-      if (!msg) return std::nullopt;
-      if (!msg->contains("id")) {
-        if (notifications) notifications->push_back(*msg);
-        continue;
-      }
-      return msg;
-    }
-  }
-
- private:
-  int fd_ = -1;
-  std::string buf_;
-};
-
-json request(int id, const std::string& method, json params = json::object()) {
-  return {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
-}
-
-// The environment of this process plus `extra` ("NAME=VALUE"), built before
-// fork() so the child only calls execve.
-std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  env.insert(env.end(), extra.begin(), extra.end());
-  return env;
-}
-
-std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
-// The kvtierd child process.
-class Daemon {
- public:
-  // `env`: extra "NAME=VALUE" entries for the child's environment.
-  explicit Daemon(std::vector<std::string> extra_args = {}, std::vector<std::string> env = {}) {
-    socket_path_ = (dir_.path() / "kvtierd.sock").string();
-    std::vector<std::string> args = {KVTIER_DAEMON_PATH, "--socket",    socket_path_, "--model",
-                                     kModelDir.string(), "--log-level", "warning"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    std::vector<std::string> envs = environment_with(env);
-    std::vector<char*> argv = c_strings(args);
-    std::vector<char*> envp = c_strings(envs);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-  }
-  ~Daemon() {
-    if (pid_ > 0 && !exit_status_) {
-      ::kill(pid_, SIGKILL);
-      int status;
-      ::waitpid(pid_, &status, 0);
-    }
-  }
-
-  const std::string& socket_path() const { return socket_path_; }
-  const std::filesystem::path& dir() const { return dir_.path(); }
-  pid_t pid() const { return pid_; }
-
-  // Polls until the daemon accepts a connection; false if it exits or the
-  // timeout passes first.
-  bool wait_ready() {
-    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (exited()) return false;
-      Client c(socket_path_);
-      if (c.valid()) return true;
-      std::this_thread::sleep_for(20ms);
-    }
-    return false;
-  }
-
-  std::unique_ptr<Client> connect() { return std::make_unique<Client>(socket_path_); }
-
-  bool exited() {
-    if (exit_status_) return true;
-    int status;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) exit_status_ = status;
-    return exit_status_.has_value();
-  }
-
-  // The raw wait status once the process exits; nullopt on timeout.
-  std::optional<int> wait_exit(std::chrono::milliseconds timeout = kTimeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!exited() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(10ms);
-    return exit_status_;
-  }
-
- private:
-  test_util::TempDir dir_;
-  std::string socket_path_;
-  pid_t pid_ = -1;
-  std::optional<int> exit_status_;
-};
-
-::testing::AssertionResult exited_zero(std::optional<int> status) {
-  if (!status) return ::testing::AssertionFailure() << "kvtierd did not exit in time";
-  if (!WIFEXITED(*status)) return ::testing::AssertionFailure() << "kvtierd was killed by a signal";
-  if (WEXITSTATUS(*status) != 0) {
-    return ::testing::AssertionFailure() << "kvtierd exited with " << WEXITSTATUS(*status);
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// Stops the daemon through the protocol and checks it exits 0.
-void shutdown(Daemon& d) {
-  auto c = d.connect();
-  ASSERT_TRUE(c->valid());
-  auto r = c->call(request(999, "shutdown"));
-  ASSERT_TRUE(r.has_value());
-  EXPECT_TRUE(exited_zero(d.wait_exit()));
-}
-
-int error_code(const std::optional<json>& response) {
-  if (!response || !response->contains("error")) return 0;
-  return (*response)["error"].value("code", 0);
-}
-
-// What the engine produces in-process for the same request: the reference
-// every daemon result is compared with.
-Generation reference(const std::string& prompt, int max_tokens, float temperature,
-                     std::uint64_t seed) {
-  Model* model = &test_util::bundled_model().model;
-  const Tokenizer* tokenizer = test_util::bundled_model().tokenizer.get();
-  auto tokens = tokenizer->encode(prompt);
-  EXPECT_TRUE(tokens.has_value());
-  const int page_size = 16;
-  tiers::BlockPool pool(model->kv_layout(page_size).block_bytes(),
-                        model->config().block_size / page_size + 1);
-  GenerateOptions options;
-  options.sampling = {temperature, 0, 1.0f, seed};
-  options.max_tokens = max_tokens;
-  options.page_size = page_size;
-  auto out = generate(*model, pool, tokenizer, *tokens, options);
-  EXPECT_TRUE(out.has_value());
-  return out ? *out : Generation{};
-}
-
-json generate_params(const std::string& prompt, int max_tokens, float temperature,
-                     std::uint64_t seed, bool stream = false) {
-  return {{"prompt", prompt},
-          {"max_tokens", max_tokens},
-          {"temperature", temperature},
-          {"seed", seed},
-          {"stream", stream}};
-}
 
 TEST(DaemonTest, HealthAnswersAndShutdownExitsZero) {
   Daemon d;
@@ -488,8 +271,8 @@ TEST(DaemonTest, CancelEndsARunningRequest) {
   shutdown(d);
 }
 
-TEST(DaemonTest, SigtermWithARequestInFlightExitsZero) {
-  Daemon d;
+TEST(DaemonTest, SigtermWithDrainTimeoutZeroCancelsARequestInFlightAndExitsZero) {
+  Daemon d({"--drain-timeout", "0"});
   ASSERT_TRUE(d.wait_ready());
   auto c = d.connect();
   ASSERT_TRUE(c->send(request(1, "generate", generate_params("Stop", 200, 0.8f, 5, true))));
@@ -783,6 +566,293 @@ TEST(DaemonTest, SocketActivationServesOnTheInheritedSocketAndLeavesItsFile) {
   // systemd owns the activated socket's file; --socket was never bound.
   EXPECT_TRUE(std::filesystem::exists(path));
   EXPECT_FALSE(std::filesystem::exists(unused));
+}
+
+// Reads messages until the response with JSON-RPC id `id`, collecting the
+// notifications on the way; nullopt on timeout or EOF.
+std::optional<json> read_response(Client& c, const json& id, std::vector<json>* notes = nullptr) {
+  while (auto msg = c.read()) {
+    if (!msg->contains("id")) {
+      if (notes) notes->push_back(*msg);
+      continue;
+    }
+    if ((*msg)["id"] == id) return msg;
+  }
+  return std::nullopt;
+}
+
+json stats_of(Client& c) {
+  auto s = c.call(request(900, "stats"));
+  return s && s->contains("result") ? (*s)["result"] : json();
+}
+
+TEST(DaemonTest, NotificationsRunButGetNoResponse) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  auto notification = [](const std::string& method, json params) {
+    return json{{"jsonrpc", "2.0"}, {"method", method}, {"params", std::move(params)}};
+  };
+  // Answered with nothing: a method that exists, one that does not, bad
+  // params, and a generate (which runs).
+  ASSERT_TRUE(c->send(notification("health", json::object())));
+  ASSERT_TRUE(c->send(notification("no.such.method", json::object())));
+  ASSERT_TRUE(c->send(notification("generate", {{"prompt", 5}})));
+  ASSERT_TRUE(c->send(notification("generate", generate_params("Quiet", 5, 0.0f, 0))));
+  // Requests are handled in order, so the first line back answers this one.
+  ASSERT_TRUE(c->send(request(7, "health")));
+  auto r = c->read();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ((*r)["id"], 7) << r->dump();
+  EXPECT_EQ((*r)["result"]["status"], "ok");
+  // The generate notification did run, and its result went nowhere.
+  json stats;
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    stats = stats_of(*c);
+    if (stats.value("requests_completed", 0) == 1) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(stats["requests_completed"], 1) << stats.dump();
+  EXPECT_EQ(stats["requests_failed"], 0) << stats.dump();  // the bad params never reached it
+  // An invalid request cannot be told apart from a request without an id:
+  // JSON-RPC answers it, with id null.
+  ASSERT_TRUE(c->send_raw(R"({"jsonrpc":"1.0","method":"health"})"
+                          "\n"));
+  auto invalid = c->read();
+  EXPECT_EQ(error_code(invalid), -32600);
+  EXPECT_TRUE((*invalid)["id"].is_null());
+  shutdown(d);
+}
+
+TEST(DaemonTest, SamplesEachMatchTheEngineWithTheirDerivedSeed) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  json params = generate_params("The fool", 25, 0.9f, 11, true);
+  params["n"] = 3;
+  std::vector<json> notes;
+  auto r = c->call(request(1, "generate", params), &notes);
+  ASSERT_TRUE(r && r->contains("result")) << (r ? r->dump() : "no response");
+  const json& res = (*r)["result"];
+  ASSERT_EQ(res["samples"].size(), 3u);
+  std::size_t total = 0;
+  for (int i = 0; i < 3; ++i) {
+    const json& sample = res["samples"][i];
+    const Generation want = reference("The fool", 25, 0.9f, sample_seed(11, i));
+    EXPECT_EQ(sample["tokens"].get<std::vector<int>>(), want.tokens) << "sample " << i;
+    EXPECT_EQ(sample["text"], want.text) << "sample " << i;
+    EXPECT_EQ(sample["finish_reason"], "length");
+    total += sample["tokens"].size();
+    // Each sample's stream concatenates to its result.
+    std::string text;
+    std::vector<int> tokens;
+    for (const json& n : notes) {
+      if (n["params"]["sample"] != i) continue;
+      text += n["params"]["text"].get<std::string>();
+      for (int t : n["params"]["tokens"]) tokens.push_back(t);
+    }
+    EXPECT_EQ(text, sample["text"]) << "sample " << i;
+    EXPECT_EQ(tokens, sample["tokens"].get<std::vector<int>>()) << "sample " << i;
+  }
+  // The top level is sample 0; completion_tokens counts every sample's.
+  EXPECT_EQ(res["tokens"], res["samples"][0]["tokens"]);
+  EXPECT_EQ(res["completion_tokens"], total);
+  // n = 1 has one sample, equal to the top level.
+  auto one = c->call(request(2, "generate", generate_params("The fool", 25, 0.9f, 11)));
+  ASSERT_TRUE(one && one->contains("result"));
+  EXPECT_EQ((*one)["result"]["samples"].size(), 1u);
+  EXPECT_EQ((*one)["result"]["tokens"], res["samples"][0]["tokens"]);
+  // More samples than the batch holds: the engine's message comes back.
+  params["n"] = 100;
+  EXPECT_EQ(error_code(c->call(request(3, "generate", params))), -32602);
+  shutdown(d);
+}
+
+TEST(DaemonTest, ConfigGetListsEverySettingAndConfigSetChangesRuntimeOnesWhole) {
+  Daemon d({"--max-batch-size", "4"});
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  auto get = [&] {
+    auto r = c->call(request(1, "config.get"));
+    return r && r->contains("result") ? (*r)["result"] : json();
+  };
+  json config = get();
+  for (const char* name : {"log_level", "max_pending", "max_line_bytes", "drain_timeout",
+                           "token_budget", "max_batch_size", "policy"}) {
+    ASSERT_TRUE(config.contains(name)) << name;
+    EXPECT_EQ(config[name]["runtime"], true) << name;
+  }
+  for (const char* name : {"model", "socket", "page_size", "max_kv_tokens", "max_connections",
+                           "max_output_bytes", "allow_any_uid", "threads", "socket_group"}) {
+    ASSERT_TRUE(config.contains(name)) << name;
+    EXPECT_EQ(config[name]["runtime"], false) << name;
+  }
+  EXPECT_EQ(config["max_batch_size"]["value"], 4);
+  EXPECT_EQ(config["socket"]["value"], d.socket_path());
+
+  auto set = [&](json params) { return c->call(request(2, "config.set", std::move(params))); };
+  auto ok = set({{"token_budget", 32}, {"policy", "priority"}, {"max_batch_size", 4}});
+  ASSERT_TRUE(ok && ok->contains("result")) << ok->dump();
+  // Only what differs is reported.
+  EXPECT_EQ((*ok)["result"]["changed"], (json{{"token_budget", 32}, {"policy", "priority"}}));
+  config = get();
+  EXPECT_EQ(config["token_budget"]["value"], 32);
+  EXPECT_EQ(config["policy"]["value"], "priority");
+  auto health = c->call(request(3, "health"));
+  EXPECT_EQ((*health)["result"]["config"]["token_budget"], 32);
+
+  // Refusals change nothing, not even the valid part of the same call.
+  EXPECT_EQ(error_code(set({{"page_size", 32}})), -32602);
+  EXPECT_EQ(error_code(set({{"no_such_setting", 1}})), -32602);
+  EXPECT_EQ(error_code(set({{"max_pending", "many"}})), -32602);
+  EXPECT_EQ(error_code(set({{"drain_timeout", -1}})), -32602);
+  EXPECT_EQ(error_code(set(json::object())), -32602);
+  auto refused = set({{"max_pending", 5}, {"max_batch_size", 64}});  // over token_budget 32
+  EXPECT_EQ(error_code(refused), -32602);
+  EXPECT_TRUE(
+      test_util::contains((*refused)["error"]["message"].get<std::string>(), "max_batch_size"));
+  EXPECT_EQ(get()["max_pending"]["value"], 256);
+  EXPECT_EQ(get()["max_batch_size"]["value"], 4);
+
+  // max_line_bytes applies to this very connection from its next read.
+  ASSERT_TRUE(set({{"max_line_bytes", 100}})->contains("result"));
+  ASSERT_TRUE(c->send_raw(std::string(300, 'x') + "\n"));
+  EXPECT_EQ(error_code(c->read()), -32001);
+  ASSERT_TRUE(set({{"max_line_bytes", 1 << 20}})->contains("result"));
+  // max_pending too: with one slot, a second request is refused while the
+  // first runs (both lines arrive in one read).
+  ASSERT_TRUE(set({{"max_pending", 1}})->contains("result"));
+  c->send_raw(request(10, "generate", generate_params("Long", 200, 0.8f, 1)).dump() + "\n" +
+              request(11, "generate", generate_params("Short", 5, 0.8f, 1)).dump() + "\n");
+  EXPECT_EQ(error_code(read_response(*c, 11)), -32000);
+  auto first = read_response(*c, 10);
+  ASSERT_TRUE(first && first->contains("result"));
+  // Tokens do not depend on the scheduler's tunables.
+  EXPECT_EQ((*first)["result"]["tokens"].get<std::vector<int>>(),
+            reference("Long", 200, 0.8f, 1).tokens);
+  shutdown(d);
+}
+
+TEST(DaemonTest, SighupReloadsRuntimeSettingsKeepsTheRestAndSurvivesABadFile) {
+  test_util::TempDir dir;
+  const auto config = dir.write("kvtierd.toml", "max-batch-size = 4\n");
+  Daemon d({"--config", config.string(), "--log-level", "info"});
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  auto value = [&](const char* name) {
+    auto r = c->call(request(1, "config.get"));
+    return r && r->contains("result") ? (*r)["result"][name]["value"] : json();
+  };
+  ASSERT_EQ(value("max_batch_size"), 4);
+
+  dir.write("kvtierd.toml",
+            "max-batch-size = 2\ntoken-budget = 32\ndrain-timeout = 2.5\npage-size = 32\n");
+  ASSERT_EQ(::kill(d.pid(), SIGHUP), 0);
+  ASSERT_TRUE(d.wait_log("SIGHUP: max_batch_size 4 -> 2")) << d.log();
+  EXPECT_TRUE(d.wait_log("SIGHUP: token_budget 16 -> 32")) << d.log();
+  EXPECT_TRUE(d.wait_log("page_size changed (16 -> 32) but only takes effect after a restart"))
+      << d.log();
+  EXPECT_EQ(value("max_batch_size"), 2);
+  EXPECT_EQ(value("token_budget"), 32);
+  EXPECT_EQ(value("drain_timeout"), 2.5);
+  EXPECT_EQ(value("page_size"), 16);
+  // The command line still wins over the file.
+  EXPECT_EQ(value("log_level"), "info");
+
+  dir.write("kvtierd.toml", "max-batch-size = 3\nno-such-key = 1\n");
+  ASSERT_EQ(::kill(d.pid(), SIGHUP), 0);
+  ASSERT_TRUE(d.wait_log("SIGHUP: cannot reload the config file, nothing changed")) << d.log();
+  EXPECT_TRUE(test_util::contains(d.log(), "no-such-key"));
+  EXPECT_EQ(value("max_batch_size"), 2);
+  EXPECT_EQ(value("token_budget"), 32);
+  // Still serving.
+  auto r = c->call(request(2, "generate", generate_params("After", 10, 0.0f, 0)));
+  ASSERT_TRUE(r && r->contains("result"));
+  EXPECT_EQ((*r)["result"]["tokens"].get<std::vector<int>>(),
+            reference("After", 10, 0.0f, 0).tokens);
+  shutdown(d);
+}
+
+TEST(DaemonTest, SigtermLetsRequestsInFlightFinishWithinDrainTimeout) {
+  Daemon d({"--drain-timeout", "600", "--log-level", "info"});
+  ASSERT_TRUE(d.wait_ready());
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(d.connect());
+    ASSERT_TRUE(clients.back()->send(
+        request(i, "generate", generate_params("Drain " + std::to_string(i), 150, 0.8f, i, true))));
+  }
+  auto late = d.connect();
+  for (auto& c : clients) ASSERT_TRUE(c->read().has_value());  // each is running
+  ASSERT_EQ(::kill(d.pid(), SIGTERM), 0);
+  ASSERT_TRUE(d.wait_log("draining")) << d.log();
+  // A request after the drain began is refused, or finds the daemon gone.
+  if (late->send(request(9, "generate", generate_params("Late", 5, 0.0f, 0)))) {
+    if (auto r = late->read()) {
+      EXPECT_EQ(error_code(r), -32002) << r->dump();
+    }
+  }
+  // Every request in flight ran to its end: the same tokens as alone.
+  for (int i = 0; i < 3; ++i) {
+    auto r = read_response(*clients[static_cast<std::size_t>(i)], i);
+    ASSERT_TRUE(r && r->contains("result")) << "request " << i;
+    EXPECT_EQ((*r)["result"]["finish_reason"], "length");
+    EXPECT_EQ((*r)["result"]["tokens"].get<std::vector<int>>(),
+              reference("Drain " + std::to_string(i), 150, 0.8f, i).tokens);
+  }
+  EXPECT_TRUE(exited_zero(d.wait_exit()));
+  EXPECT_TRUE(test_util::contains(d.log(), "every request finished"));
+  EXPECT_FALSE(std::filesystem::exists(d.socket_path()));
+}
+
+TEST(DaemonTest, DrainTimeoutCancelsWhatIsStillRunningAndEveryClientGetsAnAnswer) {
+  // 40 requests of 250 tokens, one at a time, are 10000 forward passes:
+  // far more than fit in the 1 ms drain, so some are cancelled.
+  Daemon d({"--drain-timeout", "0.001", "--max-batch-size", "1", "--log-level", "info"});
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  constexpr int kRequests = 40;
+  std::string lines;
+  for (int i = 0; i < kRequests; ++i) {
+    lines += request(i, "generate", generate_params("A", 250, 0.8f, i)).dump() + "\n";
+  }
+  ASSERT_TRUE(c->send_raw(lines));
+  // All are submitted once the first has a token to show for it.
+  json stats;
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  {
+    auto watcher = d.connect();
+    while (std::chrono::steady_clock::now() < deadline) {
+      stats = stats_of(*watcher);
+      if (stats.value("requests_submitted", 0) == kRequests && stats.value("steps", 0) > 0) break;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  ASSERT_EQ(stats["requests_submitted"], kRequests) << stats.dump();
+  ASSERT_EQ(::kill(d.pid(), SIGTERM), 0);
+  int cancelled = 0;
+  for (int answered = 0; answered < kRequests; ++answered) {
+    auto r = c->read();
+    ASSERT_TRUE(r && r->contains("result")) << "only " << answered << " answers";
+    const json& res = (*r)["result"];
+    const std::string reason = res["finish_reason"];
+    ASSERT_TRUE(reason == "length" || reason == "cancelled") << reason;
+    // What a cancelled request made before it stopped is what it would have
+    // made: a request's first k tokens do not depend on max_tokens.
+    const auto got = res["tokens"].get<std::vector<int>>();
+    if (reason == "length") {
+      EXPECT_EQ(got.size(), 250u);
+    }
+    if (!got.empty()) {
+      EXPECT_EQ(got,
+                reference("A", static_cast<int>(got.size()), 0.8f, (*r)["id"].get<int>()).tokens);
+    }
+    cancelled += reason == "cancelled";
+  }
+  EXPECT_GT(cancelled, 0);
+  EXPECT_TRUE(exited_zero(d.wait_exit()));
+  EXPECT_TRUE(test_util::contains(d.log(), "drain_timeout passed"));
 }
 
 }  // namespace

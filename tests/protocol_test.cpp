@@ -44,7 +44,10 @@ TEST(ProtocolTest, GenerateParamsAreTypeChecked) {
        {json{{"prompt", "a"}, {"tokens", {1}}}, json{{"max_tokens", 1}},
         json{{"prompt", "a"}, {"max_tokens", 1.5}}, json{{"prompt", "a"}, {"seed", -1}},
         json{{"prompt", "a"}, {"top_k", 1LL << 40}}, json{{"tokens", {-1}}},
-        json{{"prompt", "a"}, {"stop", "x"}}, json::array()}) {
+        json{{"prompt", "a"}, {"stop", "x"}}, json::array(),
+        // Non-negative JSON integers are unsigned inside nlohmann::json; the
+        // minimum must hold for them too (found by fuzz/protocol_fuzz).
+        json{{"prompt", "a"}, {"n", 0}}, json{{"prompt", "a"}, {"max_tokens", 0}}}) {
     auto r = generate_params_parse(bad);
     ASSERT_FALSE(r.has_value()) << bad.dump();
     EXPECT_EQ(r.error().code, rpc_code::kInvalidParams);

@@ -1,0 +1,45 @@
+// kvtierd's command line and config file (CLI11): every DaemonConfig setting
+// (config.h) as a flag and as a key of the --config file, plus the one-shot
+// flags (oneshot.h). `kvtierd --help` is the reference.
+//
+// Config-file keys are the long flag names without the dashes in front
+// (`max-kv-tokens = 8192`); flags on the command line override the file.
+// Unknown keys and bad values are errors, as they are for flags.
+//
+// The daemon parses its arguments at start-up and, on SIGHUP, parses the same
+// arguments again: a reload sees what a restart would see, the file as it is
+// now with the command line still winning.
+//
+// Thread-safety: cli_parse is reentrant (each call builds its own CLI::App).
+#pragma once
+
+#include <expected>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/config.h"
+#include "daemon/oneshot.h"
+
+namespace kvtier::daemon {
+
+struct CommandLine {
+  DaemonConfig config;
+  std::optional<OneShotOptions> oneshot;  // set when --prompt asks for one generation
+  std::string config_file;                // --config; empty when none was given
+};
+
+// Why parsing stopped without a CommandLine: --help (code 0) or an error.
+struct CliExit {
+  int code = 0;
+  std::string out;  // for stdout (the help text)
+  std::string err;  // for stderr: the error, starting with its one-line reason
+};
+
+// Parses `args` (args[0] is the program name). `defaults` supplies what the
+// flags do not set (the default model folder and socket path, found at run
+// time by main).
+std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& args,
+                                              const DaemonConfig& defaults);
+
+}  // namespace kvtier::daemon

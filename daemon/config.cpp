@@ -1,0 +1,184 @@
+#include "daemon/config.h"
+
+#include <array>
+#include <cmath>
+
+namespace kvtier::daemon {
+
+using nlohmann::json;
+
+namespace {
+
+using SetResult = std::expected<void, std::string>;
+
+std::expected<long long, std::string> integer_in(const json& v, const char* name, long long min,
+                                                 long long max) {
+  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  if (!v.is_number_integer()) {
+    return std::unexpected("'" + std::string(name) + "' must be an integer in " + range);
+  }
+  const bool in_range = v.is_number_unsigned()
+                            ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(max)
+                            : v.get<long long>() >= min && v.get<long long>() <= max;
+  if (!in_range) return std::unexpected("'" + std::string(name) + "' must be in " + range);
+  return v.get<long long>();
+}
+
+// The table. Captureless lambdas, so each entry is plain data.
+const std::array<Setting, 16> kSettings = {{
+    {"model", false, "model folder", [](const DaemonConfig& c) -> json { return c.model_dir; },
+     nullptr},
+    {"threads", false, "compute threads; 0 = OpenMP's default",
+     [](const DaemonConfig& c) -> json { return c.threads; }, nullptr},
+    {"socket", false, "Unix socket path",
+     [](const DaemonConfig& c) -> json { return c.socket_path; }, nullptr},
+    {"socket_group", false, "group of the socket file; empty = the daemon's",
+     [](const DaemonConfig& c) -> json { return c.socket_group; }, nullptr},
+    {"allow_any_uid", false, "privileged calls allowed to every uid",
+     [](const DaemonConfig& c) -> json { return c.allow_any_uid; }, nullptr},
+    {"max_connections", false, "connections served at once",
+     [](const DaemonConfig& c) -> json { return c.max_connections; }, nullptr},
+    {"max_output_bytes", false, "reply bytes queued for a client before it is dropped",
+     [](const DaemonConfig& c) -> json { return c.max_output_bytes; }, nullptr},
+    {"page_size", false, "tokens per KV block",
+     [](const DaemonConfig& c) -> json { return c.scheduler.page_size; }, nullptr},
+    {"max_kv_tokens", false, "KV positions resident at once",
+     [](const DaemonConfig& c) -> json { return c.scheduler.max_kv_tokens; }, nullptr},
+    {"max_batch_size", true, "requests admitted at once",
+     [](const DaemonConfig& c) -> json { return c.scheduler.max_batch_size; },
+     [](DaemonConfig& c, const json& v) -> SetResult {
+       auto n = integer_in(v, "max_batch_size", 1, config_range::kMaxBatchOrBudget);
+       if (!n) return std::unexpected(n.error());
+       c.scheduler.max_batch_size = static_cast<int>(*n);
+       return {};
+     }},
+    {"token_budget", true, "tokens per forward pass (>= max_batch_size)",
+     [](const DaemonConfig& c) -> json { return c.scheduler.token_budget; },
+     [](DaemonConfig& c, const json& v) -> SetResult {
+       auto n = integer_in(v, "token_budget", 1, config_range::kMaxBatchOrBudget);
+       if (!n) return std::unexpected(n.error());
+       c.scheduler.token_budget = static_cast<int>(*n);
+       return {};
+     }},
+    {"policy", true, "admission order: fcfs | priority",
+     [](const DaemonConfig& c) -> json { return std::string(to_string(c.scheduler.policy)); },
+     [](DaemonConfig& c, const json& v) -> SetResult {
+       if (!v.is_string()) return std::unexpected("'policy' must be \"fcfs\" or \"priority\"");
+       auto p = parse_policy(v.get<std::string>());
+       if (!p) return std::unexpected("'policy': " + p.error());
+       c.scheduler.policy = *p;
+       return {};
+     }},
+    {"max_pending", true, "requests queued or running, all clients",
+     [](const DaemonConfig& c) -> json { return c.max_pending; },
+     [](DaemonConfig& c, const json& v) -> SetResult {
+       auto n = integer_in(v, "max_pending", 1, config_range::kMaxPending);
+       if (!n) return std::unexpected(n.error());
+       c.max_pending = static_cast<int>(*n);
+       return {};
+     }},
+    {"max_line_bytes", true, "longest request line accepted",
+     [](const DaemonConfig& c) -> json { return c.max_line_bytes; },
+     [](DaemonConfig& c, const json& v) -> SetResult {
+       auto n = integer_in(v, "max_line_bytes", config_range::kMinLineBytes,
+                           config_range::kMaxLineBytes);
+       if (!n) return std::unexpected(n.error());
+       c.max_line_bytes = static_cast<std::size_t>(*n);
+       return {};
+     }},
+    {"log_level", true, "error | warning | info | debug",
+     [](const DaemonConfig& c) -> json { return std::string(to_string(c.log_level)); },
+     [](DaemonConfig& c, const json& v) -> SetResult {
+       if (!v.is_string()) return std::unexpected("'log_level' must be a string");
+       auto level = log_level_parse(v.get<std::string>());
+       if (!level) return std::unexpected("'log_level': " + level.error());
+       c.log_level = *level;
+       return {};
+     }},
+    {"drain_timeout", true, "seconds running requests may finish in when the daemon stops",
+     [](const DaemonConfig& c) -> json { return c.drain_timeout; },
+     [](DaemonConfig& c, const json& v) -> SetResult {
+       const bool ok = v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0 &&
+                       v.get<double>() <= config_range::kMaxDrainSeconds;
+       if (!ok) {
+         return std::unexpected("'drain_timeout' must be a number of seconds in [0, " +
+                                std::to_string(static_cast<int>(config_range::kMaxDrainSeconds)) +
+                                "]");
+       }
+       c.drain_timeout = v.get<double>();
+       return {};
+     }},
+}};
+
+const Setting* setting_find(std::string_view name) {
+  for (const Setting& s : kSettings) {
+    if (name == s.name) return &s;
+  }
+  return nullptr;
+}
+
+std::string runtime_names() {
+  std::string names;
+  for (const Setting& s : kSettings) {
+    if (!s.runtime) continue;
+    if (!names.empty()) names += ", ";
+    names += s.name;
+  }
+  return names;
+}
+
+}  // namespace
+
+std::span<const Setting> settings() { return kSettings; }
+
+json config_to_json(const DaemonConfig& config) {
+  json out = json::object();
+  for (const Setting& s : kSettings)
+    out[s.name] = {{"value", s.get(config)}, {"runtime", s.runtime}};
+  return out;
+}
+
+std::expected<DaemonConfig, std::string> config_with_changes(const DaemonConfig& current,
+                                                             const json& changes) {
+  if (!changes.is_object() || changes.empty()) {
+    return std::unexpected("config.set takes {\"<setting>\": <value>, ...}; runtime settings: " +
+                           runtime_names());
+  }
+  DaemonConfig next = current;
+  for (const auto& [name, value] : changes.items()) {
+    const Setting* s = setting_find(name);
+    if (!s) {
+      return std::unexpected("unknown setting '" + name +
+                             "' (runtime settings: " + runtime_names() + ")");
+    }
+    if (!s->runtime) {
+      std::string flag = name;
+      for (char& ch : flag) ch = ch == '_' ? '-' : ch;
+      return std::unexpected("'" + name + "' cannot change while kvtierd runs (restart it with --" +
+                             flag + ")");
+    }
+    if (auto ok = s->set(next, value); !ok) return std::unexpected(ok.error());
+  }
+  if (auto ok = next.scheduler.validate(); !ok) return std::unexpected(ok.error());
+  return next;
+}
+
+std::expected<DaemonConfig, std::string> config_with_runtime_of(const DaemonConfig& current,
+                                                                const DaemonConfig& loaded) {
+  json changes = json::object();
+  for (const Setting& s : kSettings) {
+    if (s.runtime) changes[s.name] = s.get(loaded);
+  }
+  return config_with_changes(current, changes);
+}
+
+std::vector<SettingChange> config_diff(const DaemonConfig& a, const DaemonConfig& b) {
+  std::vector<SettingChange> changes;
+  for (const Setting& s : kSettings) {
+    json from = s.get(a), to = s.get(b);
+    if (from != to) changes.push_back({&s, std::move(from), std::move(to)});
+  }
+  return changes;
+}
+
+}  // namespace kvtier::daemon

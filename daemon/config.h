@@ -1,0 +1,110 @@
+// kvtierd's settings: one struct holding every setting with its default and
+// trade-off, and one table (name, whether it may change at run time, how it
+// reads and writes as JSON) from which `config.get`, `config.set` and the
+// SIGHUP reload are all generated, so no list of settings is kept twice.
+//
+// A setting's name is its command-line flag and config-file key with '_' for
+// '-' (`--max-batch-size`, `max-batch-size = 8`, "max_batch_size").
+//
+// Runtime settings change while the daemon runs, by `config.set` or by
+// SIGHUP re-reading the --config file: log_level, max_pending,
+// max_line_bytes, drain_timeout, and the scheduler's token_budget,
+// max_batch_size and policy (Scheduler::reconfigure). Every other setting is
+// fixed at start-up: config.get shows it as read-only, and changing it takes
+// a restart.
+//
+// Thread-safety: the functions are pure; a DaemonConfig is a plain value.
+#pragma once
+
+#include <cstddef>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "daemon/log.h"
+#include "engine/scheduler.h"
+
+namespace kvtier::daemon {
+
+// Accepted ranges, shared by the command line (cli.cpp) and config.set.
+namespace config_range {
+inline constexpr std::size_t kMinLineBytes = 64, kMaxLineBytes = std::size_t{1} << 30;
+inline constexpr std::size_t kMinOutputBytes = 4096, kMaxOutputBytes = std::size_t{1} << 30;
+inline constexpr int kMaxPending = 1 << 20;
+inline constexpr int kMaxConnections = 1 << 16;
+inline constexpr int kMaxBatchOrBudget = 1 << 20;
+inline constexpr double kMaxDrainSeconds = 86400;
+}  // namespace config_range
+
+struct DaemonConfig {
+  // Fixed at start-up.
+  std::string model_dir;                   // config.json + model.safetensors
+  int threads = 0;                         // compute threads; 0 = OpenMP's default
+  std::string socket_path;                 // ignored under socket activation
+  std::string socket_group;                // group of the socket file; empty = the daemon's own
+  bool allow_any_uid = false;              // privileged calls from any uid, not only ours and root
+  std::size_t max_output_bytes = 8 << 20;  // replies queued for a client before it is dropped
+  int max_connections = 64;                // connections served at once
+
+  // A service holds many sequences at once: 16 full contexts of the bundled
+  // model (16 MiB of KV for it) rather than the engine's single-context
+  // default. page_size and max_kv_tokens are fixed (the pool is sized by
+  // them); token_budget, max_batch_size and policy are runtime.
+  SchedulerConfig scheduler = [] {
+    SchedulerConfig s;
+    s.max_kv_tokens = 4096;
+    return s;
+  }();
+
+  // Runtime.
+  LogLevel log_level = LogLevel::kInfo;
+  // Requests queued or running over all clients; more get -32000. Lowering it
+  // refuses new requests until enough of those pending finish.
+  int max_pending = 256;
+  // Longest request line accepted; a longer one gets -32001. Applies to
+  // every connection from its next read.
+  std::size_t max_line_bytes = 1 << 20;
+  // Seconds a stopping daemon (SIGTERM, SIGINT, `shutdown`) lets running
+  // requests finish before cancelling the rest. Longer loses less work;
+  // systemd's TimeoutStopSec must exceed it. 0 cancels at once.
+  double drain_timeout = 10;
+};
+
+struct Setting {
+  const char* name;
+  bool runtime;
+  const char* summary;
+  nlohmann::json (*get)(const DaemonConfig&);
+  // Type- and range-checks `value` and stores it; null for a setting that is
+  // not runtime. The error names the setting and what it accepts.
+  std::expected<void, std::string> (*set)(DaemonConfig&, const nlohmann::json& value);
+};
+
+// Every setting, in the order config.get and `kvtierctl config get` list them.
+std::span<const Setting> settings();
+
+// {"<name>": {"value": ..., "runtime": bool}, ...} for every setting.
+nlohmann::json config_to_json(const DaemonConfig& config);
+
+// `current` with the settings `changes` names ({"token_budget": 32, ...})
+// replaced. Refused, naming the culprit: `changes` not an object or empty,
+// an unknown name, a setting that is not runtime, a wrong type, a value out
+// of range, or a scheduler combination SchedulerConfig::validate() refuses.
+std::expected<DaemonConfig, std::string> config_with_changes(const DaemonConfig& current,
+                                                             const nlohmann::json& changes);
+
+// `current` with the runtime settings of `loaded` (a re-read config file),
+// checked as config_with_changes checks them.
+std::expected<DaemonConfig, std::string> config_with_runtime_of(const DaemonConfig& current,
+                                                                const DaemonConfig& loaded);
+
+struct SettingChange {
+  const Setting* setting;
+  nlohmann::json from, to;
+};
+// The settings whose values differ between `a` and `b`, in table order.
+std::vector<SettingChange> config_diff(const DaemonConfig& a, const DaemonConfig& b);
+
+}  // namespace kvtier::daemon

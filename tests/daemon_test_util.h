@@ -1,0 +1,284 @@
+// Helpers for the black-box tests of kvtierd and its clients
+// (daemon_test.cpp, ctl_test.cpp): the real binary started on a socket in a
+// fresh temporary directory, a plain AF_UNIX JSON-RPC client, and the
+// in-process engine reference results are compared with. Every wait is
+// bounded: a daemon that hangs fails the test instead of hanging the suite,
+// and the fixture kills and reaps whatever is still running.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "test_util.h"
+
+namespace kvtier::daemon_test {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+inline const std::filesystem::path kModelDir =
+    std::filesystem::path(KVTIER_SOURCE_DIR) / "models/fortunes-char";
+// Generous: the suite shares two cores with other work.
+inline constexpr auto kTimeout = 60s;
+
+// A plain AF_UNIX client with line framing and timeouts.
+class Client {
+ public:
+  // Tries once; invalid() on failure.
+  explicit Client(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) close();
+  }
+  ~Client() { close(); }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  bool valid() const { return fd_ >= 0; }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  bool send_raw(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  bool send(const json& j) { return send_raw(j.dump() + "\n"); }
+
+  // The next line as JSON; nullopt on timeout, EOF or bad JSON.
+  std::optional<json> read(std::chrono::milliseconds timeout = kTimeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
+        json j = json::parse(buf_.substr(0, nl), nullptr, false);
+        buf_.erase(0, nl + 1);
+        if (j.is_discarded()) return std::nullopt;
+        return j;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char chunk[4096];
+      const ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
+      if (n <= 0) return std::nullopt;
+      buf_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+  // Sends a request and returns its response, collecting notifications.
+  std::optional<json> call(const json& request, std::vector<json>* notifications = nullptr) {
+    if (!send(request)) return std::nullopt;
+    for (;;) {
+      auto msg = read();
+      if (!msg) return std::nullopt;
+      if (!msg->contains("id")) {
+        if (notifications) notifications->push_back(*msg);
+        continue;
+      }
+      return msg;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  std::string buf_;
+};
+
+inline json request(int id, const std::string& method, json params = json::object()) {
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
+}
+
+// The environment of this process plus `extra` ("NAME=VALUE"), built before
+// fork() so the child only calls execve.
+inline std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+inline std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// The kvtierd child process.
+class Daemon {
+ public:
+  // `env`: extra "NAME=VALUE" entries for the child's environment. The
+  // daemon logs at warning level unless `extra_args` names --log-level; its
+  // stderr goes to log_path().
+  explicit Daemon(std::vector<std::string> extra_args = {}, std::vector<std::string> env = {}) {
+    socket_path_ = (dir_.path() / "kvtierd.sock").string();
+    log_path_ = (dir_.path() / "kvtierd.log").string();
+    std::vector<std::string> args = {KVTIER_DAEMON_PATH, "--socket", socket_path_, "--model",
+                                     kModelDir.string()};
+    if (std::find(extra_args.begin(), extra_args.end(), "--log-level") == extra_args.end()) {
+      args.insert(args.end(), {"--log-level", "warning"});
+    }
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<std::string> envs = environment_with(env);
+    std::vector<char*> argv = c_strings(args);
+    std::vector<char*> envp = c_strings(envs);
+    const int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      if (log_fd >= 0) ::dup2(log_fd, STDERR_FILENO);  // the copy is not close-on-exec
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    if (log_fd >= 0) ::close(log_fd);
+  }
+  ~Daemon() {
+    if (pid_ > 0 && !exit_status_) {
+      ::kill(pid_, SIGKILL);
+      int status;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+
+  const std::string& socket_path() const { return socket_path_; }
+  const std::string& log_path() const { return log_path_; }
+
+  // What the daemon has written to stderr so far.
+  std::string log() const {
+    std::ifstream in(log_path_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  // Polls the log until it contains `needle`; false on timeout.
+  bool wait_log(const std::string& needle, std::chrono::milliseconds timeout = kTimeout) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (test_util::contains(log(), needle)) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+  const std::filesystem::path& dir() const { return dir_.path(); }
+  pid_t pid() const { return pid_; }
+
+  // Polls until the daemon accepts a connection; false if it exits or the
+  // timeout passes first.
+  bool wait_ready() {
+    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (exited()) return false;
+      Client c(socket_path_);
+      if (c.valid()) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  std::unique_ptr<Client> connect() { return std::make_unique<Client>(socket_path_); }
+
+  bool exited() {
+    if (exit_status_) return true;
+    int status;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) exit_status_ = status;
+    return exit_status_.has_value();
+  }
+
+  // The raw wait status once the process exits; nullopt on timeout.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout = kTimeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!exited() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(10ms);
+    return exit_status_;
+  }
+
+ private:
+  test_util::TempDir dir_;
+  std::string socket_path_;
+  std::string log_path_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_status_;
+};
+
+inline ::testing::AssertionResult exited_zero(std::optional<int> status) {
+  if (!status) return ::testing::AssertionFailure() << "kvtierd did not exit in time";
+  if (!WIFEXITED(*status)) return ::testing::AssertionFailure() << "kvtierd was killed by a signal";
+  if (WEXITSTATUS(*status) != 0) {
+    return ::testing::AssertionFailure() << "kvtierd exited with " << WEXITSTATUS(*status);
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Stops the daemon through the protocol and checks it exits 0.
+inline void shutdown(Daemon& d) {
+  auto c = d.connect();
+  ASSERT_TRUE(c->valid());
+  auto r = c->call(request(999, "shutdown"));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(exited_zero(d.wait_exit()));
+}
+
+inline int error_code(const std::optional<json>& response) {
+  if (!response || !response->contains("error")) return 0;
+  return (*response)["error"].value("code", 0);
+}
+
+// What the engine produces in-process for the same request: the reference
+// every daemon result is compared with.
+inline Generation reference(const std::string& prompt, int max_tokens, float temperature,
+                            std::uint64_t seed) {
+  Model* model = &test_util::bundled_model().model;
+  const Tokenizer* tokenizer = test_util::bundled_model().tokenizer.get();
+  auto tokens = tokenizer->encode(prompt);
+  EXPECT_TRUE(tokens.has_value());
+  const int page_size = 16;
+  tiers::BlockPool pool(model->kv_layout(page_size).block_bytes(),
+                        model->config().block_size / page_size + 1);
+  GenerateOptions options;
+  options.sampling = {temperature, 0, 1.0f, seed};
+  options.max_tokens = max_tokens;
+  options.page_size = page_size;
+  auto out = generate(*model, pool, tokenizer, *tokens, options);
+  EXPECT_TRUE(out.has_value());
+  return out ? *out : Generation{};
+}
+
+inline json generate_params(const std::string& prompt, int max_tokens, float temperature,
+                            std::uint64_t seed, bool stream = false) {
+  return {{"prompt", prompt},
+          {"max_tokens", max_tokens},
+          {"temperature", temperature},
+          {"seed", seed},
+          {"stream", stream}};
+}
+
+}  // namespace kvtier::daemon_test
