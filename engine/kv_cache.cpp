@@ -83,6 +83,7 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
     // of another model stay unreachable through their keys, and the tag
     // makes a store written for another block size start empty.
     options.format_tag = fingerprint;
+    options.backoff_initial = config.l3_backoff;
     auto store = tiers::L3Store::open(options);
     if (store) {
       l3_ = std::make_unique<L3Parts>();
@@ -154,6 +155,15 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
   adopt_l3_entries(tree_, l3_ ? l3_->store.get() : nullptr, root, tokens, max_blocks,
                    layout_.page_size, fingerprint_);
   std::vector<CacheNode*> path = tree_.match(root, tokens, max_blocks);
+  // With L3 failing (its breaker open), a block only L3 has is a miss: the
+  // request is prefilled instead of waiting for the disk to come back.
+  const bool l3_usable = l3_ && l3_->store->accepting();
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i]->best_tier() == Tier::kL3 && !path[i]->l1_loading && !l3_usable) {
+      path.resize(i);
+      break;
+    }
+  }
 
   // Load or recompute: a tail of L3-only blocks is loaded only when reading it
   // is cheaper than prefilling its tokens (a short run may not be: reads have
@@ -261,7 +271,7 @@ std::vector<CacheNode*> KvCache::insert(const tiers::BlockKey& root, std::span<c
       tree_.set_l1(node, blocks[i]);
     }
     if (l3_ && config_.write_policy == WritePolicy::kWriteThrough && !node->l3 &&
-        !node->l3_writing && node->usable_l1() && stats_.tier[2].available) {
+        !node->l3_writing && node->usable_l1() && l3_->store->accepting()) {
       tiers::L3Record record;
       record.key = node->key;
       record.parent = parent == nullptr ? tiers::BlockKey{} : parent->key;
@@ -498,7 +508,7 @@ void KvCache::start_writeback() {
   // write_back: a block goes to L3 once it has left L1 (it is in L2), so by
   // the time L2 needs its slot it is usually clean and can be let go.
   if (!l3_ || !l2_ || config_.write_policy == WritePolicy::kWriteThrough) return;
-  stats_.tier[2].available = l3_->store->stats().available;
+  stats_.tier[2].available = l3_->store->accepting();
   if (!stats_.tier[2].available) return;
   constexpr std::size_t kMaxWritesInFlight = 256;
   while (l3_->pending.size() < kMaxWritesInFlight) {

@@ -32,6 +32,7 @@
 // through poll().
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <expected>
@@ -61,6 +62,9 @@ struct CacheConfig {
   std::string l3_path;       // directory for the slab file and its index; empty = no L3
   std::size_t l3_bytes = 0;  // slab size
   WritePolicy write_policy = WritePolicy::kWriteBack;
+  // After an L3 failure, how long before the store is tried again (it
+  // doubles while the probes fail, up to 30 s).
+  std::chrono::milliseconds l3_backoff{1000};
 };
 
 // What it costs to get one block's worth of tokens, for the load-or-recompute

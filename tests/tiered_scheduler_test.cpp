@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -275,6 +277,48 @@ TEST_F(TieredSchedulerTest, UnusableL3DegradesToL1AndL2) {
   EXPECT_FALSE(s->cache()->stats().tier[2].available);
   ASSERT_TRUE(
       run_and_compare(*s, {params(kShared, 8, greedy()), params(kShared + "!", 8, greedy())}));
+}
+
+// L3 failing under a live engine (its slab truncated: reads come back
+// short): requests are prefilled instead, with the same tokens, and the
+// errors are counted; once the file is whole again the breaker's probe
+// succeeds and L3 serves blocks again.
+TEST_F(TieredSchedulerTest, L3IoErrorsDegradeToRecomputeAndL3Recovers) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  c.cache.l3_backoff = std::chrono::milliseconds(5);
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  KvCache& cache = *s->cache();
+  auto only_on_l3 = [&] {
+    cache.drain();
+    cache.flush(Tier::kL1);
+    cache.flush(Tier::kL2);
+  };
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
+  only_on_l3();
+  const auto slab = dir.path() / "l3" / "slab";
+  const auto size = std::filesystem::file_size(slab);
+  std::filesystem::resize_file(slab, 0);
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 4, greedy())}, &ids));
+  EXPECT_GT(cache.stats().tier[2].io_errors, 0);
+  EXPECT_EQ(cache.stats().tier[2].promotions, 0);
+
+  std::filesystem::resize_file(slab, size);
+  // New blocks, written through once the breaker lets a probe by.
+  const std::string other = "It is a truth universally acknowledged, that a single man ";
+  for (int attempt = 0; attempt < 200 && !cache.stats().tier[2].available; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(run_and_compare(*s, {params(other + std::to_string(attempt), 1, greedy())}));
+    cache.drain();
+  }
+  ASSERT_TRUE(run_and_compare(*s, {params(other + "again", 1, greedy())}));
+  only_on_l3();
+  ASSERT_TRUE(cache.stats().tier[2].available);
+  ASSERT_TRUE(run_and_compare(*s, {params(other + "and again", 4, greedy())}));
+  EXPECT_GT(cache.stats().tier[2].promotions, 0) << "L3 did not come back";
 }
 
 // A pinned prefix may leave L1 for L2 but survives flushing L2; unpinned,

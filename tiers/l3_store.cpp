@@ -278,6 +278,11 @@ std::optional<std::uint64_t> L3Store::slot_offset(const BlockKey& key) const {
   return slab_->offset(it->second.slot);
 }
 
+bool L3Store::accepting() const {
+  std::lock_guard lock(mu_);
+  return !breaker_open_ || (!probe_in_flight_ && now() >= open_until_);
+}
+
 L3Stats L3Store::stats() const {
   std::lock_guard lock(mu_);
   L3Stats s = stats_;

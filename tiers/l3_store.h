@@ -182,6 +182,10 @@ class L3Store {
   // Where a stored entry's payload lies in <path>/slab, for tests and tools.
   std::optional<std::uint64_t> slot_offset(const BlockKey& key) const;
   L3Stats stats() const;
+  // Whether an operation submitted now would reach the disk: the breaker is
+  // closed, or it is open but due for its probe. Cheap (callers ask per
+  // request: while it is false, L3 is skipped rather than waited on).
+  bool accepting() const;
   // What open() recovered and discarded, one line each.
   std::vector<std::string> warnings() const { return warnings_; }
 
