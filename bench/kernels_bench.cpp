@@ -1,0 +1,255 @@
+// The kernels of issue 6 on GPT-2 124M shapes (L 12, Hkv = H 12, D 64, P 16):
+//   CPU: int8 quantise / dequantise of KV blocks (kernels/kv_quant.h), in fp32
+//        GB/s, against this machine's memcpy bandwidth (one thread);
+//   GPU (when built with KVTIER_CUDA and a device is present): paged attention
+//        decode at batch 1/16/64 and context 1k/4k (time per call and the K/V
+//        bytes it reads per second), block gather/scatter bandwidth against
+//        cudaMemcpy device-to-device, and the int8 kernels.
+// Without a device it says "no CUDA device: <reason>" and exits 0.
+// Prints figures; asserts nothing.
+//
+//   build/bench/kernels_bench
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/machine_peaks.h"
+#include "kernels/kv_quant.h"
+
+#if defined(KVTIER_HAVE_CUDA)
+#include <cuda_runtime.h>  // the typed cudaMalloc overloads
+
+#include "kernels/cuda/block_gather_cuda.h"
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/kv_quant_cuda.h"
+#include "kernels/cuda/paged_attention_cuda.h"
+#endif
+
+namespace {
+
+using namespace kvtier;
+using Clock = std::chrono::steady_clock;
+
+constexpr kernels::KvShape kGpt2{12, 12, 64, 16};
+constexpr double kGB = 1e9;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Best-of-5 seconds of fn().
+template <typename Fn>
+double best_seconds(Fn&& fn) {
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    fn();
+    best = std::min(best, seconds_since(start));
+  }
+  return best;
+}
+
+void cpu_int8() {
+  const int n = 32;  // 36 MiB of fp32 KV: past the caches
+  const std::size_t floats = kGpt2.floats_per_block(), enc = kernels::kv_quant_bytes(kGpt2);
+  std::vector<float> src(n * floats), back(n * floats);
+  std::vector<float> packed(n * ((enc + 3) / 4));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& x : src) x = normal(rng);
+  auto block = [&](int b) { return packed.data() + b * ((enc + 3) / 4); };
+  const double q = best_seconds([&] {
+    for (int b = 0; b < n; ++b) kernels::quantize_block(src.data() + b * floats, kGpt2, block(b));
+  });
+  const double d = best_seconds([&] {
+    for (int b = 0; b < n; ++b)
+      kernels::dequantize_block(block(b), kGpt2, back.data() + b * floats);
+  });
+  const double fp32_bytes = static_cast<double>(n) * floats * sizeof(float);
+  const double memcpy_bw = bench::memcpy_bytes_per_second(1);
+  std::printf("CPU int8 KV (1 thread, %d blocks of %.2f MiB fp32 -> %.2f MiB):\n", n,
+              fp32_bytes / n / (1 << 20), static_cast<double>(enc) / (1 << 20));
+  std::printf("  quantise   %6.2f GB/s fp32  (%.2fx memcpy %.2f GB/s)\n", fp32_bytes / q / kGB,
+              fp32_bytes / q / memcpy_bw, memcpy_bw / kGB);
+  std::printf("  dequantise %6.2f GB/s fp32  (%.2fx memcpy)\n", fp32_bytes / d / kGB,
+              fp32_bytes / d / memcpy_bw);
+}
+
+#if defined(KVTIER_HAVE_CUDA)
+
+#define CHECK(expr)                                                      \
+  do {                                                                   \
+    const cudaError_t e = (expr);                                        \
+    if (e != cudaSuccess) {                                              \
+      std::printf("CUDA error: %s: %s\n", #expr, cudaGetErrorString(e)); \
+      std::exit(1);                                                      \
+    }                                                                    \
+  } while (0)
+
+template <typename T>
+T* device_copy(const std::vector<T>& v) {
+  T* d = nullptr;
+  CHECK(cudaMalloc(&d, v.size() * sizeof(T)));
+  CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Milliseconds per call of fn() on the default stream, averaged over `iters`
+// after a warm-up; best of 3.
+template <typename Fn>
+double gpu_ms(int iters, Fn&& fn) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  fn();
+  CHECK(cudaDeviceSynchronize());
+  float best = 1e30f;
+  for (int rep = 0; rep < 3; ++rep) {
+    CHECK(cudaEventRecord(a));
+    for (int i = 0; i < iters; ++i) fn();
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    best = std::min(best, ms / iters);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return best;
+}
+
+void gpu_attention() {
+  const int H = 12, D = kGpt2.head_dim, P = kGpt2.page_size;
+  std::printf("GPU paged attention decode (one layer, H %d, D %d, P %d):\n", H, D, P);
+  std::printf("  %5s %7s %10s %12s\n", "batch", "context", "us/call", "K+V GB/s");
+  for (int context : {1024, 4096}) {
+    for (int batch : {1, 16, 64}) {
+      const int pages = context / P;
+      // One block per page per sequence; each block holds every layer (we read layer 0).
+      const std::size_t floats = kGpt2.floats_per_block();
+      float* pool = nullptr;
+      CHECK(cudaMalloc(&pool, static_cast<std::size_t>(batch) * pages * floats * sizeof(float)));
+      CHECK(cudaMemset(pool, 0, static_cast<std::size_t>(batch) * pages * floats * sizeof(float)));
+      std::vector<const float*> table;
+      std::vector<int> row_table, row_pos;
+      for (int s = 0; s < batch; ++s) {
+        row_table.push_back(static_cast<int>(table.size()));
+        row_pos.push_back(context - 1);
+        for (int p = 0; p < pages; ++p)
+          table.push_back(pool + (static_cast<std::size_t>(s) * pages + p) * floats);
+      }
+      const float* const* d_table = device_copy(table);
+      int* d_rt = device_copy(row_table);
+      int* d_pos = device_copy(row_pos);
+      std::vector<float> q(static_cast<std::size_t>(batch) * H * D, 0.1f);
+      float* d_q = device_copy(q);
+      float* d_out = nullptr;
+      CHECK(cudaMalloc(&d_out, q.size() * sizeof(float)));
+      kernels::PagedAttentionRows rows;
+      rows.blocks = d_table;
+      rows.row_table = d_rt;
+      rows.row_pos = d_pos;
+      rows.n_rows = batch;
+      rows.n_head = H;
+      rows.n_kv_head = kGpt2.n_kv_head;
+      rows.head_dim = D;
+      rows.page_size = P;
+      rows.k_offset = kGpt2.k_offset(0);
+      rows.v_offset = kGpt2.v_offset(0);
+      const double ms =
+          gpu_ms(20, [&] { CHECK(kernels::paged_attention_cuda(d_out, d_q, rows, 0)); });
+      const double kv_bytes = 2.0 * batch * context * kGpt2.n_kv_head * D * sizeof(float);
+      std::printf("  %5d %7d %10.1f %12.1f\n", batch, context, ms * 1e3,
+                  kv_bytes / (ms * 1e-3) / kGB);
+      cudaFree(pool);
+      cudaFree(const_cast<const float**>(d_table));
+      cudaFree(d_rt);
+      cudaFree(d_pos);
+      cudaFree(d_q);
+      cudaFree(d_out);
+    }
+  }
+}
+
+void gpu_gather_and_int8() {
+  const int n = 64;
+  const std::size_t bytes = kGpt2.floats_per_block() * sizeof(float),
+                    enc = kernels::kv_quant_bytes(kGpt2);
+  char* pool = nullptr;
+  char* staging = nullptr;
+  char* packed = nullptr;
+  CHECK(cudaMalloc(&pool, n * bytes));
+  CHECK(cudaMalloc(&staging, n * bytes));
+  CHECK(cudaMalloc(&packed, n * ((enc + 255) / 256 * 256)));
+  CHECK(cudaMemset(pool, 1, n * bytes));
+  // The pool's blocks in a scrambled order, as a block table holds them.
+  std::vector<void*> blocks;
+  std::vector<void*> encoded;
+  for (int i = 0; i < n; ++i) {
+    blocks.push_back(pool + static_cast<std::size_t>((i * 37) % n) * bytes);
+    encoded.push_back(packed + i * ((enc + 255) / 256 * 256));
+  }
+  void* const* d_blocks = device_copy(blocks);
+  void* const* d_encoded = device_copy(encoded);
+  const double total = static_cast<double>(n) * bytes;
+  const double memcpy_ms = gpu_ms(
+      20, [&] { CHECK(cudaMemcpyAsync(staging, pool, n * bytes, cudaMemcpyDeviceToDevice, 0)); });
+  const double gather_ms = gpu_ms(20, [&] {
+    CHECK(kernels::block_gather_cuda(staging, reinterpret_cast<const void* const*>(d_blocks), n,
+                                     bytes, 0));
+  });
+  const double scatter_ms =
+      gpu_ms(20, [&] { CHECK(kernels::block_scatter_cuda(d_blocks, staging, n, bytes, 0)); });
+  const double quant_ms = gpu_ms(20, [&] {
+    CHECK(kernels::quantize_blocks_cuda(d_encoded, reinterpret_cast<const float* const*>(d_blocks),
+                                        n, kGpt2, 0));
+  });
+  const double dequant_ms = gpu_ms(20, [&] {
+    CHECK(kernels::dequantize_blocks_cuda(reinterpret_cast<float* const*>(d_blocks),
+                                          reinterpret_cast<const void* const*>(d_encoded), n, kGpt2,
+                                          0));
+  });
+  // Copy bandwidth counts each byte once (read + write = 2x traffic), as cudaMemcpy's does.
+  auto gbs = [&](double ms) { return total / (ms * 1e-3) / kGB; };
+  std::printf("GPU block moves (%d blocks of %.2f MiB):\n", n, bytes / double(1 << 20));
+  std::printf("  cudaMemcpy D2D %7.1f GB/s\n", gbs(memcpy_ms));
+  std::printf("  gather         %7.1f GB/s (%.2fx cudaMemcpy)\n", gbs(gather_ms),
+              memcpy_ms / gather_ms);
+  std::printf("  scatter        %7.1f GB/s (%.2fx cudaMemcpy)\n", gbs(scatter_ms),
+              memcpy_ms / scatter_ms);
+  std::printf("  int8 quantise  %7.1f GB/s fp32\n", gbs(quant_ms));
+  std::printf("  int8 dequantise%7.1f GB/s fp32\n", gbs(dequant_ms));
+  cudaFree(pool);
+  cudaFree(staging);
+  cudaFree(packed);
+  cudaFree(const_cast<void**>(d_blocks));
+  cudaFree(const_cast<void**>(d_encoded));
+}
+
+#endif
+
+}  // namespace
+
+int main() {
+  cpu_int8();
+#if defined(KVTIER_HAVE_CUDA)
+  const std::string missing = kernels::cuda_device_missing();
+  if (!missing.empty()) {
+    std::printf("GPU: %s; GPU figures skipped\n", missing.c_str());
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("GPU: %s\n", prop.name);
+  gpu_attention();
+  gpu_gather_and_int8();
+#else
+  std::printf(
+      "GPU: no CUDA device: built without the CUDA side (KVTIER_CUDA); GPU figures skipped\n");
+#endif
+  return 0;
+}
