@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ctl/cache_commands.h"
 #include "ctl/rpc_client.h"
 #include "ctl/top.h"
 
@@ -56,6 +57,8 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   int priority = 0;
   int samples = 1;
+  std::string cache_salt;
+  std::string eviction;
   bool stream = false;
   bool json_out = false;
 };
@@ -71,6 +74,8 @@ int run_generate(RpcClient& client, const GenerateArgs& a) {
                  {"n", a.samples},
                  {"stream", a.stream}};
   if (!a.stop.empty()) params["stop"] = a.stop;
+  if (!a.cache_salt.empty()) params["cache_salt"] = a.cache_salt;
+  if (!a.eviction.empty()) params["eviction"] = a.eviction;
   // Text mode streams sample 0 live; with several samples the others are
   // printed whole at the end, as interleaved text would be unreadable.
   if (a.stream && !a.json_out) std::cout << a.prompt << std::flush;
@@ -96,8 +101,12 @@ int run_generate(RpcClient& client, const GenerateArgs& a) {
     std::cout << "--- sample " << i << " ---\n"
               << a.prompt << samples[i].value("text", "") << std::endl;
   }
-  std::fprintf(stderr, "[%d prompt tokens, %d generated, finish: %s, %.1f ms]\n",
-               result->value("prompt_tokens", 0), result->value("completion_tokens", 0),
+  const json cached = result->value("cached_tokens", json::object());
+  std::fprintf(stderr,
+               "[%d prompt tokens (cached: l1 %d, l2 %d, l3 %d), %d generated, finish: %s, "
+               "%.1f ms]\n",
+               result->value("prompt_tokens", 0), cached.value("l1", 0), cached.value("l2", 0),
+               cached.value("l3", 0), result->value("completion_tokens", 0),
                result->value("finish_reason", std::string("?")).c_str(),
                (*result)["timings"].value("total_ms", 0.0));
   return kExitOk;
@@ -190,6 +199,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   gen->add_option("-n,--samples", g.samples, "Samples from one prefill (the protocol's n)")
       ->capture_default_str();
+  gen->add_option("--cache-salt", g.cache_salt,
+                  "Prefix-cache namespace: shares cached blocks only with the same salt");
+  gen->add_option("--eviction", g.eviction,
+                  "KV eviction policy (none, window:W, sinks:S,window:W, h2o:...); default: "
+                  "the daemon's");
   gen->add_flag("--stream", g.stream, "Print text as it is generated (sample 0)");
   gen->add_flag("--json", g.json_out,
                 "Print the raw JSON (notifications and result), one per line");
@@ -213,6 +227,37 @@ int main(int argc, char** argv) {
       "set", "Change runtime settings, all or none: config set token_budget 32 policy priority");
   config_set->add_option("pairs", set_pairs, "NAME VALUE [NAME VALUE ...]")->required();
 
+  auto* tiers = app.add_subcommand("tiers", "The prefix cache's tiers and load costs");
+  tiers->add_flag("--json", json_out, "Print the raw JSON result");
+
+  auto* cache = app.add_subcommand("cache", "Look at and steer the prefix cache");
+  cache->require_subcommand(1);
+  kvtier::ctl::CachePrompt cache_prompt;
+  std::vector<CLI::App*> prompt_commands;
+  for (const auto& [name, summary] : std::vector<std::pair<const char*, const char*>>{
+           {"lookup", "How many of a prompt's tokens are cached, and in which tier"},
+           {"warm", "Prefill a prompt into the cache without generating"},
+           {"pin", "Keep a prompt's cached prefix from being dropped (privileged)"},
+           {"unpin", "Undo a pin (privileged)"}}) {
+    auto* sub = cache->add_subcommand(name, summary);
+    auto* text = sub->add_option("prompt", cache_prompt.text, "Prompt text");
+    auto* ids = sub->add_option("--tokens", cache_prompt.tokens, "Token ids instead: 1,2,3")
+                    ->delimiter(',');
+    text->excludes(ids);
+    sub->add_option("--cache-salt", cache_prompt.cache_salt, "Prefix-cache namespace");
+    sub->add_flag("--json", json_out, "Print the raw JSON result");
+    prompt_commands.push_back(sub);
+  }
+  auto* cache_tree = cache->add_subcommand("tree", "A summary of the radix tree per tier");
+  cache_tree->add_flag("--json", json_out, "Print the raw JSON result");
+  std::string flush_tier;
+  auto* cache_flush =
+      cache->add_subcommand("flush", "Drop what a tier may drop: l1 (down to l2), l2, l3, all");
+  cache_flush->add_option("tier", flush_tier, "l1 | l2 | l3 | all")
+      ->required()
+      ->check(CLI::IsMember({"l1", "l2", "l3", "all"}));
+  cache_flush->add_flag("--json", json_out, "Print the raw JSON result");
+
   bool once = false;
   double interval = 1.0;
   auto* top = app.add_subcommand("top", "Live view of requests, batch and KV use");
@@ -225,6 +270,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     if (config_set->parsed() && set_pairs.size() % 2 != 0) {
       throw CLI::ValidationError("config set", "takes NAME VALUE pairs");
+    }
+    for (CLI::App* sub : prompt_commands) {
+      if (sub->parsed() && cache_prompt.text.empty() && cache_prompt.tokens.empty()) {
+        throw CLI::ValidationError("cache " + sub->get_name(), "give a prompt or --tokens");
+      }
     }
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
@@ -239,6 +289,20 @@ int main(int argc, char** argv) {
   if (shutdown->parsed()) return run_simple(*client, "shutdown", false);
   if (config_get->parsed()) return run_config_get(*client, get_names, json_out);
   if (config_set->parsed()) return run_config_set(*client, set_pairs);
+  auto done = [](const std::expected<void, CallFailure>& ok) {
+    return ok ? kExitOk : fail(ok.error());
+  };
+  if (tiers->parsed()) return done(kvtier::ctl::run_tiers(*client, json_out));
+  for (CLI::App* sub : prompt_commands) {
+    if (sub->parsed()) {
+      return done(kvtier::ctl::run_cache_prompt(*client, "cache." + sub->get_name(), cache_prompt,
+                                                json_out));
+    }
+  }
+  if (cache_tree->parsed()) return done(kvtier::ctl::run_cache_tree(*client, json_out));
+  if (cache_flush->parsed()) {
+    return done(kvtier::ctl::run_cache_flush(*client, flush_tier, json_out));
+  }
   if (top->parsed()) {
     auto ok = kvtier::ctl::top_run(*client, once, interval);
     return ok ? kExitOk : fail(ok.error());

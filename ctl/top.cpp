@@ -5,6 +5,8 @@
 #include <iostream>
 #include <thread>
 
+#include "ctl/cache_commands.h"
+
 namespace kvtier::ctl {
 
 using nlohmann::json;
@@ -63,6 +65,13 @@ std::string top_frame(const json& stats, const json& config, const std::optional
          std::to_string(num(stats, "tokens_generated")) + "  preemptions " +
          std::to_string(num(stats, "preemptions")) + "  recomputed tokens " +
          std::to_string(num(stats, "recomputed_tokens")) + "\n";
+  // The tiers, once the daemon reports them (null: its prefix cache is off).
+  if (auto cache = stats.find("cache"); cache != stats.end() && cache->is_object()) {
+    out += "tiers    prefix cache: " + std::to_string(num(*cache, "lookups")) + " lookups, " +
+           std::to_string(num(*cache, "recompute_tokens_avoided")) +
+           " prompt tokens not recomputed\n";
+    out += tier_table_text(cache->value("tiers", json::object()), num(*cache, "missed_blocks"));
+  }
   if (previous && seconds > 0) {
     auto rate = [&](const char* key) {
       return fixed(double(num(stats, key) - num(*previous, key)) / seconds, 1);

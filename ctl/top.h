@@ -1,6 +1,6 @@
 // `kvtierctl top`: a live view of the daemon — requests, batch, KV blocks,
-// counters and rates — redrawn every interval from `stats` and `config.get`.
-// The tiers' figures join it when the daemon reports them.
+// the prefix cache's tiers and hit rates, counters and rates — redrawn every
+// interval from `stats` and `config.get`.
 #pragma once
 
 #include <expected>

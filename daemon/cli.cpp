@@ -5,6 +5,48 @@
 
 namespace kvtier::daemon {
 
+namespace {
+
+// The tier settings that depend on one another, in flag words: the
+// preemption default follows the prefix cache, and the L2 default (256 MiB)
+// quietly goes with it when the cache is off, while an L2 or L3 asked for by
+// name without the cache is an error rather than ignored.
+std::expected<void, std::string> tiers_resolve(SchedulerConfig& s, const std::string& preemption,
+                                               const std::string& eviction, bool l2_given) {
+  if (preemption.empty()) {
+    s.preemption = s.prefix_cache ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
+  } else {
+    auto mode = parse_preemption(preemption);
+    if (!mode) return std::unexpected("--preemption: " + mode.error());
+    s.preemption = *mode;
+  }
+  if (!s.prefix_cache) {
+    if (s.preemption == PreemptionMode::kSwap) {
+      return std::unexpected(
+          "--preemption swap moves KV through the prefix cache, which --no-prefix-cache turns "
+          "off (use --preemption recompute, or keep the prefix cache)");
+    }
+    if (!s.cache.l3_path.empty() || (l2_given && s.cache.l2_bytes > 0)) {
+      return std::unexpected(
+          "--l2-bytes and --l3-path are tiers of the prefix cache, which --no-prefix-cache turns "
+          "off");
+    }
+    s.cache.l2_bytes = 0;
+  }
+  if (!s.cache.l3_path.empty() && s.cache.l3_bytes == 0) {
+    return std::unexpected("--l3-path is set but --l3-bytes is 0 (give the slab file a size)");
+  }
+  auto policy = EvictionPolicy::parse(eviction);
+  if (!policy) return std::unexpected("--eviction: " + policy.error());
+  if (auto ok = policy->validate(s.page_size); !ok) {
+    return std::unexpected("--eviction: " + ok.error());
+  }
+  s.eviction = *policy;
+  return {};
+}
+
+}  // namespace
+
 std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& args,
                                               const DaemonConfig& defaults) {
   CommandLine cl;
@@ -102,7 +144,61 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
                      "Group the socket file is given to (mode 0660); default: the daemon's");
   server->add_flag("--allow-any-uid", c.allow_any_uid,
                    "Let every client that can connect make privileged calls (shutdown, "
-                   "config.set); default: only the daemon's uid and root");
+                   "config.set, cache.pin, cache.unpin, cache.flush); default: only the "
+                   "daemon's uid and root");
+
+  // Sizes take a plain byte count or a suffix (CLI11's AsSizeValue, powers of
+  // 1024: 256M, 4G, 512KiB), on the command line and in the file alike.
+  // A negative size wraps around in the conversion; the range catches it.
+  const CLI::AsSizeValue size(false);
+  const CLI::Range size_range(std::uint64_t{0}, r::kMaxTierBytes);
+  std::string write_policy(to_string(c.scheduler.cache.write_policy));
+  std::string preemption;  // empty: swap with the prefix cache, else recompute
+  std::string eviction = c.scheduler.eviction.to_string();
+  auto* tiers = app.add_option_group("tiers", "Prefix cache and KV tiers (restart to change)");
+  tiers
+      ->add_flag("--prefix-cache,!--no-prefix-cache", c.scheduler.prefix_cache,
+                 "Keep finished requests' KV blocks and share them with requests whose prompt "
+                 "starts the same; blocks move down L1 -> L2 -> L3 instead of being dropped")
+      ->capture_default_str();
+  tiers
+      ->add_option("--l1-bytes", c.scheduler.l1_bytes,
+                   "L1 pool (the engine's) in bytes; 0 = exactly max-kv-tokens' worth. More "
+                   "keeps more cached blocks beside the running requests'")
+      ->transform(size)
+      ->check(size_range)
+      ->capture_default_str();
+  auto* l2_opt = tiers
+                     ->add_option("--l2-bytes", c.scheduler.cache.l2_bytes,
+                                  "L2 pinned host pool in bytes (mlock()ed); 0 = no L2")
+                     ->transform(size)
+                     ->check(size_range)
+                     ->capture_default_str();
+  tiers->add_option("--l3-path", c.scheduler.cache.l3_path,
+                    "L3 directory: a preallocated slab file and its RocksDB index, kept across "
+                    "restarts; empty = no L3. An unusable path is logged and kvtierd runs on "
+                    "L1 + L2");
+  tiers
+      ->add_option("--l3-bytes", c.scheduler.cache.l3_bytes,
+                   "L3 slab file size in bytes (used with --l3-path)")
+      ->transform(size)
+      ->check(size_range)
+      ->capture_default_str();
+  tiers
+      ->add_option("--write-policy", write_policy,
+                   "write_back: L3 gets blocks as they leave L2; write_through: every cached "
+                   "block is also written to L3 at once (survives a crash or restart)")
+      ->check(CLI::IsMember({"write_back", "write_through"}))
+      ->capture_default_str();
+  tiers->add_option("--preemption", preemption,
+                    "A preempted request's KV: swap (moved down the tiers and back, nothing "
+                    "recomputed; needs the prefix cache) | recompute. Default: swap with the "
+                    "prefix cache, else recompute");
+  tiers
+      ->add_option("--eviction", eviction,
+                   "KV eviction policy of requests that name none: none | window:W | "
+                   "sinks:S,window:W | h2o:start=S,recent=R,max=M[,agg=sum|norm_sum]")
+      ->capture_default_str();
 
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());
@@ -127,9 +223,14 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
     return std::unexpected(exit);
   }
 
-  // IsMember checked both names, so these cannot fail.
+  // IsMember checked these names, so they cannot fail.
   c.scheduler.policy = parse_policy(policy).value_or(c.scheduler.policy);
   c.log_level = log_level_parse(log_level).value_or(c.log_level);
+  c.scheduler.cache.write_policy =
+      parse_write_policy(write_policy).value_or(c.scheduler.cache.write_policy);
+  if (auto ok = tiers_resolve(c.scheduler, preemption, eviction, l2_opt->count() > 0); !ok) {
+    return std::unexpected(CliExit{2, "", "kvtierd: " + ok.error() + "\n"});
+  }
   if (prompt_opt->count() > 0) {
     one.model_dir = c.model_dir;
     one.page_size = c.scheduler.page_size;

@@ -25,7 +25,7 @@ std::expected<long long, std::string> integer_in(const json& v, const char* name
 }
 
 // The table. Captureless lambdas, so each entry is plain data.
-const std::array<Setting, 16> kSettings = {{
+const std::array<Setting, 24> kSettings = {{
     {"model", false, "model folder", [](const DaemonConfig& c) -> json { return c.model_dir; },
      nullptr},
     {"threads", false, "compute threads; 0 = OpenMP's default",
@@ -44,6 +44,26 @@ const std::array<Setting, 16> kSettings = {{
      [](const DaemonConfig& c) -> json { return c.scheduler.page_size; }, nullptr},
     {"max_kv_tokens", false, "KV positions resident at once",
      [](const DaemonConfig& c) -> json { return c.scheduler.max_kv_tokens; }, nullptr},
+    {"prefix_cache", false, "share and keep KV blocks of common prefixes in L1, L2 and L3",
+     [](const DaemonConfig& c) -> json { return c.scheduler.prefix_cache; }, nullptr},
+    {"l1_bytes", false, "L1 pool bytes; 0 = exactly max_kv_tokens' worth",
+     [](const DaemonConfig& c) -> json { return c.scheduler.l1_bytes; }, nullptr},
+    {"l2_bytes", false, "L2 pinned host pool bytes; 0 = no L2",
+     [](const DaemonConfig& c) -> json { return c.scheduler.cache.l2_bytes; }, nullptr},
+    {"l3_path", false, "L3 directory (slab file and index); empty = no L3",
+     [](const DaemonConfig& c) -> json { return c.scheduler.cache.l3_path; }, nullptr},
+    {"l3_bytes", false, "L3 slab file bytes",
+     [](const DaemonConfig& c) -> json { return c.scheduler.cache.l3_bytes; }, nullptr},
+    {"write_policy", false, "when L3 gets a block: write_back | write_through",
+     [](const DaemonConfig& c) -> json {
+       return std::string(to_string(c.scheduler.cache.write_policy));
+     },
+     nullptr},
+    {"preemption", false, "a preempted request's KV: swap | recompute",
+     [](const DaemonConfig& c) -> json { return std::string(to_string(c.scheduler.preemption)); },
+     nullptr},
+    {"eviction", false, "KV eviction policy of requests that name none",
+     [](const DaemonConfig& c) -> json { return c.scheduler.eviction.to_string(); }, nullptr},
     {"max_batch_size", true, "requests admitted at once",
      [](const DaemonConfig& c) -> json { return c.scheduler.max_batch_size; },
      [](DaemonConfig& c, const json& v) -> SetResult {

@@ -11,12 +11,15 @@
 // max_line_bytes, drain_timeout, and the scheduler's token_budget,
 // max_batch_size and policy (Scheduler::reconfigure). Every other setting is
 // fixed at start-up: config.get shows it as read-only, and changing it takes
-// a restart.
+// a restart. That includes the prefix cache and its tiers (prefix_cache,
+// l1_bytes, l2_bytes, l3_path, l3_bytes, write_policy), preemption and the
+// default eviction policy: the pools are sized and the L3 store opened once.
 //
 // Thread-safety: the functions are pure; a DaemonConfig is a plain value.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <expected>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -36,6 +39,9 @@ inline constexpr int kMaxPending = 1 << 20;
 inline constexpr int kMaxConnections = 1 << 16;
 inline constexpr int kMaxBatchOrBudget = 1 << 20;
 inline constexpr double kMaxDrainSeconds = 86400;
+// l1_bytes, l2_bytes, l3_bytes: 1 TiB, far past any machine's tier yet small
+// enough that block counts fit an int.
+inline constexpr std::uint64_t kMaxTierBytes = std::uint64_t{1} << 40;
 }  // namespace config_range
 
 struct DaemonConfig {
@@ -52,9 +58,20 @@ struct DaemonConfig {
   // model (16 MiB of KV for it) rather than the engine's single-context
   // default. page_size and max_kv_tokens are fixed (the pool is sized by
   // them); token_budget, max_batch_size and policy are runtime.
+  //
+  // Unlike the engine, a service keeps the prefix cache on by default:
+  // repeated prefixes (system prompts, conversations) are its common case.
+  // L2 (pinned host memory, mlock()ed up front) gets 256 MiB; L3 is off
+  // until l3_path names a directory, and then gets l3_bytes of slab file.
+  // Preemption swaps through the tiers when the cache is on (no token is
+  // computed twice) and recomputes when it is off (cli.cpp picks).
   SchedulerConfig scheduler = [] {
     SchedulerConfig s;
     s.max_kv_tokens = 4096;
+    s.prefix_cache = true;
+    s.preemption = PreemptionMode::kSwap;
+    s.cache.l2_bytes = std::size_t{256} << 20;
+    s.cache.l3_bytes = std::size_t{4} << 30;
     return s;
   }();
 

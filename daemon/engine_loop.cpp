@@ -1,10 +1,49 @@
 #include "daemon/engine_loop.h"
 
+#include <cstdio>
 #include <utility>
+
+#include "daemon/log.h"
 
 namespace kvtier::daemon {
 
 namespace {
+
+std::string micros(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f us", seconds * 1e6);
+  return buf;
+}
+
+// Start-up with the prefix cache: what the tiers are, what is wrong with
+// them (the daemon runs on what works), and what loading costs against
+// recomputing, which decides whether a short prefix is worth a load.
+void cache_start(Scheduler& scheduler) {
+  KvCache* cache = scheduler.cache();
+  if (!cache) return;
+  for (const std::string& w : cache->warnings()) log_warning("prefix cache: " + w);
+  const CacheConfig& c = scheduler.config().cache;
+  const CacheStats before = cache->stats();
+  // Said here too, whatever the cache's own words: an operator who asked for
+  // L3 must learn that it is not there.
+  if (!c.l3_path.empty() && !before.tier[2].available) {
+    log_warning("prefix cache: L3 at " + c.l3_path +
+                " is not available; running on L1 + L2 (see `kvtierctl tiers`)");
+  }
+  log_info("prefix cache on: L1 " + std::to_string(before.tier[0].capacity_blocks) +
+           " blocks, L2 " + std::to_string(before.tier[1].capacity_blocks) + " blocks, L3 " +
+           (c.l3_path.empty() ? std::string("off")
+            : !before.tier[2].available
+                ? std::string("unavailable")
+                : std::to_string(before.tier[2].capacity_blocks) + " blocks in " + c.l3_path +
+                      " (" + std::string(to_string(c.write_policy)) + ")") +
+           "; preemption " + std::string(to_string(scheduler.config().preemption)));
+  scheduler.calibrate_tier_costs();
+  const TierCosts k = cache->stats().costs;
+  log_info("tier costs: prefill " + micros(k.prefill_per_token_s) + " per token; L2 load " +
+           micros(k.l2_per_block_s) + " per block; L3 load " + micros(k.l3_latency_s) + " + " +
+           micros(k.l3_per_block_s) + " per block");
+}
 
 double ms_between(std::chrono::steady_clock::time_point a,
                   std::chrono::steady_clock::time_point b) {
@@ -23,6 +62,7 @@ std::expected<std::unique_ptr<EngineLoop>, std::string> EngineLoop::create(
   if (!tokenizer) return std::unexpected(tokenizer.error());
   auto scheduler = Scheduler::create(*owned_model, tokenizer->get(), options.scheduler);
   if (!scheduler) return std::unexpected(scheduler.error());
+  cache_start(**scheduler);  // no thread runs yet: this one may use the scheduler
   return std::unique_ptr<EngineLoop>(new EngineLoop(std::move(owned_model), std::move(*tokenizer),
                                                     std::move(*scheduler), options));
 }
@@ -110,6 +150,15 @@ void EngineLoop::reconfigure(SchedulerConfig scheduler, int max_pending,
   cv_.notify_one();
 }
 
+void EngineLoop::call(std::function<void(EngineAccess&)> task) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;  // as in stats(): nothing would run it
+    inbox_.push_back(CallCommand{std::move(task)});
+  }
+  cv_.notify_one();
+}
+
 void EngineLoop::mark_final(DaemonRequestId id) {
   std::lock_guard lock(mu_);
   active_.erase(id);
@@ -176,7 +225,13 @@ void EngineLoop::handle(StatsCommand& c) {
   s.cancelled = cancelled_;
   s.failed = failed_;
   s.tokens_generated = tokens_generated_;
+  if (const KvCache* cache = scheduler_->cache()) s.cache = cache->stats();
   c.reply(std::move(s));
+}
+
+void EngineLoop::handle(CallCommand& c) {
+  EngineAccess access{*scheduler_, *tokenizer_, model_->config()};
+  c.task(access);
 }
 
 void EngineLoop::handle(DrainCommand& c) { on_drained_ = std::move(c.on_drained); }
@@ -244,6 +299,7 @@ void EngineLoop::finish(RequestId rid, Live& live, bool cancelled) {
     s.text = req->text();
     if (req->finish_reason()) s.finish_reason = std::string(to_string(*req->finish_reason()));
     r.prompt_tokens = static_cast<int>(req->prompt().size());
+    if (req->sample_index() == 0) r.cached_tokens = req->cached_tokens();
   }
   r.finish_reason = cancelled ? "cancelled" : r.samples.front().finish_reason;
   r.queue_ms =

@@ -16,6 +16,7 @@
 // seen the request), so a client learns its id before the engine runs it.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -59,6 +60,9 @@ struct GenerateResult {
   // "cancelled" when the request was cancelled, else sample 0's.
   std::string finish_reason;
   int prompt_tokens = 0;
+  // Prompt tokens served from the prefix cache, by the tier they were found
+  // in (L1, L2, L3): Request::cached_tokens() of sample 0.
+  std::array<int, 3> cached_tokens = {0, 0, 0};
   double queue_ms = 0;  // submit -> admitted by the scheduler
   double ttft_ms = 0;   // submit -> first generated token (0 if none)
   double total_ms = 0;  // submit -> finished
@@ -89,8 +93,17 @@ struct EngineStats {
   long submitted = 0;
   long completed = 0;
   long cancelled = 0;
-  long failed = 0;            // refused by validation or failed by the engine
-  long tokens_generated = 0;  // over every request and sample since start
+  long failed = 0;                  // refused by validation or failed by the engine
+  long tokens_generated = 0;        // over every request and sample since start
+  std::optional<CacheStats> cache;  // null when the prefix cache is off
+};
+
+// What a task run on the engine thread (EngineLoop::call) may use. Valid
+// only during the call.
+struct EngineAccess {
+  Scheduler& scheduler;
+  const Tokenizer& tokenizer;
+  const ModelConfig& model;
 };
 
 struct EngineLoopOptions {
@@ -105,7 +118,11 @@ class EngineLoop {
   enum class SubmitError { kTooManyPending, kStopping };
 
   // Loads the model and its tokenizer and builds the scheduler; the thread
-  // starts with start(). Errors name the file or option at fault.
+  // starts with start(). Errors name the file or option at fault. With the
+  // prefix cache on it also logs the cache's warnings (an L3 that cannot be
+  // used is one: the daemon then runs on L1 + L2) and measures the tiers'
+  // load costs against prefill (Scheduler::calibrate_tier_costs), logging
+  // them, before any request can arrive.
   static std::expected<std::unique_ptr<EngineLoop>, std::string> create(
       const std::string& model_dir, const EngineLoopOptions& options);
 
@@ -149,6 +166,13 @@ class EngineLoop {
   // after stop() it is dropped uncalled.
   void stats(std::function<void(EngineStats)> reply);
 
+  // Thread-safe. Runs `task` on the engine thread between two steps, with
+  // the scheduler and the tokenizer: the one way a session reaches the
+  // prefix cache. `task` must not block on other threads nor call back into
+  // the EngineLoop; it answers by posting elsewhere. Dropped uncalled after
+  // stop().
+  void call(std::function<void(EngineAccess&)> task);
+
   // Thread-safe (immutable after create()).
   const ModelConfig& model_config() const { return model_->config(); }
 
@@ -176,8 +200,11 @@ class EngineLoop {
     int max_pending;
     std::function<void(std::expected<void, std::string>)> reply;
   };
-  using Command =
-      std::variant<SubmitCommand, CancelCommand, StatsCommand, DrainCommand, ReconfigureCommand>;
+  struct CallCommand {
+    std::function<void(EngineAccess&)> task;
+  };
+  using Command = std::variant<SubmitCommand, CancelCommand, StatsCommand, DrainCommand,
+                               ReconfigureCommand, CallCommand>;
 
   // A request the engine thread is running, keyed by the scheduler's id.
   struct Live {
@@ -199,6 +226,7 @@ class EngineLoop {
   void handle(StatsCommand& c);
   void handle(DrainCommand& c);
   void handle(ReconfigureCommand& c);
+  void handle(CallCommand& c);
   void step();
   // Sends the final event of the scheduler request (group) `rid` and forgets
   // it. `cancelled`: every sample not done counts as cancelled.

@@ -49,6 +49,38 @@ std::expected<float, RpcError> float_get(const json& v, std::string_view key) {
   return v.get<float>();
 }
 
+// `prompt` (text) or `tokens` (ids) into `prompt`; refuses both.
+std::expected<void, RpcError> prompt_get(std::string_view key, const json& v,
+                                         std::variant<std::string, std::vector<int>>& prompt,
+                                         bool& have_prompt) {
+  if (have_prompt) return std::unexpected(invalid_params("give 'prompt' or 'tokens', not both"));
+  have_prompt = true;
+  if (key == "prompt") {
+    if (!v.is_string()) return std::unexpected(invalid_params("'prompt' must be a string"));
+    prompt = v.get<std::string>();
+    return {};
+  }
+  if (!v.is_array())
+    return std::unexpected(invalid_params("'tokens' must be an array of integers"));
+  std::vector<int> tokens;
+  tokens.reserve(v.size());
+  for (const auto& t : v) {
+    auto id = int_get(t, "tokens[]", 0, std::numeric_limits<int>::max());
+    if (!id) return std::unexpected(id.error());
+    tokens.push_back(*id);
+  }
+  prompt = std::move(tokens);
+  return {};
+}
+
+std::expected<std::string, RpcError> salt_get(const json& v) {
+  if (!v.is_string() || v.get_ref<const std::string&>().size() > kMaxCacheSaltBytes) {
+    return std::unexpected(invalid_params("'cache_salt' must be a string of at most " +
+                                          std::to_string(kMaxCacheSaltBytes) + " bytes"));
+  }
+  return v.get<std::string>();
+}
+
 }  // namespace
 
 std::expected<RpcCall, CallError> call_parse(std::string_view line) {
@@ -97,26 +129,22 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
   GenerateParams out;
   bool have_prompt = false;
   for (const auto& [key, v] : params.items()) {
-    if (key == "prompt") {
-      if (!v.is_string()) return std::unexpected(invalid_params("'prompt' must be a string"));
-      if (have_prompt)
-        return std::unexpected(invalid_params("give 'prompt' or 'tokens', not both"));
-      out.prompt = v.get<std::string>();
-      have_prompt = true;
-    } else if (key == "tokens") {
-      if (!v.is_array())
-        return std::unexpected(invalid_params("'tokens' must be an array of integers"));
-      if (have_prompt)
-        return std::unexpected(invalid_params("give 'prompt' or 'tokens', not both"));
-      std::vector<int> tokens;
-      tokens.reserve(v.size());
-      for (const auto& t : v) {
-        auto id = int_get(t, "tokens[]", 0, std::numeric_limits<int>::max());
-        if (!id) return std::unexpected(id.error());
-        tokens.push_back(*id);
+    if (key == "prompt" || key == "tokens") {
+      if (auto ok = prompt_get(key, v, out.prompt, have_prompt); !ok)
+        return std::unexpected(ok.error());
+    } else if (key == "cache_salt") {
+      auto salt = salt_get(v);
+      if (!salt) return std::unexpected(salt.error());
+      out.cache_salt = std::move(*salt);
+    } else if (key == "eviction") {
+      if (!v.is_string()) {
+        return std::unexpected(
+            invalid_params("'eviction' must be a policy string such as "
+                           "\"none\" or \"window:256\""));
       }
-      out.prompt = std::move(tokens);
-      have_prompt = true;
+      auto policy = EvictionPolicy::parse(v.get<std::string>());
+      if (!policy) return std::unexpected(invalid_params("'eviction': " + policy.error()));
+      out.eviction = *policy;
     } else if (key == "max_tokens") {
       auto n = int_get(v, key, 1, std::numeric_limits<int>::max());
       if (!n) return std::unexpected(n.error());
@@ -167,6 +195,46 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
   if (!have_prompt)
     return std::unexpected(invalid_params("give 'prompt' (text) or 'tokens' (ids)"));
   return out;
+}
+
+std::expected<CachePromptParams, RpcError> cache_prompt_params_parse(const json& params,
+                                                                     std::string_view method) {
+  const std::string usage = std::string(method) +
+                            " takes {\"prompt\": <text>} or {\"tokens\": [<ids>]}, and "
+                            "optionally \"cache_salt\"";
+  if (!params.is_object()) return std::unexpected(invalid_params(usage));
+  CachePromptParams out;
+  bool have_prompt = false;
+  for (const auto& [key, v] : params.items()) {
+    if (key == "prompt" || key == "tokens") {
+      if (auto ok = prompt_get(key, v, out.prompt, have_prompt); !ok)
+        return std::unexpected(ok.error());
+    } else if (key == "cache_salt") {
+      auto salt = salt_get(v);
+      if (!salt) return std::unexpected(salt.error());
+      out.cache_salt = std::move(*salt);
+    } else {
+      return std::unexpected(invalid_params("unknown parameter '" + key + "' (" + usage + ")"));
+    }
+  }
+  if (!have_prompt) return std::unexpected(invalid_params(usage));
+  return out;
+}
+
+std::expected<std::vector<Tier>, RpcError> cache_flush_params_parse(const json& params) {
+  const RpcError usage =
+      invalid_params("cache.flush takes {\"tier\": \"l1\" | \"l2\" | \"l3\" | \"all\"}");
+  if (!params.is_object() || params.size() != 1 || !params.contains("tier") ||
+      !params["tier"].is_string()) {
+    return std::unexpected(usage);
+  }
+  const std::string tier = params["tier"].get<std::string>();
+  if (tier == "l1") return std::vector<Tier>{Tier::kL1};
+  if (tier == "l2") return std::vector<Tier>{Tier::kL2};
+  if (tier == "l3") return std::vector<Tier>{Tier::kL3};
+  // Top down: L1's blocks are demoted into L2 before L2 is emptied.
+  if (tier == "all") return std::vector<Tier>{Tier::kL1, Tier::kL2, Tier::kL3};
+  return std::unexpected(usage);
 }
 
 std::expected<std::uint64_t, RpcError> cancel_params_parse(const json& params) {

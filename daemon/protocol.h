@@ -18,6 +18,8 @@
 #include <variant>
 #include <vector>
 
+#include "engine/eviction_policy.h"
+#include "engine/radix_cache.h"
 #include "engine/sampler.h"
 
 namespace kvtier::daemon {
@@ -34,7 +36,11 @@ inline constexpr int kTooManyPending = -32000;    // max_pending requests alread
 inline constexpr int kLineTooLong = -32001;       // a request line over max_line_bytes
 inline constexpr int kShuttingDown = -32002;      // the daemon is stopping
 inline constexpr int kPermissionDenied = -32003;  // a privileged method from a uid not allowed it
+inline constexpr int kNoPrefixCache = -32004;     // a cache method while the prefix cache is off
 }  // namespace rpc_code
+
+// The longest `cache_salt` accepted: a tenant or namespace name, not data.
+inline constexpr std::size_t kMaxCacheSaltBytes = 256;
 
 struct RpcError {
   int code = rpc_code::kInternalError;
@@ -75,12 +81,33 @@ struct GenerateParams {
   int priority = 0;
   int n = 1;  // samples from one prefill; the engine checks the upper bound
   bool stream = false;
+  std::string cache_salt;  // prefix-cache namespace; at most kMaxCacheSaltBytes
+  // Parsed here (EvictionPolicy::parse); the engine checks it against the
+  // page size. Unset: the daemon's --eviction.
+  std::optional<EvictionPolicy> eviction;
 };
 
 // Refuses with kInvalidParams, naming the key: params that are not an
 // object, an unknown key, a wrong type, an integer outside int's range,
 // neither or both of prompt and tokens.
 std::expected<GenerateParams, RpcError> generate_params_parse(const nlohmann::json& params);
+
+// The prompt the cache methods (cache.lookup, cache.warm, cache.pin,
+// cache.unpin) act on, and its namespace. Vocabulary and context checks need
+// the model and happen on the engine thread.
+struct CachePromptParams {
+  std::variant<std::string, std::vector<int>> prompt;
+  std::string cache_salt;
+};
+
+// Refuses with kInvalidParams, naming `method` and its parameters: not an
+// object, an unknown key, neither or both of prompt and tokens, a bad salt.
+std::expected<CachePromptParams, RpcError> cache_prompt_params_parse(const nlohmann::json& params,
+                                                                     std::string_view method);
+
+// `cache.flush`'s {"tier": "l1" | "l2" | "l3" | "all"}: the tiers to flush,
+// in the order to flush them.
+std::expected<std::vector<Tier>, RpcError> cache_flush_params_parse(const nlohmann::json& params);
 
 // `cancel`'s parameter: {"id": <request id>} (a non-negative integer).
 std::expected<std::uint64_t, RpcError> cancel_params_parse(const nlohmann::json& params);

@@ -3,14 +3,15 @@
 #include <chrono>
 #include <utility>
 
+#include "daemon/cache_methods.h"
 #include "daemon/log.h"
 
 namespace kvtier::daemon {
 
 using nlohmann::json;
 
-const std::array<Session::Method, 8>& Session::methods() {
-  static const std::array<Method, 8> table = {{
+const std::array<Session::Method, 15>& Session::methods() {
+  static const std::array<Method, 15> table = {{
       {"generate", "generate a continuation of a prompt (text or token ids), optionally streamed",
        &Session::method_generate},
       {"cancel", "cancel a running generate by its request id", &Session::method_cancel},
@@ -19,8 +20,18 @@ const std::array<Session::Method, 8>& Session::methods() {
       {"config.get", "every setting, its value and whether it can change at run time",
        &Session::method_config_get},
       {"config.set", "change runtime settings (privileged)", &Session::method_config_set, true},
-      // The tiers' methods go here when the tiers land: tiers, cache.lookup,
-      // cache.warm, cache.pin / cache.unpin, cache.tree, cache.flush.
+      {"tiers", "the prefix cache's tiers: capacity, use, traffic, errors; load costs",
+       &Session::method_tiers},
+      {"cache.lookup", "how many of a prompt's tokens are cached, and in which tier",
+       &Session::method_cache_lookup},
+      {"cache.warm", "prefill a prompt into the cache without generating",
+       &Session::method_cache_warm},
+      {"cache.pin", "keep a prompt's cached prefix from being dropped (privileged)",
+       &Session::method_cache_pin, true},
+      {"cache.unpin", "undo a cache.pin (privileged)", &Session::method_cache_unpin, true},
+      {"cache.tree", "a summary of the radix tree per tier", &Session::method_cache_tree},
+      {"cache.flush", "drop what a tier (l1, l2, l3 or all) may drop (privileged)",
+       &Session::method_cache_flush, true},
       {"shutdown", "let running requests finish (drain_timeout), then stop (privileged)",
        &Session::method_shutdown, true},
       {"help", "the methods this daemon answers", &Session::method_help},
@@ -170,6 +181,8 @@ void Session::method_generate(RpcCall& call) {
   rp.stop = std::move(params->stop);
   rp.priority = params->priority;
   rp.n = params->n;
+  rp.cache_salt = std::move(params->cache_salt);
+  rp.eviction = params->eviction;
   const bool stream = params->stream;
 
   // The sink runs on the engine thread; hop to this session's executor.
@@ -181,14 +194,16 @@ void Session::method_generate(RpcCall& call) {
                });
   };
   auto id = engine_.submit(std::move(params->prompt), std::move(rp), std::move(sink));
-  if (!id) {
-    if (id.error() == EngineLoop::SubmitError::kTooManyPending) {
-      return reply_error(call, {rpc_code::kTooManyPending,
-                                "too many pending requests (max_pending); retry later"});
-    }
-    return reply_error(call, {rpc_code::kShuttingDown, "the daemon is shutting down"});
-  }
+  if (!id) return reply_submit_error(call, id.error());
   requests_.insert(*id);
+}
+
+void Session::reply_submit_error(const RpcCall& call, EngineLoop::SubmitError error) {
+  if (error == EngineLoop::SubmitError::kTooManyPending) {
+    return reply_error(
+        call, {rpc_code::kTooManyPending, "too many pending requests (max_pending); retry later"});
+  }
+  reply_error(call, {rpc_code::kShuttingDown, "the daemon is shutting down"});
 }
 
 void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent event) {
@@ -216,15 +231,18 @@ void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent even
   }
   // The top level is sample 0, so an n = 1 client never looks at `samples`.
   const SampleResult& first = r.samples.front();
-  reply(call, {{"id", event.id},
-               {"text", first.text},
-               {"tokens", first.tokens},
-               {"finish_reason", r.finish_reason},
-               {"samples", std::move(samples)},
-               {"prompt_tokens", r.prompt_tokens},
-               {"completion_tokens", completion_tokens},
-               {"timings",
-                {{"queue_ms", r.queue_ms}, {"ttft_ms", r.ttft_ms}, {"total_ms", r.total_ms}}}});
+  reply(
+      call,
+      {{"id", event.id},
+       {"text", first.text},
+       {"tokens", first.tokens},
+       {"finish_reason", r.finish_reason},
+       {"samples", std::move(samples)},
+       {"prompt_tokens", r.prompt_tokens},
+       {"completion_tokens", completion_tokens},
+       {"cached_tokens",
+        {{"l1", r.cached_tokens[0]}, {"l2", r.cached_tokens[1]}, {"l3", r.cached_tokens[2]}}},
+       {"timings", {{"queue_ms", r.queue_ms}, {"ttft_ms", r.ttft_ms}, {"total_ms", r.total_ms}}}});
 }
 
 void Session::method_cancel(RpcCall& call) {
@@ -252,6 +270,11 @@ void Session::method_stats(RpcCall& call) {
                          {"steps", q.steps},
                          {"preemptions", q.preemptions},
                          {"recomputed_tokens", q.recomputed_tokens},
+                         {"evicted_blocks", q.evicted_blocks},
+                         {"swapped", q.swapped},
+                         {"swapped_out", q.swapped_out},
+                         {"swapped_in", q.swapped_in},
+                         {"cache", s.cache ? cache_stats_to_json(*s.cache) : json(nullptr)},
                          {"pending", s.pending},
                          {"requests_submitted", s.submitted},
                          {"requests_completed", s.completed},

@@ -14,8 +14,14 @@
 // so a stalled reader costs the daemon bounded memory and never stalls the
 // engine (which only ever posts to this session's executor).
 //
-// Privileged methods (Method::privileged: `shutdown`, `config.set`) are refused with
+// Privileged methods (Method::privileged: `shutdown`, `config.set`,
+// `cache.pin`, `cache.unpin`, `cache.flush`) are refused with
 // kPermissionDenied unless the peer's uid may make them (access.h).
+//
+// The prefix-cache methods (`tiers`, `cache.*`, session_cache.cpp) reach the
+// cache only through EngineLoop::call, as `generate` reaches the scheduler
+// through submit(): the engine thread does the work, the answer is posted
+// back here.
 //
 // When the connection closes — the client left, it was dropped, or the
 // daemon stops — every request of this session still running is cancelled,
@@ -74,8 +80,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void send(std::string line);
 
   // The methods this daemon answers, with a one-line summary each: the
-  // dispatch table and `help` both come from it. The tiers' methods
-  // (`tiers`, `cache.*`) join it when the tiers land.
+  // dispatch table and `help` both come from it.
   struct Method {
     const char* name;
     const char* summary;
@@ -83,7 +88,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Changes or stops the daemon for every client: see the top of this file.
     bool privileged = false;
   };
-  static const std::array<Method, 8>& methods();
+  static const std::array<Method, 15>& methods();
 
  private:
   void read();
@@ -93,6 +98,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void reply(const RpcCall& call, const nlohmann::json& result);
   void reply_error(const RpcCall& call, const RpcError& error);
   void on_engine_event(const RpcCall& call, bool stream, EngineEvent event);
+  // -32000 or -32002 for a generation the engine would not queue.
+  void reply_submit_error(const RpcCall& call, EngineLoop::SubmitError error);
 
   void method_generate(RpcCall& call);
   void method_cancel(RpcCall& call);
@@ -102,6 +109,19 @@ class Session : public std::enable_shared_from_this<Session> {
   void method_config_get(RpcCall& call);
   void method_config_set(RpcCall& call);
   void method_help(RpcCall& call);
+  // The prefix cache's methods (session_cache.cpp).
+  void method_tiers(RpcCall& call);
+  void method_cache_lookup(RpcCall& call);
+  void method_cache_warm(RpcCall& call);
+  void method_cache_pin(RpcCall& call);
+  void method_cache_unpin(RpcCall& call);
+  void method_cache_tree(RpcCall& call);
+  void method_cache_flush(RpcCall& call);
+
+  // Runs `task` on the engine thread (EngineLoop::call) and answers `call`
+  // with what it returns.
+  using EngineTask = std::function<std::expected<nlohmann::json, RpcError>(EngineAccess&)>;
+  void reply_from_engine(const RpcCall& call, EngineTask task);
 
   asio::local::stream_protocol::socket socket_;
   asio::steady_timer flush_timer_;

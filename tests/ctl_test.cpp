@@ -124,6 +124,65 @@ TEST_F(CtlTest, GenerateMatchesTheEngineAndStreamsTheSameText) {
   shutdown(d);
 }
 
+TEST_F(CtlTest, TiersAndCacheCommands) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string sock = d.socket_path();
+  const std::string prompt = "Q: What is the difference between a cat and a lion? A: ";
+  const int cacheable = (static_cast<int>(prompt.size()) - 1) / 16 * 16;
+
+  auto tiers = ctl({"--socket", sock, "tiers"});
+  ASSERT_EQ(tiers.exit_code, 0) << tiers.err;
+  EXPECT_TRUE(test_util::contains(tiers.out, "l1   yes")) << tiers.out;
+  EXPECT_TRUE(test_util::contains(tiers.out, "l3   no")) << tiers.out;
+  EXPECT_TRUE(test_util::contains(tiers.out, "load or recompute")) << tiers.out;
+  auto tiers_json = ctl({"--socket", sock, "tiers", "--json"});
+  ASSERT_EQ(tiers_json.exit_code, 0) << tiers_json.err;
+  EXPECT_TRUE(json::parse(tiers_json.out)["tiers"].contains("l2"));
+
+  auto warm = ctl({"--socket", sock, "cache", "warm", prompt});
+  ASSERT_EQ(warm.exit_code, 0) << warm.err;
+  EXPECT_TRUE(test_util::contains(warm.out, "warmed: " + std::to_string(cacheable))) << warm.out;
+  auto lookup = ctl({"--socket", sock, "cache", "lookup", prompt, "--json"});
+  ASSERT_EQ(lookup.exit_code, 0) << lookup.err;
+  EXPECT_EQ(json::parse(lookup.out)["tiers"]["l1"], cacheable);
+  // The same prompt as token ids (the bundled model's characters), in
+  // another namespace: nothing cached there.
+  auto ids = json::parse(lookup.out)["prompt_tokens"].get<int>();
+  EXPECT_EQ(ids, static_cast<int>(prompt.size()));
+  auto salted = ctl({"--socket", sock, "cache", "lookup", prompt, "--cache-salt", "b", "--json"});
+  EXPECT_EQ(json::parse(salted.out)["cached_tokens"], 0);
+
+  auto pin = ctl({"--socket", sock, "cache", "pin", prompt});
+  ASSERT_EQ(pin.exit_code, 0) << pin.err;
+  EXPECT_EQ(pin.out, "pinned " + std::to_string(cacheable / 16) + " blocks (" +
+                         std::to_string(cacheable) + " tokens)\n");
+  auto tree = ctl({"--socket", sock, "cache", "tree"});
+  ASSERT_EQ(tree.exit_code, 0) << tree.err;
+  EXPECT_TRUE(test_util::contains(tree.out, prompt.substr(0, 16))) << tree.out;
+  EXPECT_EQ(ctl({"--socket", sock, "cache", "unpin", prompt}).exit_code, 0);
+  auto flush = ctl({"--socket", sock, "cache", "flush", "l1"});
+  ASSERT_EQ(flush.exit_code, 0) << flush.err;
+  EXPECT_TRUE(test_util::contains(flush.out, "dropped blocks: l1 ")) << flush.out;
+  EXPECT_EQ(ctl({"--socket", sock, "cache", "flush", "l9"}).exit_code, 2);
+  EXPECT_EQ(ctl({"--socket", sock, "cache", "lookup"}).exit_code, 2);
+
+  auto gen = ctl({"--socket", sock, "generate", "--prompt", prompt + "one", "--max-tokens", "5",
+                  "--temperature", "0", "--cache-salt", "", "--eviction", "none", "--json"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  const json result = json::parse(gen.out_lines().back());
+  EXPECT_EQ(result["cached_tokens"]["l2"], cacheable);
+  EXPECT_EQ(result["tokens"].get<std::vector<int>>(), reference(prompt + "one", 5, 0.0f, 0).tokens);
+  auto bad = ctl({"--socket", sock, "generate", "--prompt", "x", "--eviction", "most"});
+  EXPECT_EQ(bad.exit_code, 4);
+  EXPECT_TRUE(one_line(bad.err)) << bad.err;
+
+  auto top = ctl({"--socket", sock, "top", "--once"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_TRUE(test_util::contains(top.out, "tiers    prefix cache")) << top.out;
+  shutdown(d);
+}
+
 TEST_F(CtlTest, ExitCodesAndOneLineErrors) {
   Daemon d;
   ASSERT_TRUE(d.wait_ready());

@@ -336,59 +336,6 @@ TEST(DaemonTest, StaleSocketFileIsReplaced) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-// Waits for `pid` to exit (bounded); kills and reaps it past the timeout.
-std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout = kTimeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
-    std::this_thread::sleep_for(10ms);
-  }
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, &status, 0);
-  return std::nullopt;
-}
-
-// kvtierd run to completion, for start-up errors: its exit status and what
-// it wrote to stderr.
-struct RunResult {
-  std::optional<int> status;
-  std::string err;
-};
-
-RunResult run_kvtierd(std::vector<std::string> args) {
-  args.insert(args.begin(), KVTIER_DAEMON_PATH);
-  std::vector<char*> argv = c_strings(args);
-  int pipefd[2];
-  EXPECT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(pipefd[1], STDERR_FILENO);  // the copy is not close-on-exec
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(pipefd[1]);
-  RunResult r;
-  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{pipefd[0], POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-    char chunk[4096];
-    const ssize_t n = ::read(pipefd[0], chunk, sizeof(chunk));
-    if (n <= 0) break;
-    r.err.append(chunk, static_cast<std::size_t>(n));
-  }
-  ::close(pipefd[0]);
-  r.status = reap(pid);
-  return r;
-}
-
-bool exited_nonzero(const RunResult& r) {
-  return r.status && WIFEXITED(*r.status) && WEXITSTATUS(*r.status) != 0;
-}
-
 TEST(DaemonTest, SocketIsMode0660AndTheDaemonsOwnUidMayShutItDown) {
   Daemon d;
   ASSERT_TRUE(d.wait_ready());

@@ -1,0 +1,150 @@
+#include "daemon/cache_methods.h"
+
+namespace kvtier::daemon {
+
+using nlohmann::json;
+
+namespace {
+
+json tier_to_json(const TierStats& t) {
+  return {{"capacity_blocks", t.capacity_blocks},
+          {"used_blocks", t.used_blocks},
+          {"hits", t.hits},
+          {"demotions", t.demotions},
+          {"promotions", t.promotions},
+          {"bytes_in", t.bytes_in},
+          {"bytes_out", t.bytes_out},
+          {"dropped", t.dropped},
+          {"checksum_failures", t.checksum_failures},
+          {"io_errors", t.io_errors},
+          {"available", t.available},
+          {"transfers", t.transfer.count},
+          {"transfer_mean_us", t.transfer.mean_us},
+          {"transfer_p99_us", t.transfer.p99_us}};
+}
+
+KvCache* cache_of(EngineAccess& e) { return e.scheduler.cache(); }
+
+}  // namespace
+
+json tier_table_to_json(const CacheStats& stats) {
+  json out = json::object();
+  for (int t = 0; t < kNumTiers; ++t)
+    out[to_string(static_cast<Tier>(t))] = tier_to_json(stats.tier[t]);
+  return out;
+}
+
+json tier_costs_to_json(const TierCosts& costs) {
+  return {{"prefill_per_token_us", costs.prefill_per_token_s * 1e6},
+          {"l2_per_block_us", costs.l2_per_block_s * 1e6},
+          {"l3_latency_us", costs.l3_latency_s * 1e6},
+          {"l3_per_block_us", costs.l3_per_block_s * 1e6}};
+}
+
+json cache_stats_to_json(const CacheStats& stats) {
+  return {{"tiers", tier_table_to_json(stats)},
+          {"lookups", stats.lookups},
+          {"missed_blocks", stats.missed_blocks},
+          {"recompute_tokens_avoided", stats.recompute_tokens_avoided},
+          {"skipped_loads", stats.skipped_loads},
+          {"nodes", stats.nodes},
+          {"costs", tier_costs_to_json(stats.costs)}};
+}
+
+json per_tier_to_json(const int (&a)[kNumTiers]) {
+  return {{"l1", a[0]}, {"l2", a[1]}, {"l3", a[2]}};
+}
+
+RpcError no_prefix_cache_error() {
+  return {rpc_code::kNoPrefixCache, "the prefix cache is off (start kvtierd with --prefix-cache)"};
+}
+
+std::expected<std::vector<int>, RpcError> cache_prompt_tokens(
+    EngineAccess& e, const std::variant<std::string, std::vector<int>>& prompt) {
+  std::vector<int> tokens;
+  if (const auto* text = std::get_if<std::string>(&prompt)) {
+    auto encoded = e.tokenizer.encode(*text);
+    if (!encoded) {
+      return std::unexpected(
+          RpcError{rpc_code::kInvalidParams, "cannot encode the prompt: " + encoded.error()});
+    }
+    tokens = std::move(*encoded);
+  } else {
+    tokens = std::get<std::vector<int>>(prompt);
+  }
+  if (tokens.empty())
+    return std::unexpected(RpcError{rpc_code::kInvalidParams, "the prompt is empty"});
+  for (int t : tokens) {
+    if (t < 0 || t >= e.model.vocab_size) {
+      return std::unexpected(RpcError{
+          rpc_code::kInvalidParams, "token " + std::to_string(t) + " is outside the vocabulary (" +
+                                        std::to_string(e.model.vocab_size) + " tokens)"});
+    }
+  }
+  return tokens;
+}
+
+std::expected<json, RpcError> cache_lookup(EngineAccess& e, const CachePromptParams& params) {
+  KvCache* cache = cache_of(e);
+  if (!cache) return std::unexpected(no_prefix_cache_error());
+  auto tokens = cache_prompt_tokens(e, params.prompt);
+  if (!tokens) return std::unexpected(tokens.error());
+  const int page = e.scheduler.config().page_size;
+  // As admission matches: the last prompt token is always fed (its logits
+  // pick the first token), so a block holding it is never served.
+  const int max_blocks = (static_cast<int>(tokens->size()) - 1) / page;
+  const PrefixLookup found = cache->lookup(cache->root(params.cache_salt), *tokens, max_blocks);
+  int cached[kNumTiers];
+  for (int t = 0; t < kNumTiers; ++t) cached[t] = found.blocks[t] * page;
+  return json{{"prompt_tokens", tokens->size()},
+              {"cacheable_tokens", max_blocks * page},
+              {"cached_tokens", found.total_blocks() * page},
+              {"tiers", per_tier_to_json(cached)},
+              {"blocks", per_tier_to_json(found.blocks)}};
+}
+
+std::expected<json, RpcError> cache_pin(EngineAccess& e, const CachePromptParams& params,
+                                        int delta) {
+  KvCache* cache = cache_of(e);
+  if (!cache) return std::unexpected(no_prefix_cache_error());
+  auto tokens = cache_prompt_tokens(e, params.prompt);
+  if (!tokens) return std::unexpected(tokens.error());
+  const int changed = cache->pin(cache->root(params.cache_salt), *tokens, delta);
+  return json{{"blocks", changed}, {"tokens", changed * e.scheduler.config().page_size}};
+}
+
+std::expected<json, RpcError> cache_tree(EngineAccess& e) {
+  KvCache* cache = cache_of(e);
+  if (!cache) return std::unexpected(no_prefix_cache_error());
+  const TreeSummary s = cache->summarize();
+  json families = json::array();
+  for (const TreeSummary::Family& f : s.largest) {
+    families.push_back({{"first_key", f.first_key},
+                        {"first_tokens", f.first_tokens},
+                        {"first_text", e.tokenizer.decode(f.first_tokens)},
+                        {"nodes", f.nodes},
+                        {"depth", f.depth},
+                        {"blocks", per_tier_to_json(f.blocks)}});
+  }
+  return json{{"nodes", s.nodes},
+              {"blocks", {{"l1", s.blocks[0]}, {"l2", s.blocks[1]}, {"l3", s.blocks[2]}}},
+              {"leaves", s.leaves},
+              {"max_depth", s.max_depth},
+              {"pinned", s.pinned},
+              {"held", s.held},
+              {"in_flight", s.in_flight},
+              {"largest", std::move(families)}};
+}
+
+std::expected<json, RpcError> cache_flush(EngineAccess& e, const std::vector<Tier>& tiers) {
+  KvCache* cache = cache_of(e);
+  if (!cache) return std::unexpected(no_prefix_cache_error());
+  // Blocks with L3 writes in flight cannot be dropped; waiting for them (a
+  // few milliseconds, on an operator's request) makes the flush complete.
+  cache->drain();
+  int dropped[kNumTiers] = {0, 0, 0};
+  for (Tier t : tiers) dropped[static_cast<int>(t)] += cache->flush(t);
+  return json{{"dropped", per_tier_to_json(dropped)}};
+}
+
+}  // namespace kvtier::daemon

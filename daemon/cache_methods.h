@@ -1,0 +1,61 @@
+// The prefix cache as the protocol shows it: the JSON of `stats.cache`,
+// `tiers`, `cache.lookup`, `cache.pin` / `cache.unpin`, `cache.tree` and
+// `cache.flush` (docs/protocol.md), computed from the engine's KvCache.
+//
+// Sessions never touch the cache: they hand these functions to
+// EngineLoop::call, so every one of them runs on the engine thread, which
+// owns the scheduler and its cache. Errors are RpcErrors ready to send:
+// kNoPrefixCache when the cache is off, kInvalidParams for a prompt the
+// model cannot take.
+//
+// Thread-safety: engine thread only (the *_to_json ones are pure).
+#pragma once
+
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "daemon/engine_loop.h"
+#include "daemon/protocol.h"
+#include "engine/kv_cache.h"
+
+namespace kvtier::daemon {
+
+// {"l1": {...}, "l2": {...}, "l3": {...}}: per tier capacity_blocks,
+// used_blocks, hits, demotions, promotions, bytes_in, bytes_out, dropped,
+// checksum_failures, io_errors, available, transfers, transfer_mean_us,
+// transfer_p99_us.
+nlohmann::json tier_table_to_json(const CacheStats& stats);
+// The load-or-recompute figures, in microseconds.
+nlohmann::json tier_costs_to_json(const TierCosts& costs);
+// `stats.cache`: the tier table, the cache-wide counters and the costs.
+nlohmann::json cache_stats_to_json(const CacheStats& stats);
+// `{"l1": a[0], "l2": a[1], "l3": a[2]}`.
+nlohmann::json per_tier_to_json(const int (&a)[kNumTiers]);
+
+// The error every cache method answers while the prefix cache is off.
+RpcError no_prefix_cache_error();
+
+// The prompt as token ids: text encoded, ids checked against the vocabulary;
+// an empty prompt is refused.
+std::expected<std::vector<int>, RpcError> cache_prompt_tokens(
+    EngineAccess& e, const std::variant<std::string, std::vector<int>>& prompt);
+
+// How many of the prompt's tokens are cached and in which tier, looking at
+// the full blocks admission would match: (len - 1) / page_size of them, the
+// last token always being fed.
+std::expected<nlohmann::json, RpcError> cache_lookup(EngineAccess& e,
+                                                     const CachePromptParams& params);
+
+// Pins (delta +1) or unpins (-1) the cached prefix of the prompt.
+std::expected<nlohmann::json, RpcError> cache_pin(EngineAccess& e, const CachePromptParams& params,
+                                                  int delta);
+
+// KvCache::summarize(), the largest families' first tokens decoded.
+std::expected<nlohmann::json, RpcError> cache_tree(EngineAccess& e);
+
+// Drops what the tiers allow, in the order given; blocks dropped per tier.
+std::expected<nlohmann::json, RpcError> cache_flush(EngineAccess& e,
+                                                    const std::vector<Tier>& tiers);
+
+}  // namespace kvtier::daemon

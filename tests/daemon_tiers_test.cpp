@@ -1,0 +1,303 @@
+// Black-box tests of kvtierd's prefix cache and tiers: the real binary on a
+// socket in a fresh temporary directory (daemon_test_util.h). Shared
+// prefixes are served from L1, from L2 after a flush, and from L3 after a
+// restart on the same directory, always with the engine's own tokens; an
+// unusable L3 is a warning, not a failure; the cache methods answer, refuse
+// bad settings, and keep their privileged ones to the daemon's uid and root.
+#include <grp.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "daemon/session.h"
+#include "daemon_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using namespace daemon_test;
+using nlohmann::json;
+
+// Three full 16-token blocks of the bundled character model, then the
+// variants' own tails.
+const std::string kShared = "Q: What is the difference between a cat and a lion? A: ";
+
+json generate_greedy(Client& c, const std::string& prompt, json extra = json::object()) {
+  json params = generate_params(prompt, 12, 0.0f, 0);
+  params.update(extra);
+  auto r = c.call(request(1, "generate", params));
+  EXPECT_TRUE(r && r->contains("result")) << (r ? r->dump() : "no answer");
+  return r && r->contains("result") ? (*r)["result"] : json::object();
+}
+
+json call_result(Client& c, const std::string& method, json params = json::object()) {
+  auto r = c.call(request(2, method, std::move(params)));
+  EXPECT_TRUE(r && r->contains("result")) << method << ": " << (r ? r->dump() : "no answer");
+  return r && r->contains("result") ? (*r)["result"] : json::object();
+}
+
+std::vector<int> tokens_of(const json& result) { return result["tokens"].get<std::vector<int>>(); }
+
+TEST(DaemonTiersTest, SharedPrefixIsServedFromL1WithTheEnginesTokens) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  const json first = generate_greedy(*c, kShared + "one");
+  EXPECT_EQ(first["cached_tokens"], (json{{"l1", 0}, {"l2", 0}, {"l3", 0}}));
+  EXPECT_EQ(tokens_of(first), reference(kShared + "one", 12, 0.0f, 0).tokens);
+  const json second = generate_greedy(*c, kShared + "two");
+  EXPECT_GT(second["cached_tokens"]["l1"].get<int>(), 0);
+  EXPECT_EQ(tokens_of(second), reference(kShared + "two", 12, 0.0f, 0).tokens);
+
+  const json stats = call_result(*c, "stats");
+  ASSERT_TRUE(stats["cache"].is_object()) << stats.dump();
+  EXPECT_GT(stats["cache"]["tiers"]["l1"]["hits"].get<long>(), 0);
+  EXPECT_GT(stats["cache"]["recompute_tokens_avoided"].get<long>(), 0);
+  for (const char* key : {"swapped", "swapped_out", "swapped_in", "evicted_blocks"})
+    EXPECT_TRUE(stats.contains(key)) << key;
+  shutdown(d);
+}
+
+TEST(DaemonTiersTest, AfterFlushingL1ThePrefixComesFromL2) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  generate_greedy(*c, kShared + "one");
+  const json flushed = call_result(*c, "cache.flush", {{"tier", "l1"}});
+  EXPECT_GT(flushed["dropped"]["l1"].get<int>(), 0);
+  const json lookup = call_result(*c, "cache.lookup", {{"prompt", kShared + "two"}});
+  EXPECT_GT(lookup["tiers"]["l2"].get<int>(), 0);
+  EXPECT_EQ(lookup["tiers"]["l1"], 0);
+  const json second = generate_greedy(*c, kShared + "two");
+  EXPECT_GT(second["cached_tokens"]["l2"].get<int>(), 0);
+  EXPECT_EQ(second["cached_tokens"]["l1"], 0);
+  EXPECT_EQ(tokens_of(second), reference(kShared + "two", 12, 0.0f, 0).tokens);
+  shutdown(d);
+}
+
+TEST(DaemonTiersTest, RestartOnTheSameL3DirectoryServesThePrefixFromL3) {
+  test_util::TempDir dir;
+  const std::vector<std::string> args = {"--l3-path",      (dir.path() / "l3").string(),
+                                         "--l3-bytes",     "64M",
+                                         "--write-policy", "write_through"};
+  std::vector<int> before;
+  {
+    Daemon d(args);
+    ASSERT_TRUE(d.wait_ready());
+    auto c = d.connect();
+    const json tiers = call_result(*c, "tiers");
+    EXPECT_EQ(tiers["tiers"]["l3"]["available"], true) << d.log();
+    before = tokens_of(generate_greedy(*c, kShared + "one"));
+    shutdown(d);  // exits 0 once the L3 writes in flight are on disk
+  }
+  Daemon d(args);
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  const json second = generate_greedy(*c, kShared + "two");
+  EXPECT_GT(second["cached_tokens"]["l3"].get<int>(), 0) << second.dump();
+  EXPECT_EQ(tokens_of(second), reference(kShared + "two", 12, 0.0f, 0).tokens);
+  const json again = generate_greedy(*c, kShared + "one");
+  EXPECT_EQ(tokens_of(again), before);
+  shutdown(d);
+}
+
+TEST(DaemonTiersTest, UnusableL3IsAWarningAndTheDaemonRunsOnL1AndL2) {
+  test_util::TempDir dir;
+  const auto file = dir.write("not-a-directory", "x");
+  Daemon d({"--l3-path", (file / "l3").string()});
+  ASSERT_TRUE(d.wait_ready());
+  EXPECT_TRUE(
+      d.wait_log("warning: prefix cache: L3 at " + (file / "l3").string() + " is not available"))
+      << d.log();
+  auto c = d.connect();
+  const json tiers = call_result(*c, "tiers");
+  EXPECT_EQ(tiers["tiers"]["l3"]["available"], false);
+  EXPECT_EQ(tiers["tiers"]["l2"]["available"], true);
+  EXPECT_TRUE(tiers.contains("costs"));
+  EXPECT_EQ(tokens_of(generate_greedy(*c, kShared + "one")),
+            reference(kShared + "one", 12, 0.0f, 0).tokens);
+  shutdown(d);
+}
+
+TEST(DaemonTiersTest, TierSettingsShowInConfigGetAndReadOnly) {
+  Daemon d({"--l2-bytes", "16M", "--eviction", "none"});
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  const json config = call_result(*c, "config.get");
+  EXPECT_EQ(config["l2_bytes"]["value"], 16 << 20);
+  EXPECT_EQ(config["prefix_cache"]["value"], true);
+  EXPECT_EQ(config["preemption"]["value"], "swap");
+  EXPECT_EQ(config["write_policy"]["value"], "write_back");
+  EXPECT_EQ(config["l3_path"]["value"], "");
+  EXPECT_EQ(config["eviction"]["value"], "none");
+  for (const char* name : {"prefix_cache", "l1_bytes", "l2_bytes", "l3_path", "l3_bytes",
+                           "write_policy", "preemption", "eviction"}) {
+    EXPECT_EQ(config[name]["runtime"], false) << name;
+  }
+  auto refused = c->call(request(3, "config.set", {{"l2_bytes", 1}}));
+  EXPECT_EQ(error_code(refused), -32602);
+  EXPECT_TRUE(test_util::contains((*refused)["error"]["message"].get<std::string>(),
+                                  "restart it with --l2-bytes"));
+  shutdown(d);
+}
+
+TEST(DaemonTiersTest, BadTierSettingsAreRefusedWithAClearMessage) {
+  test_util::TempDir dir;
+  const std::vector<std::string> base = {"--socket", (dir.path() / "s.sock").string(), "--model",
+                                         kModelDir.string()};
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--l2-bytes", "lots"}, "--l2-bytes"},
+      {{"--l1-bytes", "-5"}, "--l1-bytes"},
+      {{"--write-policy", "sometimes"}, "--write-policy"},
+      {{"--preemption", "later"}, "--preemption"},
+      {{"--no-prefix-cache", "--preemption", "swap"}, "prefix cache"},
+      {{"--no-prefix-cache", "--l3-path", (dir.path() / "l3").string()}, "prefix cache"},
+      {{"--l3-path", (dir.path() / "l3").string(), "--l3-bytes", "0"}, "--l3-bytes"},
+      {{"--eviction", "sometimes"}, "--eviction"},
+      {{"--eviction", "window:0"}, "--eviction"},
+      {{"--eviction", "h2o:start=3,recent=16,max=64"}, "--eviction"},
+  };
+  for (const Case& k : cases) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), k.args.begin(), k.args.end());
+    const RunResult r = run_kvtierd(args);
+    EXPECT_TRUE(exited_nonzero(r)) << k.args.front();
+    EXPECT_TRUE(test_util::contains(r.err, k.says)) << k.args.front() << ": " << r.err;
+  }
+  const auto config = dir.write("kvtierd.toml", "write-policy = \"later\"\n");
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--config", config.string()});
+  const RunResult r = run_kvtierd(args);
+  EXPECT_TRUE(exited_nonzero(r));
+  EXPECT_TRUE(test_util::contains(r.err, "write-policy")) << r.err;
+}
+
+TEST(DaemonTiersTest, CacheMethodsAreAClearErrorWithoutThePrefixCache) {
+  Daemon d({"--no-prefix-cache"});
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  const json prompt = {{"prompt", kShared}};
+  for (const auto& [method, params] :
+       std::vector<std::pair<std::string, json>>{{"tiers", json::object()},
+                                                 {"cache.lookup", prompt},
+                                                 {"cache.warm", prompt},
+                                                 {"cache.pin", prompt},
+                                                 {"cache.unpin", prompt},
+                                                 {"cache.tree", json::object()},
+                                                 {"cache.flush", {{"tier", "all"}}}}) {
+    auto r = c->call(request(4, method, params));
+    EXPECT_EQ(error_code(r), -32004) << method;
+    if (error_code(r) == -32004) {
+      EXPECT_TRUE(
+          test_util::contains((*r)["error"]["message"].get<std::string>(), "--prefix-cache"));
+    }
+  }
+  const json result = generate_greedy(*c, kShared + "one");
+  EXPECT_EQ(result["cached_tokens"], (json{{"l1", 0}, {"l2", 0}, {"l3", 0}}));
+  EXPECT_TRUE(call_result(*c, "stats")["cache"].is_null());
+  EXPECT_EQ(call_result(*c, "config.get")["preemption"]["value"], "recompute");
+  shutdown(d);
+}
+
+TEST(DaemonTiersTest, WarmLookupPinTreeAndFlush) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  const json prompt = {{"prompt", kShared}};
+  const int cacheable = (static_cast<int>(kShared.size()) - 1) / 16 * 16;
+  EXPECT_EQ(call_result(*c, "cache.lookup", prompt)["cached_tokens"], 0);
+
+  const json warmed = call_result(*c, "cache.warm", prompt);
+  EXPECT_EQ(warmed["prompt_tokens"], kShared.size());
+  EXPECT_EQ(warmed["lookup"]["cached_tokens"], cacheable);
+  const json lookup = call_result(*c, "cache.lookup", prompt);
+  EXPECT_EQ(lookup["cached_tokens"], cacheable);
+  EXPECT_EQ(lookup["tiers"]["l1"], cacheable);
+  // Another namespace shares nothing.
+  EXPECT_EQ(call_result(*c, "cache.lookup",
+                        {{"prompt", kShared}, {"cache_salt", "tenant-b"}})["cached_tokens"],
+            0);
+
+  const json pinned = call_result(*c, "cache.pin", prompt);
+  EXPECT_EQ(pinned["blocks"], cacheable / 16);
+  const json tree = call_result(*c, "cache.tree");
+  EXPECT_EQ(tree["pinned"], cacheable / 16);
+  ASSERT_FALSE(tree["largest"].empty()) << tree.dump();
+  EXPECT_EQ(tree["largest"][0]["first_text"], kShared.substr(0, 16));
+  // Pinned blocks survive a flush of every tier.
+  call_result(*c, "cache.flush", {{"tier", "all"}});
+  EXPECT_EQ(call_result(*c, "cache.lookup", prompt)["cached_tokens"], cacheable);
+  EXPECT_EQ(call_result(*c, "cache.unpin", prompt)["blocks"], cacheable / 16);
+  const json flushed = call_result(*c, "cache.flush", {{"tier", "all"}});
+  EXPECT_GT(flushed["dropped"]["l2"].get<int>(), 0) << flushed.dump();
+  EXPECT_EQ(call_result(*c, "cache.lookup", prompt)["cached_tokens"], 0);
+
+  // Bad parameters get -32602 and a message naming what is wrong.
+  EXPECT_EQ(error_code(c->call(request(5, "cache.flush", {{"tier", "l4"}}))), -32602);
+  EXPECT_EQ(error_code(c->call(request(5, "cache.lookup", json::object()))), -32602);
+  EXPECT_EQ(error_code(c->call(request(5, "cache.lookup", {{"tokens", {1, 100000}}}))), -32602);
+  EXPECT_EQ(error_code(c->call(request(5, "cache.lookup", {{"prompt", "x"}, {"salt", "y"}}))),
+            -32602);
+  EXPECT_EQ(error_code(c->call(
+                request(5, "generate", {{"prompt", "x"}, {"cache_salt", std::string(300, 's')}}))),
+            -32602);
+  EXPECT_EQ(error_code(c->call(request(5, "generate", {{"prompt", "x"}, {"eviction", "most"}}))),
+            -32602);
+  // A request with an eviction policy runs, and its salt keeps it apart.
+  const json windowed =
+      generate_greedy(*c, kShared + "one", {{"eviction", "window:32"}, {"cache_salt", "t"}});
+  EXPECT_EQ(windowed["completion_tokens"], 12);
+  shutdown(d);
+}
+
+TEST(DaemonTiersTest, PinUnpinAndFlushArePrivileged) {
+  for (const daemon::Session::Method& m : daemon::Session::methods()) {
+    const std::string name = m.name;
+    const bool want = name == "shutdown" || name == "config.set" || name == "cache.pin" ||
+                      name == "cache.unpin" || name == "cache.flush";
+    EXPECT_EQ(m.privileged, want) << name;
+  }
+}
+
+// As a uid other than the daemon's: refused with -32003. Needs root to
+// change uid; the child keeps gid 0 so the 0660 socket still lets it in.
+TEST(DaemonTiersTest, AnotherUidIsRefusedPinUnpinAndFlush) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid";
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string ctl =
+      (std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl")
+          .string();
+  for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+           {"cache", "pin", kShared}, {"cache", "unpin", kShared}, {"cache", "flush", "all"}}) {
+    std::vector<std::string> args = {ctl, "--socket", d.socket_path()};
+    args.insert(args.end(), cmd.begin(), cmd.end());
+    std::vector<char*> argv = c_strings(args);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const gid_t root_group = 0;
+      if (::setgroups(1, &root_group) != 0 || ::setgid(0) != 0 || ::setuid(65534) != 0)
+        ::_exit(100);
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, STDOUT_FILENO);
+      ::dup2(null, STDERR_FILENO);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    const auto status = reap(pid);
+    ASSERT_TRUE(status.has_value());
+    ASSERT_TRUE(WIFEXITED(*status));
+    EXPECT_EQ(WEXITSTATUS(*status), 4) << cmd[1] << " (4: kvtierd answered with an error)";
+  }
+  EXPECT_TRUE(d.wait_log("refused 'cache.flush' from uid 65534")) << d.log();
+  shutdown(d);
+}
+
+}  // namespace
+}  // namespace kvtier
