@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   const auto config = ModelConfig::gpt2_124m();
   std::printf("\nbuilding GPT-2 124M-shaped random weights...\n");
   Model big(config, ModelWeights::random(config, 1));
-  scenarios({"GPT-2 124M shapes (random weights)", big, 8, 32, 64, 384, 512, 4,
+  scenarios({"GPT-2 124M shapes (random weights)", big, 8, 32, 64, 288, 512, 4,
              EvictionPolicy::sliding_window(32), EvictionPolicy::h2o(16, 16, 64)});
   return 0;
 }
