@@ -98,7 +98,7 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
 }
 
 KvCache::~KvCache() {
-  drain();
+  persist();
   for (const CacheNode* n : tree_.nodes()) {
     if (n->l1 >= 0) l1_->release(n->l1);
     if (n->l2 >= 0) l2_->release(n->l2);
@@ -272,16 +272,7 @@ std::vector<CacheNode*> KvCache::insert(const tiers::BlockKey& root, std::span<c
     }
     if (l3_ && config_.write_policy == WritePolicy::kWriteThrough && !node->l3 &&
         !node->l3_writing && node->usable_l1() && l3_->store->accepting()) {
-      tiers::L3Record record;
-      record.key = node->key;
-      record.parent = parent == nullptr ? tiers::BlockKey{} : parent->key;
-      record.fingerprint = fingerprint_;
-      record.tokens.assign(node->tokens.begin(), node->tokens.end());
-      l1_->add_ref(node->l1);
-      ++l1_write_refs_[node->l1];
-      node->l3_writing = true;
-      const std::uint64_t ticket = l3_->store->write(record, l1_->data(node->l1));
-      l3_->pending[ticket] = {node->key, true, node->l1, Clock::now()};
+      write_to_l3(node);
     }
     path.push_back(node);
     parent = node;
@@ -515,14 +506,7 @@ void KvCache::start_writeback() {
     CacheNode* node =
         tree_.lru(Tier::kL2, [](const CacheNode& m) { return !m.l3 && !m.l3_writing; });
     if (node == nullptr) break;
-    tiers::L3Record record;
-    record.key = node->key;
-    record.parent = node->parent == nullptr ? tiers::BlockKey{} : node->parent->key;
-    record.fingerprint = fingerprint_;
-    record.tokens.assign(node->tokens.begin(), node->tokens.end());
-    node->l3_writing = true;
-    const std::uint64_t ticket = l3_->store->write(record, l2_->data(node->l2));
-    l3_->pending[ticket] = {node->key, true, -1, Clock::now()};
+    write_to_l3(node);
   }
   l3_->store->flush();
 }
@@ -582,6 +566,43 @@ TierCosts KvCache::calibrate(double prefill_per_token_s) {
   }
   for (int b : blocks) l1_->release(b);
   return c;
+}
+
+void KvCache::write_to_l3(CacheNode* node) {
+  tiers::L3Record record;
+  record.key = node->key;
+  record.parent = node->parent == nullptr ? tiers::BlockKey{} : node->parent->key;
+  record.fingerprint = fingerprint_;
+  record.tokens.assign(node->tokens.begin(), node->tokens.end());
+  node->l3_writing = true;
+  std::uint64_t ticket = 0;
+  int l1_source = -1;
+  if (node->l2 >= 0) {
+    ticket = l3_->store->write(record, l2_->data(node->l2));
+  } else {
+    l1_source = node->l1;
+    l1_->add_ref(l1_source);
+    ++l1_write_refs_[static_cast<std::size_t>(l1_source)];
+    ticket = l3_->store->write(record, l1_->data(l1_source));
+  }
+  l3_->pending[ticket] = {node->key, true, l1_source, Clock::now()};
+}
+
+int KvCache::persist() {
+  if (!l3_ || !l3_->store->accepting()) {
+    drain();
+    return 0;
+  }
+  int written = 0;
+  for (const CacheNode* n : tree_.nodes()) {
+    CacheNode* node = const_cast<CacheNode*>(n);  // the tree's nodes are ours to change
+    if (node->l3 || node->l3_writing || !(node->l2 >= 0 || node->usable_l1())) continue;
+    write_to_l3(node);
+    ++written;
+  }
+  l3_->store->flush();
+  drain();
+  return written;
 }
 
 void KvCache::drain() {

@@ -194,6 +194,11 @@ class KvCache {
   void poll();
   // Waits for every L3 operation in flight (shutdown, tests).
   void drain();
+  // Writes every cached block L3 lacks (from L2, or straight from L1) and
+  // waits: after it, a restart on the same l3_path finds everything this
+  // cache held. The destructor calls it, so a clean shutdown loses nothing
+  // (write_back included). Returns the blocks written.
+  int persist();
 
   // Measures what a block costs to copy up from L2 and to read from L3 (one
   // read, then several at once: the fixed latency and the per-block part),
@@ -221,6 +226,9 @@ class KvCache {
   void demote_l1(CacheNode* node);
   // Starts L3 writes of the L2 blocks L3 lacks (write_back).
   void start_writeback();
+  // Starts the L3 write of a node from its L2 slot, or from its L1 block
+  // (holding a pool reference until the write completes).
+  void write_to_l3(CacheNode* node);
   // True if demoting this L1 node would not lose a pinned block.
   bool can_demote(const CacheNode& node) const;
   void copy_block(std::byte* dst, const std::byte* src, Tier from, Tier to);

@@ -267,6 +267,25 @@ TEST_F(TieredSchedulerTest, RestartServesThePrefixFromL3AndACorruptSlabIsRecompu
   }
 }
 
+// With write_back nothing reaches L3 while L1 has room; a clean shutdown
+// persists every cached block, so a restart still finds the prefix.
+TEST_F(TieredSchedulerTest, CleanShutdownPersistsWriteBackBlocksForARestart) {
+  test_util::TempDir dir;
+  const SchedulerConfig c = tiered(dir.path() / "l3");
+  ASSERT_EQ(c.cache.write_policy, WritePolicy::kWriteBack);
+  {
+    auto s = make(c);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 8, greedy())}));
+    EXPECT_EQ(s->cache()->stats().tier[2].demotions, 0) << "L1 had room: nothing went down yet";
+  }
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 8, greedy())}, &ids));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
+}
+
 TEST_F(TieredSchedulerTest, UnusableL3DegradesToL1AndL2) {
   test_util::TempDir dir;
   const auto file = dir.write("not-a-directory", "x");
