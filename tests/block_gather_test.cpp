@@ -18,7 +18,8 @@ struct Free {
 using Bytes = std::unique_ptr<unsigned char, Free>;
 
 Bytes aligned_bytes(std::size_t n, unsigned char fill) {
-  Bytes b(static_cast<unsigned char*>(std::aligned_alloc(64, n)));
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  Bytes b(static_cast<unsigned char*>(std::aligned_alloc(64, (n + 63) / 64 * 64)));
   std::memset(b.get(), fill, n);
   return b;
 }
