@@ -14,11 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "bench/machine_peaks.h"
 #include "bench/recording_reporter.h"
 #include "engine/model.h"
 
 namespace {
+
+using kvtier::bench::random_tokens;
 
 using kvtier::Model;
 using kvtier::SequenceKv;
@@ -26,14 +29,6 @@ using kvtier::SequenceKv;
 constexpr int kThreads = 2;
 constexpr int kPage = 16;
 constexpr int kMaxBatch = 16;
-
-std::vector<int> random_tokens(int n, int vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(0, vocab - 1);
-  std::vector<int> t(n);
-  for (int& x : t) x = pick(rng);
-  return t;
-}
 
 // FLOPs of one prefill of T tokens (linear layers, attention, one LM-head row).
 double prefill_flops(const kvtier::ModelConfig& c, int T) {

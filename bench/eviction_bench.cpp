@@ -28,11 +28,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "engine/eviction_policy.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 
 namespace {
+
+using kvtier::bench::random_tokens;
 
 using kvtier::EvictionPolicy;
 using kvtier::KvEvictor;
@@ -199,14 +202,6 @@ void gen_length(Workload& w, int budget_tokens, int cap,
                                             w.model.config().block_size, kPage),
                 r.tokens.size(), r.stop, r.peak_blocks * kPage);
   }
-}
-
-std::vector<int> random_tokens(int n, int vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(0, vocab - 1);
-  std::vector<int> t(n);
-  for (int& x : t) x = pick(rng);
-  return t;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "bench/recording_reporter.h"
 #include "engine/block_hash.h"
 #include "engine/radix_cache.h"
@@ -23,14 +24,6 @@ using kvtier::Tier;
 
 constexpr int kPage = 16;
 constexpr int kOtherPrefixes = 2000;  // background population of the tree
-
-std::vector<int> random_tokens(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(0, 50256);
-  std::vector<int> t(n);
-  for (int& x : t) x = pick(rng);
-  return t;
-}
 
 // A tree holding kOtherPrefixes unrelated 8-block prefixes, then `tokens`.
 struct Fixture {
@@ -55,7 +48,7 @@ struct Fixture {
   // benchmark inserts while the tree and its maps stay large.
   Fixture() {
     for (int i = 0; i < kOtherPrefixes; ++i)
-      for (CacheNode* n : insert(random_tokens(8 * kPage, 1000 + i))) {
+      for (CacheNode* n : insert(kvtier::bench::random_tokens(8 * kPage, 50257, 1000 + i))) {
         tree.set_l2(n, n->l1);
         tree.set_l1(n, -1);
       }
@@ -65,7 +58,7 @@ struct Fixture {
 void BM_Match(benchmark::State& state) {
   const int blocks = static_cast<int>(state.range(0));
   Fixture f;
-  const auto tokens = random_tokens(static_cast<std::size_t>(blocks) * kPage, 7);
+  const auto tokens = kvtier::bench::random_tokens(blocks * kPage, 50257, 7);
   f.insert(tokens);
   for (auto _ : state) {
     auto path = f.tree.match(f.root, tokens, blocks);
@@ -79,7 +72,7 @@ void BM_InsertAndEvict(benchmark::State& state) {
   // again leaf first through the LRU index, as demotion would.
   const int blocks = static_cast<int>(state.range(0));
   Fixture f;
-  const auto tokens = random_tokens(static_cast<std::size_t>(blocks) * kPage, 9);
+  const auto tokens = kvtier::bench::random_tokens(blocks * kPage, 50257, 9);
   for (auto _ : state) {
     f.insert(tokens);
     for (int i = 0; i < blocks; ++i) {

@@ -23,9 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "engine/scheduler.h"
 
 namespace {
+
+using kvtier::bench::random_tokens;
 
 using namespace kvtier;
 using Clock = std::chrono::steady_clock;
@@ -70,14 +73,6 @@ Outcome run(Model& model, const SchedulerConfig& config, const std::vector<Reque
   o.preemptions = s.stats().preemptions;
   o.recomputed = s.stats().recomputed_tokens;
   return o;
-}
-
-std::vector<int> random_tokens(int n, int vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(0, vocab - 1);
-  std::vector<int> t(static_cast<std::size_t>(n));
-  for (int& x : t) x = pick(rng);
-  return t;
 }
 
 std::vector<RequestParams> workload(int count, int prompt, int max_tokens, int vocab,

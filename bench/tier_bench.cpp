@@ -20,10 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "bench/machine_peaks.h"
 #include "engine/scheduler.h"
 
 namespace {
+
+using kvtier::bench::random_tokens;
 
 using namespace kvtier;
 using Clock = std::chrono::steady_clock;
@@ -33,14 +36,6 @@ constexpr int kPage = 16;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::vector<int> random_tokens(int n, int vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(0, vocab - 1);
-  std::vector<int> t(static_cast<std::size_t>(n));
-  for (int& x : t) x = pick(rng);
-  return t;
 }
 
 RequestParams request(std::vector<int> prompt, int max_tokens, std::string salt = "") {

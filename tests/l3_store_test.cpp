@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tests/io_test_util.h"
 #include "tests/test_util.h"
 
 extern char** environ;
@@ -40,23 +41,7 @@ constexpr std::uint64_t kFingerprint = 0xF1A9;
 constexpr std::uint64_t kFormat = 0x7A6;
 constexpr std::size_t kBlockBytes = 5000;  // slots round it up to 8192
 
-#define SKIP_WITHOUT_IO_URING()                                              \
-  do {                                                                       \
-    io_uring probe_ring;                                                     \
-    const int probe_rc = io_uring_queue_init(2, &probe_ring, 0);             \
-    if (probe_rc < 0) GTEST_SKIP() << "io_uring unavailable: " << -probe_rc; \
-    io_uring_queue_exit(&probe_ring);                                        \
-  } while (false)
-
-struct AlignedBuffer {
-  explicit AlignedBuffer(std::size_t n = 8192)
-      : bytes(static_cast<std::byte*>(std::aligned_alloc(4096, n))), size(n) {}
-  ~AlignedBuffer() { std::free(bytes); }
-  AlignedBuffer(AlignedBuffer&& o) noexcept : bytes(o.bytes), size(o.size) { o.bytes = nullptr; }
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  std::byte* bytes;
-  std::size_t size;
-};
+using test_util::AlignedBuffer;
 
 BlockKey key_of(std::uint64_t i) {
   return {0xB10C000000000000ull ^ (i * 0x9E3779B97F4A7C15ull), i + 1};

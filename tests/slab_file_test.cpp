@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "tests/io_test_util.h"
 #include "tests/test_util.h"
 
 namespace kvtier::tiers {
@@ -22,25 +23,7 @@ namespace {
 
 using test_util::TempDir;
 
-// Skips the calling test where the kernel or a sandbox refuses io_uring.
-#define SKIP_WITHOUT_IO_URING()                                              \
-  do {                                                                       \
-    io_uring probe_ring;                                                     \
-    const int probe_rc = io_uring_queue_init(2, &probe_ring, 0);             \
-    if (probe_rc < 0) GTEST_SKIP() << "io_uring unavailable: " << -probe_rc; \
-    io_uring_queue_exit(&probe_ring);                                        \
-  } while (false)
-
-// A buffer O_DIRECT accepts: 4096-aligned.
-struct AlignedBuffer {
-  explicit AlignedBuffer(std::size_t n)
-      : bytes(static_cast<std::byte*>(std::aligned_alloc(SlabFile::kAlignment, n))), size(n) {}
-  ~AlignedBuffer() { std::free(bytes); }
-  AlignedBuffer(AlignedBuffer&& o) noexcept : bytes(o.bytes), size(o.size) { o.bytes = nullptr; }
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  std::byte* bytes;
-  std::size_t size;
-};
+using test_util::AlignedBuffer;
 
 // Collects completions from the completion thread.
 struct Results {

@@ -1,0 +1,19 @@
+// Small helpers the benchmark programs share.
+#pragma once
+
+#include <random>
+#include <vector>
+
+namespace kvtier::bench {
+
+// n token ids drawn uniformly from [0, vocab) by a seeded mt19937: the same
+// prompt on every run, so runs compare.
+inline std::vector<int> random_tokens(int n, int vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, vocab - 1);
+  std::vector<int> t(static_cast<std::size_t>(n));
+  for (int& x : t) x = pick(rng);
+  return t;
+}
+
+}  // namespace kvtier::bench
