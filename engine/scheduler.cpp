@@ -694,7 +694,9 @@ SchedulerStats Scheduler::stats() const {
     if (r->status_ == RequestStatus::kRunning) ++s.running;
   }
   s.blocks_used = used_blocks();
-  s.blocks_free = std::min(max_blocks_ - s.blocks_used, pool_->num_free());
+  // Cached blocks no request holds give way on demand, so they count as free.
+  s.blocks_free = std::min(max_blocks_ - s.blocks_used,
+                           pool_->num_free() + (cache_ ? cache_->demotable_l1() : 0));
   s.steps = steps_;
   s.preemptions = preemptions_;
   s.recomputed_tokens = recomputed_tokens_;

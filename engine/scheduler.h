@@ -170,7 +170,7 @@ struct SchedulerStats {
   int prefilling = 0;
   int running = 0;
   int blocks_used = 0;  // held by admitted requests, a shared block once
-  int blocks_free = 0;  // still available within max_kv_tokens
+  int blocks_free = 0;  // still available within max_kv_tokens (free, or cached and demotable)
   long steps = 0;
   long preemptions = 0;
   long recomputed_tokens = 0;  // positions whose KV was computed again after a preemption

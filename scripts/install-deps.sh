@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git clang-format
   liburing-dev librocksdb-dev libasio-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev libsystemd-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev fio
+  libopenblas-dev fio gnuplot-nox
 )
 
 missing=()

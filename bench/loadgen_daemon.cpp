@@ -1,0 +1,134 @@
+#include "bench/loadgen_daemon.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#include "ctl/rpc_client.h"
+
+namespace kvtier::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds millis(double s) {
+  return std::chrono::milliseconds(static_cast<long>(s * 1000));
+}
+
+}  // namespace
+
+std::map<std::string, std::string> daemon_flags(const std::string& binary) {
+  std::map<std::string, std::string> flags;
+  const std::string cmd = "'" + binary + "' --help 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return flags;
+  std::string text;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) text.append(buf, n);
+  ::pclose(p);
+  // CLI11: "  -h,--help   Print...", "  --max-kv-tokens INT=4096   KV positions".
+  static const std::regex line_re(R"(^\s+(?:-\w,)?--([a-z0-9][a-z0-9-]*)(?: ([^ ]+))?)");
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    std::smatch m;
+    if (std::regex_search(line, m, line_re)) {
+      std::string type = m[2].matched ? m[2].str() : "";
+      // A value type is upper case (TEXT, INT:..., BOOLEAN); anything else is
+      // the start of the description of a flag without a value.
+      if (!type.empty() && !std::isupper(static_cast<unsigned char>(type[0]))) type.clear();
+      flags[m[1].str()] = type;
+    }
+    start = end + 1;
+  }
+  return flags;
+}
+
+std::expected<std::unique_ptr<DaemonProcess>, std::string> DaemonProcess::start(
+    const std::string& binary, const std::vector<std::string>& args, const std::string& log_path,
+    double ready_timeout_s) {
+  if (::access(binary.c_str(), X_OK) != 0)
+    return std::unexpected("kvtierd not found or not executable: " + binary);
+  std::unique_ptr<DaemonProcess> d(new DaemonProcess());
+  char dir_template[] = "/tmp/kvtier-soak-XXXXXX";
+  if (!::mkdtemp(dir_template)) return std::unexpected(std::string("mkdtemp failed"));
+  d->dir_ = dir_template;
+  d->socket_ = d->dir_ + "/kvtierd.sock";
+  d->log_path_ = log_path;
+  std::vector<std::string> argv_s = {binary, "--socket", d->socket_};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  d->pid_ = ::fork();
+  if (d->pid_ < 0) return std::unexpected(std::string("fork failed"));
+  if (d->pid_ == 0) {
+    if (log_fd >= 0) {
+      ::dup2(log_fd, STDERR_FILENO);
+      ::dup2(log_fd, STDOUT_FILENO);
+    }
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  if (log_fd >= 0) ::close(log_fd);
+  const auto deadline = Clock::now() + millis(ready_timeout_s);
+  while (Clock::now() < deadline) {
+    int status;
+    if (d->exited(&status)) {
+      return std::unexpected("kvtierd exited at start-up (status " + std::to_string(status) +
+                             "); see " + log_path);
+    }
+    if (ctl::RpcClient::connect(d->socket_)) return d;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return std::unexpected("kvtierd did not accept connections in time; see " + log_path);
+}
+
+bool DaemonProcess::exited(int* status) {
+  if (reaped_) return true;
+  if (::waitpid(pid_, status, WNOHANG) == pid_) {
+    reaped_ = true;
+    return true;
+  }
+  return false;
+}
+
+bool DaemonProcess::stop(double timeout_s) {
+  if (pid_ <= 0 || reaped_) return false;
+  if (auto c = ctl::RpcClient::connect(socket_))
+    (void)c->call("shutdown", nlohmann::json::object());
+  const auto deadline = Clock::now() + millis(timeout_s);
+  int status = 0;
+  while (Clock::now() < deadline) {
+    if (exited(&status)) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, &status, 0);
+  reaped_ = true;
+  return false;
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (pid_ > 0 && !reaped_) {
+    ::kill(pid_, SIGKILL);
+    int status;
+    ::waitpid(pid_, &status, 0);
+  }
+  std::error_code ignored;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+}
+
+}  // namespace kvtier::bench

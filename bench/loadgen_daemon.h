@@ -1,0 +1,49 @@
+// A kvtierd child process for the soak and the comparison runs: started on a
+// socket in a fresh /tmp folder, its stderr in a log file, stopped through
+// the protocol (`shutdown`), killed if it does not exit in time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <expected>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvtier::bench {
+
+// The long flags `binary --help` lists, each with the rest of its help line
+// (its type and default: "INT:INT in [1 - 1048576]=8", or "" for a flag
+// without a value). Empty when the binary cannot be run.
+std::map<std::string, std::string> daemon_flags(const std::string& binary);
+
+class DaemonProcess {
+ public:
+  // Starts `binary --socket <tmp>/kvtierd.sock <args...>` and waits until the
+  // socket accepts a connection (at most `ready_timeout_s`).
+  static std::expected<std::unique_ptr<DaemonProcess>, std::string> start(
+      const std::string& binary, const std::vector<std::string>& args, const std::string& log_path,
+      double ready_timeout_s = 60);
+  ~DaemonProcess();  // kills and reaps a daemon still running
+  DaemonProcess(const DaemonProcess&) = delete;
+  DaemonProcess& operator=(const DaemonProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const std::string& socket() const { return socket_; }
+  const std::string& log_path() const { return log_path_; }
+
+  // Asks it to stop (`shutdown`), waits up to `timeout_s`, then SIGKILLs.
+  // True when it exited by itself with status 0.
+  bool stop(double timeout_s = 30);
+
+ private:
+  DaemonProcess() = default;
+  bool exited(int* status);
+
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  std::string dir_, socket_, log_path_;
+};
+
+}  // namespace kvtier::bench

@@ -1,0 +1,422 @@
+#include "bench/loadgen_run.h"
+
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "bench/loadgen_stats.h"
+#include "ctl/rpc_client.h"
+
+namespace kvtier::bench {
+
+using nlohmann::json;
+using stream = asio::local::stream_protocol;
+using Clock = std::chrono::steady_clock;
+
+double RequestRecord::ttft_ms() const {
+  if (first_token_s >= 0) return (first_token_s - arrival_s) * 1000.0;
+  if (daemon_ttft_ms >= 0 && sent_s >= 0) return (sent_s - arrival_s) * 1000.0 + daemon_ttft_ms;
+  return -1;
+}
+
+double RequestRecord::queue_total_ms() const {
+  if (sent_s < 0) return -1;
+  return (sent_s - arrival_s) * 1000.0 + std::max(0.0, queue_ms);
+}
+
+double RequestRecord::tokens_per_s() const {
+  // Decode speed after the first token, from the client's clock.
+  if (!ok() || completion_tokens < 2 || first_token_s < 0 || done_s <= first_token_s) return -1;
+  return (completion_tokens - 1) / (done_s - first_token_s);
+}
+
+int RequestRecord::hit_tier() const {
+  if (cached[2] > 0) return 3;
+  if (cached[1] > 0) return 2;
+  if (cached[0] > 0) return 1;
+  return 0;
+}
+
+long LoadResult::lost() const {
+  long n = 0;
+  for (const auto& r : records)
+    if (r.done_s < 0) ++n;
+  return n;
+}
+
+long LoadResult::failed() const {
+  long n = 0;
+  for (const auto& r : records)
+    if (r.done_s >= 0 && !r.error.empty()) ++n;
+  return n;
+}
+
+long read_rss_kb(int pid) {
+  if (pid <= 0) return -1;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream fields(line.substr(6));
+      long kb = -1;
+      fields >> kb;
+      return kb;
+    }
+  }
+  return -1;
+}
+
+namespace {
+
+// cached_tokens as {"l1":..,"l2":..,"l3":..} or [l1, l2, l3]; zeros when absent.
+std::array<int, 3> parse_cached(const json& result) {
+  std::array<int, 3> out{};
+  auto it = result.find("cached_tokens");
+  if (it == result.end()) return out;
+  if (it->is_object()) {
+    const char* names[3] = {"l1", "l2", "l3"};
+    for (int t = 0; t < 3; ++t)
+      if (auto v = it->find(names[t]); v != it->end() && v->is_number()) out[t] = v->get<int>();
+  } else if (it->is_array()) {
+    for (int t = 0; t < 3 && t < static_cast<int>(it->size()); ++t)
+      if ((*it)[t].is_number()) out[t] = (*it)[t].get<int>();
+  } else if (it->is_number()) {
+    out[0] = it->get<int>();  // one total: counted as L1
+  }
+  return out;
+}
+
+double number_or(const json& j, const char* key, double fallback) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+class Runner;
+
+// One socket, one request in flight at most.
+struct Connection {
+  explicit Connection(asio::io_context& io) : socket(io) {}
+  stream::socket socket;
+  std::string in;
+  std::string out;    // the line being written
+  long current = -1;  // index into records, -1 = idle
+  bool alive = true;
+};
+
+class Runner {
+ public:
+  explicit Runner(const LoadOptions& o)
+      : options_(o),
+        workload_(o.kinds, o.seed, o.context),
+        rng_(o.seed ^ 0x5DEECE66DULL),
+        arrival_timer_(io_),
+        progress_timer_(io_),
+        drain_timer_(io_) {}
+
+  LoadResult run() {
+    LoadResult result;
+    result.duration_s = options_.duration_s;
+    for (int i = 0; i < options_.concurrency; ++i) {
+      auto c = std::make_unique<Connection>(io_);
+      std::error_code ec;
+      c->socket.connect(stream::endpoint(options_.socket), ec);
+      if (ec) {
+        result.error = "cannot connect to kvtierd at " + options_.socket + ": " + ec.message();
+        return result;
+      }
+      connections_.push_back(std::move(c));
+    }
+    if (auto s = stats_once()) result.stats_before = *s;
+    start_ = Clock::now();
+    std::thread poller([this] { poll_stats(); });
+    for (int i = 0; i < static_cast<int>(connections_.size()); ++i) read(i);
+    schedule_arrival();
+    schedule_progress();
+    drain_timer_.expires_after(seconds(options_.duration_s + options_.drain_timeout_s));
+    drain_timer_.async_wait([this](std::error_code ec) {
+      if (!ec) finish();
+    });
+    io_.run();
+    {
+      std::lock_guard lock(poll_mu_);
+      poll_stop_ = true;
+    }
+    poll_cv_.notify_all();
+    poller.join();
+    if (options_.progress && tty_) std::fprintf(stderr, "\n");
+    result.elapsed_s = now_s();
+    if (auto s = stats_once()) result.stats_after = *s;
+    result.records = std::move(records_);
+    result.samples = std::move(samples_);
+    return result;
+  }
+
+ private:
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+  double now_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+  std::optional<json> stats_once() {
+    auto client = ctl::RpcClient::connect(options_.socket);
+    if (!client) return std::nullopt;
+    auto r = client->call("stats", json::object());
+    if (!r) return std::nullopt;
+    return *r;
+  }
+
+  // The stats thread: one sample a second on its own connection (RpcClient,
+  // blocking), until the run ends.
+  void poll_stats() {
+    auto client = ctl::RpcClient::connect(options_.socket);
+    if (!client) return;
+    auto next = start_;
+    std::unique_lock lock(poll_mu_);
+    while (!poll_stop_) {
+      next += std::chrono::seconds(1);
+      if (poll_cv_.wait_until(lock, next, [this] { return poll_stop_; })) break;
+      lock.unlock();
+      auto r = client->call("stats", json::object());
+      StatsSample s;
+      s.t_s = now_s();
+      s.rss_kb = read_rss_kb(options_.daemon_pid);
+      lock.lock();
+      if (!r) break;  // the daemon went away; the run will notice
+      s.stats = std::move(*r);
+      samples_.push_back(std::move(s));
+      last_stats_ = samples_.back().stats;
+    }
+  }
+
+  void schedule_arrival() {
+    std::exponential_distribution<double> gap(options_.rate);
+    next_arrival_s_ += gap(rng_);
+    if (next_arrival_s_ >= options_.duration_s) {
+      arrivals_done_ = true;
+      maybe_finish();
+      return;
+    }
+    arrival_timer_.expires_at(start_ + seconds(next_arrival_s_));
+    arrival_timer_.async_wait([this](std::error_code ec) {
+      if (ec) return;
+      RequestRecord r;
+      r.index = static_cast<long>(records_.size());
+      r.item = workload_.next();
+      r.arrival_s = now_s();
+      records_.push_back(std::move(r));
+      backlog_.push_back(records_.back().index);
+      dispatch();
+      schedule_arrival();
+    });
+  }
+
+  void dispatch() {
+    for (int i = 0; i < static_cast<int>(connections_.size()) && !backlog_.empty(); ++i) {
+      Connection& c = *connections_[i];
+      if (!c.alive || c.current >= 0) continue;
+      const long idx = backlog_.front();
+      backlog_.pop_front();
+      send(i, idx);
+    }
+  }
+
+  void send(int conn, long idx) {
+    Connection& c = *connections_[conn];
+    RequestRecord& r = records_[idx];
+    const WorkItem& w = r.item;
+    json params = {{"prompt", w.prompt},           {"max_tokens", w.max_tokens},
+                   {"temperature", w.temperature}, {"seed", w.seed},
+                   {"priority", w.priority},       {"stream", true}};
+    c.out =
+        json{{"jsonrpc", "2.0"}, {"id", idx}, {"method", "generate"}, {"params", params}}.dump() +
+        "\n";
+    c.current = idx;
+    r.connection = conn;
+    r.sent_s = now_s();
+    ++in_flight_;
+    asio::async_write(c.socket, asio::buffer(c.out), [this, conn](std::error_code ec, std::size_t) {
+      if (ec) fail_connection(conn, "send failed: " + ec.message());
+    });
+  }
+
+  void read(int conn) {
+    Connection& c = *connections_[conn];
+    asio::async_read_until(c.socket, asio::dynamic_buffer(c.in), '\n',
+                           [this, conn](std::error_code ec, std::size_t n) {
+                             if (ec) {
+                               fail_connection(conn, "connection closed: " + ec.message());
+                               return;
+                             }
+                             Connection& c = *connections_[conn];
+                             const std::string line = c.in.substr(0, n - 1);
+                             c.in.erase(0, n);
+                             on_line(conn, line);
+                             if (c.alive) read(conn);
+                           });
+  }
+
+  void on_line(int conn, const std::string& line) {
+    Connection& c = *connections_[conn];
+    json msg = json::parse(line, nullptr, false);
+    if (msg.is_discarded() || !msg.is_object() || c.current < 0) return;
+    RequestRecord& r = records_[c.current];
+    if (!msg.contains("id")) {  // generate.token for the one request on this connection
+      if (r.first_token_s < 0) r.first_token_s = now_s();
+      return;
+    }
+    if (!msg["id"].is_number() || msg["id"].get<long>() != c.current) return;
+    r.done_s = now_s();
+    if (auto err = msg.find("error"); err != msg.end()) {
+      r.error = "error " + (err->contains("code") ? (*err)["code"].dump() : std::string("?")) +
+                ": " + err->value("message", std::string());
+    } else if (auto res = msg.find("result"); res != msg.end() && res->is_object()) {
+      const json& result = *res;
+      r.finish_reason = result.value("finish_reason", std::string());
+      r.prompt_tokens = result.value("prompt_tokens", 0);
+      r.completion_tokens = result.value("completion_tokens", 0);
+      r.text = result.value("text", std::string());
+      if (auto t = result.find("tokens"); t != result.end() && t->is_array())
+        r.tokens = t->get<std::vector<int>>();
+      if (auto t = result.find("timings"); t != result.end() && t->is_object()) {
+        r.queue_ms = number_or(*t, "queue_ms", -1);
+        r.daemon_ttft_ms = number_or(*t, "ttft_ms", -1);
+        r.total_ms = number_or(*t, "total_ms", -1);
+      }
+      r.cached = parse_cached(result);
+      if (r.finish_reason == "cancelled") r.error = "cancelled by the daemon";
+    } else {
+      r.error = "response without result";
+    }
+    complete(conn);
+  }
+
+  void complete(int conn) {
+    Connection& c = *connections_[conn];
+    RequestRecord& r = records_[c.current];
+    workload_.answered(r.item, r.text, r.ok());
+    if (r.ok()) {
+      ++done_;
+      tokens_ += r.completion_tokens;
+    } else {
+      ++errors_;
+    }
+    c.current = -1;
+    --in_flight_;
+    dispatch();
+    maybe_finish();
+  }
+
+  void fail_connection(int conn, const std::string& why) {
+    Connection& c = *connections_[conn];
+    if (!c.alive) return;
+    c.alive = false;
+    std::error_code ignored;
+    c.socket.close(ignored);
+    if (c.current >= 0) {
+      RequestRecord& r = records_[c.current];
+      r.done_s = now_s();
+      r.error = why;
+      complete(conn);
+    }
+    bool any = false;
+    for (auto& other : connections_) any = any || other->alive;
+    if (!any) {  // nothing left to send on: the rest of the backlog is lost
+      backlog_.clear();
+      arrivals_done_ = true;
+      arrival_timer_.cancel();
+      maybe_finish();
+    }
+  }
+
+  void maybe_finish() {
+    if (arrivals_done_ && backlog_.empty() && in_flight_ == 0) finish();
+  }
+
+  void finish() {
+    if (finished_) return;
+    finished_ = true;
+    arrival_timer_.cancel();
+    progress_timer_.cancel();
+    drain_timer_.cancel();
+    if (options_.progress) print_progress();
+    for (auto& c : connections_) {
+      std::error_code ignored;
+      c->alive = false;
+      c->socket.close(ignored);
+    }
+  }
+
+  void schedule_progress() {
+    progress_timer_.expires_after(std::chrono::seconds(1));
+    progress_timer_.async_wait([this](std::error_code ec) {
+      if (ec) return;
+      // On a terminal the line is redrawn every second; in a log, a line every 10 s.
+      if (options_.progress && (tty_ || ++ticks_ % 10 == 0)) print_progress();
+      schedule_progress();
+    });
+  }
+
+  void print_progress() {
+    const double t = now_s();
+    const double tok_s = (tokens_ - last_tokens_) / std::max(1e-3, t - last_progress_s_);
+    last_tokens_ = tokens_;
+    last_progress_s_ = t;
+    std::string tiers;
+    {
+      std::lock_guard lock(poll_mu_);
+      const StatsView v = view_stats(last_stats_);
+      if (v.blocks_used >= 0) tiers = " | kv " + std::to_string(v.blocks_used) + " blk";
+      static const char* names[3] = {"L1", "L2", "L3"};
+      for (int i = 0; i < 3; ++i)
+        if (v.tier[i].present && v.tier[i].used >= 0)
+          tiers += " " + std::string(names[i]) + " " + std::to_string(v.tier[i].used) + "/" +
+                   std::to_string(v.tier[i].capacity);
+    }
+    std::fprintf(stderr,
+                 "%s%s[%5.0fs/%.0fs] arrived %ld done %ld errors %ld in flight %d backlog %zu "
+                 "%.0f tok/s%s   %s",
+                 tty_ ? "\r" : "", options_.label.c_str(), t, options_.duration_s,
+                 static_cast<long>(records_.size()), done_, errors_, in_flight_, backlog_.size(),
+                 tok_s, tiers.c_str(), tty_ ? "" : "\n");
+    std::fflush(stderr);
+  }
+
+  LoadOptions options_;
+  Workload workload_;
+  std::mt19937_64 rng_;
+  asio::io_context io_;
+  asio::steady_timer arrival_timer_, progress_timer_, drain_timer_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::vector<RequestRecord> records_;
+  std::deque<long> backlog_;
+  Clock::time_point start_;
+  double next_arrival_s_ = 0;
+  bool arrivals_done_ = false, finished_ = false;
+  int in_flight_ = 0;
+  long done_ = 0, errors_ = 0, tokens_ = 0, last_tokens_ = 0;
+  double last_progress_s_ = 0;
+  bool tty_ = ::isatty(STDERR_FILENO) != 0;
+  long ticks_ = 0;
+
+  std::mutex poll_mu_;  // guards samples_, last_stats_, poll_stop_
+  std::condition_variable poll_cv_;
+  bool poll_stop_ = false;
+  std::vector<StatsSample> samples_;
+  json last_stats_ = json::object();
+};
+
+}  // namespace
+
+LoadResult run_load(const LoadOptions& options) { return Runner(options).run(); }
+
+}  // namespace kvtier::bench

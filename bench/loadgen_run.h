@@ -1,0 +1,88 @@
+// The load generator's engine: open-loop Poisson arrivals from a Workload,
+// sent over `concurrency` Asio connections to one kvtierd socket, each
+// connection carrying one streamed `generate` at a time (so every
+// generate.token notification on it belongs to that request and the client
+// can time the first token). Arrivals that find every connection busy wait
+// in a client-side backlog; that wait is part of their queue time and TTFT,
+// as an open-loop user would see it. A second thread polls `stats` once a
+// second (and reads the daemon's RSS from /proc when its pid is known).
+//
+// run_load() stops by itself: arrivals end at `duration_s`; requests already
+// arrived are sent and awaited for at most `drain_timeout_s` more, then the
+// ones still open are recorded as lost.
+#pragma once
+
+#include <array>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/workload.h"
+
+namespace kvtier::bench {
+
+struct LoadOptions {
+  std::string socket;
+  double rate = 4;      // arrivals per second (Poisson)
+  int concurrency = 8;  // connections = requests in flight at most
+  double duration_s = 30;
+  std::string kinds = "abcd";
+  std::uint64_t seed = 1;
+  int context = 256;     // the model's positions (health.model.block_size)
+  int daemon_pid = 0;    // for RSS; 0 = unknown
+  bool progress = true;  // a progress line on stderr, redrawn every second
+  double drain_timeout_s = 120;
+  std::string label;  // printed at the start of the progress line
+};
+
+struct RequestRecord {
+  long index = 0;
+  WorkItem item;
+  int connection = -1;
+  // Seconds since the run started; -1 = did not happen.
+  double arrival_s = -1, sent_s = -1, first_token_s = -1, done_s = -1;
+  // The daemon's own timings (ms, from its submission); -1 = absent.
+  double queue_ms = -1, daemon_ttft_ms = -1, total_ms = -1;
+  int prompt_tokens = 0, completion_tokens = 0;
+  std::array<int, 3> cached{};  // cached_tokens {l1, l2, l3}; zeros when absent
+  std::string finish_reason;
+  std::string error;  // empty = answered with a result
+  std::vector<int> tokens;
+  std::string text;
+
+  bool ok() const { return error.empty() && done_s >= 0; }
+  // Time to first token from arrival, as the user saw it (client clock;
+  // the daemon's ttft plus the client-side wait when no token was streamed).
+  double ttft_ms() const;
+  // Client-side backlog wait plus the daemon's queue_ms.
+  double queue_total_ms() const;
+  double tokens_per_s() const;
+  int cached_total() const { return cached[0] + cached[1] + cached[2]; }
+  // The deepest tier that served part of the prompt: 0 = none (a miss),
+  // 1 = L1 only, 2 = L2 (and maybe L1), 3 = L3 took part.
+  int hit_tier() const;
+};
+
+struct StatsSample {
+  double t_s = 0;
+  nlohmann::json stats;  // the `stats` result as the daemon sent it
+  long rss_kb = -1;      // -1 = unknown
+};
+
+struct LoadResult {
+  std::vector<RequestRecord> records;
+  std::vector<StatsSample> samples;  // one per second
+  nlohmann::json stats_before, stats_after;
+  double elapsed_s = 0;  // first arrival window start to the last answer
+  double duration_s = 0;
+  std::string error;  // set when the run could not start (no connection)
+  long lost() const;  // arrived but never answered
+  long failed() const;
+};
+
+LoadResult run_load(const LoadOptions& options);
+
+// VmRSS of `pid` in kB from /proc/<pid>/status; -1 if unreadable.
+long read_rss_kb(int pid);
+
+}  // namespace kvtier::bench

@@ -1,0 +1,41 @@
+// Reads kvtierd's `stats` result defensively: every field may be absent
+// (older daemons have no `cache` object), and the per-tier figures are
+// looked for under the names the daemon may use (`cache.l1` or
+// `cache.tiers[0]`; `used_blocks` or `blocks_used`, ...). Missing = -1 for
+// sizes, 0 for counters.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+namespace kvtier::bench {
+
+struct TierFigures {
+  bool present = false;
+  long used = -1;      // blocks held now
+  long capacity = -1;  // blocks it can hold
+  long hits = 0;       // blocks requests found here
+  long demotions = 0;  // blocks moved into this tier from above
+  long promotions = 0;
+  long dropped = 0;
+};
+
+struct StatsView {
+  long waiting = 0, running = 0, pending = 0;
+  long blocks_used = -1, blocks_free = -1;
+  long preemptions = 0, recomputed_tokens = 0, swapped_out = 0;
+  long submitted = 0, completed = 0, cancelled = 0, failed = 0, tokens_generated = 0;
+  bool has_cache = false;
+  TierFigures tier[3];
+  long missed_blocks = 0;
+
+  long hit_blocks() const { return tier[0].hits + tier[1].hits + tier[2].hits; }
+  // Share of looked-up prompt blocks found in tier t; -1 without cache stats.
+  double hit_rate(int t) const;
+};
+
+StatsView view_stats(const nlohmann::json& stats);
+
+// b - a for the counters (a run's own share of cumulative counters); sizes from b.
+StatsView stats_delta(const StatsView& a, const StatsView& b);
+
+}  // namespace kvtier::bench

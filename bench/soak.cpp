@@ -1,0 +1,472 @@
+// The soak (docs/bench.md): starts kvtierd itself with tiers small enough that
+// every one fills and demotes, runs workloads a+b+c for --duration seconds
+// and checks that the daemon held up:
+//
+//   requests     none lost, none failed, the daemon's counters agree
+//   rss          the daemon's RSS grew < 5% from the end of warm-up to the end
+//   blocks       block conservation in every `stats` sample: blocks_used +
+//                blocks_free constant, each tier's used <= its capacity
+//   tiers        every configured tier filled and (L2, L3) received demotions
+//                (skipped when `stats` has no cache figures)
+//   cold         a sample of answers, re-sent with a fresh cache_salt (a cold
+//                cache), come back with bit-identical tokens
+//   ttft         p99 TTFT reported; a failure only above --max-p99-ttft-ms
+//
+// Exit status 0 when every check passed, 1 otherwise, 2 on a usage error or a
+// daemon that would not start. --compare instead runs the same workload on
+// three daemon configurations one after the other (L1 only + recompute;
+// L1+L2; L1+L2+L3 + swap) and prints them side by side.
+//
+//   build/bench/soak [--duration 600] [--out DIR] [--kvtierd PATH] [--compare]
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "bench/loadgen_daemon.h"
+#include "bench/loadgen_report.h"
+#include "bench/loadgen_run.h"
+#include "ctl/rpc_client.h"
+
+using namespace kvtier::bench;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct SoakOptions {
+  std::string kvtierd, model, out = "soak-out", workload = "a,b,c";
+  double duration_s = 600, rate = 6, warmup_s = -1, max_p99_ttft_ms = 0;
+  int concurrency = 6, verify = 16, page_size = 16, threads = 0;
+  int l1_blocks = 24, l2_blocks = 32, l3_blocks = 96;
+  std::uint64_t seed = 1;
+  bool compare = false, quiet = false;
+};
+
+struct TierSetup {
+  std::string label;
+  bool l2 = true, l3 = true;
+  std::string preemption;  // "" = the daemon's default
+};
+
+struct Check {
+  std::string name;
+  enum { kPass, kFail, kSkip } state;
+  std::string detail;
+};
+
+// Bytes of one KV block of the model at `page` tokens (float32 K and V per
+// layer); 64 KiB for the bundled model at 16.
+std::size_t block_bytes(const std::string& model_dir, int page) {
+  std::ifstream in(fs::path(model_dir) / "config.json");
+  json c = json::parse(in, nullptr, false);
+  const long layers = c.is_object() ? c.value("n_layer", 4) : 4;
+  const long embd = c.is_object() ? c.value("n_embd", 128) : 128;
+  return static_cast<std::size_t>(layers * 2 * embd * page * 4);
+}
+
+int model_context(const std::string& model_dir) {
+  std::ifstream in(fs::path(model_dir) / "config.json");
+  json c = json::parse(in, nullptr, false);
+  return c.is_object() ? c.value("block_size", 256) : 256;
+}
+
+// The value to give a setting the daemon may take as a flag or an option.
+void add_switch(std::vector<std::string>& args, const std::map<std::string, std::string>& flags,
+                const std::string& name, bool on) {
+  auto it = flags.find(name);
+  if (it == flags.end()) return;
+  if (it->second.empty()) {
+    if (on) args.push_back("--" + name);
+    return;
+  }
+  args.push_back("--" + name);
+  const std::string& type = it->second;
+  if (type.find("on") != std::string::npos && type.find('{') != std::string::npos)
+    args.push_back(on ? "on" : "off");
+  else
+    args.push_back(on ? "true" : "false");
+}
+
+// kvtierd's arguments for one setup; flags this kvtierd does not know are
+// left out and named in `missing`.
+std::vector<std::string> daemon_args(const SoakOptions& o, const TierSetup& t,
+                                     const std::map<std::string, std::string>& flags,
+                                     const std::string& l3_dir, std::vector<std::string>& missing) {
+  const std::size_t block = block_bytes(o.model, o.page_size);
+  std::vector<std::string> args = {"--model",         o.model,
+                                   "--log-level",     "warning",
+                                   "--policy",        "priority",
+                                   "--page-size",     std::to_string(o.page_size),
+                                   "--max-kv-tokens", std::to_string(o.l1_blocks * o.page_size),
+                                   "--drain-timeout", "30"};
+  if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
+  auto opt = [&](const std::string& name, const std::string& value) {
+    if (flags.contains(name)) {
+      args.insert(args.end(), {"--" + name, value});
+    } else {
+      missing.push_back("--" + name);
+    }
+  };
+  if (t.l2) {
+    add_switch(args, flags, "prefix-cache", true);
+    opt("l1-bytes", std::to_string(o.l1_blocks * block));
+    opt("l2-bytes", std::to_string(o.l2_blocks * block));
+  } else if (flags.contains("no-prefix-cache")) {
+    args.push_back("--no-prefix-cache");  // L1 only: the seeds' engine, nothing kept
+  } else {
+    opt("l2-bytes", "0");
+  }
+  if (t.l3) {
+    opt("l3-path", l3_dir);
+    opt("l3-bytes", std::to_string(o.l3_blocks * block));
+  }
+  if (!t.preemption.empty()) opt("preemption", t.preemption);
+  return args;
+}
+
+// Re-sends a sample of the answered requests with a fresh cache_salt and
+// greedy-or-seeded sampling as before; their tokens must not change.
+Check check_cold(const SoakOptions& o, const std::string& socket, const LoadResult& r) {
+  std::vector<const RequestRecord*> pool;
+  for (const auto& q : r.records)
+    if (q.ok() && q.cached_total() > 0) pool.push_back(&q);
+  const bool any_cached = !pool.empty();
+  if (pool.empty())  // a daemon without cached_tokens: any answered request
+    for (const auto& q : r.records)
+      if (q.ok() && q.item.kind != 'd') pool.push_back(&q);
+  if (pool.empty()) return {"cold", Check::kFail, "no answered request to compare"};
+  std::mt19937_64 rng(o.seed * 7919 + 1);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  pool.resize(std::min<std::size_t>(pool.size(), o.verify));
+  auto client = kvtier::ctl::RpcClient::connect(socket);
+  if (!client) return {"cold", Check::kFail, client.error().message};
+  bool salted = true;
+  int same = 0;
+  std::string first_diff;
+  for (std::size_t i = 0; i < pool.size(); ++i) {
+    const RequestRecord& q = *pool[i];
+    json params = {{"prompt", q.item.prompt},
+                   {"max_tokens", q.item.max_tokens},
+                   {"temperature", q.item.temperature},
+                   {"seed", q.item.seed},
+                   {"priority", 0}};
+    if (salted)
+      params["cache_salt"] = "soak-cold-" + std::to_string(o.seed) + "-" + std::to_string(i);
+    auto a = client->call("generate", params);
+    if (!a && salted && a.error().message.find("cache_salt") != std::string::npos) {
+      salted = false;  // this kvtierd has no salts: compare with a plain re-send
+      params.erase("cache_salt");
+      a = client->call("generate", params);
+    }
+    if (!a) return {"cold", Check::kFail, "re-send failed: " + a.error().message};
+    const auto tokens = a->value("tokens", std::vector<int>{});
+    if (tokens == q.tokens) {
+      ++same;
+    } else if (first_diff.empty()) {
+      first_diff = "request " + std::to_string(q.index) + " (kind " + q.item.kind + ", " +
+                   std::to_string(q.cached_total()) +
+                   " cached tokens) differs from its cold answer";
+    }
+  }
+  std::string detail =
+      std::to_string(same) + "/" + std::to_string(pool.size()) +
+      (any_cached ? " answers with cached prefixes" : " answers (no cached_tokens reported)") +
+      (salted ? " identical to a cold (fresh cache_salt) answer"
+              : " identical to a re-send (this kvtierd takes no cache_salt)");
+  if (!first_diff.empty()) detail += "; " + first_diff;
+  return {"cold", same == static_cast<int>(pool.size()) ? Check::kPass : Check::kFail, detail};
+}
+
+long median_rss(const std::vector<StatsSample>& s, std::size_t from, std::size_t to) {
+  std::vector<long> v;
+  for (std::size_t i = from; i < to && i < s.size(); ++i)
+    if (s[i].rss_kb > 0) v.push_back(s[i].rss_kb);
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<Check> soak_checks(const SoakOptions& o, const LoadResult& r, const Summary& s,
+                               const TierSetup& setup) {
+  std::vector<Check> checks;
+  {  // requests
+    long bad_reason = 0;
+    for (const auto& q : r.records)
+      if (q.ok() && q.finish_reason != "length" && q.finish_reason != "stop" &&
+          q.finish_reason != "context")
+        ++bad_reason;
+    const StatsView after = view_stats(r.stats_after);
+    std::string detail = std::to_string(s.ok) + "/" + std::to_string(s.arrived) + " answered, " +
+                         std::to_string(s.failed) + " failed, " + std::to_string(s.lost) + " lost";
+    bool ok = s.arrived > 0 && s.failed == 0 && s.lost == 0 && bad_reason == 0;
+    if (!r.stats_after.is_null()) {
+      const long accounted = after.completed + after.cancelled + after.failed;
+      detail += "; daemon: " + std::to_string(s.daemon.submitted) + " submitted, " +
+                std::to_string(after.completed) + " completed, " + std::to_string(after.failed) +
+                " failed, " + std::to_string(after.pending) + " pending";
+      ok = ok && after.failed == 0 && after.pending == 0 && accounted == after.submitted &&
+           s.daemon.submitted == s.arrived;
+    }
+    if (!s.first_error.empty()) detail += "; first error: " + s.first_error;
+    checks.push_back({"requests", ok ? Check::kPass : Check::kFail, detail});
+  }
+  {  // rss
+    std::size_t w = 0;
+    while (w < r.samples.size() && r.samples[w].t_s < o.warmup_s) ++w;
+    const long at_warm = median_rss(r.samples, w > 0 ? w - 1 : 0, w + 2);
+    const std::size_t n = r.samples.size();
+    const long at_end = median_rss(r.samples, n >= 3 ? n - 3 : 0, n);
+    if (at_warm <= 0 || at_end <= 0 || n < w + 3) {
+      checks.push_back({"rss", Check::kSkip, "too few RSS samples after warm-up"});
+    } else {
+      const double growth = 100.0 * (at_end - at_warm) / at_warm;
+      char buf[160];
+      std::snprintf(buf, sizeof buf,
+                    "%.1f MiB after %.0f s warm-up -> %.1f MiB at the end (%+.2f%%)",
+                    at_warm / 1024.0, o.warmup_s, at_end / 1024.0, growth);
+      checks.push_back({"rss", growth < 5.0 ? Check::kPass : Check::kFail, buf});
+    }
+  }
+  {  // blocks
+    long bad = 0, total = -1;
+    std::string first;
+    for (const auto& sample : r.samples) {
+      const StatsView v = view_stats(sample.stats);
+      std::string why;
+      if (v.blocks_used < 0 || v.blocks_free < 0)
+        why = "negative or missing blocks_used/free";
+      else if (total < 0)
+        total = v.blocks_used + v.blocks_free;  // idle at the start: the whole budget
+      // Blocks in flight to or from L3 are neither used nor free for a
+      // moment, so the sum may dip below the budget; it may never pass it.
+      else if (v.blocks_used + v.blocks_free > total || v.blocks_used > total)
+        why = "blocks_used + blocks_free = " + std::to_string(v.blocks_used + v.blocks_free) +
+              ", over the budget " + std::to_string(total);
+      for (int t = 0; t < 3 && why.empty(); ++t)
+        if (v.tier[t].present && v.tier[t].capacity >= 0 && v.tier[t].used > v.tier[t].capacity)
+          why = "L" + std::to_string(t + 1) + " holds " + std::to_string(v.tier[t].used) +
+                " blocks over its capacity " + std::to_string(v.tier[t].capacity);
+      if (!why.empty() && ++bad == 1)
+        first = why + " at " + std::to_string(static_cast<int>(sample.t_s)) + " s";
+    }
+    std::string detail = std::to_string(r.samples.size()) + " samples, KV budget " +
+                         std::to_string(total) + " blocks";
+    if (bad) detail += "; " + std::to_string(bad) + " bad, first: " + first;
+    checks.push_back({"blocks", r.samples.empty() || bad ? Check::kFail : Check::kPass, detail});
+  }
+  {  // tiers fill and demote
+    StatsView peak;
+    bool any = false;
+    for (const auto& sample : r.samples) {
+      const StatsView v = view_stats(sample.stats);
+      if (!v.has_cache) continue;
+      any = true;
+      for (int t = 0; t < 3; ++t) {
+        peak.tier[t].present = peak.tier[t].present || v.tier[t].present;
+        peak.tier[t].used = std::max(peak.tier[t].used, v.tier[t].used);
+        peak.tier[t].capacity = std::max(peak.tier[t].capacity, v.tier[t].capacity);
+      }
+    }
+    if (!any) {
+      checks.push_back({"tiers", Check::kSkip, "this kvtierd's stats have no cache figures"});
+    } else {
+      bool ok = true;
+      std::string detail;
+      const bool wanted[3] = {true, setup.l2, setup.l3};
+      for (int t = 0; t < 3; ++t) {
+        if (!wanted[t] || !peak.tier[t].present) continue;
+        const long cap = peak.tier[t].capacity, used = peak.tier[t].used;
+        const bool full = cap > 0 && used * 10 >= cap * 9;
+        const bool demoted = t == 0 || s.daemon.tier[t].demotions > 0;
+        ok = ok && full && demoted;
+        detail += "L" + std::to_string(t + 1) + " peak " + std::to_string(used) + "/" +
+                  std::to_string(cap);
+        if (t > 0) detail += ", " + std::to_string(s.daemon.tier[t].demotions) + " demotions in";
+        detail += "; ";
+      }
+      checks.push_back({"tiers", ok ? Check::kPass : Check::kFail, detail});
+    }
+  }
+  {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "p99 %.1f ms, p50 %.1f ms, mean %.1f ms over %ld requests",
+                  s.ttft.p99, s.ttft.p50, s.ttft.mean, s.ttft.count);
+    const bool ok = o.max_p99_ttft_ms <= 0 || s.ttft.p99 <= o.max_p99_ttft_ms;
+    checks.push_back({"ttft", ok ? Check::kPass : Check::kFail, buf});
+  }
+  return checks;
+}
+
+struct RunOutput {
+  LoadResult result;
+  Summary summary;
+  std::vector<Check> checks;
+  bool started = false;
+};
+
+RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
+                    const std::map<std::string, std::string>& flags, const std::string& tag,
+                    bool verify) {
+  RunOutput out;
+  const fs::path l3_dir = fs::path(o.out) / (tag + "-l3");
+  std::error_code ec;
+  fs::remove_all(l3_dir, ec);  // a cold L3 every run
+  fs::create_directories(l3_dir, ec);
+  std::vector<std::string> missing;
+  const auto args = daemon_args(o, setup, flags, fs::absolute(l3_dir).string(), missing);
+  if (!missing.empty()) {
+    std::string m;
+    for (const auto& f : missing) m += " " + f;
+    std::fprintf(stderr, "soak: %s: this kvtierd has no%s; running without\n", setup.label.c_str(),
+                 m.c_str());
+  }
+  const std::string log = (fs::path(o.out) / (tag + "-kvtierd.log")).string();
+  auto daemon = DaemonProcess::start(o.kvtierd, args, log);
+  if (!daemon) {
+    std::fprintf(stderr, "soak: %s\n", daemon.error().c_str());
+    return out;
+  }
+  out.started = true;
+  LoadOptions lo;
+  lo.socket = (*daemon)->socket();
+  lo.rate = o.rate;
+  lo.concurrency = o.concurrency;
+  lo.duration_s = o.duration_s;
+  lo.kinds = *parse_kinds(o.workload);
+  lo.seed = o.seed;
+  lo.context = model_context(o.model);
+  lo.daemon_pid = (*daemon)->pid();
+  lo.progress = !o.quiet;
+  lo.label = setup.label + " ";
+  out.result = run_load(lo);
+  if (!out.result.error.empty()) {
+    std::fprintf(stderr, "soak: %s\n", out.result.error.c_str());
+    out.started = false;
+    return out;
+  }
+  out.summary = summarize(out.result);
+  if (verify) {
+    out.checks = soak_checks(o, out.result, out.summary, setup);
+    out.checks.push_back(check_cold(o, lo.socket, out.result));
+  }
+  const bool clean_exit = (*daemon)->stop();
+  if (verify)
+    out.checks.push_back({"exit", clean_exit ? Check::kPass : Check::kFail,
+                          clean_exit ? "kvtierd stopped and exited 0"
+                                     : "kvtierd did not exit 0 after shutdown; see " + log});
+  write_requests_csv((fs::path(o.out) / (tag + "-requests.csv")).string(), out.result);
+  write_stats_csv((fs::path(o.out) / (tag + "-stats.csv")).string(), out.result);
+  return out;
+}
+
+std::string default_kvtierd(const char* argv0) {
+  // Beside this binary in the build tree: build/bench/soak -> build/daemon/kvtierd.
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) self = fs::absolute(argv0);
+  return (self.parent_path().parent_path() / "daemon" / "kvtierd").string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvtier soak: a long run against kvtierd with small tiers, and its checks"};
+  SoakOptions o;
+  o.kvtierd = default_kvtierd(argv[0]);
+  o.model = (fs::path(KVTIER_SOURCE_DIR) / "models" / "fortunes-char").string();
+  app.add_option("--kvtierd", o.kvtierd, "kvtierd binary")->capture_default_str();
+  app.add_option("--model", o.model, "Model folder")->capture_default_str();
+  app.add_option("--duration", o.duration_s,
+                 "Seconds of arrivals (each configuration with --compare)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup_s,
+                 "Seconds before the RSS baseline; default 20% of --duration, at least 5")
+      ->capture_default_str();
+  app.add_option("--rate", o.rate, "Arrivals per second")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--concurrency", o.concurrency, "Connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--workload", o.workload, "Workload mix (see loadgen)")->capture_default_str();
+  app.add_option("--seed", o.seed, "Workload seed")->capture_default_str();
+  app.add_option("--threads", o.threads, "kvtierd --threads; 0 = its default")
+      ->capture_default_str();
+  app.add_option("--l1-blocks", o.l1_blocks, "L1 size in KV blocks (also --max-kv-tokens)")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 1 << 20));
+  app.add_option("--l2-blocks", o.l2_blocks, "L2 size in KV blocks")->capture_default_str();
+  app.add_option("--l3-blocks", o.l3_blocks, "L3 size in KV blocks")->capture_default_str();
+  app.add_option("--verify", o.verify, "Answers re-sent cold and compared")->capture_default_str();
+  app.add_option("--max-p99-ttft-ms", o.max_p99_ttft_ms,
+                 "Fail above this p99 TTFT; 0 = report only")
+      ->capture_default_str();
+  app.add_option("--out", o.out, "Folder for the CSVs and the daemon's log")->capture_default_str();
+  app.add_flag("--compare", o.compare,
+               "Run the workload on L1 only (recompute), L1+L2, L1+L2+L3 (swap) and compare");
+  app.add_flag("--quiet", o.quiet, "No progress line");
+  CLI11_PARSE(app, argc, argv);
+  if (!parse_kinds(o.workload)) {
+    std::fprintf(stderr, "soak: --workload takes letters a..d\n");
+    return 2;
+  }
+  if (o.warmup_s < 0) o.warmup_s = std::max(5.0, 0.2 * o.duration_s);
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  const auto flags = daemon_flags(o.kvtierd);
+  if (flags.empty()) {
+    std::fprintf(stderr, "soak: cannot run %s --help\n", o.kvtierd.c_str());
+    return 2;
+  }
+
+  if (o.compare) {
+    const std::vector<std::pair<std::string, TierSetup>> setups = {
+        {"l1", {"L1 recompute", false, false, "recompute"}},
+        {"l1l2", {"L1+L2", true, false, "recompute"}},
+        {"l1l2l3", {"L1+L2+L3 swap", true, true, "swap"}},
+    };
+    std::vector<std::pair<std::string, Summary>> rows;
+    bool ok = true;
+    for (const auto& [tag, setup] : setups) {
+      RunOutput r = run_setup(o, setup, flags, tag, false);
+      if (!r.started) return 2;
+      ok = ok && r.summary.lost == 0 && r.summary.failed == 0;
+      rows.emplace_back(setup.label, r.summary);
+    }
+    std::printf(
+        "workload %s, rate %.2f/s, concurrency %d, %.0f s each, seed %llu; tiers L1 %d, "
+        "L2 %d, L3 %d blocks\n",
+        o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
+        static_cast<unsigned long long>(o.seed), o.l1_blocks, o.l2_blocks, o.l3_blocks);
+    print_comparison(rows, stdout);
+    std::printf("CSVs: %s/{l1,l1l2,l1l2l3}-{requests,stats}.csv\n", o.out.c_str());
+    return ok ? 0 : 1;
+  }
+
+  RunOutput r = run_setup(o, {"soak", true, true, "swap"}, flags, "soak", true);
+  if (!r.started) return 2;
+  std::printf(
+      "soak: workload %s, rate %.2f/s, concurrency %d, %.0f s, seed %llu; tiers L1 %d, "
+      "L2 %d, L3 %d blocks\n",
+      o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
+      static_cast<unsigned long long>(o.seed), o.l1_blocks, o.l2_blocks, o.l3_blocks);
+  print_summary(r.summary, stdout);
+  bool ok = true;
+  for (const auto& c : r.checks) {
+    const char* state = c.state == Check::kPass   ? "PASS"
+                        : c.state == Check::kFail ? "FAIL"
+                                                  : "skip";
+    std::printf("%-4s %-8s %s\n", state, c.name.c_str(), c.detail.c_str());
+    ok = ok && c.state != Check::kFail;
+  }
+  std::printf("CSVs: %s/soak-requests.csv, %s/soak-stats.csv\n", o.out.c_str(), o.out.c_str());
+  std::printf("soak: %s\n", ok ? "all checks passed" : "FAILED");
+  return ok ? 0 : 1;
+}
