@@ -186,8 +186,9 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
       ->capture_default_str();
   tiers
       ->add_option("--write-policy", write_policy,
-                   "write_back: L3 gets blocks as they leave L2; write_through: every cached "
-                   "block is also written to L3 at once (survives a crash or restart)")
+                   "write_back: a block is written to L3 once it has left L1 for L2 (and every "
+                   "cached block at a clean shutdown); write_through: every cached block is also "
+                   "written to L3 at once (survives a crash)")
       ->check(CLI::IsMember({"write_back", "write_through"}))
       ->capture_default_str();
   tiers->add_option("--preemption", preemption,
