@@ -49,6 +49,11 @@ std::map<std::string, std::string> daemon_flags(const std::string& binary) {
       // the start of the description of a flag without a value.
       if (!type.empty() && !std::isupper(static_cast<unsigned char>(type[0]))) type.clear();
       flags[m[1].str()] = type;
+      // Aliases on the same line: "--prefix-cache,--no-prefix-cache{false}".
+      static const std::regex alias_re(R"(,--([a-z0-9][a-z0-9-]*))");
+      const std::string names = line.substr(0, line.find(' ', m.position(1)));
+      for (std::sregex_iterator a(names.begin(), names.end(), alias_re), e; a != e; ++a)
+        flags[(*a)[1].str()] = "";
     }
     start = end + 1;
   }
