@@ -1,6 +1,7 @@
 // Small helpers the benchmark programs share.
 #pragma once
 
+#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -14,6 +15,12 @@ inline std::vector<int> random_tokens(int n, int vocab, unsigned seed) {
   std::vector<int> t(static_cast<std::size_t>(n));
   for (int& x : t) x = pick(rng);
   return t;
+}
+
+// The bundled character model, found from this source tree (the benchmarks
+// run from the build tree, wherever it is).
+inline std::filesystem::path bundled_model_dir() {
+  return std::filesystem::path(__FILE__).parent_path().parent_path() / "models/fortunes-char";
 }
 
 }  // namespace kvtier::bench

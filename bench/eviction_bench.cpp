@@ -213,8 +213,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // tables as they finish: the GPT-2 part is slow
 
   // The bundled character model.
-  const auto dir =
-      std::filesystem::path(__FILE__).parent_path().parent_path() / "models/fortunes-char";
+  const auto dir = kvtier::bench::bundled_model_dir();
   auto loaded = Model::load(dir);
   if (!loaded) {
     std::fprintf(stderr, "cannot load %s: %s\n", dir.c_str(), loaded.error().c_str());

@@ -160,8 +160,7 @@ int main(int argc, char** argv) {
   omp_set_num_threads(kThreads);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
-  const auto dir =
-      std::filesystem::path(__FILE__).parent_path().parent_path() / "models/fortunes-char";
+  const auto dir = kvtier::bench::bundled_model_dir();
   auto loaded = Model::load(dir);
   if (!loaded) {
     std::fprintf(stderr, "cannot load %s: %s\n", dir.c_str(), loaded.error().c_str());
