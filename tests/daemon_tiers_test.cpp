@@ -293,6 +293,11 @@ TEST(DaemonTiersTest, AnotherUidIsRefusedPinUnpinAndFlush) {
     const auto status = reap(pid);
     ASSERT_TRUE(status.has_value());
     ASSERT_TRUE(WIFEXITED(*status));
+    if (WEXITSTATUS(*status) == 127) {  // execv failed: a folder above the build is closed to it
+      shutdown(d);
+      GTEST_SKIP() << "uid 65534 cannot execute " << ctl
+                   << " (a parent folder is not searchable by it, e.g. a mktemp -d clone)";
+    }
     EXPECT_EQ(WEXITSTATUS(*status), 4) << cmd[1] << " (4: kvtierd answered with an error)";
   }
   EXPECT_TRUE(d.wait_log("refused 'cache.flush' from uid 65534")) << d.log();
