@@ -76,9 +76,13 @@ std::string encode_meta(std::uint64_t format_tag, std::uint64_t block_bytes) {
 rocksdb::Options db_options() {
   rocksdb::Options options;
   options.create_if_missing = true;
-  // The index is small: one memtable of a few MB holds thousands of entries,
-  // and RocksDB's informational log stays quiet and short.
-  options.write_buffer_size = 8 << 20;
+  // The index is small (about 200 bytes an entry), but every write, use and
+  // erase appends to the memtable, which only a flush empties: a small one
+  // keeps the daemon's memory flat under a steady load (a soak showed an
+  // 8 MiB one growing the RSS by 3.7 MiB in 10 minutes). RocksDB's
+  // informational log stays quiet and short.
+  options.write_buffer_size = 1 << 20;
+  options.max_write_buffer_number = 2;
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   options.keep_log_file_num = 2;
   options.max_open_files = 256;
