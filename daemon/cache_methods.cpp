@@ -47,6 +47,7 @@ json cache_stats_to_json(const CacheStats& stats) {
           {"missed_blocks", stats.missed_blocks},
           {"recompute_tokens_avoided", stats.recompute_tokens_avoided},
           {"skipped_loads", stats.skipped_loads},
+          {"cleaned", stats.cleaned},
           {"nodes", stats.nodes},
           {"costs", tier_costs_to_json(stats.costs)}};
 }

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
 
 #include "engine/block_hash.h"
@@ -43,6 +45,22 @@ struct KvCache::L3Parts {
   std::unordered_map<std::uint64_t, Pending> pending;
 };
 
+// Set by the copy worker's and the L3 store's completion threads; wait()
+// sleeps on it. Reset only by wait(), so a completion that came before wait()
+// was called is not missed.
+struct KvCache::Wake {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool signalled = false;
+  void signal() {
+    {
+      std::lock_guard lock(mu);
+      signalled = true;
+    }
+    cv.notify_one();
+  }
+};
+
 std::expected<std::unique_ptr<KvCache>, std::string> KvCache::create(const KvLayout& layout,
                                                                      std::uint64_t fingerprint,
                                                                      tiers::BlockPool& l1,
@@ -64,12 +82,18 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
       l1_(&l1),
       config_(config),
       tree_(layout.page_size),
-      l1_write_refs_(static_cast<std::size_t>(l1.num_blocks()), 0) {
+      l1_io_refs_(static_cast<std::size_t>(l1.num_blocks()), 0),
+      wake_(std::make_shared<Wake>()),
+      // Enough that a step's demotions find clean blocks, few enough that
+      // cleaning does not copy blocks that are about to be used again.
+      clean_window_(std::max(2, l1.num_blocks() / 16)) {
   const std::size_t slot = round_up(block_bytes_, 4096);
   const int l2_blocks = static_cast<int>(config.l2_bytes / slot);
   if (l2_blocks > 0) {
     l2_ = std::make_unique<tiers::BlockPool>(slot, l2_blocks, tiers::Memory::kPinned);
     if (!l2_->locked()) warnings_.push_back("L2 memory is not page-locked: " + l2_->lock_error());
+    copier_ = std::make_unique<tiers::CopyWorker>(&kernels::copy_block,
+                                                  [wake = wake_] { wake->signal(); });
   } else if (config.l2_bytes > 0) {
     warnings_.push_back("l2_bytes " + std::to_string(config.l2_bytes) + " holds no block of " +
                         std::to_string(slot) + " bytes; no L2");
@@ -84,6 +108,7 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
     // makes a store written for another block size start empty.
     options.format_tag = fingerprint;
     options.backoff_initial = config.l3_backoff;
+    options.on_completion = [wake = wake_] { wake->signal(); };
     auto store = tiers::L3Store::open(options);
     if (store) {
       l3_ = std::make_unique<L3Parts>();
@@ -225,20 +250,20 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
       break;
     }
     ++taken;
+    node->l1_loading = true;
+    tree_.set_l1(node, *block);
+    pending = true;
     if (node->l2 >= 0) {
-      copy_block(l1_->data(*block), l2_->data(node->l2), Tier::kL2, Tier::kL1);
-      tree_.set_l1(node, *block);
-      ++stats_.tier[1].promotions;
-      ++stats_.tier[1].hits;
+      node->l2_copying = true;
+      const std::uint64_t ticket =
+          copier_->copy(l1_->data(*block), l2_->data(node->l2), block_bytes_);
+      moves_[ticket] = {node->key, /*up=*/true, *block, node->l2};
       continue;
     }
     // L3 only: read straight into the new L1 block.
     assert(node->l3 && l3_);
-    node->l1_loading = true;
-    tree_.set_l1(node, *block);
     const std::uint64_t ticket = l3_->store->read(node->key, fingerprint_, l1_->data(*block));
     l3_->pending[ticket] = {node->key, false, -1, Clock::now()};
-    pending = true;
   }
   // A read that failed meanwhile leaves its block missing: try again later
   // (the next match stops before it).
@@ -292,7 +317,7 @@ bool KvCache::can_demote(const CacheNode& n) const {
   if (n.pins == 0 || n.l2 >= 0) return true;
   // A pinned block may leave L1 only for L2.
   return l2_ && (l2_->num_free() > 0 || tree_.lru(Tier::kL2, [](const CacheNode& m) {
-           return m.pins == 0 && !m.l3_writing;
+           return m.pins == 0 && !m.l3_writing && !m.l2_copying;
          }) != nullptr);
 }
 
@@ -318,7 +343,7 @@ void KvCache::demote_l1(CacheNode* node) {
   if (node->l2 < 0) {
     // A block L3 already has may take a free or clean slot, never push out a
     // block that exists only in L2.
-    if (auto slot = alloc_l2(/*may_drop_only_copy=*/!node->l3)) {
+    if (auto slot = alloc_l2(node->l3 ? L2Victims::kWithCopy : L2Victims::kAny)) {
       copy_block(l2_->data(*slot), l1_->data(block), Tier::kL1, Tier::kL2);
       tree_.set_l2(node, *slot);
       ++stats_.tier[1].demotions;
@@ -330,15 +355,19 @@ void KvCache::demote_l1(CacheNode* node) {
   tree_.set_l1(node, -1);  // may erase the node
 }
 
-std::optional<int> KvCache::alloc_l2(bool may_drop_only_copy) {
+std::optional<int> KvCache::alloc_l2(L2Victims victims) {
   if (!l2_) return std::nullopt;
   if (l2_->num_free() == 0) {
     // Cheapest loss first: a block L3 (or L1) also has, then one no swapped
     // request waits for, then any unpinned one.
-    auto movable = [](const CacheNode& m) { return m.pins == 0 && !m.l3_writing; };
+    auto movable = [](const CacheNode& m) { return m.pins == 0 && !m.l3_writing && !m.l2_copying; };
     CacheNode* victim =
-        tree_.lru(Tier::kL2, [&](const CacheNode& m) { return movable(m) && (m.l3 || m.l1 >= 0); });
-    if (victim == nullptr && !may_drop_only_copy) return std::nullopt;
+        victims == L2Victims::kOnL3
+            ? tree_.lru(Tier::kL2,
+                        [&](const CacheNode& m) { return movable(m) && m.l3 && m.l1 < 0; })
+            : tree_.lru(Tier::kL2,
+                        [&](const CacheNode& m) { return movable(m) && (m.l3 || m.l1 >= 0); });
+    if (victim == nullptr && victims != L2Victims::kAny) return std::nullopt;
     if (victim == nullptr && l3_ && !l3_->pending.empty()) {
       // Every candidate is still on its way to L3: waiting for those writes
       // (milliseconds) is cheaper than dropping a block and recomputing it.
@@ -359,7 +388,10 @@ std::optional<int> KvCache::alloc_l2(bool may_drop_only_copy) {
 void KvCache::copy_block(std::byte* dst, const std::byte* src, Tier from, Tier to) {
   const auto start = Clock::now();
   kernels::copy_block(dst, src, block_bytes_);
-  const auto took = Clock::now() - start;
+  account_copy(from, to, Clock::now() - start);
+}
+
+void KvCache::account_copy(Tier from, Tier to, std::chrono::nanoseconds took) {
   const long bytes = static_cast<long>(block_bytes_);
   stats_.tier[static_cast<int>(from)].bytes_out += bytes;
   stats_.tier[static_cast<int>(to)].bytes_in += bytes;
@@ -367,8 +399,53 @@ void KvCache::copy_block(std::byte* dst, const std::byte* src, Tier from, Tier t
   latency_[std::max(static_cast<int>(from), static_cast<int>(to))].record(took);
 }
 
+void KvCache::start_cleaning() {
+  if (!copier_ || l1_->num_free() >= clean_window_) return;
+  // The next demotion candidates, in the order make_free_l1 takes them.
+  const std::vector<CacheNode*> next = tree_.lru_n(
+      Tier::kL1, static_cast<std::size_t>(clean_window_),
+      [this](const CacheNode& m) { return !m.l1_loading && l1_->ref_count(m.l1) == 1; });
+  for (CacheNode* node : next) {
+    if (node->l2 >= 0 || node->l2_copying) continue;
+    const auto slot = alloc_l2(L2Victims::kOnL3);
+    if (!slot) return;
+    // The extra reference keeps the block (and so the node) in L1 until the
+    // copy is done; can_demote() passes it over meanwhile.
+    l1_->add_ref(node->l1);
+    ++l1_io_refs_[static_cast<std::size_t>(node->l1)];
+    node->l2_copying = true;
+    const std::uint64_t ticket = copier_->copy(l2_->data(*slot), l1_->data(node->l1), block_bytes_);
+    moves_[ticket] = {node->key, /*up=*/false, node->l1, *slot};
+  }
+}
+
+void KvCache::finish_move(std::uint64_t ticket, std::chrono::nanoseconds latency) {
+  auto it = moves_.find(ticket);
+  if (it == moves_.end()) return;  // cannot happen: every copy is a move
+  const Move move = it->second;
+  moves_.erase(it);
+  // Both kinds hold the node in L1 (loading, or an extra reference), so it
+  // is still there.
+  CacheNode* node = tree_.find(move.key);
+  assert(node != nullptr && node->l1 == move.l1_block);
+  node->l2_copying = false;
+  if (move.up) {
+    account_copy(Tier::kL2, Tier::kL1, latency);
+    node->l1_loading = false;
+    ++stats_.tier[1].promotions;
+    ++stats_.tier[1].hits;
+    return;
+  }
+  account_copy(Tier::kL1, Tier::kL2, latency);
+  tree_.set_l2(node, move.l2_slot);
+  ++stats_.tier[1].demotions;
+  ++stats_.cleaned;
+  --l1_io_refs_[static_cast<std::size_t>(move.l1_block)];
+  l1_->release(move.l1_block);
+}
+
 std::optional<int> KvCache::stash_partial(int l1_block) {
-  auto slot = alloc_l2(/*may_drop_only_copy=*/true);
+  auto slot = alloc_l2(L2Victims::kAny);
   if (!slot) return std::nullopt;
   copy_block(l2_->data(*slot), l1_->data(l1_block), Tier::kL1, Tier::kL2);
   ++stats_.tier[1].demotions;
@@ -422,7 +499,7 @@ int KvCache::flush(Tier tier) {
     case Tier::kL2:
       if (!l2_) break;
       while (CacheNode* n = tree_.lru(Tier::kL2, [](const CacheNode& m) {
-        return m.pins == 0 && m.holds == 0 && !m.l3_writing;
+        return m.pins == 0 && m.holds == 0 && !m.l3_writing && !m.l2_copying;
       })) {
         l2_->release(n->l2);
         tree_.set_l2(n, -1);
@@ -445,7 +522,14 @@ int KvCache::flush(Tier tier) {
 }
 
 void KvCache::poll() {
-  if (!l3_) return;
+  if (copier_)
+    for (const tiers::CopyCompletion& c : copier_->poll()) finish_move(c.ticket, c.latency);
+  if (l3_) poll_l3();
+  start_cleaning();
+  start_writeback();
+}
+
+void KvCache::poll_l3() {
   for (const tiers::L3Completion& c : l3_->store->poll()) {
     auto it = l3_->pending.find(c.ticket);
     if (it == l3_->pending.end()) continue;
@@ -458,7 +542,7 @@ void KvCache::poll() {
     CacheNode* node = tree_.find(p.key);
     if (p.is_write) {
       if (p.l1_source >= 0) {
-        --l1_write_refs_[p.l1_source];
+        --l1_io_refs_[p.l1_source];
         l1_->release(p.l1_source);
       }
       if (node == nullptr) continue;
@@ -491,8 +575,6 @@ void KvCache::poll() {
       tree_.set_l1(node, -1);
     }
   }
-
-  start_writeback();
 }
 
 void KvCache::start_writeback() {
@@ -582,7 +664,7 @@ void KvCache::write_to_l3(CacheNode* node) {
   } else {
     l1_source = node->l1;
     l1_->add_ref(l1_source);
-    ++l1_write_refs_[static_cast<std::size_t>(l1_source)];
+    ++l1_io_refs_[static_cast<std::size_t>(l1_source)];
     ticket = l3_->store->write(record, l1_->data(l1_source));
   }
   l3_->pending[ticket] = {node->key, true, l1_source, Clock::now()};
@@ -606,15 +688,27 @@ int KvCache::persist() {
 }
 
 void KvCache::drain() {
-  if (!l3_) return;
-  while (!l3_->pending.empty()) {
-    l3_->store->drain();
+  // poll() may start more (cleaning, writeback), but each block at most once.
+  while (transfers_in_flight() > 0) {
+    if (copier_) copier_->drain();
+    if (l3_) l3_->store->drain();
     poll();
   }
 }
 
+std::size_t KvCache::transfers_in_flight() const {
+  return moves_.size() + (l3_ ? l3_->pending.size() : 0);
+}
+
+void KvCache::wait(std::chrono::milliseconds timeout) {
+  if (transfers_in_flight() == 0) return;
+  std::unique_lock lock(wake_->mu);
+  wake_->cv.wait_for(lock, timeout, [&] { return wake_->signalled; });
+  wake_->signalled = false;
+}
+
 std::vector<int> KvCache::l1_ref_counts() const {
-  std::vector<int> refs = l1_write_refs_;
+  std::vector<int> refs = l1_io_refs_;
   for (const CacheNode* n : tree_.nodes())
     if (n->l1 >= 0) ++refs[static_cast<std::size_t>(n->l1)];
   return refs;

@@ -18,9 +18,15 @@
 //    demoted there, so L2 slots are mostly clean when L2 needs them (a slot
 //    whose write is still in flight is waited for rather than dropped); with
 //    write_through every block is written from L1 as it enters the cache.
-//  * Promotion: acquire_prefix() copies L2 blocks up at once and starts L3
-//    reads into fresh L1 blocks; the request waits (the engine does not)
-//    until the reads complete, and then shares the blocks.
+//  * Promotion: acquire_prefix() starts copies of L2 blocks up (on the copy
+//    worker, tiers/copy_worker.h) and L3 reads, both into fresh L1 blocks;
+//    the request waits (the engine does not) until they complete, and then
+//    shares the blocks.
+//  * Cleaning: when L1 runs low on free blocks, poll() copies the next few
+//    demotion candidates to L2 on the copy worker, so that demoting them
+//    later is a release, not a copy on the engine thread. It uses only free
+//    L2 slots or ones whose block L3 also has, so it never costs a block.
+//    (A swapped request's partial block is still copied at once, one block.)
 //  * Pins keep a block in L1 or L2; holds (swapped-out requests) make a block
 //    the last choice for dropping.
 //
@@ -28,8 +34,8 @@
 // L1 and one per block being written to L3 from L1; requests hold theirs. So
 // a node is demotable exactly when the pool's count is 1.
 //
-// Not thread-safe: the engine thread calls everything; L3 completions arrive
-// through poll().
+// Not thread-safe: the engine thread calls everything; L2 copy and L3
+// completions arrive through poll().
 #pragma once
 
 #include <chrono>
@@ -41,11 +47,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/kv_layout.h"
 #include "engine/radix_cache.h"
 #include "tiers/block_pool.h"
+#include "tiers/copy_worker.h"
 #include "tiers/latency_stats.h"
 
 namespace kvtier {
@@ -99,6 +107,7 @@ struct CacheStats {
   long missed_blocks = 0;  // full prompt blocks no tier had
   long recompute_tokens_avoided = 0;
   long skipped_loads = 0;  // blocks recomputed because that was cheaper than loading
+  long cleaned = 0;        // L1 blocks copied to L2 in the background, before their demotion
   std::size_t nodes = 0;
   TierCosts costs;
 };
@@ -192,8 +201,13 @@ class KvCache {
   // Collects L3 completions and starts background writeback. Call once per
   // engine step.
   void poll();
-  // Waits for every L3 operation in flight (shutdown, tests).
+  // Waits for every L2 copy and L3 operation in flight (shutdown, tests).
   void drain();
+  // When a transfer is in flight, sleeps until one completes (or timeout):
+  // for an engine with nothing to compute but requests waiting for blocks.
+  void wait(std::chrono::milliseconds timeout);
+  // L2 copies and L3 operations in flight.
+  std::size_t transfers_in_flight() const;
   // Writes every cached block L3 lacks (from L2, or straight from L1) and
   // waits: after it, a restart on the same l3_path finds everything this
   // cache held. The destructor calls it, so a clean shutdown loses nothing
@@ -220,10 +234,20 @@ class KvCache {
   KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
           const CacheConfig& config);
   std::optional<int> alloc_l1();
-  // A free L2 slot, freeing the least costly one when none is; with
-  // may_drop_only_copy false it never drops a block no other tier has.
-  std::optional<int> alloc_l2(bool may_drop_only_copy);
+  // Which L2 blocks alloc_l2 may push out when no slot is free.
+  enum class L2Victims {
+    kOnL3,      // only blocks L3 also has (cleaning must not cost a block)
+    kWithCopy,  // blocks another tier (L1 or L3) also has
+    kAny,       // any unpinned block, the least costly first
+  };
+  // A free L2 slot, freeing one as `victims` allows when none is.
+  std::optional<int> alloc_l2(L2Victims victims);
   void demote_l1(CacheNode* node);
+  // Starts background copies of the next L1 demotion candidates to L2.
+  void start_cleaning();
+  void finish_move(std::uint64_t ticket, std::chrono::nanoseconds latency);
+  void poll_l3();
+  void account_copy(Tier from, Tier to, std::chrono::nanoseconds took);
   // Starts L3 writes of the L2 blocks L3 lacks (write_back).
   void start_writeback();
   // Starts the L3 write of a node from its L2 slot, or from its L1 block
@@ -234,6 +258,13 @@ class KvCache {
   void copy_block(std::byte* dst, const std::byte* src, Tier from, Tier to);
 
   struct L3Parts;  // the store and what is in flight; null without L3
+  struct Move {    // an L1<->L2 copy in flight
+    tiers::BlockKey key;
+    bool up = false;  // L2 -> L1 (a promotion), else L1 -> L2 (cleaning)
+    int l1_block = -1;
+    int l2_slot = -1;
+  };
+  struct Wake;  // what wait() sleeps on; completion threads signal it
   KvLayout layout_;
   std::size_t block_bytes_;  // KvLayout::block_bytes(): a multiple of 64, as copy_block needs
   std::uint64_t fingerprint_;
@@ -245,11 +276,18 @@ class KvCache {
   TierCosts costs_;
   CacheStats stats_;
   tiers::LatencyStats latency_[kNumTiers];
-  std::vector<int> l1_write_refs_;
+  // Per L1 block: references held by reads of it in flight (L3 writes from
+  // L1, cleaning copies to L2).
+  std::vector<int> l1_io_refs_;
+  std::shared_ptr<Wake> wake_;  // shared with the completion callbacks
+  std::unordered_map<std::uint64_t, Move> moves_;
+  int clean_window_ = 0;  // how many free or clean L1 blocks cleaning aims for
   // Nodes stamped with this time were matched by the acquire_prefix() in
   // progress: demoting one to make room for another would thrash.
-  std::optional<std::uint64_t> protected_stamp_;  // per L1 block: writes to L3 in flight from it
+  std::optional<std::uint64_t> protected_stamp_;
   std::vector<std::string> warnings_;
+  // Last: destroyed (joined) first, while everything its jobs touch exists.
+  std::unique_ptr<tiers::CopyWorker> copier_;
 };
 
 }  // namespace kvtier

@@ -51,8 +51,11 @@ struct CacheNode {
   int children = 0;
 
   int l1 = -1;              // L1 pool block, or -1
-  bool l1_loading = false;  // an L3 read into l1 is in flight: not usable yet
+  bool l1_loading = false;  // a copy from L2 or a read from L3 into l1 is in flight
   int l2 = -1;              // L2 pool slot, or -1
+  // An L1<->L2 copy is in flight: from the l2 slot up, or from the l1 block
+  // into a slot it will own. Its slot must not be given away meanwhile.
+  bool l2_copying = false;
   bool l3 = false;          // committed in the L3 store
   bool l3_writing = false;  // a write to L3 is in flight
 
@@ -113,6 +116,17 @@ class RadixCache {
     for (const LruKey& k : lru_[static_cast<int>(tier)])
       if (pred(*k.node)) return k.node;
     return nullptr;
+  }
+
+  // Up to n nodes of `tier` that satisfy pred, least recently used first.
+  template <typename Pred>
+  std::vector<CacheNode*> lru_n(Tier tier, std::size_t n, Pred pred) const {
+    std::vector<CacheNode*> out;
+    for (const LruKey& k : lru_[static_cast<int>(tier)]) {
+      if (out.size() == n) break;
+      if (pred(*k.node)) out.push_back(k.node);
+    }
+    return out;
   }
 
   std::size_t size() const { return nodes_.size(); }

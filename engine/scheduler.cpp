@@ -588,7 +588,12 @@ StepOutput Scheduler::step() {
     recomputed_tokens_ += recomputed;
     break;
   }
-  if (chunks.empty()) return out;
+  if (chunks.empty()) {
+    // Nothing to compute: whoever is waiting waits for blocks on their way
+    // up. Sleep until a transfer completes instead of spinning.
+    if (cache_) cache_->wait(std::chrono::milliseconds(2));
+    return out;
+  }
 
   auto logits = model_->forward(chunks, *pool_);
   if (!logits) {

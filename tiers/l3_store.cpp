@@ -65,7 +65,11 @@ std::expected<std::unique_ptr<L3Store>, std::string> L3Store::open(const L3Optio
   slab_options.submit_batch = std::max(1, options.submit_batch);
   L3Store* s = store.get();
   auto slab = SlabFile::open(
-      slab_options, [s](std::uint64_t ticket, int result) { s->on_io_complete(ticket, result); },
+      slab_options,
+      [s](std::uint64_t ticket, int result) {
+        s->on_io_complete(ticket, result);
+        if (s->options_.on_completion) s->options_.on_completion();
+      },
       [s](int error) { s->on_submit_error(error); });
   if (!slab) return std::unexpected("L3: " + slab.error());
   store->slab_ = std::move(*slab);

@@ -81,6 +81,10 @@ struct L3Options {
   // The breaker's clock; empty means std::chrono::steady_clock::now. Tests
   // substitute one they advance by hand.
   std::function<std::chrono::steady_clock::time_point()> clock;
+  // Runs on the completion thread after each transfer's completion is queued
+  // for poll(), with no lock held: lets an owner sleeping on several sources
+  // wake up. Empty: nothing.
+  std::function<void()> on_completion;
 };
 
 enum class L3Status {

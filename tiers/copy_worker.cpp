@@ -1,0 +1,67 @@
+#include "tiers/copy_worker.h"
+
+namespace kvtier::tiers {
+
+CopyWorker::CopyWorker(CopyFn copy_fn, std::function<void()> on_complete)
+    : copy_fn_(copy_fn), on_complete_(std::move(on_complete)), thread_([this] { run(); }) {}
+
+CopyWorker::~CopyWorker() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  work_.notify_one();
+  thread_.join();
+}
+
+std::uint64_t CopyWorker::copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  const std::uint64_t ticket = next_ticket_++;
+  {
+    std::lock_guard lock(mu_);
+    jobs_.push_back({ticket, dst, src, bytes, std::chrono::steady_clock::now()});
+  }
+  ++in_flight_;
+  work_.notify_one();
+  return ticket;
+}
+
+std::vector<CopyCompletion> CopyWorker::poll() {
+  std::vector<CopyCompletion> out;
+  {
+    std::lock_guard lock(mu_);
+    out.swap(done_);
+  }
+  in_flight_ -= out.size();
+  return out;
+}
+
+void CopyWorker::drain() {
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+}
+
+void CopyWorker::run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    // Queued jobs are finished even when stopping: their owner counts on them.
+    work_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;
+    const Job job = jobs_.front();
+    jobs_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    copy_fn_(job.dst, job.src, job.bytes);
+    const auto latency = std::chrono::steady_clock::now() - job.queued;
+    lock.lock();
+    done_.push_back({job.ticket, latency});
+    busy_ = false;
+    if (jobs_.empty()) idle_.notify_all();
+    if (on_complete_) {
+      lock.unlock();
+      on_complete_();
+      lock.lock();
+    }
+  }
+}
+
+}  // namespace kvtier::tiers
