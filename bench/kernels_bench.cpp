@@ -1,10 +1,13 @@
-// The kernels of issue 6 on GPT-2 124M shapes (L 12, Hkv = H 12, D 64, P 16):
+// The kernels of issue 6 on GPT-2 124M shapes (L 12, Hkv = H 12, D 64, P 16,
+// C 768):
 //   CPU: int8 quantise / dequantise of KV blocks (kernels/kv_quant.h), in fp32
-//        GB/s, against this machine's memcpy bandwidth (one thread);
+//        GB/s, against this machine's memcpy bandwidth (one thread); LayerNorm
+//        and GELU (both forms) over 1024 rows, in us and GB/s (one thread);
 //   GPU (when built with KVTIER_CUDA and a device is present): paged attention
 //        decode at batch 1/16/64 and context 1k/4k (time per call and the K/V
 //        bytes it reads per second), block gather/scatter bandwidth against
-//        cudaMemcpy device-to-device, and the int8 kernels.
+//        cudaMemcpy device-to-device, the int8 kernels, and LayerNorm and GELU
+//        on the CPU's shapes, with their ratio to the CPU figures.
 // Without a device it says "no CUDA device: <reason>" and exits 0.
 // Prints figures; asserts nothing.
 //
@@ -18,14 +21,18 @@
 #include <vector>
 
 #include "bench/machine_peaks.h"
+#include "kernels/gelu.h"
 #include "kernels/kv_quant.h"
+#include "kernels/layernorm.h"
 
 #if defined(KVTIER_HAVE_CUDA)
 #include <cuda_runtime.h>  // the typed cudaMalloc overloads
 
 #include "kernels/cuda/block_gather_cuda.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/gelu_cuda.h"
 #include "kernels/cuda/kv_quant_cuda.h"
+#include "kernels/cuda/layernorm_cuda.h"
 #include "kernels/cuda/paged_attention_cuda.h"
 #endif
 
@@ -36,6 +43,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr kernels::KvShape kGpt2{12, 12, 64, 16};
 constexpr double kGB = 1e9;
+// The forward kernels' shapes: a 1024-token prefill of GPT-2 124M.
+constexpr int kRows = 1024, kEmbd = 768;
+constexpr float kLayerNormEps = 1e-5f;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -77,6 +87,50 @@ void cpu_int8() {
               fp32_bytes / q / memcpy_bw, memcpy_bw / kGB);
   std::printf("  dequantise %6.2f GB/s fp32  (%.2fx memcpy)\n", fp32_bytes / d / kGB,
               fp32_bytes / d / memcpy_bw);
+}
+
+// Seconds per call of the CPU LayerNorm and GELU on the forward shapes, for
+// the GPU lines' ratios.
+struct ForwardCpuTimes {
+  double layernorm = 0, gelu_erf = 0, gelu_tanh = 0;
+};
+
+// Bytes a kernel over n floats reads and writes once each.
+double rw_bytes(long n) { return 2.0 * static_cast<double>(n) * sizeof(float); }
+
+ForwardCpuTimes cpu_forward() {
+  const long ln_n = static_cast<long>(kRows) * kEmbd, fc_n = 4 * ln_n;
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(ln_n), y(ln_n), w(kEmbd, 1.0f), b(kEmbd, 0.0f), fc(fc_n);
+  for (auto& v : x) v = normal(rng);
+  for (auto& v : fc) v = normal(rng);
+  const std::vector<float> fc0 = fc;
+  ForwardCpuTimes t;
+  t.layernorm = best_seconds([&] {
+    kernels::layernorm(y.data(), x.data(), w.data(), b.data(), kRows, kEmbd, kLayerNormEps);
+  });
+  // GELU is in place: each timed call starts from the same values.
+  auto gelu_time = [&](void (*gelu)(float*, long)) {
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      std::copy(fc0.begin(), fc0.end(), fc.begin());
+      const auto start = Clock::now();
+      gelu(fc.data(), fc_n);
+      best = std::min(best, seconds_since(start));
+    }
+    return best;
+  };
+  t.gelu_erf = gelu_time(kernels::gelu_erf);
+  t.gelu_tanh = gelu_time(kernels::gelu_tanh);
+  std::printf("CPU forward kernels (1 thread, %d rows, C %d):\n", kRows, kEmbd);
+  std::printf("  layernorm  %8.1f us  %6.2f GB/s\n", t.layernorm * 1e6,
+              rw_bytes(ln_n) / t.layernorm / kGB);
+  std::printf("  gelu_erf   %8.1f us  %6.2f GB/s  (%ld floats)\n", t.gelu_erf * 1e6,
+              rw_bytes(fc_n) / t.gelu_erf / kGB, fc_n);
+  std::printf("  gelu_tanh  %8.1f us  %6.2f GB/s\n", t.gelu_tanh * 1e6,
+              rw_bytes(fc_n) / t.gelu_tanh / kGB);
+  return t;
 }
 
 #if defined(KVTIER_HAVE_CUDA)
@@ -230,12 +284,57 @@ void gpu_gather_and_int8() {
   cudaFree(const_cast<void**>(d_encoded));
 }
 
+void gpu_forward(const ForwardCpuTimes& cpu) {
+  const long ln_n = static_cast<long>(kRows) * kEmbd, fc_n = 4 * ln_n;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(ln_n), fc(fc_n);
+  for (auto& v : x) v = normal(rng);
+  for (auto& v : fc) v = normal(rng);
+  float* d_x = device_copy(x);
+  float* d_w = device_copy(std::vector<float>(kEmbd, 1.0f));
+  float* d_b = device_copy(std::vector<float>(kEmbd, 0.0f));
+  float* d_y = nullptr;
+  CHECK(cudaMalloc(&d_y, ln_n * sizeof(float)));
+  const double ln_ms = gpu_ms(50, [&] {
+    CHECK(kernels::layernorm_cuda(d_y, d_x, d_w, d_b, kRows, kEmbd, kLayerNormEps, 0));
+  });
+  // GELU works in place: every call gets a fresh copy of the same values
+  // (gpu_ms makes 1 + 3 iters calls), so none runs on values GELU has already
+  // shrunk towards 0. So its figures are from DRAM, LayerNorm's mostly from L2.
+  const int iters = 20, copies = 1 + 3 * iters;
+  float* d_fc = nullptr;
+  CHECK(cudaMalloc(&d_fc, copies * fc_n * sizeof(float)));
+  auto gelu_ms = [&](cudaError_t (*gelu)(float*, long, cudaStream_t)) {
+    for (int c = 0; c < copies; ++c)
+      CHECK(cudaMemcpy(d_fc + c * fc_n, fc.data(), fc_n * sizeof(float), cudaMemcpyHostToDevice));
+    int next = 0;
+    return gpu_ms(iters, [&] { CHECK(gelu(d_fc + (next++ % copies) * fc_n, fc_n, 0)); });
+  };
+  const double erf_ms = gelu_ms(kernels::gelu_erf_cuda);
+  const double tanh_ms = gelu_ms(kernels::gelu_tanh_cuda);
+  std::printf("GPU forward kernels (%d rows, C %d):\n", kRows, kEmbd);
+  auto line = [](const char* name, double ms, long n, double cpu_s) {
+    std::printf("  %-10s %8.1f us  %7.1f GB/s  (%.1fx CPU)\n", name, ms * 1e3,
+                rw_bytes(n) / (ms * 1e-3) / kGB, cpu_s / (ms * 1e-3));
+  };
+  line("layernorm", ln_ms, ln_n, cpu.layernorm);
+  line("gelu_erf", erf_ms, fc_n, cpu.gelu_erf);
+  line("gelu_tanh", tanh_ms, fc_n, cpu.gelu_tanh);
+  cudaFree(d_x);
+  cudaFree(d_fc);
+  cudaFree(d_w);
+  cudaFree(d_b);
+  cudaFree(d_y);
+}
+
 #endif
 
 }  // namespace
 
 int main() {
   cpu_int8();
+  [[maybe_unused]] const ForwardCpuTimes cpu = cpu_forward();
 #if defined(KVTIER_HAVE_CUDA)
   const std::string missing = kernels::cuda_device_missing();
   if (!missing.empty()) {
@@ -247,6 +346,7 @@ int main() {
   std::printf("GPU: %s\n", prop.name);
   gpu_attention();
   gpu_gather_and_int8();
+  gpu_forward(cpu);
 #else
   std::printf(
       "GPU: no CUDA device: built without the CUDA side (KVTIER_CUDA); GPU figures skipped\n");

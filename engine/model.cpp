@@ -4,9 +4,11 @@
 #include <unordered_set>
 
 #include "kernels/attention.h"
+#include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/residual.h"
 
 namespace kvtier {
 
@@ -148,14 +150,14 @@ std::expected<std::span<const float>, std::string> Model::forward(std::span<cons
   fc_.resize(x_.size() * 4);
 
   // Token and position embeddings.
+  std::vector<int> tokens(M), positions(M);
   for (int r = 0; r < M; ++r) {
     const Chunk& c = chunks[rows_[r].chunk];
-    const int token = c.tokens[rows_[r].pos - c.kv->length()];
-    const float* te = weights_.wte() + static_cast<long>(token) * C;
-    const float* pe = weights_.wpe() + static_cast<long>(rows_[r].pos) * C;
-    float* x = x_.data() + static_cast<long>(r) * C;
-    for (int i = 0; i < C; ++i) x[i] = te[i] + pe[i];
+    tokens[r] = c.tokens[rows_[r].pos - c.kv->length()];
+    positions[r] = rows_[r].pos;
   }
+  kernels::embedding(x_.data(), tokens.data(), positions.data(), weights_.wte(), weights_.wpe(), M,
+                     C);
 
   for (int l = 0; l < config_.n_layer; ++l) {
     const LayerWeights& w = weights_.layer(l);
@@ -163,7 +165,7 @@ std::expected<std::span<const float>, std::string> Model::forward(std::span<cons
     linear(qkv_.data(), ln_.data(), w.attn_qkv_w, w.attn_qkv_b, M, C, qkv_width);
     attention(l, M);
     linear(ln_.data(), att_.data(), w.attn_proj_w, w.attn_proj_b, M, C, C);
-    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += ln_[i];
+    kernels::residual_add(x_.data(), x_.data(), ln_.data(), static_cast<long>(x_.size()));
 
     kernels::layernorm(ln_.data(), x_.data(), w.ln_2_w, w.ln_2_b, M, C, config_.layer_norm_eps);
     linear(fc_.data(), ln_.data(), w.mlp_fc_w, w.mlp_fc_b, M, C, 4 * C);
@@ -172,7 +174,7 @@ std::expected<std::span<const float>, std::string> Model::forward(std::span<cons
     else
       kernels::gelu_tanh(fc_.data(), static_cast<long>(fc_.size()));
     linear(ln_.data(), fc_.data(), w.mlp_proj_w, w.mlp_proj_b, M, 4 * C, C);
-    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += ln_[i];
+    kernels::residual_add(x_.data(), x_.data(), ln_.data(), static_cast<long>(x_.size()));
   }
 
   // Final LayerNorm and the tied LM head, only for the rows that want logits.

@@ -8,22 +8,55 @@
 // the same bits for the same input wherever it runs (build with
 // -ffp-contract=off, as the project does). Accuracy: exp within 2 ulp; erf
 // and tanh within ~2e-7 absolute, well inside the model's tolerances.
+//
+// They are KVTIER_HD: the CUDA kernels that need them (GELU) call these same
+// functions; with nvcc's -fmad=false and IEEE division they are expected to
+// give the CPU's bits (not yet checked on a device).
 #pragma once
 
-#include <bit>
 #include <cstdint>
+
+#include "kernels/host_device.h"
+
+#if !defined(__CUDACC__)
+#include <bit>
+#endif
 
 namespace kvtier::kernels {
 
+namespace vec_math_detail {
+
+// rint (nearest, ties to even): GCC's builtin on the CPU, which vectorises
+// where std::roundeven does not; CUDA's rintf on the device.
+KVTIER_HD inline float round_even(float x) {
+#if defined(__CUDA_ARCH__)
+  return rintf(x);
+#else
+  return __builtin_rintf(x);
+#endif
+}
+
+// The float whose bits are `bits`. nvcc compiles C++17 (no std::bit_cast).
+KVTIER_HD inline float float_from_bits(std::int32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __int_as_float(bits);
+#elif defined(__CUDACC__)
+  return __builtin_bit_cast(float, bits);
+#else
+  return std::bit_cast<float>(bits);
+#endif
+}
+
+}  // namespace vec_math_detail
+
 // e^x. Underflows to 0 below -87.3 and clamps its argument to 88 (e^88 = 1.65e38) so it never
 // overflows.
-inline float vexp(float x) {
+KVTIER_HD inline float vexp(float x) {
   // exp(x) = 2^n * exp(r), n = round(x / ln2), r = x - n*ln2 (ln2 split in
   // two parts so the reduction is exact to float precision).
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.0f ? 88.0f : x;
-  // rint rounds to nearest-even in the default mode, and unlike roundeven it vectorises.
-  const float n = __builtin_rintf(x * 1.44269504088896341f);
+  const float n = vec_math_detail::round_even(x * 1.44269504088896341f);
   const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
   // Degree-6 Taylor/minimax polynomial for exp(r) on [-ln2/2, ln2/2].
   float p = 1.9875691500e-4f;
@@ -34,12 +67,12 @@ inline float vexp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
+  return p * vec_math_detail::float_from_bits(bits);
 }
 
 // tanh(x) = 1 - 2 / (e^{2x} + 1), odd-symmetric so small |x| keeps precision
 // through a short series.
-inline float vtanh(float x) {
+KVTIER_HD inline float vtanh(float x) {
   const float ax = x < 0.0f ? -x : x;
   float t;
   if (ax < 0.0625f) {
@@ -53,7 +86,7 @@ inline float vtanh(float x) {
 
 // erf(x) from the Chebyshev fit to erfc (relative error < 1.2e-7):
 // erfc(z) = t * exp(-z^2 - 1.26551223 + t * P(t)), t = 1 / (1 + z/2).
-inline float verf(float x) {
+KVTIER_HD inline float verf(float x) {
   const float z = x < 0.0f ? -x : x;
   const float t = 1.0f / (1.0f + 0.5f * z);
   float p = 0.17087277f;

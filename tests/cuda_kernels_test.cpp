@@ -16,64 +16,19 @@
 
 #include "kernels/block_gather.h"
 #include "kernels/cuda/block_gather_cuda.h"
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/kv_quant_cuda.h"
 #include "kernels/cuda/paged_attention_cuda.h"
 #include "kernels/kv_quant.h"
 #include "kernels/paged_attention.h"
+#include "tests/cuda_test_util.h"
 
 namespace kvtier::kernels {
 namespace {
 
-#define CUDA_OK(expr)                                                                        \
-  do {                                                                                       \
-    const cudaError_t cuda_ok_err = (expr);                                                  \
-    ASSERT_EQ(cuda_ok_err, cudaSuccess) << #expr << ": " << cudaGetErrorString(cuda_ok_err); \
-  } while (0)
-
-// Device memory, freed on scope exit.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    if (cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes) != cudaSuccess) ptr_ = nullptr;
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  void upload(const void* src) const { cudaMemcpy(ptr_, src, bytes_, cudaMemcpyHostToDevice); }
-  void download(void* dst) const { cudaMemcpy(dst, ptr_, bytes_, cudaMemcpyDeviceToHost); }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_;
-};
-
-template <typename T>
-std::unique_ptr<DeviceBuffer> to_device(const std::vector<T>& v) {
-  auto d = std::make_unique<DeviceBuffer>(v.size() * sizeof(T));
-  d->upload(v.data());
-  return d;
-}
-
-class CudaKernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string missing = cuda_device_missing();
-    if (!missing.empty()) GTEST_SKIP() << missing;
-  }
-};
-
-std::vector<float> random_floats(std::size_t n, unsigned seed, float sd = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, sd);
-  std::vector<float> x(n);
-  for (auto& v : x) v = normal(rng);
-  return x;
-}
+using cuda_test_util::DeviceBuffer;
+using cuda_test_util::random_floats;
+using cuda_test_util::to_device;
+using CudaKernels = cuda_test_util::CudaDeviceTest;
 
 TEST_F(CudaKernels, QuantizeAndDequantizeGiveTheCpuBytes) {
   const KvShape shape{3, 4, 64, 16};

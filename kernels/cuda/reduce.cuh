@@ -10,12 +10,16 @@ struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 struct SumOp {
-  __device__ float operator()(float a, float b) const { return a + b; }
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 
-// `scratch` is 32 floats of shared memory, reusable between calls.
-template <typename Op>
-__device__ float block_reduce(float v, float identity, Op op, float* scratch) {
+// T is float or double. `scratch` is 32 T of shared memory, reusable between
+// calls.
+template <typename T, typename Op>
+__device__ T block_reduce(T v, T identity, Op op, T* scratch) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
   for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   __syncthreads();  // the previous call's readers are done with scratch
