@@ -82,7 +82,17 @@ std::expected<void, CallFailure> run_tiers(RpcClient& client, bool json_out) {
     return {};
   }
   const json costs = result->value("costs", json::object());
-  std::cout << tier_table_text(result->value("tiers", json::object()));
+  const json tiers = result->value("tiers", json::object());
+  std::cout << tier_table_text(tiers);
+  // How each tier stores a block (int8: quantised, lossy, about 4x the blocks).
+  std::string formats;
+  for (const char* t : kTiers) {
+    const json row = tiers.value(t, json::object());
+    if (!formats.empty()) formats += "; ";
+    formats += std::string(t) + " " + row.value("format", std::string("exact")) + " " +
+               std::to_string(num(row, "block_bytes")) + " bytes/block";
+  }
+  std::cout << "formats: " << formats << "\n";
   std::printf(
       "load or recompute: prefill %.1f us/token; L2 %.1f us/block; L3 %.1f us + %.1f "
       "us/block\n",

@@ -20,7 +20,9 @@ json tier_to_json(const TierStats& t) {
           {"available", t.available},
           {"transfers", t.transfer.count},
           {"transfer_mean_us", t.transfer.mean_us},
-          {"transfer_p99_us", t.transfer.p99_us}};
+          {"transfer_p99_us", t.transfer.p99_us},
+          {"format", std::string(to_string(t.format))},
+          {"block_bytes", t.block_bytes}};
 }
 
 KvCache* cache_of(EngineAccess& e) { return e.scheduler.cache(); }

@@ -36,6 +36,8 @@ std::expected<void, std::string> tiers_resolve(SchedulerConfig& s, const std::st
   if (!s.cache.l3_path.empty() && s.cache.l3_bytes == 0) {
     return std::unexpected("--l3-path is set but --l3-bytes is 0 (give the slab file a size)");
   }
+  if (auto ok = s.cache.validate(); !ok)
+    return std::unexpected("--l2-format, --l3-format: " + ok.error());
   auto policy = EvictionPolicy::parse(eviction);
   if (!policy) return std::unexpected("--eviction: " + policy.error());
   if (auto ok = policy->validate(s.page_size); !ok) {
@@ -153,6 +155,8 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
   const CLI::AsSizeValue size(false);
   const CLI::Range size_range(std::uint64_t{0}, r::kMaxTierBytes);
   std::string write_policy(to_string(c.scheduler.cache.write_policy));
+  std::string l2_format(to_string(c.scheduler.cache.l2_format));
+  std::string l3_format(to_string(c.scheduler.cache.l3_format));
   std::string preemption;  // empty: swap with the prefix cache, else recompute
   std::string eviction = c.scheduler.eviction.to_string();
   auto* tiers = app.add_option_group("tiers", "Prefix cache and KV tiers (restart to change)");
@@ -190,6 +194,20 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
                    "cached block at a clean shutdown); write_through: every cached block is also "
                    "written to L3 at once (survives a crash)")
       ->check(CLI::IsMember({"write_back", "write_through"}))
+      ->capture_default_str();
+  tiers
+      ->add_option("--l2-format", l2_format,
+                   "How L2 stores a block: exact (the computed bytes) | int8 (quantised: about "
+                   "4x the blocks in the same --l2-bytes, but lossy: tokens served from it may "
+                   "differ from recomputing; exact tiers keep them identical)")
+      ->check(CLI::IsMember({"exact", "int8"}))
+      ->capture_default_str();
+  tiers
+      ->add_option("--l3-format", l3_format,
+                   "How L3 stores a block: exact | int8 (as --l2-format). With L3 on, "
+                   "--l2-format int8 needs --l3-format int8; a store written in the other "
+                   "format starts empty")
+      ->check(CLI::IsMember({"exact", "int8"}))
       ->capture_default_str();
   tiers->add_option("--preemption", preemption,
                     "A preempted request's KV: swap (moved down the tiers and back, nothing "
@@ -229,6 +247,8 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
   c.log_level = log_level_parse(log_level).value_or(c.log_level);
   c.scheduler.cache.write_policy =
       parse_write_policy(write_policy).value_or(c.scheduler.cache.write_policy);
+  c.scheduler.cache.l2_format = parse_kv_format(l2_format).value_or(c.scheduler.cache.l2_format);
+  c.scheduler.cache.l3_format = parse_kv_format(l3_format).value_or(c.scheduler.cache.l3_format);
   if (auto ok = tiers_resolve(c.scheduler, preemption, eviction, l2_opt->count() > 0); !ok) {
     return std::unexpected(CliExit{2, "", "kvtierd: " + ok.error() + "\n"});
   }

@@ -25,7 +25,7 @@ std::expected<long long, std::string> integer_in(const json& v, const char* name
 }
 
 // The table. Captureless lambdas, so each entry is plain data.
-const std::array<Setting, 24> kSettings = {{
+const std::array<Setting, 26> kSettings = {{
     {"model", false, "model folder", [](const DaemonConfig& c) -> json { return c.model_dir; },
      nullptr},
     {"threads", false, "compute threads; 0 = OpenMP's default",
@@ -57,6 +57,16 @@ const std::array<Setting, 24> kSettings = {{
     {"write_policy", false, "when L3 gets a block: write_back | write_through",
      [](const DaemonConfig& c) -> json {
        return std::string(to_string(c.scheduler.cache.write_policy));
+     },
+     nullptr},
+    {"l2_format", false, "how L2 stores a block: exact | int8 (lossy, about 4x the blocks)",
+     [](const DaemonConfig& c) -> json {
+       return std::string(to_string(c.scheduler.cache.l2_format));
+     },
+     nullptr},
+    {"l3_format", false, "how L3 stores a block: exact | int8 (lossy, about 4x the blocks)",
+     [](const DaemonConfig& c) -> json {
+       return std::string(to_string(c.scheduler.cache.l3_format));
      },
      nullptr},
     {"preemption", false, "a preempted request's KV: swap | recompute",

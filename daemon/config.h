@@ -12,7 +12,8 @@
 // max_batch_size and policy (Scheduler::reconfigure). Every other setting is
 // fixed at start-up: config.get shows it as read-only, and changing it takes
 // a restart. That includes the prefix cache and its tiers (prefix_cache,
-// l1_bytes, l2_bytes, l3_path, l3_bytes, write_policy), preemption and the
+// l1_bytes, l2_bytes, l3_path, l3_bytes, write_policy, l2_format,
+// l3_format), preemption and the
 // default eviction policy: the pools are sized and the L3 store opened once.
 //
 // Thread-safety: the functions are pure; a DaemonConfig is a plain value.

@@ -10,6 +10,7 @@
 
 #include "engine/block_hash.h"
 #include "kernels/block_copy.h"
+#include "kernels/kv_quant.h"
 #include "tiers/l3_store.h"
 
 namespace kvtier {
@@ -19,6 +20,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+// Mixed into the L3 format tag of an int8 store, so that an exact store is
+// never read as int8 or the other way round (the exact tag stays the bare
+// fingerprint: stores written before formats existed remain valid).
+constexpr std::uint64_t kInt8FormatTag = 0x6b762d696e743821ULL;  // "kv-int8!"
+
+void encode(std::byte* dst, const std::byte* src, const kernels::KvShape& shape) {
+  kernels::quantize_block(reinterpret_cast<const float*>(src), shape, dst);
+}
+
+void decode(std::byte* dst, const std::byte* src, const kernels::KvShape& shape) {
+  kernels::dequantize_block(src, shape, reinterpret_cast<float*>(dst));
+}
 
 }  // namespace
 
@@ -33,13 +47,38 @@ std::expected<WritePolicy, std::string> parse_write_policy(std::string_view name
                          "' (expected write_back or write_through)");
 }
 
+std::string_view to_string(KvFormat format) { return format == KvFormat::kInt8 ? "int8" : "exact"; }
+
+std::expected<KvFormat, std::string> parse_kv_format(std::string_view name) {
+  if (name == "exact") return KvFormat::kExact;
+  if (name == "int8") return KvFormat::kInt8;
+  return std::unexpected("unknown KV format '" + std::string(name) + "' (expected exact or int8)");
+}
+
+std::expected<void, std::string> CacheConfig::validate() const {
+  if (l2_format == KvFormat::kInt8 && l3_format == KvFormat::kExact && !l3_path.empty())
+    return std::unexpected(
+        "l2_format int8 over l3_format exact would store lossy blocks on L3 at 4x their int8 "
+        "size; use l3_format int8 with an int8 L2 (or l2_format exact)");
+  return {};
+}
+
 // What an L3 operation in flight is for, by ticket.
 struct KvCache::L3Parts {
+  // int8 L3 only: page-aligned buffers (O_DIRECT) for the encoded bytes of
+  // writes from L1 or an exact L2, and for reads until poll() decodes them
+  // into their L1 block. Never runs out: each buffer in use goes with an L1
+  // block (a read into it, or a write from it holding a reference) or an L2
+  // slot (its node is writing, so the slot stays), and there is one buffer
+  // per L1 block and L2 slot. Declared before the store, so it outlives the
+  // store's final drain.
+  std::unique_ptr<tiers::BlockPool> staging;
   std::unique_ptr<tiers::L3Store> store;
   struct Pending {
     tiers::BlockKey key;
     bool is_write = false;
     int l1_source = -1;  // write from L1: the block whose extra reference we hold
+    int staging = -1;    // the staging buffer the bytes pass through, or -1
     Clock::time_point start;
   };
   std::unordered_map<std::uint64_t, Pending> pending;
@@ -71,13 +110,19 @@ std::expected<std::unique_ptr<KvCache>, std::string> KvCache::create(const KvLay
                            std::to_string(layout.block_bytes()));
   if (!config.l3_path.empty() && l1.block_bytes() % 4096 != 0)
     return std::unexpected("L3 needs L1 blocks that are a multiple of 4096 bytes");
+  if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
   return std::unique_ptr<KvCache>(new KvCache(layout, fingerprint, l1, config));
 }
 
 KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
                  const CacheConfig& config)
     : layout_(layout),
+      shape_{layout.n_layer, layout.n_kv_head, layout.head_dim, layout.page_size},
       block_bytes_(layout.block_bytes()),
+      l2_block_bytes_(config.l2_format == KvFormat::kInt8 ? kernels::kv_quant_bytes(shape_)
+                                                          : block_bytes_),
+      l3_block_bytes_(config.l3_format == KvFormat::kInt8 ? kernels::kv_quant_bytes(shape_)
+                                                          : block_bytes_),
       fingerprint_(fingerprint),
       l1_(&l1),
       config_(config),
@@ -87,13 +132,21 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
       // Enough that a step's demotions find clean blocks, few enough that
       // cleaning does not copy blocks that are about to be used again.
       clean_window_(std::max(2, l1.num_blocks() / 16)) {
-  const std::size_t slot = round_up(block_bytes_, 4096);
+  if (config.l2_format == KvFormat::kInt8) {
+    to_l2_ = [shape = shape_](std::byte* dst, const std::byte* src) { encode(dst, src, shape); };
+    from_l2_ = [shape = shape_](std::byte* dst, const std::byte* src) { decode(dst, src, shape); };
+  } else {
+    to_l2_ = from_l2_ = [bytes = block_bytes_](std::byte* dst, const std::byte* src) {
+      kernels::copy_block(dst, src, bytes);
+    };
+  }
+  // Page-sized slots: L3 writes go straight from them (O_DIRECT).
+  const std::size_t slot = round_up(l2_block_bytes_, 4096);
   const int l2_blocks = static_cast<int>(config.l2_bytes / slot);
   if (l2_blocks > 0) {
     l2_ = std::make_unique<tiers::BlockPool>(slot, l2_blocks, tiers::Memory::kPinned);
     if (!l2_->locked()) warnings_.push_back("L2 memory is not page-locked: " + l2_->lock_error());
-    copier_ = std::make_unique<tiers::CopyWorker>(&kernels::copy_block,
-                                                  [wake = wake_] { wake->signal(); });
+    copier_ = std::make_unique<tiers::CopyWorker>([wake = wake_] { wake->signal(); });
   } else if (config.l2_bytes > 0) {
     warnings_.push_back("l2_bytes " + std::to_string(config.l2_bytes) + " holds no block of " +
                         std::to_string(slot) + " bytes; no L2");
@@ -102,17 +155,23 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
     tiers::L3Options options;
     options.path = config.l3_path;
     options.capacity_bytes = config.l3_bytes;
-    options.block_bytes = block_bytes_;
+    options.block_bytes = l3_block_bytes_;
     // The fingerprint covers the layout version and page size too; entries
     // of another model stay unreachable through their keys, and the tag
-    // makes a store written for another block size start empty.
-    options.format_tag = fingerprint;
+    // makes a store written for another block size or format start empty.
+    options.format_tag =
+        config.l3_format == KvFormat::kInt8 ? fingerprint ^ kInt8FormatTag : fingerprint;
     options.backoff_initial = config.l3_backoff;
     options.on_completion = [wake = wake_] { wake->signal(); };
     auto store = tiers::L3Store::open(options);
     if (store) {
       l3_ = std::make_unique<L3Parts>();
       l3_->store = std::move(*store);
+      if (config.l3_format == KvFormat::kInt8) {
+        l3_->staging = std::make_unique<tiers::BlockPool>(
+            l3_->store->slot_bytes(), l1.num_blocks() + (l2_ ? l2_->num_blocks() : 0),
+            tiers::Memory::kPageAligned);
+      }
       for (const std::string& w : l3_->store->warnings()) warnings_.push_back(w);
     } else {
       warnings_.push_back("L3 disabled: " + store.error());
@@ -255,15 +314,21 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
     pending = true;
     if (node->l2 >= 0) {
       node->l2_copying = true;
-      const std::uint64_t ticket =
-          copier_->copy(l1_->data(*block), l2_->data(node->l2), block_bytes_);
+      const std::uint64_t ticket = copier_->copy(l1_->data(*block), l2_->data(node->l2), from_l2_);
       moves_[ticket] = {node->key, /*up=*/true, *block, node->l2};
       continue;
     }
-    // L3 only: read straight into the new L1 block.
+    // L3 only: read straight into the new L1 block, or into a staging buffer
+    // that poll_l3() decodes into it.
     assert(node->l3 && l3_);
-    const std::uint64_t ticket = l3_->store->read(node->key, fingerprint_, l1_->data(*block));
-    l3_->pending[ticket] = {node->key, false, -1, Clock::now()};
+    int staging = -1;
+    std::byte* dst = l1_->data(*block);
+    if (l3_->staging) {
+      staging = l3_->staging->allocate().value();  // never empty: see L3Parts
+      dst = l3_->staging->data(staging);
+    }
+    const std::uint64_t ticket = l3_->store->read(node->key, fingerprint_, dst);
+    l3_->pending[ticket] = {node->key, false, -1, staging, Clock::now()};
   }
   // A read that failed meanwhile leaves its block missing: try again later
   // (the next match stops before it).
@@ -344,7 +409,7 @@ void KvCache::demote_l1(CacheNode* node) {
     // A block L3 already has may take a free or clean slot, never push out a
     // block that exists only in L2.
     if (auto slot = alloc_l2(node->l3 ? L2Victims::kWithCopy : L2Victims::kAny)) {
-      copy_block(l2_->data(*slot), l1_->data(block), Tier::kL1, Tier::kL2);
+      move_block(l2_->data(*slot), l1_->data(block), to_l2_, Tier::kL1, Tier::kL2);
       tree_.set_l2(node, *slot);
       ++stats_.tier[1].demotions;
     } else if (!node->l3) {
@@ -385,16 +450,28 @@ std::optional<int> KvCache::alloc_l2(L2Victims victims) {
   return l2_->allocate();
 }
 
-void KvCache::copy_block(std::byte* dst, const std::byte* src, Tier from, Tier to) {
+void KvCache::move_block(std::byte* dst, const std::byte* src,
+                         const tiers::CopyWorker::Transfer& how, Tier from, Tier to) {
   const auto start = Clock::now();
-  kernels::copy_block(dst, src, block_bytes_);
+  how(dst, src);
   account_copy(from, to, Clock::now() - start);
 }
 
+std::size_t KvCache::stored_bytes(Tier tier) const {
+  switch (tier) {
+    case Tier::kL1:
+      return block_bytes_;
+    case Tier::kL2:
+      return l2_block_bytes_;
+    case Tier::kL3:
+      return l3_block_bytes_;
+  }
+  return block_bytes_;
+}
+
 void KvCache::account_copy(Tier from, Tier to, std::chrono::nanoseconds took) {
-  const long bytes = static_cast<long>(block_bytes_);
-  stats_.tier[static_cast<int>(from)].bytes_out += bytes;
-  stats_.tier[static_cast<int>(to)].bytes_in += bytes;
+  stats_.tier[static_cast<int>(from)].bytes_out += static_cast<long>(stored_bytes(from));
+  stats_.tier[static_cast<int>(to)].bytes_in += static_cast<long>(stored_bytes(to));
   // Filed under the lower tier: an L1<->L2 move is L2's transfer.
   latency_[std::max(static_cast<int>(from), static_cast<int>(to))].record(took);
 }
@@ -414,7 +491,7 @@ void KvCache::start_cleaning() {
     l1_->add_ref(node->l1);
     ++l1_io_refs_[static_cast<std::size_t>(node->l1)];
     node->l2_copying = true;
-    const std::uint64_t ticket = copier_->copy(l2_->data(*slot), l1_->data(node->l1), block_bytes_);
+    const std::uint64_t ticket = copier_->copy(l2_->data(*slot), l1_->data(node->l1), to_l2_);
     moves_[ticket] = {node->key, /*up=*/false, node->l1, *slot};
   }
 }
@@ -447,7 +524,7 @@ void KvCache::finish_move(std::uint64_t ticket, std::chrono::nanoseconds latency
 std::optional<int> KvCache::stash_partial(int l1_block) {
   auto slot = alloc_l2(L2Victims::kAny);
   if (!slot) return std::nullopt;
-  copy_block(l2_->data(*slot), l1_->data(l1_block), Tier::kL1, Tier::kL2);
+  move_block(l2_->data(*slot), l1_->data(l1_block), to_l2_, Tier::kL1, Tier::kL2);
   ++stats_.tier[1].demotions;
   return slot;
 }
@@ -455,7 +532,7 @@ std::optional<int> KvCache::stash_partial(int l1_block) {
 std::optional<int> KvCache::unstash_partial(int l2_slot, bool keep_slot) {
   auto block = alloc_l1();
   if (!block) return std::nullopt;
-  copy_block(l1_->data(*block), l2_->data(l2_slot), Tier::kL2, Tier::kL1);
+  move_block(l1_->data(*block), l2_->data(l2_slot), from_l2_, Tier::kL2, Tier::kL1);
   ++stats_.tier[1].promotions;
   if (!keep_slot) l2_->release(l2_slot);
   return block;
@@ -535,11 +612,20 @@ void KvCache::poll_l3() {
     if (it == l3_->pending.end()) continue;
     const L3Parts::Pending p = it->second;
     l3_->pending.erase(it);
-    latency_[2].record(c.latency);
     TierStats& t3 = stats_.tier[2];
     if (c.status == tiers::L3Status::kChecksumMismatch) ++t3.checksum_failures;
     if (c.status == tiers::L3Status::kIoError) ++t3.io_errors;
     CacheNode* node = tree_.find(p.key);
+    // An int8 read lands in staging: decoding it into the L1 block is part
+    // of the promotion's time.
+    std::chrono::nanoseconds latency = c.latency;
+    if (!p.is_write && p.staging >= 0 && node != nullptr && c.status == tiers::L3Status::kOk) {
+      const auto start = Clock::now();
+      decode(l1_->data(node->l1), l3_->staging->data(p.staging), shape_);
+      latency += Clock::now() - start;
+    }
+    if (p.staging >= 0) l3_->staging->release(p.staging);
+    latency_[2].record(latency);
     if (p.is_write) {
       if (p.l1_source >= 0) {
         --l1_io_refs_[p.l1_source];
@@ -550,7 +636,7 @@ void KvCache::poll_l3() {
       if (c.status == tiers::L3Status::kOk) {
         tree_.set_l3(node, true);
         ++t3.demotions;
-        t3.bytes_in += static_cast<long>(block_bytes_);
+        t3.bytes_in += static_cast<long>(l3_block_bytes_);
         if (node->holds > 0) l3_->store->set_protected(node->key, true);
       } else {
         tree_.prune(node);
@@ -562,7 +648,7 @@ void KvCache::poll_l3() {
       node->l1_loading = false;
       ++t3.promotions;
       ++t3.hits;
-      t3.bytes_out += static_cast<long>(block_bytes_);
+      t3.bytes_out += static_cast<long>(l3_block_bytes_);
     } else {
       // A miss: the tokens will be prefilled. A corrupt entry is already gone
       // from the store; forget it here too.
@@ -607,32 +693,51 @@ TierCosts KvCache::calibrate(double prefill_per_token_s) {
     for (int b : blocks) l1_->release(b);
     return c;  // no room to measure: keep "always load"
   }
+  // Defined contents to move: free blocks hold leftovers, and the int8
+  // encoding needs finite floats. (What a decode costs does not depend on
+  // the values.)
+  std::memset(l1_->data(blocks[0]), 0, block_bytes_);
   if (l2_ && l2_->num_free() > 0) {
+    // A promotion: the slot's bytes up into L1 (a copy, or a decode). Into
+    // one block each time: the first run faults its pages in, the best of
+    // the rest is what a promotion into a block in use costs.
     const int slot = *l2_->allocate();
+    to_l2_(l2_->data(slot), l1_->data(blocks[0]));
     double best = 1e9;
     for (int i = 0; i < 5; ++i) {
       const auto start = Clock::now();
-      kernels::copy_block(l2_->data(slot), l1_->data(blocks[i % kReads]), block_bytes_);
+      from_l2_(l1_->data(blocks[1]), l2_->data(slot));
       best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
     }
     c.l2_per_block_s = best;
     l2_->release(slot);
   }
   if (l3_ && l3_->store->stats().available) {
+    // An int8 store reads into staging and decodes, as poll_l3() does.
+    std::vector<int> staged;
+    if (l3_->staging) {
+      for (int i = 0; i < kReads; ++i) staged.push_back(l3_->staging->allocate().value());
+      encode(l3_->staging->data(staged[0]), l1_->data(blocks[0]), shape_);
+    }
+    auto read_buffer = [&](int i) {
+      return staged.empty() ? l1_->data(blocks[i]) : l3_->staging->data(staged[i]);
+    };
     tiers::L3Record probe;
     probe.key = {0xFFFFFFFFFFFFFFFFULL, 0x6b76746965722d70ULL};  // on no chain
     probe.fingerprint = fingerprint_;
-    l3_->store->write(probe, l1_->data(blocks[0]));
+    l3_->store->write(probe, read_buffer(0));
     l3_->store->drain();
     (void)l3_->store->poll();
     // One read, then kReads at once: latency + n * per_block fits both.
     auto timed_reads = [&](int n) {
       const auto start = Clock::now();
-      for (int i = 0; i < n; ++i) l3_->store->read(probe.key, fingerprint_, l1_->data(blocks[i]));
+      for (int i = 0; i < n; ++i) l3_->store->read(probe.key, fingerprint_, read_buffer(i));
       l3_->store->drain();
       bool ok = true;
       for (const tiers::L3Completion& done : l3_->store->poll())
         ok = ok && done.status == tiers::L3Status::kOk;
+      for (int i = 0; ok && !staged.empty() && i < n; ++i)
+        decode(l1_->data(blocks[i]), read_buffer(i), shape_);
       return ok ? std::chrono::duration<double>(Clock::now() - start).count() : -1.0;
     };
     double one = 1e9, many = 1e9;
@@ -645,6 +750,7 @@ TierCosts KvCache::calibrate(double prefill_per_token_s) {
       c.l3_latency_s = std::max(0.0, one - c.l3_per_block_s);
     }
     l3_->store->erase(probe.key);
+    for (int b : staged) l3_->staging->release(b);
   }
   for (int b : blocks) l1_->release(b);
   return c;
@@ -657,17 +763,31 @@ void KvCache::write_to_l3(CacheNode* node) {
   record.fingerprint = fingerprint_;
   record.tokens.assign(node->tokens.begin(), node->tokens.end());
   node->l3_writing = true;
-  std::uint64_t ticket = 0;
+  const bool from_l2 = node->l2 >= 0;
   int l1_source = -1;
-  if (node->l2 >= 0) {
-    ticket = l3_->store->write(record, l2_->data(node->l2));
+  const std::byte* src = nullptr;
+  if (from_l2) {
+    src = l2_->data(node->l2);
   } else {
+    // The extra reference keeps the block in L1 until the write completes
+    // (and, with staging, bounds the buffers in use: see L3Parts).
     l1_source = node->l1;
     l1_->add_ref(l1_source);
     ++l1_io_refs_[static_cast<std::size_t>(l1_source)];
-    ticket = l3_->store->write(record, l1_->data(l1_source));
+    src = l1_->data(l1_source);
   }
-  l3_->pending[ticket] = {node->key, true, l1_source, Clock::now()};
+  // An int8 L3 takes an int8 L2 slot's bytes as they are; anything else
+  // exact is encoded into a staging buffer that lives until the write
+  // completes.
+  int staging = -1;
+  const bool encoded = from_l2 && config_.l2_format == KvFormat::kInt8;
+  if (l3_->staging && !encoded) {
+    staging = l3_->staging->allocate().value();  // never empty: see L3Parts
+    encode(l3_->staging->data(staging), src, shape_);
+    src = l3_->staging->data(staging);
+  }
+  const std::uint64_t ticket = l3_->store->write(record, src);
+  l3_->pending[ticket] = {node->key, true, l1_source, staging, Clock::now()};
 }
 
 int KvCache::persist() {
@@ -736,7 +856,12 @@ CacheStats KvCache::stats() const {
   } else {
     s.tier[2].available = false;
   }
-  for (int t = 0; t < kNumTiers; ++t) s.tier[t].transfer = latency_[t].summary();
+  for (int t = 0; t < kNumTiers; ++t) {
+    s.tier[t].transfer = latency_[t].summary();
+    s.tier[t].block_bytes = stored_bytes(static_cast<Tier>(t));
+  }
+  s.tier[1].format = config_.l2_format;
+  s.tier[2].format = config_.l3_format;
   return s;
 }
 

@@ -19,9 +19,10 @@
 //    whose write is still in flight is waited for rather than dropped); with
 //    write_through every block is written from L1 as it enters the cache.
 //  * Promotion: acquire_prefix() starts copies of L2 blocks up (on the copy
-//    worker, tiers/copy_worker.h) and L3 reads, both into fresh L1 blocks;
-//    the request waits (the engine does not) until they complete, and then
-//    shares the blocks.
+//    worker, tiers/copy_worker.h) and L3 reads, both into fresh L1 blocks
+//    (an int8 L3 reads into a staging buffer, decoded into the L1 block by
+//    poll()); the request waits (the engine does not) until they complete,
+//    and then shares the blocks.
 //  * Cleaning: when L1 runs low on free blocks, poll() copies the next few
 //    demotion candidates to L2 on the copy worker, so that demoting them
 //    later is a release, not a copy on the engine thread. It uses only free
@@ -29,6 +30,19 @@
 //    (A swapped request's partial block is still copied at once, one block.)
 //  * Pins keep a block in L1 or L2; holds (swapped-out requests) make a block
 //    the last choice for dropping.
+//  * Formats (l2_format, l3_format): an int8 tier stores blocks quantised
+//    (kernels/kv_quant.h, one scale per layer, K|V and head): a block is
+//    encoded on its way down into an int8 tier (demotion, cleaning, a stash,
+//    an L3 write from L1 or an exact L2) and decoded on its way up into L1
+//    (promotion, unstash, an L3 read), about a quarter of the fp32 bytes, so
+//    the same l2_bytes and l3_bytes hold about 4x the blocks. Between two
+//    int8 tiers the encoded bytes move as they are. An int8 tier is lossy:
+//    a block that passed through one is within the kv_quant error bound of
+//    the computed one, not bit-identical, so the tokens of a request served
+//    from it may differ from a recomputation. The determinism guarantees
+//    (tokens independent of tier and preemption) hold only with exact tiers;
+//    int8 is a capacity-for-accuracy trade the user opts into (as LMCache's
+//    KV compression is). exact (the default) stores the bytes unchanged.
 //
 // Reference counting in L1: the cache holds one pool reference per node in
 // L1 and one per block being written to L3 from L1; requests hold theirs. So
@@ -52,6 +66,7 @@
 
 #include "engine/kv_layout.h"
 #include "engine/radix_cache.h"
+#include "kernels/kv_shape.h"
 #include "tiers/block_pool.h"
 #include "tiers/copy_worker.h"
 #include "tiers/latency_stats.h"
@@ -65,14 +80,29 @@ enum class WritePolicy {
 std::string_view to_string(WritePolicy policy);
 std::expected<WritePolicy, std::string> parse_write_policy(std::string_view name);
 
+// How a lower tier stores a block (see the header comment: int8 is lossy).
+enum class KvFormat {
+  kExact,  // the fp32 bytes as computed
+  kInt8,   // kernels/kv_quant.h's encoding: about a quarter of the bytes
+};
+std::string_view to_string(KvFormat format);
+std::expected<KvFormat, std::string> parse_kv_format(std::string_view name);
+
 struct CacheConfig {
   std::size_t l2_bytes = 0;  // pinned host pool; 0 = no L2
   std::string l3_path;       // directory for the slab file and its index; empty = no L3
   std::size_t l3_bytes = 0;  // slab size
   WritePolicy write_policy = WritePolicy::kWriteBack;
+  KvFormat l2_format = KvFormat::kExact;
+  KvFormat l3_format = KvFormat::kExact;
   // After an L3 failure, how long before the store is tried again (it
   // doubles while the probes fail, up to 30 s).
   std::chrono::milliseconds l3_backoff{1000};
+
+  // Refuses l2_format int8 over an exact L3 (l3_path set, l3_format exact):
+  // L3 would hold lossy blocks at 4x their int8 size. exact/exact,
+  // exact/int8 and int8/int8 are accepted, and int8 L2 without L3.
+  std::expected<void, std::string> validate() const;
 };
 
 // What it costs to get one block's worth of tokens, for the load-or-recompute
@@ -98,7 +128,9 @@ struct TierStats {
   long checksum_failures = 0;
   long io_errors = 0;
   bool available = true;
-  tiers::LatencySummary transfer;  // demotions and promotions into or out of this tier
+  tiers::LatencySummary transfer;      // demotions and promotions into or out of this tier
+  KvFormat format = KvFormat::kExact;  // how this tier stores a block (L1: always exact)
+  std::size_t block_bytes = 0;         // bytes a stored block takes here (before slot rounding)
 };
 
 struct CacheStats {
@@ -140,9 +172,11 @@ class KvCache {
   // `l1` is the engine's pool (shared with the scheduler, outliving the
   // cache). Blocks must be a multiple of 4096 bytes when L3 is used (O_DIRECT
   // straight from and into L1). Fails with a message for a pool whose blocks
-  // are too small for the layout; an L3 that cannot be opened is not an
-  // error: the cache runs on L1 + L2, warnings() says why and the L3 tier
-  // reports available = false.
+  // are too small for the layout and for formats config.validate() refuses;
+  // an L3 that cannot be opened is not an error: the cache runs on L1 + L2,
+  // warnings() says why and the L3 tier reports available = false. With
+  // l3_format int8 the store's tag includes the format, so a store written
+  // exact (or the other way round) starts empty, with a warning.
   static std::expected<std::unique_ptr<KvCache>, std::string> create(const KvLayout& layout,
                                                                      std::uint64_t fingerprint,
                                                                      tiers::BlockPool& l1,
@@ -180,11 +214,13 @@ class KvCache {
   // L1 blocks the cache could free right now (cached, held by no request).
   int demotable_l1() const;
 
-  // A swapped-out request's last partial block: copied into an L2 slot the
-  // request owns. nullopt without L2 or when no slot can be freed.
+  // A swapped-out request's last partial block: copied (encoded, with an
+  // int8 L2) into an L2 slot the request owns. nullopt without L2 or when no
+  // slot can be freed.
   std::optional<int> stash_partial(int l1_block);
-  // Copies a stashed block back into a fresh L1 block (the caller's reference)
-  // and frees the slot unless keep_slot; nullopt if L1 has no free block.
+  // Copies (decodes) a stashed block back into a fresh L1 block (the
+  // caller's reference) and frees the slot unless keep_slot; nullopt if L1
+  // has no free block.
   std::optional<int> unstash_partial(int l2_slot, bool keep_slot = false);
   void drop_stash(int l2_slot);
 
@@ -214,8 +250,9 @@ class KvCache {
   // (write_back included). Returns the blocks written.
   int persist();
 
-  // Measures what a block costs to copy up from L2 and to read from L3 (one
-  // read, then several at once: the fixed latency and the per-block part),
+  // Measures what a block costs to bring up from L2 (a copy, or a decode
+  // from an int8 L2) and to read from L3 (one read, then several at once:
+  // the fixed latency and the per-block part; an int8 L3's decode included),
   // for a prefill that costs prefill_per_token_s a token. Call at start-up
   // while L1 has free blocks; takes a few milliseconds.
   TierCosts calibrate(double prefill_per_token_s);
@@ -251,11 +288,16 @@ class KvCache {
   // Starts L3 writes of the L2 blocks L3 lacks (write_back).
   void start_writeback();
   // Starts the L3 write of a node from its L2 slot, or from its L1 block
-  // (holding a pool reference until the write completes).
+  // (holding a pool reference until the write completes). Bytes not yet in
+  // L3's format are encoded into a staging buffer first.
   void write_to_l3(CacheNode* node);
   // True if demoting this L1 node would not lose a pinned block.
   bool can_demote(const CacheNode& node) const;
-  void copy_block(std::byte* dst, const std::byte* src, Tier from, Tier to);
+  // An L1<->L2 move on the engine thread (to_l2_ or from_l2_), timed.
+  void move_block(std::byte* dst, const std::byte* src, const tiers::CopyWorker::Transfer& how,
+                  Tier from, Tier to);
+  // Bytes a block takes in a tier: the layout's, or the int8 encoding's.
+  std::size_t stored_bytes(Tier tier) const;
 
   struct L3Parts;  // the store and what is in flight; null without L3
   struct Move {    // an L1<->L2 copy in flight
@@ -266,7 +308,10 @@ class KvCache {
   };
   struct Wake;  // what wait() sleeps on; completion threads signal it
   KvLayout layout_;
-  std::size_t block_bytes_;  // KvLayout::block_bytes(): a multiple of 64, as copy_block needs
+  kernels::KvShape shape_;      // the same numbers, for kernels/kv_quant.h
+  std::size_t block_bytes_;     // KvLayout::block_bytes(): a multiple of 64, as copy_block needs
+  std::size_t l2_block_bytes_;  // what an L2 slot holds: block_bytes_, or the encoded size
+  std::size_t l3_block_bytes_;  // the same for an L3 entry
   std::uint64_t fingerprint_;
   tiers::BlockPool* l1_;
   std::unique_ptr<tiers::BlockPool> l2_;
@@ -282,6 +327,11 @@ class KvCache {
   std::shared_ptr<Wake> wake_;  // shared with the completion callbacks
   std::unordered_map<std::uint64_t, Move> moves_;
   int clean_window_ = 0;  // how many free or clean L1 blocks cleaning aims for
+  // The two directions of an L1<->L2 move: plain copies with an exact L2,
+  // the int8 encode and decode with an int8 one. Run on the copy worker
+  // (promotions, cleaning) or here (demote_l1, stashes); they outlive the
+  // worker's jobs (the worker is destroyed first).
+  tiers::CopyWorker::Transfer to_l2_, from_l2_;
   // Nodes stamped with this time were matched by the acquire_prefix() in
   // progress: demoting one to make room for another would thrash.
   std::optional<std::uint64_t> protected_stamp_;

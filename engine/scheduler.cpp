@@ -66,6 +66,8 @@ std::expected<void, std::string> SchedulerConfig::validate() const {
     return std::unexpected("l2_bytes and l3_path need prefix_cache on");
   if (!cache.l3_path.empty() && cache.l3_bytes == 0)
     return std::unexpected("l3_path is set but l3_bytes is 0");
+  if (prefix_cache)
+    if (auto ok = cache.validate(); !ok) return ok;
   return {};
 }
 

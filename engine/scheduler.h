@@ -128,7 +128,7 @@ struct SchedulerConfig {
   // more cached blocks beside the running requests' (the budget for
   // requests stays max_kv_tokens).
   std::size_t l1_bytes = 0;
-  CacheConfig cache;  // L2, L3 and the write policy (prefix_cache only)
+  CacheConfig cache;  // L2, L3, the write policy, formats (prefix_cache only)
 
   // The eviction policy of requests that do not name one
   // (RequestParams::eviction). Admission charges a request its effective
@@ -140,7 +140,8 @@ struct SchedulerConfig {
 
   // Clear message for: page_size < 1, max_kv_tokens below one page,
   // max_batch_size < 1, token_budget < 1 or < max_batch_size, swap preemption
-  // without the prefix cache, L2/L3 settings without it.
+  // without the prefix cache, L2/L3 settings without it, tier formats
+  // CacheConfig::validate() refuses.
   std::expected<void, std::string> validate() const;
 };
 

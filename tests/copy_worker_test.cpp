@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <vector>
 
 namespace kvtier::tiers {
 namespace {
 
-void plain_copy(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+// A plain copy of `bytes`, as the engine's exact L2 uses (with copy_block).
+CopyWorker::Transfer plain_copy(std::size_t bytes) {
+  return [bytes](std::byte* dst, const std::byte* src) { std::memcpy(dst, src, bytes); };
+}
 
 std::vector<std::byte> pattern(std::size_t bytes, int seed) {
   std::vector<std::byte> v(bytes);
@@ -23,15 +27,15 @@ TEST(CopyWorkerTest, EveryCopyLandsAndEachTicketComesBackOnce) {
   constexpr int kCopies = 64;
   constexpr std::size_t kBytes = 64 * 1024;
   std::atomic<int> wakeups{0};
-  CopyWorker worker(plain_copy, [&] { ++wakeups; });
+  CopyWorker worker([&] { ++wakeups; });
+  const CopyWorker::Transfer copy = plain_copy(kBytes);
   std::vector<std::vector<std::byte>> src, dst;
   std::set<std::uint64_t> tickets;
   for (int i = 0; i < kCopies; ++i) {
     src.push_back(pattern(kBytes, i));
     dst.emplace_back(kBytes);
   }
-  for (int i = 0; i < kCopies; ++i)
-    tickets.insert(worker.copy(dst[i].data(), src[i].data(), kBytes));
+  for (int i = 0; i < kCopies; ++i) tickets.insert(worker.copy(dst[i].data(), src[i].data(), copy));
   EXPECT_EQ(tickets.size(), static_cast<std::size_t>(kCopies));
   EXPECT_EQ(worker.in_flight(), static_cast<std::size_t>(kCopies));
 
@@ -57,9 +61,10 @@ TEST(CopyWorkerTest, CopiesRunInSubmissionOrder) {
   constexpr std::size_t kBytes = 1 << 20;
   const auto first = pattern(kBytes, 1), second = pattern(kBytes, 2);
   std::vector<std::byte> dst(kBytes);
-  CopyWorker worker(plain_copy);
-  worker.copy(dst.data(), first.data(), kBytes);
-  worker.copy(dst.data(), second.data(), kBytes);
+  const CopyWorker::Transfer copy = plain_copy(kBytes);
+  CopyWorker worker;
+  worker.copy(dst.data(), first.data(), copy);
+  worker.copy(dst.data(), second.data(), copy);
   worker.drain();
   EXPECT_EQ(worker.poll().size(), 2u);
   EXPECT_EQ(dst, second);
@@ -70,11 +75,42 @@ TEST(CopyWorkerTest, DestructionFinishesQueuedCopies) {
   constexpr std::size_t kBytes = 256 * 1024;
   const auto src = pattern(kBytes, 3);
   std::vector<std::vector<std::byte>> dst(kCopies, std::vector<std::byte>(kBytes));
+  const CopyWorker::Transfer copy = plain_copy(kBytes);
   {
-    CopyWorker worker(plain_copy);
-    for (auto& d : dst) worker.copy(d.data(), src.data(), kBytes);
+    CopyWorker worker;
+    for (auto& d : dst) worker.copy(d.data(), src.data(), copy);
   }
   for (const auto& d : dst) EXPECT_EQ(d, src);
+}
+
+// Each move runs the Transfer it names, even when its sizes differ from the
+// source's (as the engine's int8 encode and decode do): a shrinking
+// transform, a plain copy and a growing one, interleaved.
+TEST(CopyWorkerTest, EachMoveRunsItsOwnTransfer) {
+  constexpr std::size_t kBytes = 4096;
+  const CopyWorker::Transfer copy = plain_copy(kBytes);
+  const CopyWorker::Transfer halve = [](std::byte* dst, const std::byte* src) {
+    for (std::size_t i = 0; i < kBytes / 2; ++i) dst[i] = src[2 * i];
+  };
+  const CopyWorker::Transfer twice = [](std::byte* dst, const std::byte* src) {
+    for (std::size_t i = 0; i < kBytes; ++i) dst[2 * i] = dst[2 * i + 1] = src[i];
+  };
+  const auto src = pattern(kBytes, 5);
+  std::vector<std::byte> halved(kBytes / 2), copied(kBytes), doubled(2 * kBytes);
+  CopyWorker worker;
+  const std::uint64_t tickets[] = {worker.copy(halved.data(), src.data(), halve),
+                                   worker.copy(copied.data(), src.data(), copy),
+                                   worker.copy(doubled.data(), src.data(), twice)};
+  worker.drain();
+  std::set<std::uint64_t> returned;
+  for (const CopyCompletion& c : worker.poll()) returned.insert(c.ticket);
+  EXPECT_EQ(returned, std::set<std::uint64_t>(std::begin(tickets), std::end(tickets)));
+  EXPECT_EQ(copied, src);
+  for (std::size_t i = 0; i < kBytes / 2; ++i) ASSERT_EQ(halved[i], src[2 * i]) << i;
+  for (std::size_t i = 0; i < kBytes; ++i) {
+    ASSERT_EQ(doubled[2 * i], src[i]) << i;
+    ASSERT_EQ(doubled[2 * i + 1], src[i]) << i;
+  }
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 
 namespace kvtier::tiers {
 
-CopyWorker::CopyWorker(CopyFn copy_fn, std::function<void()> on_complete)
-    : copy_fn_(copy_fn), on_complete_(std::move(on_complete)), thread_([this] { run(); }) {}
+CopyWorker::CopyWorker(std::function<void()> on_complete)
+    : on_complete_(std::move(on_complete)), thread_([this] { run(); }) {}
 
 CopyWorker::~CopyWorker() {
   {
@@ -14,11 +14,11 @@ CopyWorker::~CopyWorker() {
   thread_.join();
 }
 
-std::uint64_t CopyWorker::copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+std::uint64_t CopyWorker::copy(std::byte* dst, const std::byte* src, const Transfer& transfer) {
   const std::uint64_t ticket = next_ticket_++;
   {
     std::lock_guard lock(mu_);
-    jobs_.push_back({ticket, dst, src, bytes, std::chrono::steady_clock::now()});
+    jobs_.push_back({ticket, dst, src, &transfer, std::chrono::steady_clock::now()});
   }
   ++in_flight_;
   work_.notify_one();
@@ -50,7 +50,7 @@ void CopyWorker::run() {
     jobs_.pop_front();
     busy_ = true;
     lock.unlock();
-    copy_fn_(job.dst, job.src, job.bytes);
+    (*job.transfer)(job.dst, job.src);
     const auto latency = std::chrono::steady_clock::now() - job.queued;
     lock.lock();
     done_.push_back({job.ticket, latency});

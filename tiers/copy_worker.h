@@ -1,13 +1,19 @@
-// The L1<->L2 copy worker: block copies between two pools of host memory,
+// The L1<->L2 copy worker: block moves between two pools of host memory,
 // done on a thread of their own so that the engine thread goes on stepping
 // other requests meanwhile. (With a GPU this is the job of a copy stream and
 // its events; without one both pools are host memory and a thread does it.)
 //
+// A move is whatever Transfer the job names: a plain copy, or a copy that
+// changes the bytes on the way (the engine's int8 encode into a quantised L2
+// and decode out of it). The owner supplies the functions, so tiers/ neither
+// depends on kernels/ nor knows what the bytes mean, and the source and
+// destination sizes are the Transfer's business.
+//
 // Contract:
-//  * copy() queues one copy and returns its ticket at once. The caller keeps
-//    both buffers alive, leaves the source unchanged and does not touch the
-//    destination until poll() has returned that ticket.
-//  * Copies run one at a time in submission order (one thread: a block copy
+//  * copy() queues one move and returns its ticket at once. The caller keeps
+//    both buffers and the Transfer alive, leaves the source unchanged and
+//    does not touch the destination until poll() has returned that ticket.
+//  * Moves run one at a time in submission order (one thread: a block copy
 //    is bound by memory bandwidth, which a second thread would share).
 //  * poll() returns the tickets completed since the last call, each with its
 //    latency from copy() to the end of the copy; drain() waits until no copy
@@ -40,19 +46,21 @@ struct CopyCompletion {
 
 class CopyWorker {
  public:
-  // How a block is copied (kernels::copy_block in the engine; tiers does not
-  // depend on kernels).
-  using CopyFn = void (*)(void* dst, const void* src, std::size_t bytes);
+  // One move: reads the source, writes the destination. Runs on the worker
+  // thread, one at a time.
+  using Transfer = std::function<void(std::byte* dst, const std::byte* src)>;
 
-  explicit CopyWorker(CopyFn copy_fn, std::function<void()> on_complete = {});
+  explicit CopyWorker(std::function<void()> on_complete = {});
   ~CopyWorker();
   CopyWorker(const CopyWorker&) = delete;
   CopyWorker& operator=(const CopyWorker&) = delete;
 
-  std::uint64_t copy(std::byte* dst, const std::byte* src, std::size_t bytes);
+  // Queues transfer(dst, src). The worker keeps a pointer to `transfer`, not
+  // a copy (nothing is allocated per move): it must outlive the move.
+  std::uint64_t copy(std::byte* dst, const std::byte* src, const Transfer& transfer);
   std::vector<CopyCompletion> poll();
   void drain();
-  // Copies queued or running, not yet returned by poll().
+  // Moves queued or running, not yet returned by poll().
   std::size_t in_flight() const { return in_flight_; }
 
  private:
@@ -60,12 +68,11 @@ class CopyWorker {
     std::uint64_t ticket;
     std::byte* dst;
     const std::byte* src;
-    std::size_t bytes;
+    const Transfer* transfer;
     std::chrono::steady_clock::time_point queued;
   };
   void run();
 
-  CopyFn copy_fn_;
   std::function<void()> on_complete_;
   std::uint64_t next_ticket_ = 1;
   std::size_t in_flight_ = 0;  // the engine thread's own count

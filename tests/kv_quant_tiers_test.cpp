@@ -1,0 +1,503 @@
+// Quantised lower tiers (l2_format / l3_format = int8, engine/kv_cache.h):
+// capacity, the round trip through an int8 L2 and an int8 L3 (within
+// kernels/kv_quant.h's error bound; exact stays bit-identical), a restart on
+// an int8 store, an exact store reopened as int8, the refused combination,
+// the scheduler under pressure with int8 tiers, and the daemon's flags. All
+// with real parts: the L3 store lives in a temporary directory.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "daemon_test_util.h"
+#include "engine/kv_cache.h"
+#include "engine/scheduler.h"
+#include "kernels/kv_quant.h"
+#include "test_util.h"
+
+namespace kvtier {
+namespace {
+
+using nlohmann::json;
+using test_util::contains;
+
+constexpr KvLayout kLayout{4, 4, 32, 16};  // the bundled model's: 64 KiB blocks
+constexpr std::uint64_t kFingerprint = 0x6b767469657221ULL;
+
+kernels::KvShape shape_of(const KvLayout& l) {
+  return {l.n_layer, l.n_kv_head, l.head_dim, l.page_size};
+}
+
+std::size_t round_up_4k(std::size_t n) { return (n + 4095) / 4096 * 4096; }
+
+CacheConfig config(KvFormat l2, KvFormat l3, const std::filesystem::path& l3_path = {}) {
+  CacheConfig c;
+  c.l2_bytes = 16 * 65536;
+  c.l2_format = l2;
+  c.l3_format = l3;
+  if (!l3_path.empty()) {
+    c.l3_path = l3_path.string();
+    c.l3_bytes = 64 * 65536;
+  }
+  return c;
+}
+
+std::unique_ptr<KvCache> make_cache(tiers::BlockPool& l1, const CacheConfig& c,
+                                    const KvLayout& layout = kLayout) {
+  auto cache = KvCache::create(layout, kFingerprint, l1, c);
+  EXPECT_TRUE(cache.has_value()) << cache.error();
+  return cache ? std::move(*cache) : nullptr;
+}
+
+std::vector<int> block_tokens(int seed) {
+  std::vector<int> t(static_cast<std::size_t>(kLayout.page_size));
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int>((seed * 7 + i * 3) % 90);
+  return t;
+}
+
+// KV-like floats: runs of very different magnitudes (each gets its own scale).
+std::vector<float> random_kv(unsigned seed) {
+  const kernels::KvShape s = shape_of(kLayout);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(s.floats_per_block()));
+  for (long r = 0; r < s.runs_per_block(); ++r) {
+    const float magnitude = std::ldexp(1.0f, static_cast<int>(r % 5) * 2 - 4);
+    for (long i = 0; i < s.floats_per_run(); ++i)
+      x[static_cast<std::size_t>(r * s.floats_per_run() + i)] = magnitude * normal(rng);
+  }
+  return x;
+}
+
+// Puts kv in a fresh L1 block and caches it under tokens (the cache keeps
+// the only reference).
+void cache_block(KvCache& cache, tiers::BlockPool& l1, const std::vector<int>& tokens,
+                 const std::vector<float>& kv) {
+  const int block = l1.allocate().value();
+  std::memcpy(l1.data(block), kv.data(), kv.size() * sizeof(float));
+  const int blocks[] = {block};
+  cache.insert(cache.root(""), tokens, blocks);
+  l1.release(block);
+}
+
+// Brings the cached block of tokens up into L1 (through whatever tier has
+// it) and returns its floats; empty if it never arrives.
+std::vector<float> fetch(KvCache& cache, tiers::BlockPool& l1, const std::vector<int>& tokens) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    auto blocks = cache.acquire_prefix(cache.root(""), tokens, 1, 1);
+    if (blocks) {
+      if (blocks->size() != 1) return {};
+      const float* data = reinterpret_cast<const float*>(l1.data((*blocks)[0]));
+      std::vector<float> out(data, data + shape_of(kLayout).floats_per_block());
+      l1.release((*blocks)[0]);
+      return out;
+    }
+    cache.wait(std::chrono::milliseconds(10));
+    cache.poll();
+  }
+  return {};
+}
+
+// kv_quant's bound: every element within half its run's scale (absmax /
+// 127), up to float rounding.
+::testing::AssertionResult within_int8_bound(const std::vector<float>& want,
+                                             const std::vector<float>& got) {
+  const kernels::KvShape s = shape_of(kLayout);
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "no block came back";
+  for (long r = 0; r < s.runs_per_block(); ++r) {
+    const auto run = want.begin() + r * s.floats_per_run();
+    float absmax = 0.0f;
+    for (auto it = run; it != run + s.floats_per_run(); ++it)
+      absmax = std::max(absmax, std::fabs(*it));
+    const double bound = 0.5 * kernels::kv_quant_scale(absmax) * (1.0 + 0x1p-16);
+    for (long i = 0; i < s.floats_per_run(); ++i) {
+      const std::size_t k = static_cast<std::size_t>(r * s.floats_per_run() + i);
+      if (!(std::fabs(static_cast<double>(want[k]) - got[k]) <= bound))
+        return ::testing::AssertionFailure()
+               << "run " << r << " element " << i << ": " << want[k] << " came back as " << got[k]
+               << " (bound " << bound << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+tiers::BlockPool l1_pool(int blocks = 32) {
+  return tiers::BlockPool(round_up_4k(kLayout.block_bytes()), blocks, tiers::Memory::kPageAligned);
+}
+
+TEST(KvQuantTiersTest, FormatsParseAndPrint) {
+  EXPECT_EQ(parse_kv_format("exact").value(), KvFormat::kExact);
+  EXPECT_EQ(parse_kv_format("int8").value(), KvFormat::kInt8);
+  EXPECT_EQ(to_string(KvFormat::kInt8), "int8");
+  EXPECT_EQ(to_string(KvFormat::kExact), "exact");
+  const auto bad = parse_kv_format("int4");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_TRUE(contains(bad.error(), "expected exact or int8")) << bad.error();
+}
+
+// For the same l2_bytes an int8 L2 holds kv_quant_bytes-sized slots (rounded
+// to a page): about 4x the blocks for GPT-2 124M, 3.2x for the bundled
+// model (16 KiB + 128 bytes of scales, padded to 20 KiB).
+TEST(KvQuantTiersTest, Int8L2HoldsAboutFourTimesTheBlocksOfExact) {
+  const KvLayout gpt2{12, 12, 64, 16};
+  for (const KvLayout& layout : {kLayout, gpt2}) {
+    tiers::BlockPool l1(round_up_4k(layout.block_bytes()), 2);
+    CacheConfig c = config(KvFormat::kExact, KvFormat::kExact);
+    c.l2_bytes = 32 * layout.block_bytes();
+    const auto exact = make_cache(l1, c, layout);
+    c.l2_format = KvFormat::kInt8;
+    const auto int8 = make_cache(l1, c, layout);
+    ASSERT_TRUE(exact && int8);
+    const TierStats e = exact->stats().tier[1], q = int8->stats().tier[1];
+    const std::size_t encoded = kernels::kv_quant_bytes(shape_of(layout));
+    EXPECT_EQ(e.capacity_blocks, 32u);
+    EXPECT_EQ(q.capacity_blocks, c.l2_bytes / round_up_4k(encoded));
+    EXPECT_EQ(e.block_bytes, layout.block_bytes());
+    EXPECT_EQ(q.block_bytes, encoded);
+    EXPECT_EQ(q.format, KvFormat::kInt8);
+    EXPECT_EQ(int8->stats().tier[0].format, KvFormat::kExact);
+    const double ratio = static_cast<double>(q.capacity_blocks) / e.capacity_blocks;
+    EXPECT_GE(ratio, layout.n_layer == 12 ? 3.9 : 3.1) << layout.n_layer << " layers";
+  }
+}
+
+// Demoted to L2 (flush L1) and promoted back by the copy worker: exact is
+// the same bytes, int8 within the bound and, for these values, not the same.
+TEST(KvQuantTiersTest, L2RoundTripIsExactOrWithinTheInt8Bound) {
+  const std::vector<float> kv = random_kv(1);
+  for (KvFormat format : {KvFormat::kExact, KvFormat::kInt8}) {
+    auto l1 = l1_pool();
+    const auto cache = make_cache(l1, config(format, format));
+    ASSERT_NE(cache, nullptr);
+    cache_block(*cache, l1, block_tokens(1), kv);
+    EXPECT_EQ(cache->flush(Tier::kL1), 1);
+    ASSERT_EQ(cache->lookup(cache->root(""), block_tokens(1), 1).blocks[1], 1);
+    const std::vector<float> back = fetch(*cache, l1, block_tokens(1));
+    ASSERT_EQ(back.size(), kv.size()) << to_string(format);
+    const CacheStats st = cache->stats();
+    EXPECT_EQ(st.tier[1].demotions, 1);
+    EXPECT_EQ(st.tier[1].promotions, 1);
+    EXPECT_EQ(st.tier[1].bytes_in, static_cast<long>(st.tier[1].block_bytes));
+    if (format == KvFormat::kExact) {
+      EXPECT_EQ(std::memcmp(back.data(), kv.data(), kv.size() * sizeof(float)), 0);
+    } else {
+      EXPECT_TRUE(within_int8_bound(kv, back));
+      EXPECT_NE(back, kv) << "int8 is lossy for these values";
+    }
+    ASSERT_TRUE(cache->check_invariants());
+  }
+}
+
+// A swapped request's partial block through an int8 L2 slot: within the bound.
+TEST(KvQuantTiersTest, StashedBlockComesBackWithinTheInt8Bound) {
+  const std::vector<float> kv = random_kv(2);
+  auto l1 = l1_pool();
+  const auto cache = make_cache(l1, config(KvFormat::kInt8, KvFormat::kInt8));
+  ASSERT_NE(cache, nullptr);
+  const int block = l1.allocate().value();
+  std::memcpy(l1.data(block), kv.data(), kv.size() * sizeof(float));
+  const auto slot = cache->stash_partial(block);
+  l1.release(block);
+  ASSERT_TRUE(slot.has_value());
+  const auto back_block = cache->unstash_partial(*slot);
+  ASSERT_TRUE(back_block.has_value());
+  const float* data = reinterpret_cast<const float*>(l1.data(*back_block));
+  EXPECT_TRUE(within_int8_bound(kv, std::vector<float>(data, data + kv.size())));
+  l1.release(*back_block);
+}
+
+// Through an int8 L3 and a restart: written from L1 (exact L2: encoded into
+// staging), from an exact L2 slot (staging again) or from an int8 L2 slot
+// (as it is), then read after a restart into staging and decoded.
+TEST(KvQuantTiersTest, Int8L3ServesBlocksAfterARestartWithinTheBound) {
+  struct Case {
+    KvFormat l2;
+    bool flush_l1_first;  // the write then comes from the L2 slot
+  };
+  for (const Case& k :
+       {Case{KvFormat::kExact, false}, Case{KvFormat::kExact, true}, Case{KvFormat::kInt8, true}}) {
+    SCOPED_TRACE(std::string(to_string(k.l2)) + (k.flush_l1_first ? " from L2" : " from L1"));
+    test_util::TempDir dir;
+    const CacheConfig c = config(k.l2, KvFormat::kInt8, dir.path() / "l3");
+    const std::vector<float> kv = random_kv(3);
+    {
+      auto l1 = l1_pool();
+      const auto cache = make_cache(l1, c);
+      ASSERT_NE(cache, nullptr);
+      ASSERT_TRUE(cache->stats().tier[2].available);
+      cache_block(*cache, l1, block_tokens(3), kv);
+      if (k.flush_l1_first) cache->flush(Tier::kL1);
+      EXPECT_EQ(cache->persist(), 1);
+      EXPECT_EQ(cache->stats().tier[2].bytes_in,
+                static_cast<long>(kernels::kv_quant_bytes(shape_of(kLayout))));
+    }
+    auto l1 = l1_pool();
+    const auto cache = make_cache(l1, c);
+    ASSERT_NE(cache, nullptr);
+    for (const std::string& w : cache->warnings()) EXPECT_FALSE(contains(w, "discarded")) << w;
+    ASSERT_EQ(cache->lookup(cache->root(""), block_tokens(3), 1).blocks[2], 1);
+    const std::vector<float> back = fetch(*cache, l1, block_tokens(3));
+    EXPECT_TRUE(within_int8_bound(kv, back));
+    const CacheStats st = cache->stats();
+    EXPECT_EQ(st.tier[2].promotions, 1);
+    EXPECT_EQ(st.tier[2].checksum_failures, 0);
+    ASSERT_TRUE(cache->check_invariants());
+  }
+}
+
+// The format is part of the store's tag: an exact store opened as int8 (or
+// the other way) starts empty, says so, and never serves the other's bytes.
+TEST(KvQuantTiersTest, AStoreWrittenInOneFormatStartsEmptyInTheOther) {
+  test_util::TempDir dir;
+  const std::vector<float> kv = random_kv(4);
+  const std::vector<std::pair<KvFormat, KvFormat>> order = {{KvFormat::kExact, KvFormat::kInt8},
+                                                            {KvFormat::kInt8, KvFormat::kExact}};
+  for (const auto& [written, reopened] : order) {
+    SCOPED_TRACE(std::string(to_string(written)) + " reopened as " +
+                 std::string(to_string(reopened)));
+    {
+      auto l1 = l1_pool();
+      const auto cache = make_cache(
+          l1, config(KvFormat::kExact, written, dir.path() / std::string(to_string(written))));
+      ASSERT_NE(cache, nullptr);
+      cache_block(*cache, l1, block_tokens(4), kv);
+      EXPECT_EQ(cache->persist(), 1);
+    }
+    auto l1 = l1_pool();
+    const auto cache = make_cache(
+        l1, config(KvFormat::kExact, reopened, dir.path() / std::string(to_string(written))));
+    ASSERT_NE(cache, nullptr);
+    ASSERT_FALSE(cache->warnings().empty());
+    EXPECT_TRUE(contains(cache->warnings().front(), "discarded")) << cache->warnings().front();
+    EXPECT_EQ(cache->stats().tier[2].used_blocks, 0u);
+    EXPECT_EQ(cache->lookup(cache->root(""), block_tokens(4), 1).total_blocks(), 0);
+  }
+}
+
+TEST(KvQuantTiersTest, Int8L2OverAnExactL3IsRefused) {
+  test_util::TempDir dir;
+  auto l1 = l1_pool();
+  const CacheConfig c = config(KvFormat::kInt8, KvFormat::kExact, dir.path() / "l3");
+  const auto refused = KvCache::create(kLayout, kFingerprint, l1, c);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_TRUE(contains(refused.error(), "l2_format int8 over l3_format exact")) << refused.error();
+  SchedulerConfig s;
+  s.prefix_cache = true;
+  s.cache = c;
+  ASSERT_FALSE(s.validate().has_value());
+  EXPECT_TRUE(contains(s.validate().error(), "use l3_format int8")) << s.validate().error();
+  // Accepted: the other three, and an int8 L2 with no L3 at all.
+  EXPECT_TRUE(make_cache(l1, config(KvFormat::kInt8, KvFormat::kExact)));
+  EXPECT_TRUE(make_cache(l1, config(KvFormat::kExact, KvFormat::kInt8, dir.path() / "a")));
+  EXPECT_TRUE(make_cache(l1, config(KvFormat::kInt8, KvFormat::kInt8, dir.path() / "b")));
+}
+
+// The scheduler on the bundled model with int8 L2 and L3.
+class QuantSchedulerTest : public ::testing::Test {
+ protected:
+  static RequestParams params(std::string_view prompt, int max_tokens) {
+    RequestParams p;
+    p.prompt = test_util::bundled_model().tokenizer->encode(prompt).value();
+    p.max_tokens = max_tokens;
+    p.sampling = {0.0f, 0, 1.0f, 0};
+    return p;
+  }
+
+  static std::unique_ptr<Scheduler> make(const SchedulerConfig& c) {
+    auto s = Scheduler::create(test_util::bundled_model().model,
+                               test_util::bundled_model().tokenizer.get(), c);
+    EXPECT_TRUE(s.has_value()) << s.error();
+    return s ? std::move(*s) : nullptr;
+  }
+
+  // Runs every request to completion with check_invariants() after each step.
+  // Tokens are not compared with a solo run: int8 tiers are lossy.
+  static ::testing::AssertionResult run(Scheduler& s, const std::vector<RequestParams>& reqs,
+                                        std::vector<RequestId>* ids = nullptr) {
+    std::vector<RequestId> submitted;
+    for (const RequestParams& p : reqs) {
+      auto id = s.submit(p);
+      if (!id) return ::testing::AssertionFailure() << "submit: " << id.error();
+      submitted.push_back(*id);
+    }
+    for (int guard = 0; s.has_work(); ++guard) {
+      if (guard == 50000) return ::testing::AssertionFailure() << "no end after 50000 steps";
+      for (const RequestEvent& e : s.step().events)
+        if (!e.error.empty()) return ::testing::AssertionFailure() << e.error;
+      if (auto ok = s.check_invariants(); !ok)
+        return ::testing::AssertionFailure() << "step " << guard << ": " << ok.error();
+    }
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      if (static_cast<int>(s.find(submitted[i])->generated().size()) != reqs[i].max_tokens)
+        return ::testing::AssertionFailure() << "request " << i << " stopped early";
+    }
+    if (ids) *ids = submitted;
+    return ::testing::AssertionSuccess();
+  }
+
+  static SchedulerConfig int8_tiers(const std::filesystem::path& l3) {
+    SchedulerConfig c;
+    c.prefix_cache = true;
+    c.preemption = PreemptionMode::kSwap;
+    c.max_kv_tokens = 4096;
+    c.max_batch_size = 4;
+    c.token_budget = 32;
+    c.cache.l2_bytes = 16 * 65536;
+    c.cache.l2_format = KvFormat::kInt8;
+    c.cache.l3_format = KvFormat::kInt8;
+    c.cache.l3_path = l3.string();
+    c.cache.l3_bytes = 256 * 65536;
+    return c;
+  }
+};
+
+const std::string kShared =
+    "Q: What is the difference between a duck? A: One of its legs is both the same. "
+    "And the other";
+
+// A tiny L1 and L2 under many requests with shared prefixes and swap
+// preemption: blocks are encoded into L2, written back to L3 as they are,
+// promoted from both, and the pool and cache stay consistent every step.
+TEST_F(QuantSchedulerTest, HeavyPressureWithInt8TiersRunsToCompletion) {
+  test_util::TempDir dir;
+  SchedulerConfig c = int8_tiers(dir.path() / "l3");
+  c.max_kv_tokens = 160;  // 10 blocks
+  c.token_budget = 16;
+  c.cache.l2_bytes = 2 * 65536;  // 6 int8 slots
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
+                                          "It is a truth universally ", "A bird in the hand "};
+  for (int round = 0; round < 3; ++round) {
+    std::vector<RequestParams> wave;
+    for (std::size_t i = 0; i < stems.size(); ++i)
+      wave.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6 + round * 4));
+    ASSERT_TRUE(run(*s, wave)) << "round " << round;
+  }
+  s->cache()->drain();
+  ASSERT_TRUE(s->check_invariants());
+  const CacheStats st = s->cache()->stats();
+  EXPECT_GT(st.tier[1].demotions, 0);
+  EXPECT_GT(st.tier[1].promotions, 0);
+  EXPECT_GT(st.tier[2].demotions, 0);
+  EXPECT_GT(st.tier[2].promotions, 0);
+  EXPECT_EQ(st.tier[2].checksum_failures, 0);
+  EXPECT_EQ(st.tier[2].bytes_in, st.tier[2].demotions * static_cast<long>(st.tier[2].block_bytes));
+}
+
+// Swap preemption through an int8 L2: the victims' partial blocks are
+// stashed encoded and come back decoded; nothing is recomputed.
+TEST_F(QuantSchedulerTest, SwapPreemptionThroughAnInt8L2RecomputesNothing) {
+  SchedulerConfig c;
+  c.prefix_cache = true;
+  c.preemption = PreemptionMode::kSwap;
+  c.page_size = 8;
+  c.max_kv_tokens = 96;
+  c.max_batch_size = 4;
+  c.token_budget = 8;
+  c.cache.l2_bytes = 64 * 32768;
+  c.cache.l2_format = KvFormat::kInt8;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  std::vector<RequestParams> reqs;
+  for (const char* prompt :
+       {"Q: What is the difference between", "A", "The fortune you seek is in another cookie.",
+        "Love is", "It is a truth universally acknowledged"})
+    reqs.push_back(params(prompt, 24));
+  ASSERT_TRUE(run(*s, reqs));
+  EXPECT_GT(s->stats().preemptions, 0) << "the budget never forced a swap";
+  EXPECT_EQ(s->stats().recomputed_tokens, 0);
+  EXPECT_EQ(s->stats().swapped_in, s->stats().swapped_out);
+  EXPECT_GT(s->cache()->stats().tier[1].demotions, 0);
+}
+
+// A restart on the same int8 l3_path serves the prefix from L3.
+TEST_F(QuantSchedulerTest, RestartOnAnInt8StoreServesThePrefixFromL3) {
+  test_util::TempDir dir;
+  SchedulerConfig c = int8_tiers(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  {
+    auto s = make(c);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(run(*s, {params(kShared + " one", 8)}));
+  }
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  for (const std::string& w : s->cache()->warnings()) EXPECT_FALSE(contains(w, "discarded")) << w;
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run(*s, {params(kShared + " two", 8)}, &ids));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
+  const CacheStats st = s->cache()->stats();
+  EXPECT_GT(st.tier[2].promotions, 0);
+  EXPECT_EQ(st.tier[2].checksum_failures, 0);
+}
+
+// The daemon: flags and config-file keys, read-only in config.get, shown by
+// `tiers`; bad values and the refused combination are clear errors.
+TEST(KvQuantTiersDaemonTest, FormatsAreRestartOnlySettingsShownByTiers) {
+  using namespace daemon_test;
+  test_util::TempDir dir;
+  Daemon d({"--l2-format", "int8", "--l3-format", "int8", "--l3-path", (dir.path() / "l3").string(),
+            "--l3-bytes", "16M"});
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  auto c = d.connect();
+  const auto config = c->call(request(1, "config.get"));
+  ASSERT_TRUE(config && config->contains("result")) << d.log();
+  for (const char* name : {"l2_format", "l3_format"}) {
+    EXPECT_EQ((*config)["result"][name]["value"], "int8") << name;
+    EXPECT_EQ((*config)["result"][name]["runtime"], false) << name;
+  }
+  const auto tiers = c->call(request(2, "tiers"));
+  ASSERT_TRUE(tiers && tiers->contains("result"));
+  const json& t = (*tiers)["result"]["tiers"];
+  EXPECT_EQ(t["l1"]["format"], "exact");
+  EXPECT_EQ(t["l2"]["format"], "int8");
+  EXPECT_EQ(t["l3"]["format"], "int8");
+  EXPECT_EQ(t["l2"]["block_bytes"], kernels::kv_quant_bytes(shape_of(kLayout)));
+  auto refused = c->call(request(3, "config.set", {{"l2_format", "exact"}}));
+  EXPECT_EQ(error_code(refused), -32602);
+  EXPECT_TRUE(
+      contains((*refused)["error"]["message"].get<std::string>(), "restart it with --l2-format"));
+  const auto generated = c->call(request(4, "generate", generate_params(kShared, 8, 0.0f, 0)));
+  ASSERT_TRUE(generated && generated->contains("result"));
+  EXPECT_EQ((*generated)["result"]["completion_tokens"], 8);
+  shutdown(d);
+}
+
+TEST(KvQuantTiersDaemonTest, BadFormatsAreRefusedWithAClearMessage) {
+  using namespace daemon_test;
+  test_util::TempDir dir;
+  const std::vector<std::string> base = {"--socket", (dir.path() / "s.sock").string(), "--model",
+                                         kModelDir.string()};
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::string l3 = (dir.path() / "l3").string();
+  const std::vector<Case> cases = {
+      {{"--l2-format", "int4"}, "--l2-format"},
+      {{"--l3-format", "fp8"}, "--l3-format"},
+      {{"--l2-format", "int8", "--l3-path", l3, "--l3-bytes", "16M"}, "use l3_format int8"},
+  };
+  for (const Case& k : cases) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), k.args.begin(), k.args.end());
+    const RunResult r = run_kvtierd(args);
+    EXPECT_TRUE(exited_nonzero(r)) << k.args[1];
+    EXPECT_TRUE(contains(r.err, k.says)) << k.args[1] << ": " << r.err;
+  }
+  const auto file = dir.write("kvtierd.toml", "l3-format = \"int4\"\n");
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--config", file.string()});
+  const RunResult r = run_kvtierd(args);
+  EXPECT_TRUE(exited_nonzero(r));
+  EXPECT_TRUE(contains(r.err, "l3-format")) << r.err;
+}
+
+}  // namespace
+}  // namespace kvtier
