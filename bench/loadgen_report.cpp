@@ -213,7 +213,7 @@ bool write_stats_csv(const std::string& path, const LoadResult& result) {
   for (const char* t : {"l1", "l2", "l3"})
     f << ',' << t << "_used," << t << "_capacity," << t << "_hits," << t << "_demotions," << t
       << "_promotions," << t << "_dropped," << t << "_hit_rate";
-  f << ",missed_blocks,rss_kb\n";
+  f << ",missed_blocks,cache_nodes,rss_kb\n";
   StatsView prev = view_stats(result.stats_before);
   double prev_t = 0;
   for (const auto& sample : result.samples) {
@@ -229,7 +229,7 @@ bool write_stats_csv(const std::string& path, const LoadResult& result) {
       f << ',' << x.used << ',' << x.capacity << ',' << x.hits << ',' << x.demotions << ','
         << x.promotions << ',' << x.dropped << ',' << fixed(d.hit_rate(t), 4);
     }
-    f << ',' << v.missed_blocks << ',' << sample.rss_kb << '\n';
+    f << ',' << v.missed_blocks << ',' << v.cache_nodes << ',' << sample.rss_kb << '\n';
     prev = v;
     prev_t = sample.t_s;
   }

@@ -64,6 +64,7 @@ StatsView view_stats(const json& s) {
   if (cache == s.end() || !cache->is_object()) return v;
   v.has_cache = true;
   v.missed_blocks = first_number(*cache, {"missed_blocks", "misses", "miss_blocks"}, 0);
+  v.cache_nodes = first_number(*cache, {"nodes"}, -1);
   for (int t = 0; t < 3; ++t) {
     const json* o = tier_object(*cache, t);
     if (!o) continue;

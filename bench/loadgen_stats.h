@@ -27,6 +27,7 @@ struct StatsView {
   bool has_cache = false;
   TierFigures tier[3];
   long missed_blocks = 0;
+  long cache_nodes = -1;  // blocks in the radix tree (stats.cache.nodes), -1 if absent
 
   long hit_blocks() const { return tier[0].hits + tier[1].hits + tier[2].hits; }
   // Share of looked-up prompt blocks found in tier t; -1 without cache stats.

@@ -300,6 +300,8 @@ TEST(L3Store, EvictsLeastRecentlyUsedButNeverProtectedOrBeingRead) {
   EXPECT_FALSE(store->contains(key_of(1)));
   EXPECT_EQ(store->slot_offset(key_of(4)), slot_of_1) << "the victim's slot is reused";
   EXPECT_EQ(store->stats().evictions, 1);
+  EXPECT_EQ(store->take_evicted(), std::vector<BlockKey>{key_of(1)}) << "reported once";
+  EXPECT_TRUE(store->take_evicted().empty());
 
   // The victim leaves the index before its slot is written: check the index
   // itself while the write is still queued.
@@ -336,6 +338,7 @@ TEST(L3Store, EvictsLeastRecentlyUsedButNeverProtectedOrBeingRead) {
   store->set_protected(key_of(3), false);
   ASSERT_EQ(put(*store, 6), L3Status::kOk);
   EXPECT_FALSE(store->contains(key_of(3)));
+  EXPECT_EQ(store->take_evicted(), (std::vector<BlockKey>{key_of(2), key_of(3)}));
   for (int i : {0, 4, 5, 6}) EXPECT_TRUE(store->contains(key_of(i))) << i;
 }
 

@@ -189,11 +189,41 @@ TEST_F(TieredSchedulerTest, HeavyPressureDemotesAndPromotesWithoutChangingTokens
   s->cache()->drain();
   const CacheStats st = s->cache()->stats();
   EXPECT_GT(st.tier[1].demotions, 0);
-  EXPECT_GT(st.tier[2].demotions, 0);  // write_back: blocks that reached L2 went on to L3
+  EXPECT_GT(st.tier[2].demotions, 0);   // write_back: blocks that reached L2 went on to L3
   EXPECT_GT(st.tier[1].promotions, 0);  // copied up by the copy worker
   EXPECT_GT(st.tier[2].promotions, 0);
   EXPECT_GT(st.cleaned, 0) << "no L1 block was copied to L2 ahead of its demotion";
   EXPECT_GT(st.recompute_tokens_avoided, 0);
+}
+
+// The tree mirrors L3: blocks the store evicts by itself to make room leave
+// the tree too, so it stays as large as what the tiers hold however many
+// requests go by (a soak once saw it grow by a node per request).
+TEST_F(TieredSchedulerTest, TheTreeForgetsBlocksL3EvictsAndStaysBounded) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.max_kv_tokens = 160;  // 10 blocks
+  c.cache.l2_bytes = 4 * 65536;
+  c.cache.l3_bytes = 8 * 65536;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  for (int wave = 0; wave < 6; ++wave) {
+    std::vector<RequestParams> part;
+    for (int i = 0; i < 4; ++i)
+      part.push_back(params(std::to_string(wave * 4 + i) + kShared.substr(0, 50), 3, greedy()));
+    ASSERT_TRUE(run_and_compare(*s, part)) << "wave " << wave;
+  }
+  s->cache()->drain();
+  const CacheStats st = s->cache()->stats();
+  ASSERT_GT(st.tier[2].demotions, static_cast<long>(st.tier[2].capacity_blocks))
+      << "L3 never had to evict";
+  EXPECT_GT(st.tier[2].dropped, 0);
+  EXPECT_EQ(s->cache()->tree().count(Tier::kL3), st.tier[2].used_blocks);
+  // Every node holds bytes somewhere or leads to one that does; with these
+  // short, unshared prompts that bounds the tree by what the tiers hold.
+  const std::size_t held =
+      st.tier[0].capacity_blocks + st.tier[1].capacity_blocks + st.tier[2].capacity_blocks;
+  EXPECT_LE(st.nodes, held);
 }
 
 TEST_F(TieredSchedulerTest, SwapPreemptionRecomputesNothingAndMatchesRecompute) {

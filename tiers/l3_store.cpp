@@ -422,6 +422,11 @@ void L3Store::breaker_success_locked(bool probe) {
   backoff_ = std::chrono::milliseconds{0};
 }
 
+std::vector<BlockKey> L3Store::take_evicted() {
+  std::lock_guard lock(mu_);
+  return std::exchange(evicted_, {});
+}
+
 void L3Store::complete_locked(std::uint64_t ticket, const BlockKey& key, bool is_write,
                               L3Status status, std::chrono::nanoseconds latency) {
   completions_.push_back({ticket, key, is_write, status, latency});
@@ -446,6 +451,7 @@ std::optional<std::uint32_t> L3Store::take_slot_locked(bool& index_error) {
       return std::nullopt;
     }
     ++stats_.evictions;
+    evicted_.push_back(key);
     touched_.erase(key);
     entries_.erase(key);
     lru_.erase({last_use, key});  // invalidates the loop: leave it now

@@ -26,9 +26,9 @@
 // backoff_max) the next operation goes through as a probe, and its success
 // closes the breaker. Nothing throws on I/O failure.
 //
-// Threading: write, read, erase, touch, set_protected, flush, poll and drain
-// are called from one thread, the engine's; lookup, contains, stats and the
-// accessors from any thread. The slab's completion thread verifies
+// Threading: write, read, erase, touch, set_protected, take_evicted, flush,
+// poll and drain are called from one thread, the engine's; lookup, contains,
+// stats and the accessors from any thread. The slab's completion thread verifies
 // checksums, commits index entries and queues completions. One mutex (mu_)
 // guards all shared state, and index writes happen under it, so the index
 // sees puts and deletes in the same order as the in-memory map; checksums
@@ -176,6 +176,10 @@ class L3Store {
   // Protected entries are never evicted (the engine's swapped-out requests).
   // Kept in memory only: after a restart nothing is protected.
   void set_protected(const BlockKey& key, bool is_protected);
+  // The keys of the entries write() evicted to make room since the last
+  // call, oldest first: an owner that mirrors what the store holds forgets
+  // them here (erase() and checksum failures it knows of already).
+  std::vector<BlockKey> take_evicted();
 
   std::size_t slot_bytes() const { return slot_bytes_; }
   std::size_t block_bytes() const { return options_.block_bytes; }
@@ -260,6 +264,7 @@ class L3Store {
   std::vector<std::uint32_t> free_;            // slots with no owner and no reads; lowest last
   std::unordered_map<std::uint64_t, Op> ops_;  // ticket -> operation in flight
   std::vector<L3Completion> completions_;      // waiting for poll()
+  std::vector<BlockKey> evicted_;              // waiting for take_evicted()
   L3Stats stats_;
   LatencyStats read_latency_, write_latency_;
   // The breaker: closed, open until open_until_, or half open with one probe
