@@ -1,6 +1,7 @@
 // Forward-pass speed on GPT-2 124M shapes (random weights from a seed),
 // with the machine's own limits measured in the same run:
 //   decode batch 1: weight bytes read per token x tokens/s / memcpy bandwidth
+//   cached tail:    16 tokens after a cached 1008 (the floor of a cached TTFT)
 //   prefill 1024:   achieved GFLOP/s / OpenBLAS sgemm GFLOP/s on the same shapes
 // and peak resident memory against weights + KV. Prints figures; asserts nothing.
 //
@@ -59,6 +60,36 @@ struct Bench {
                                                    benchmark::Counter::kIsIterationInvariantRate);
   }
 
+  // The step a cached prefix leaves to compute: `tail` tokens after a
+  // `context`-token prefix whose KV is already in the pool (a prefix-cache
+  // hit). Its cost is the floor of a cached TTFT. Each iteration gets fresh
+  // copies of the prefix's blocks (untimed).
+  void cached_tail(benchmark::State& state, int context, int tail) {
+    const auto tokens = random_tokens(context + tail, model.config().vocab_size, 5);
+    SequenceKv prefix(kPage);
+    prefix.reserve(pool, context);
+    const Model::Chunk warm{&prefix, std::span(tokens).first(context), false};
+    (void)model.forward(std::span(&warm, 1), pool);
+    for (auto _ : state) {
+      state.PauseTiming();
+      std::vector<int> blocks;
+      for (int b : prefix.block_ids()) {
+        blocks.push_back(*pool.allocate());
+        std::memcpy(pool.data(blocks.back()), pool.data(b), pool.block_bytes());
+      }
+      SequenceKv kv = SequenceKv::adopt(kPage, std::move(blocks), context);
+      kv.reserve(pool, context + tail);
+      state.ResumeTiming();
+      const Model::Chunk chunk{&kv, std::span(tokens).subspan(context, tail), false};
+      auto logits = model.forward(std::span(&chunk, 1), pool);
+      benchmark::DoNotOptimize(logits->data());
+      state.PauseTiming();
+      kv.release(pool);
+      state.ResumeTiming();
+    }
+    prefix.release(pool);
+  }
+
   // B sequences holding `context` tokens each; one iteration is one decode
   // step for all of them. The first sequence is prefilled and its pages
   // copied to the others: decode cost does not depend on what the keys say.
@@ -109,6 +140,11 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond)
         ->Iterations(3)
         ->UseRealTime();
+  benchmark::RegisterBenchmark("cached_tail/16after1008",
+                               [&bench](benchmark::State& s) { bench.cached_tail(s, 1008, 16); })
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(5)
+      ->UseRealTime();
   for (int context : {128, 1024})
     for (int B : {1, 4, 16}) {
       // Positions stop at block_size: a 1024 context decodes its last 8.
@@ -169,6 +205,15 @@ int main(int argc, char** argv) {
       std::printf("decode batch %2d ctx %4d: %8.1f tok/s\n", B, context,
                   capture.get(name, "tok/s"));
     }
+  {
+    // What a cached TTFT cannot go below on this machine: the tail's step.
+    const double tail_s = capture.get("cached_tail/16after1008/iterations:5/real_time", "seconds");
+    const double cold_s = 1024 / capture.get("prefill/1024/iterations:3/real_time", "tok/s");
+    std::printf(
+        "cached tail: 16 tokens after a cached 1008: %.1f ms (cold 1024: %.1f ms, %.1fx); "
+        "reading the weights once takes %.1f ms\n",
+        tail_s * 1e3, cold_s * 1e3, cold_s / tail_s, 1e3 * weights / memcpy_bw);
+  }
   std::printf("ratio decode batch 1 (weight bytes x tok/s / memcpy): %.2f  (target >= 0.7)\n",
               read_per_token * decode1 / memcpy_bw);
   std::printf("  the same against read bandwidth:                    %.2f\n",
