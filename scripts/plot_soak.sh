@@ -11,6 +11,9 @@
 #   PREFIX-ttft.png        TTFT distribution (CDF) by the tier of the hit:
 #                          miss, L1, L2, L3 (deepest tier that served the prompt)
 #   PREFIX-throughput.png  generated tokens/s and completed requests/s over time
+#                          (10-second means)
+#   PREFIX-memory.png      daemon RSS and radix-tree nodes over time (what the
+#                          soak's rss check is about)
 # For --compare runs, pass soak-out/l1, soak-out/l1l2, soak-out/l1l2l3 in turn.
 set -euo pipefail
 
@@ -37,16 +40,27 @@ if [ -z "$occupancy" ]; then
   occupancy="'$stats' using 1:$(col "$stats" blocks_used) with lines lw 2 title 'KV blocks of running requests'"
 fi
 
-# One CDF per hit tier that has requests.
+# One CDF per hit tier that has requests. Each tier's TTFTs go to a file of
+# their own: gnuplot's smooth cumulative restarts its sum at every skipped
+# (NaN) row, so filtering inside the plot command would draw fragments.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 ttft_col=$(col "$requests" ttft_ms)
 hit_col=$(col "$requests" hit_tier)
 ttft=""
 for h in miss l1 l2 l3; do
-  n=$(awk -F, -v h="$h" -v c="$hit_col" -v t="$ttft_col" \
-      'NR > 1 && $c == h && $t != "" { n++ } END { print n + 0 }' "$requests")
+  awk -F, -v h="$h" -v c="$hit_col" -v t="$ttft_col" \
+      'NR > 1 && $c == h && $t != "" { print $t }' "$requests" > "$tmp/$h.dat"
+  n=$(wc -l < "$tmp/$h.dat")
   [ "$n" -gt 0 ] || continue
-  ttft+="${ttft:+, }'$requests' using (strcol($hit_col) eq '$h' ? column($ttft_col) : NaN):(1.0/$n) smooth cumulative with steps lw 2 title '$h ($n)'"
+  ttft+="${ttft:+, }'$tmp/$h.dat' using 1:(1.0/$n) smooth cumulative with steps lw 2 title '$h ($n)'"
 done
+
+# Per-second rates of a Poisson load are mostly noise: plot 10-second means.
+awk -F, -v tc="$(col "$stats" tokens_per_s)" -v rc="$(col "$stats" completed_per_s)" '
+  NR > 1 { i = (NR - 2) % 10; tok[i] = $tc; req[i] = $rc; n = NR - 1 < 10 ? NR - 1 : 10
+           st = 0; sr = 0; for (j = 0; j < n; j++) { st += tok[j]; sr += req[j] }
+           print $1 "," st / n "," sr / n }' "$stats" > "$tmp/rates.dat"
 
 gnuplot <<GP
 set datafile separator ','
@@ -65,16 +79,26 @@ set title 'TTFT by the tier of the hit (CDF)'
 set xlabel 'TTFT ms (from arrival)'
 set ylabel 'share of requests'
 set yrange [0:1]
+set key bottom right
 ${ttft:+plot $ttft}
 set yrange [*:*]
+set key top left
 
 set output '$prefix-throughput.png'
-set title 'Throughput'
+set title 'Throughput (10-second means)'
 set xlabel 'seconds'
 set ylabel 'tokens/s'
 set y2label 'requests/s'
 set y2tics
-plot '$stats' using 1:$(col "$stats" tokens_per_s) with lines lw 2 title 'tokens/s', \
-     '$stats' using 1:$(col "$stats" completed_per_s) axes x1y2 with lines lw 1 title 'requests/s'
+plot '$tmp/rates.dat' using 1:2 with lines lw 2 title 'tokens/s', \
+     '$tmp/rates.dat' using 1:3 axes x1y2 with lines lw 1 title 'requests/s'
+
+set output '$prefix-memory.png'
+set title 'Daemon memory'
+set xlabel 'seconds'
+set ylabel 'RSS MiB'
+set y2label 'radix tree nodes'
+plot '$stats' using 1:(column($(col "$stats" rss_kb)) / 1024.0) with lines lw 2 title 'RSS MiB', \
+     '$stats' using 1:$(col "$stats" cache_nodes) axes x1y2 with lines lw 1 title 'tree nodes'
 GP
-echo "wrote $prefix-occupancy.png $prefix-ttft.png $prefix-throughput.png"
+echo "wrote $prefix-occupancy.png $prefix-ttft.png $prefix-throughput.png $prefix-memory.png"
