@@ -306,8 +306,12 @@ void Scheduler::sort_admitted_by_urgency() {
 }
 
 void Scheduler::admit() {
-  while (!waiting_.empty()) {
-    Request& r = *requests_.at(waiting_.begin()->id);
+  // In queue order, except that a request whose cached blocks are still
+  // coming up from L2 or L3 keeps its place without holding back the ones
+  // behind it (vLLM's waiting-for-KV state): a read of milliseconds must not
+  // stall requests that need none. Order never changes a request's tokens.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Request& r = *requests_.at(it->id);
     if (used_batch_slots() + batch_slots(r) > config_.max_batch_size) break;
     // Keep the pages (and copies of shared blocks) the running requests need
     // for this step's decode, so an admission never forces a preemption in
@@ -320,9 +324,14 @@ void Scheduler::admit() {
     const int tokens = static_cast<int>(r.tokens_.size());
     const int need = blocks_for(tokens);
     if (used_blocks() + growth + need > max_blocks_) break;
-    // The queue is strict, so a head whose blocks are still coming up from
-    // L3 holds the others back; the running requests go on meanwhile.
-    if (cache_ && !restore_from_cache(r, need)) break;
+    if (cache_) {
+      const Restore restored = restore_from_cache(r, need);
+      if (restored == Restore::kNoRoom) break;
+      if (restored == Restore::kLoading) {
+        ++it;
+        continue;
+      }
+    }
     // A swapped request whose whole KV came back decodes at once.
     const bool resumes = r.num_generated() > 0 && r.kv_.length() == tokens - 1;
     if (!resumes && !reserve(r, tokens)) {
@@ -332,7 +341,7 @@ void Scheduler::admit() {
       r.kv_.release(*pool_);
       break;
     }
-    waiting_.erase(waiting_.begin());
+    it = waiting_.erase(it);
     if (r.status_ == RequestStatus::kSwapped) {
       release_swap_state(r);
       ++swapped_in_;
@@ -343,7 +352,7 @@ void Scheduler::admit() {
   }
 }
 
-bool Scheduler::restore_from_cache(Request& r, int budget_blocks) {
+Scheduler::Restore Scheduler::restore_from_cache(Request& r, int budget_blocks) {
   const int tokens = static_cast<int>(r.tokens_.size());
   const int P = config_.page_size;
   std::vector<int> blocks;
@@ -357,7 +366,7 @@ bool Scheduler::restore_from_cache(Request& r, int budget_blocks) {
       for (int t = 0; t < kNumTiers; ++t) r.cached_tokens_[t] = found.blocks[t] * P;
     }
     auto shared = cache_->acquire_prefix(r.cache_root_, r.tokens_, max_match, budget_blocks);
-    if (!shared) return false;
+    if (!shared) return Restore::kLoading;
     blocks = std::move(*shared);
     length = static_cast<int>(blocks.size()) * P;
   }
@@ -375,7 +384,7 @@ bool Scheduler::restore_from_cache(Request& r, int budget_blocks) {
         for (int b : restored) pool_->release(b);
         for (int b : blocks)
           if (b != SequenceKv::kEvictedBlock && !own_table) pool_->release(b);
-        return false;
+        return Restore::kNoRoom;
       }
       restored.push_back(*block);
       if (own_table) {
@@ -389,7 +398,7 @@ bool Scheduler::restore_from_cache(Request& r, int budget_blocks) {
     length = r.swapped_length_;
   }
   r.kv_ = SequenceKv::adopt(P, std::move(blocks), length);
-  return true;
+  return Restore::kDone;
 }
 
 std::vector<CacheNode*> Scheduler::insert_into_cache(const Request& r) {

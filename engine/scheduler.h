@@ -8,7 +8,9 @@
 //     max_batch_size and its pages fit max_kv_tokens beside what the admitted
 //     requests hold and the pages the running ones need for this step's decode.
 //     The queue is strict: a head that does not fit blocks the ones behind it
-//     (no small request overtakes a big one, so none starves).
+//     (no small request overtakes a big one, so none starves). One exception:
+//     with the prefix cache, a request whose cached blocks are still coming
+//     up from L2 or L3 keeps its place but lets the next ones in meanwhile.
 //  2. Pages for this step: every running request needs room for one more
 //     position. A request that cannot get its next page triggers preemption of
 //     a victim (choose_victim: the least urgent, most recently arrived admitted
@@ -295,8 +297,13 @@ class Scheduler {
   void preempt_swap(Request& victim);
   // Admission's prefix-cache step: gives a request that holds no blocks the
   // cached blocks its tokens start with (and a swapped one its stashed
-  // partial block). False while promotions for it are still in flight.
-  bool restore_from_cache(Request& r, int budget_blocks);
+  // partial block).
+  enum class Restore {
+    kDone,
+    kLoading,  // promotions for it are in flight: ask again in a later step
+    kNoRoom,   // L1 has no free block for its stashed block yet
+  };
+  Restore restore_from_cache(Request& r, int budget_blocks);
   // The cache's share of a finished or swapped request: its full blocks.
   std::vector<CacheNode*> insert_into_cache(const Request& r);
   // Lets go of what a swapped-out request kept in the cache (holds, stash).

@@ -2,11 +2,13 @@
 // and the bundled model: the soak's own checks (no request lost, RSS flat,
 // block conservation, cached answers equal cold ones, clean exit) must pass
 // and its CSVs must hold rows. The soak bounds its own run (--duration plus
-// its drain timeout); nothing here is timed.
+// its drain timeout); nothing here is timed. scripts/plot_soak.sh must then
+// draw its PNGs from those CSVs.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -51,6 +53,19 @@ TEST(SoakTest, ShortSoakWithTinyTiersPassesItsChecks) {
   EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
   EXPECT_GT(count_lines(out / "soak-requests.csv"), 10) << output;  // header + requests
   EXPECT_GT(count_lines(out / "soak-stats.csv"), 10) << output;     // header + one a second
+
+  // The plot script reads these very CSVs (gnuplot is in install-deps.sh).
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::printf("note: gnuplot not found; scripts/plot_soak.sh not checked\n");
+    return;
+  }
+  const std::string plot = "'" + std::string(KVTIER_SOURCE_DIR) + "/scripts/plot_soak.sh' '" +
+                           (out / "soak").string() + "' >/dev/null 2>&1";
+  EXPECT_EQ(std::system(plot.c_str()), 0) << plot;
+  for (const char* png : {"occupancy", "ttft", "throughput", "memory"}) {
+    const fs::path f = out / ("soak-" + std::string(png) + ".png");
+    EXPECT_TRUE(fs::exists(f) && fs::file_size(f) > 1000) << f;
+  }
 }
 
 }  // namespace

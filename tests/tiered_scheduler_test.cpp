@@ -166,6 +166,39 @@ TEST_F(TieredSchedulerTest, BlocksFlushedToL3ComeBackBitIdentical) {
   EXPECT_EQ(st.tier[2].checksum_failures, 0);
 }
 
+// A request whose prefix is coming up from L3 keeps its place in the queue
+// but does not hold back the request behind it, which needs no read.
+TEST_F(TieredSchedulerTest, ARequestWaitingForL3ReadsDoesNotHoldBackTheNext) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
+  s->cache()->drain();
+  s->cache()->flush(Tier::kL1);
+  s->cache()->flush(Tier::kL2);  // the prefix is on L3 only
+
+  const std::vector<RequestParams> reqs = {params(kShared + " two", 6, greedy()),
+                                           params("Unrelated and short", 6, greedy())};
+  const RequestId loading = *s->submit(reqs[0]);
+  const RequestId next = *s->submit(reqs[1]);
+  (void)s->step();  // starts the reads: they complete at a later poll()
+  EXPECT_EQ(s->status(loading), RequestStatus::kWaiting);
+  EXPECT_NE(s->status(next), RequestStatus::kWaiting) << "held back behind the L3 reads";
+  for (int guard = 0; s->has_work() && guard < 50000; ++guard) {
+    (void)s->step();
+    ASSERT_TRUE(s->check_invariants());
+  }
+  const RequestId ids[2] = {loading, next};
+  for (int i = 0; i < 2; ++i) {
+    const Request* r = s->find(ids[i]);
+    EXPECT_EQ(std::vector<int>(r->generated().begin(), r->generated().end()), alone(reqs[i]))
+        << "request " << i;
+  }
+  EXPECT_GT(s->find(loading)->cached_tokens()[2], 0) << "the prefix did not come from L3";
+}
+
 // A tiny L1 and L2 under many requests with shared prefixes: blocks are
 // demoted to L2 and written back to L3, and later requests promote them.
 TEST_F(TieredSchedulerTest, HeavyPressureDemotesAndPromotesWithoutChangingTokens) {
