@@ -433,10 +433,14 @@ std::optional<int> KvCache::alloc_l2(L2Victims victims) {
             : tree_.lru(Tier::kL2,
                         [&](const CacheNode& m) { return movable(m) && (m.l3 || m.l1 >= 0); });
     if (victim == nullptr && victims != L2Victims::kAny) return std::nullopt;
-    if (victim == nullptr && l3_ && !l3_->pending.empty()) {
-      // Every candidate is still on its way to L3: waiting for those writes
-      // (milliseconds) is cheaper than dropping a block and recomputing it.
-      drain();
+    // Every candidate is still on its way to L3: waiting for the first of
+    // those writes to land (a millisecond or so) is cheaper than dropping a
+    // block and recomputing it; waiting for all of them (up to 256 in
+    // flight) stalled the engine for tens of milliseconds.
+    while (victim == nullptr && l3_ && !l3_->pending.empty()) {
+      l3_->store->flush();
+      wait(std::chrono::milliseconds(10));
+      collect();
       victim = tree_.lru(Tier::kL2, [&](const CacheNode& m) { return movable(m) && m.l3; });
     }
     if (victim == nullptr)
@@ -599,11 +603,15 @@ int KvCache::flush(Tier tier) {
 }
 
 void KvCache::poll() {
+  collect();
+  start_cleaning();
+  start_writeback();
+}
+
+void KvCache::collect() {
   if (copier_)
     for (const tiers::CopyCompletion& c : copier_->poll()) finish_move(c.ticket, c.latency);
   if (l3_) poll_l3();
-  start_cleaning();
-  start_writeback();
 }
 
 void KvCache::poll_l3() {
@@ -817,11 +825,10 @@ int KvCache::persist() {
 }
 
 void KvCache::drain() {
-  // poll() may start more (cleaning, writeback), but each block at most once.
   while (transfers_in_flight() > 0) {
     if (copier_) copier_->drain();
     if (l3_) l3_->store->drain();
-    poll();
+    collect();
   }
 }
 

@@ -234,8 +234,8 @@ class KvCache {
   // request holds, demoted like make_free_l1 would). Returns blocks dropped.
   int flush(Tier tier);
 
-  // Collects L3 completions and starts background writeback. Call once per
-  // engine step.
+  // Handles L2 copy and L3 completions, then starts cleaning and
+  // background writeback. Call once per engine step.
   void poll();
   // Waits for every L2 copy and L3 operation in flight (shutdown, tests).
   void drain();
@@ -283,6 +283,10 @@ class KvCache {
   // Starts background copies of the next L1 demotion candidates to L2.
   void start_cleaning();
   void finish_move(std::uint64_t ticket, std::chrono::nanoseconds latency);
+  // Handles the completions that have arrived and starts nothing: safe in
+  // the middle of a move (alloc_l2 inside demote_l1), where poll() could
+  // start cleaning the very block being demoted.
+  void collect();
   void poll_l3();
   void account_copy(Tier from, Tier to, std::chrono::nanoseconds took);
   // Starts L3 writes of the L2 blocks L3 lacks (write_back).
