@@ -18,6 +18,7 @@
 #include "engine/kv_cache.h"
 #include "engine/scheduler.h"
 #include "kernels/kv_quant.h"
+#include "scheduler_test_util.h"
 #include "test_util.h"
 
 namespace kvtier {
@@ -320,18 +321,7 @@ class QuantSchedulerTest : public ::testing::Test {
   static ::testing::AssertionResult run(Scheduler& s, const std::vector<RequestParams>& reqs,
                                         std::vector<RequestId>* ids = nullptr) {
     std::vector<RequestId> submitted;
-    for (const RequestParams& p : reqs) {
-      auto id = s.submit(p);
-      if (!id) return ::testing::AssertionFailure() << "submit: " << id.error();
-      submitted.push_back(*id);
-    }
-    for (int guard = 0; s.has_work(); ++guard) {
-      if (guard == 50000) return ::testing::AssertionFailure() << "no end after 50000 steps";
-      for (const RequestEvent& e : s.step().events)
-        if (!e.error.empty()) return ::testing::AssertionFailure() << e.error;
-      if (auto ok = s.check_invariants(); !ok)
-        return ::testing::AssertionFailure() << "step " << guard << ": " << ok.error();
-    }
+    if (auto ran = test_util::submit_and_run(s, reqs, submitted); !ran) return ran;
     for (std::size_t i = 0; i < reqs.size(); ++i) {
       if (static_cast<int>(s.find(submitted[i])->generated().size()) != reqs[i].max_tokens)
         return ::testing::AssertionFailure() << "request " << i << " stopped early";

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "scheduler_test_util.h"
 #include "test_util.h"
 
 namespace kvtier {
@@ -66,18 +67,7 @@ class TieredSchedulerTest : public ::testing::Test {
                                                     const std::vector<RequestParams>& reqs,
                                                     std::vector<RequestId>* ids_out = nullptr) {
     std::vector<RequestId> ids;
-    for (const RequestParams& p : reqs) {
-      auto id = s.submit(p);
-      if (!id) return ::testing::AssertionFailure() << "submit: " << id.error();
-      ids.push_back(*id);
-    }
-    for (int guard = 0; s.has_work(); ++guard) {
-      if (guard == 50000) return ::testing::AssertionFailure() << "no end after 50000 steps";
-      for (const RequestEvent& e : s.step().events)
-        if (!e.error.empty()) return ::testing::AssertionFailure() << e.error;
-      if (auto ok = s.check_invariants(); !ok)
-        return ::testing::AssertionFailure() << "step " << guard << ": " << ok.error();
-    }
+    if (auto ran = test_util::submit_and_run(s, reqs, ids); !ran) return ran;
     for (std::size_t i = 0; i < reqs.size(); ++i) {
       const Request* r = s.find(ids[i]);
       const std::vector<int> got(r->generated().begin(), r->generated().end());
