@@ -56,6 +56,13 @@ for h in miss l1 l2 l3; do
   ttft+="${ttft:+, }'$tmp/$h.dat' using 1:(1.0/$n) smooth cumulative with steps lw 2 title '$h ($n)'"
 done
 
+# RSS, and the radix tree's nodes when the daemon has a prefix cache.
+memory="'$stats' using 1:(column($(col "$stats" rss_kb)) / 1024.0) with lines lw 2 title 'RSS MiB'"
+nodes_col=$(col "$stats" cache_nodes)
+if [ -n "$nodes_col" ] && awk -F, -v c="$nodes_col" 'NR > 1 && $c >= 0 { found = 1 } END { exit !found }' "$stats"; then
+  memory+=", '$stats' using 1:$nodes_col axes x1y2 with lines lw 1 title 'tree nodes'"
+fi
+
 # Per-second rates of a Poisson load are mostly noise: plot 10-second means.
 awk -F, -v tc="$(col "$stats" tokens_per_s)" -v rc="$(col "$stats" completed_per_s)" '
   NR > 1 { i = (NR - 2) % 10; tok[i] = $tc; req[i] = $rc; n = NR - 1 < 10 ? NR - 1 : 10
@@ -98,7 +105,6 @@ set title 'Daemon memory'
 set xlabel 'seconds'
 set ylabel 'RSS MiB'
 set y2label 'radix tree nodes'
-plot '$stats' using 1:(column($(col "$stats" rss_kb)) / 1024.0) with lines lw 2 title 'RSS MiB', \
-     '$stats' using 1:$(col "$stats" cache_nodes) axes x1y2 with lines lw 1 title 'tree nodes'
+plot $memory
 GP
 echo "wrote $prefix-occupancy.png $prefix-ttft.png $prefix-throughput.png $prefix-memory.png"
