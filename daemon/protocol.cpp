@@ -81,6 +81,25 @@ std::expected<std::string, RpcError> salt_get(const json& v) {
   return v.get<std::string>();
 }
 
+// The fields that name a cached prefix, shared by generate and the cache
+// methods: `prompt` or `tokens`, and `cache_salt`. False when `key` is none
+// of them (the caller goes on); true once it is taken.
+std::expected<bool, RpcError> prefix_field_get(std::string_view key, const json& v,
+                                               std::variant<std::string, std::vector<int>>& prompt,
+                                               std::string& cache_salt, bool& have_prompt) {
+  if (key == "prompt" || key == "tokens") {
+    if (auto ok = prompt_get(key, v, prompt, have_prompt); !ok) return std::unexpected(ok.error());
+    return true;
+  }
+  if (key == "cache_salt") {
+    auto salt = salt_get(v);
+    if (!salt) return std::unexpected(salt.error());
+    cache_salt = std::move(*salt);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::expected<RpcCall, CallError> call_parse(std::string_view line) {
@@ -129,14 +148,10 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
   GenerateParams out;
   bool have_prompt = false;
   for (const auto& [key, v] : params.items()) {
-    if (key == "prompt" || key == "tokens") {
-      if (auto ok = prompt_get(key, v, out.prompt, have_prompt); !ok)
-        return std::unexpected(ok.error());
-    } else if (key == "cache_salt") {
-      auto salt = salt_get(v);
-      if (!salt) return std::unexpected(salt.error());
-      out.cache_salt = std::move(*salt);
-    } else if (key == "eviction") {
+    auto taken = prefix_field_get(key, v, out.prompt, out.cache_salt, have_prompt);
+    if (!taken) return std::unexpected(taken.error());
+    if (*taken) continue;
+    if (key == "eviction") {
       if (!v.is_string()) {
         return std::unexpected(
             invalid_params("'eviction' must be a policy string such as "
@@ -206,16 +221,10 @@ std::expected<CachePromptParams, RpcError> cache_prompt_params_parse(const json&
   CachePromptParams out;
   bool have_prompt = false;
   for (const auto& [key, v] : params.items()) {
-    if (key == "prompt" || key == "tokens") {
-      if (auto ok = prompt_get(key, v, out.prompt, have_prompt); !ok)
-        return std::unexpected(ok.error());
-    } else if (key == "cache_salt") {
-      auto salt = salt_get(v);
-      if (!salt) return std::unexpected(salt.error());
-      out.cache_salt = std::move(*salt);
-    } else {
+    auto taken = prefix_field_get(key, v, out.prompt, out.cache_salt, have_prompt);
+    if (!taken) return std::unexpected(taken.error());
+    if (!*taken)
       return std::unexpected(invalid_params("unknown parameter '" + key + "' (" + usage + ")"));
-    }
   }
   if (!have_prompt) return std::unexpected(invalid_params(usage));
   return out;
