@@ -300,6 +300,25 @@ inline bool exited_nonzero(const RunResult& r) {
   return r.status && WIFEXITED(*r.status) && WEXITSTATUS(*r.status) != 0;
 }
 
+// Flags kvtierd must refuse at start-up, and what its message must say.
+struct RefusedFlags {
+  std::vector<std::string> args;
+  std::string says;
+};
+
+// Runs kvtierd with base + each case's flags: each must exit non-zero with
+// its `says` in stderr.
+inline void expect_refused(const std::vector<std::string>& base,
+                           const std::vector<RefusedFlags>& cases) {
+  for (const RefusedFlags& k : cases) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), k.args.begin(), k.args.end());
+    const RunResult r = run_kvtierd(args);
+    EXPECT_TRUE(exited_nonzero(r)) << k.args.front() << " " << k.args.back();
+    EXPECT_TRUE(test_util::contains(r.err, k.says)) << k.args.front() << ": " << r.err;
+  }
+}
+
 inline int error_code(const std::optional<json>& response) {
   if (!response || !response->contains("error")) return 0;
   return (*response)["error"].value("code", 0);

@@ -147,35 +147,21 @@ TEST(DaemonTiersTest, BadTierSettingsAreRefusedWithAClearMessage) {
   test_util::TempDir dir;
   const std::vector<std::string> base = {"--socket", (dir.path() / "s.sock").string(), "--model",
                                          kModelDir.string()};
-  struct Case {
-    std::vector<std::string> args;
-    std::string says;
-  };
-  const std::vector<Case> cases = {
-      {{"--l2-bytes", "lots"}, "--l2-bytes"},
-      {{"--l1-bytes", "-5"}, "--l1-bytes"},
-      {{"--write-policy", "sometimes"}, "--write-policy"},
-      {{"--preemption", "later"}, "--preemption"},
-      {{"--no-prefix-cache", "--preemption", "swap"}, "prefix cache"},
-      {{"--no-prefix-cache", "--l3-path", (dir.path() / "l3").string()}, "prefix cache"},
-      {{"--l3-path", (dir.path() / "l3").string(), "--l3-bytes", "0"}, "--l3-bytes"},
-      {{"--eviction", "sometimes"}, "--eviction"},
-      {{"--eviction", "window:0"}, "--eviction"},
-      {{"--eviction", "h2o:start=3,recent=16,max=64"}, "--eviction"},
-  };
-  for (const Case& k : cases) {
-    std::vector<std::string> args = base;
-    args.insert(args.end(), k.args.begin(), k.args.end());
-    const RunResult r = run_kvtierd(args);
-    EXPECT_TRUE(exited_nonzero(r)) << k.args.front();
-    EXPECT_TRUE(test_util::contains(r.err, k.says)) << k.args.front() << ": " << r.err;
-  }
   const auto config = dir.write("kvtierd.toml", "write-policy = \"later\"\n");
-  std::vector<std::string> args = base;
-  args.insert(args.end(), {"--config", config.string()});
-  const RunResult r = run_kvtierd(args);
-  EXPECT_TRUE(exited_nonzero(r));
-  EXPECT_TRUE(test_util::contains(r.err, "write-policy")) << r.err;
+  expect_refused(
+      base, {
+                {{"--l2-bytes", "lots"}, "--l2-bytes"},
+                {{"--l1-bytes", "-5"}, "--l1-bytes"},
+                {{"--write-policy", "sometimes"}, "--write-policy"},
+                {{"--preemption", "later"}, "--preemption"},
+                {{"--no-prefix-cache", "--preemption", "swap"}, "prefix cache"},
+                {{"--no-prefix-cache", "--l3-path", (dir.path() / "l3").string()}, "prefix cache"},
+                {{"--l3-path", (dir.path() / "l3").string(), "--l3-bytes", "0"}, "--l3-bytes"},
+                {{"--eviction", "sometimes"}, "--eviction"},
+                {{"--eviction", "window:0"}, "--eviction"},
+                {{"--eviction", "h2o:start=3,recent=16,max=64"}, "--eviction"},
+                {{"--config", config.string()}, "write-policy"},
+            });
 }
 
 TEST(DaemonTiersTest, CacheMethodsAreAClearErrorWithoutThePrefixCache) {

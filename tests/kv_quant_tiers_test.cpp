@@ -464,29 +464,15 @@ TEST(KvQuantTiersDaemonTest, BadFormatsAreRefusedWithAClearMessage) {
   test_util::TempDir dir;
   const std::vector<std::string> base = {"--socket", (dir.path() / "s.sock").string(), "--model",
                                          kModelDir.string()};
-  struct Case {
-    std::vector<std::string> args;
-    std::string says;
-  };
   const std::string l3 = (dir.path() / "l3").string();
-  const std::vector<Case> cases = {
-      {{"--l2-format", "int4"}, "--l2-format"},
-      {{"--l3-format", "fp8"}, "--l3-format"},
-      {{"--l2-format", "int8", "--l3-path", l3, "--l3-bytes", "16M"}, "use l3_format int8"},
-  };
-  for (const Case& k : cases) {
-    std::vector<std::string> args = base;
-    args.insert(args.end(), k.args.begin(), k.args.end());
-    const RunResult r = run_kvtierd(args);
-    EXPECT_TRUE(exited_nonzero(r)) << k.args[1];
-    EXPECT_TRUE(contains(r.err, k.says)) << k.args[1] << ": " << r.err;
-  }
   const auto file = dir.write("kvtierd.toml", "l3-format = \"int4\"\n");
-  std::vector<std::string> args = base;
-  args.insert(args.end(), {"--config", file.string()});
-  const RunResult r = run_kvtierd(args);
-  EXPECT_TRUE(exited_nonzero(r));
-  EXPECT_TRUE(contains(r.err, "l3-format")) << r.err;
+  expect_refused(base, {
+                           {{"--l2-format", "int4"}, "--l2-format"},
+                           {{"--l3-format", "fp8"}, "--l3-format"},
+                           {{"--l2-format", "int8", "--l3-path", l3, "--l3-bytes", "16M"},
+                            "use l3_format int8"},
+                           {{"--config", file.string()}, "l3-format"},
+                       });
 }
 
 }  // namespace
