@@ -203,17 +203,8 @@ void gpu_attention() {
       float* d_q = device_copy(q);
       float* d_out = nullptr;
       CHECK(cudaMalloc(&d_out, q.size() * sizeof(float)));
-      kernels::PagedAttentionRows rows;
-      rows.blocks = d_table;
-      rows.row_table = d_rt;
-      rows.row_pos = d_pos;
-      rows.n_rows = batch;
-      rows.n_head = H;
-      rows.n_kv_head = kGpt2.n_kv_head;
-      rows.head_dim = D;
-      rows.page_size = P;
-      rows.k_offset = kGpt2.k_offset(0);
-      rows.v_offset = kGpt2.v_offset(0);
+      const kernels::PagedAttentionRows rows =
+          kernels::paged_attention_rows(kGpt2, 0, H, d_table, d_rt, d_pos, batch);
       const double ms =
           gpu_ms(20, [&] { CHECK(kernels::paged_attention_cuda(d_out, d_q, rows, 0)); });
       const double kv_bytes = 2.0 * batch * context * kGpt2.n_kv_head * D * sizeof(float);

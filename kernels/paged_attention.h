@@ -30,6 +30,7 @@
 #include <cmath>
 
 #include "kernels/host_device.h"
+#include "kernels/kv_shape.h"
 
 namespace kvtier::kernels {
 
@@ -52,6 +53,25 @@ struct PagedAttentionRows {
   long k_offset = 0;  // floats from a block's base to this layer's K (KvShape::k_offset)
   long v_offset = 0;  // floats from a block's base to this layer's V
 };
+
+// The rows of layer `layer` of blocks laid out as `shape` says, with n_head
+// query heads (a multiple of shape.n_kv_head).
+inline PagedAttentionRows paged_attention_rows(const KvShape& shape, int layer, int n_head,
+                                               const float* const* blocks, const int* row_table,
+                                               const int* row_pos, int n_rows) {
+  PagedAttentionRows r;
+  r.blocks = blocks;
+  r.row_table = row_table;
+  r.row_pos = row_pos;
+  r.n_rows = n_rows;
+  r.n_head = n_head;
+  r.n_kv_head = shape.n_kv_head;
+  r.head_dim = shape.head_dim;
+  r.page_size = shape.page_size;
+  r.k_offset = shape.k_offset(layer);
+  r.v_offset = shape.v_offset(layer);
+  return r;
+}
 
 // 1 / sqrt(D), the score scale (IEEE sqrt and division: same bits everywhere).
 KVTIER_HD inline float attention_scale(int head_dim) {

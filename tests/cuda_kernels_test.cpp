@@ -132,18 +132,7 @@ struct PagedSetup {
   }
   PagedAttentionRows rows(const float* const* blocks, const int* table, const int* pos,
                           int n) const {
-    PagedAttentionRows r;
-    r.blocks = blocks;
-    r.row_table = table;
-    r.row_pos = pos;
-    r.n_rows = n;
-    r.n_head = n_head;
-    r.n_kv_head = shape.n_kv_head;
-    r.head_dim = shape.head_dim;
-    r.page_size = shape.page_size;
-    r.k_offset = shape.k_offset(layer);
-    r.v_offset = shape.v_offset(layer);
-    return r;
+    return paged_attention_rows(shape, layer, n_head, blocks, table, pos, n);
   }
 };
 

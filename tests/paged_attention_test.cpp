@@ -67,18 +67,8 @@ struct Batch {
   std::vector<const float*> blocks;
   std::vector<int> table, pos;
   PagedAttentionRows rows() const {
-    PagedAttentionRows r;
-    r.blocks = blocks.data();
-    r.row_table = table.data();
-    r.row_pos = pos.data();
-    r.n_rows = static_cast<int>(pos.size());
-    r.n_head = kHeads;
-    r.n_kv_head = kShape.n_kv_head;
-    r.head_dim = kShape.head_dim;
-    r.page_size = kShape.page_size;
-    r.k_offset = kShape.k_offset(kLayer);
-    r.v_offset = kShape.v_offset(kLayer);
-    return r;
+    return paged_attention_rows(kShape, kLayer, kHeads, blocks.data(), table.data(), pos.data(),
+                                static_cast<int>(pos.size()));
   }
 };
 
