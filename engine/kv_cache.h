@@ -239,8 +239,10 @@ class KvCache {
   void poll();
   // Waits for every L2 copy and L3 operation in flight (shutdown, tests).
   void drain();
-  // When a transfer is in flight, sleeps until one completes (or timeout):
-  // for an engine with nothing to compute but requests waiting for blocks.
+  // For an engine with nothing to compute but requests waiting for blocks:
+  // runs the queued L1<->L2 copies itself, beside the copy worker, and when
+  // none is queued but a transfer is in flight, sleeps until one completes
+  // (or timeout).
   void wait(std::chrono::milliseconds timeout);
   // L2 copies and L3 operations in flight.
   std::size_t transfers_in_flight() const;

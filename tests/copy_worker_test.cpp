@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iterator>
 #include <set>
+#include <thread>
 #include <vector>
 
 namespace kvtier::tiers {
@@ -57,7 +58,8 @@ TEST(CopyWorkerTest, EveryCopyLandsAndEachTicketComesBackOnce) {
 }
 
 TEST(CopyWorkerTest, CopiesRunInSubmissionOrder) {
-  // Two copies into the same destination: the second one's bytes must win.
+  // Two copies into the same destination: the second one's bytes must win
+  // (on the worker alone; help() may overlap them, see the header).
   constexpr std::size_t kBytes = 1 << 20;
   const auto first = pattern(kBytes, 1), second = pattern(kBytes, 2);
   std::vector<std::byte> dst(kBytes);
@@ -111,6 +113,50 @@ TEST(CopyWorkerTest, EachMoveRunsItsOwnTransfer) {
     ASSERT_EQ(doubled[2 * i], src[i]) << i;
     ASSERT_EQ(doubled[2 * i + 1], src[i]) << i;
   }
+}
+
+// help() runs queued moves on the caller's thread while the worker is busy:
+// the worker is held inside a first move until the caller has taken every
+// other one.
+TEST(CopyWorkerTest, HelpRunsQueuedCopiesOnTheCallersThread) {
+  constexpr int kCopies = 16;
+  constexpr std::size_t kBytes = 64 * 1024;
+  std::atomic<bool> started{false}, release{false};
+  const CopyWorker::Transfer hold = [&](std::byte*, const std::byte*) {
+    started = true;
+    while (!release) std::this_thread::yield();
+  };
+  std::vector<std::thread::id> ran_on(kCopies);
+  std::vector<std::vector<std::byte>> src, dst;
+  for (int i = 0; i < kCopies; ++i) {
+    src.push_back(pattern(kBytes, i));
+    dst.emplace_back(kBytes);
+  }
+  // Each move records its thread in the slot its destination names.
+  const CopyWorker::Transfer copy = [&](std::byte* d, const std::byte* s) {
+    for (int i = 0; i < kCopies; ++i)
+      if (d == dst[i].data()) ran_on[i] = std::this_thread::get_id();
+    std::memcpy(d, s, kBytes);
+  };
+
+  CopyWorker worker;
+  std::set<std::uint64_t> tickets{worker.copy(nullptr, nullptr, hold)};
+  while (!started) std::this_thread::yield();
+  for (int i = 0; i < kCopies; ++i) tickets.insert(worker.copy(dst[i].data(), src[i].data(), copy));
+  int helped = 0;
+  while (worker.help()) ++helped;
+  EXPECT_EQ(helped, kCopies);
+  EXPECT_FALSE(worker.help());
+  for (int i = 0; i < kCopies; ++i) {
+    EXPECT_EQ(ran_on[i], std::this_thread::get_id()) << "copy " << i;
+    EXPECT_EQ(dst[i], src[i]) << "copy " << i;
+  }
+  release = true;
+  worker.drain();
+  std::set<std::uint64_t> returned;
+  for (const CopyCompletion& c : worker.poll()) EXPECT_TRUE(returned.insert(c.ticket).second);
+  EXPECT_EQ(returned, tickets);
+  EXPECT_EQ(worker.in_flight(), 0u);
 }
 
 }  // namespace

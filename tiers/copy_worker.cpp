@@ -25,6 +25,25 @@ std::uint64_t CopyWorker::copy(std::byte* dst, const std::byte* src, const Trans
   return ticket;
 }
 
+bool CopyWorker::help() {
+  Job job{};
+  {
+    std::lock_guard lock(mu_);
+    if (jobs_.empty()) return false;
+    job = jobs_.front();
+    jobs_.pop_front();
+  }
+  finish(job);
+  return true;
+}
+
+void CopyWorker::finish(const Job& job) {
+  (*job.transfer)(job.dst, job.src);
+  const auto latency = std::chrono::steady_clock::now() - job.queued;
+  std::lock_guard lock(mu_);
+  done_.push_back({job.ticket, latency});
+}
+
 std::vector<CopyCompletion> CopyWorker::poll() {
   std::vector<CopyCompletion> out;
   {
@@ -50,10 +69,8 @@ void CopyWorker::run() {
     jobs_.pop_front();
     busy_ = true;
     lock.unlock();
-    (*job.transfer)(job.dst, job.src);
-    const auto latency = std::chrono::steady_clock::now() - job.queued;
+    finish(job);
     lock.lock();
-    done_.push_back({job.ticket, latency});
     busy_ = false;
     if (jobs_.empty()) idle_.notify_all();
     if (on_complete_) {
