@@ -19,6 +19,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -399,6 +400,72 @@ TEST(L3Store, CorruptedPayloadIsAMissCountedAndRemoved) {
   auto store = open_or_die(o);
   EXPECT_FALSE(store->contains(key_of(1))) << "removed from the index too";
   EXPECT_TRUE(store->contains(key_of(0)));
+}
+
+// A block read in pieces lands whole and verified, like a whole read; a
+// damaged piece fails the whole block.
+TEST(L3Store, ReadInPartsLandsEveryPieceAndChecksTheWholeBlock) {
+  SKIP_WITHOUT_IO_URING();
+  TempDir dir;
+  constexpr int kParts = 4;
+  constexpr std::size_t kBytes = kParts * 4096;
+  constexpr int kBlocks = 12;
+  L3Options o = options_for(dir.path(), kBlocks);
+  o.block_bytes = kBytes;
+  o.capacity_bytes = kBlocks * kBytes;
+  auto store = open_or_die(o);
+  for (int i = 0; i < kBlocks; ++i) {
+    AlignedBuffer b(kBytes);
+    fill_for(key_of(i), b.bytes, kBytes);
+    ASSERT_EQ(finish(*store, store->write(record_of(i), b.bytes)), L3Status::kOk);
+  }
+  // Damage the third piece of the last block.
+  const auto offset = store->slot_offset(key_of(kBlocks - 1));
+  ASSERT_TRUE(offset);
+  const int fd = ::open((dir.path() / "slab").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const char junk[8] = {'\x5A', '\x5A', '\x5A', '\x5A', '\x5A', '\x5A', '\x5A', '\x5A'};
+  ASSERT_EQ(::pwrite(fd, junk, sizeof junk, static_cast<off_t>(*offset + 2 * 4096 + 9)), 8);
+  ::close(fd);
+
+  std::vector<AlignedBuffer> bufs;
+  std::vector<std::uint64_t> tickets;
+  for (int i = 0; i < kBlocks; ++i) {
+    bufs.emplace_back(kBytes);
+    std::memset(bufs.back().bytes, 0, kBytes);
+    tickets.push_back(store->read(key_of(i), kFingerprint, bufs.back().bytes, kParts));
+    // Held back until flush(): nothing of it has landed.
+    ASSERT_EQ(store->landed(tickets.back()), std::optional<int>(0));
+  }
+  store->flush();
+  // Pieces land in order of piece across blocks, so the count of leading
+  // pieces only grows, and the read leaves flight once all four are in.
+  std::vector<int> seen(kBlocks, 0);
+  for (bool busy = true; busy;) {
+    busy = false;
+    for (int i = 0; i < kBlocks; ++i) {
+      const std::optional<int> n = store->landed(tickets[static_cast<std::size_t>(i)]);
+      if (!n) continue;
+      busy = true;
+      EXPECT_GE(*n, seen[static_cast<std::size_t>(i)]);
+      EXPECT_LT(*n, kParts);
+      seen[static_cast<std::size_t>(i)] = *n;
+    }
+  }
+  const auto done = finish_all(*store);
+  for (int i = 0; i < kBlocks; ++i) {
+    const auto it = done.find(tickets[static_cast<std::size_t>(i)]);
+    ASSERT_NE(it, done.end()) << "block " << i;
+    if (i == kBlocks - 1) {
+      EXPECT_EQ(it->second.status, L3Status::kChecksumMismatch);
+    } else {
+      EXPECT_EQ(it->second.status, L3Status::kOk) << "block " << i;
+      EXPECT_TRUE(holds(key_of(i), bufs[static_cast<std::size_t>(i)].bytes, kBytes)) << i;
+    }
+  }
+  EXPECT_EQ(store->stats().checksum_failures, 1);
+  EXPECT_EQ(store->stats().reads, kBlocks - 1);
+  EXPECT_FALSE(store->contains(key_of(kBlocks - 1)));
 }
 
 TEST(L3Store, OpenErrorsAreMessagesNotCrashes) {

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cassert>
 #include <filesystem>
 #include <system_error>
 
@@ -66,8 +67,8 @@ std::expected<std::unique_ptr<L3Store>, std::string> L3Store::open(const L3Optio
   L3Store* s = store.get();
   auto slab = SlabFile::open(
       slab_options,
-      [s](std::uint64_t ticket, int result) {
-        s->on_io_complete(ticket, result);
+      [s](std::uint64_t tag, int result) {
+        s->on_io_complete(tag, result);
         if (s->options_.on_completion) s->options_.on_completion();
       },
       [s](int error) { s->on_submit_error(error); });
@@ -174,12 +175,16 @@ std::uint64_t L3Store::write(const L3Record& record, const std::byte* src) {
     entries_.emplace(record.key, std::move(entry));
     ops_.emplace(ticket, Op{record.key, true, slot, const_cast<std::byte*>(src), 0, probe, start});
   }
-  slab_->enqueue_write(slot, src, ticket);  // outside mu_: a failed submit reports back into it
+  // Outside mu_: a failed submit reports back into it.
+  slab_->enqueue_write(slot, src, ticket * kMaxParts);
   return ticket;
 }
 
-std::uint64_t L3Store::read(const BlockKey& key, std::uint64_t expected_fingerprint,
-                            std::byte* dst) {
+std::uint64_t L3Store::read(const BlockKey& key, std::uint64_t expected_fingerprint, std::byte* dst,
+                            int parts) {
+  assert(parts >= 1 && parts <= kMaxParts);
+  assert(options_.block_bytes % (static_cast<std::size_t>(parts) * SlabFile::kAlignment) == 0 ||
+         parts == 1);
   const std::uint64_t ticket = next_ticket_++;
   const auto start = std::chrono::steady_clock::now();
   std::uint32_t slot = 0;
@@ -207,16 +212,43 @@ std::uint64_t L3Store::read(const BlockKey& key, std::uint64_t expected_fingerpr
     slot = entry.slot;
     ++slots_[slot].reads;  // pins the slot: no eviction, no reuse
     use_locked(entry);
-    ops_.emplace(ticket, Op{key, false, slot, dst, entry.checksum, probe, start});
+    Op op{key, false, slot, dst, entry.checksum, probe, start};
+    op.parts = op.parts_left = parts;
+    ops_.emplace(ticket, op);
   }
-  slab_->enqueue_read(slot, dst, ticket);
+  if (parts == 1) {
+    slab_->enqueue_read(slot, dst, ticket * kMaxParts);
+    return ticket;
+  }
+  const std::size_t piece = options_.block_bytes / static_cast<std::size_t>(parts);
+  for (int part = 0; part < parts; ++part)
+    pieces_.push_back({part, slot, piece, dst + static_cast<std::size_t>(part) * piece,
+                       ticket * kMaxParts + static_cast<std::uint64_t>(part)});
   return ticket;
 }
 
-void L3Store::flush() { slab_->flush(); }
+std::optional<int> L3Store::landed(std::uint64_t ticket) const {
+  std::lock_guard lock(mu_);
+  auto it = ops_.find(ticket);
+  if (it == ops_.end()) return std::nullopt;
+  return it->second.landed;
+}
+
+void L3Store::flush() {
+  if (!pieces_.empty()) {
+    // First pieces first, across blocks: their owner can start on them.
+    std::stable_sort(pieces_.begin(), pieces_.end(),
+                     [](const Piece& a, const Piece& b) { return a.part < b.part; });
+    for (const Piece& p : pieces_)
+      slab_->enqueue_read_range(p.slot, static_cast<std::size_t>(p.part) * p.bytes, p.bytes, p.dst,
+                                p.tag);
+    pieces_.clear();
+  }
+  slab_->flush();
+}
 
 std::vector<L3Completion> L3Store::poll() {
-  slab_->flush();
+  flush();
   std::vector<L3Completion> out;
   std::lock_guard lock(mu_);
   out.swap(completions_);
@@ -224,6 +256,7 @@ std::vector<L3Completion> L3Store::poll() {
 }
 
 void L3Store::drain() {
+  flush();
   slab_->wait_idle();
   std::lock_guard lock(mu_);
   persist_touched_locked();
@@ -302,16 +335,27 @@ L3Stats L3Store::stats() const {
 
 // ---- completion thread -----------------------------------------------------
 
-void L3Store::on_io_complete(std::uint64_t ticket, int result) {
+void L3Store::on_io_complete(std::uint64_t tag, int result) {
+  const std::uint64_t ticket = tag / kMaxParts;
+  const int part = static_cast<int>(tag % kMaxParts);
   Op op;
   {
     std::lock_guard lock(mu_);
     auto it = ops_.find(ticket);
     if (it == ops_.end()) return;  // cannot happen: every tag is a ticket in ops_
-    op = it->second;
+    Op& o = it->second;
+    const std::size_t expected =
+        o.parts == 1 ? slot_bytes_ : options_.block_bytes / static_cast<std::size_t>(o.parts);
+    if (result < 0 || static_cast<std::size_t>(result) != expected) o.short_transfer = true;
+    if (--o.parts_left > 0) {
+      o.landed_mask |= std::uint64_t{1} << part;
+      while (o.landed < o.parts && (o.landed_mask >> o.landed & 1) != 0) ++o.landed;
+      return;
+    }
+    op = o;
     ops_.erase(it);
   }
-  const bool transferred = result >= 0 && static_cast<std::size_t>(result) == slot_bytes_;
+  const bool transferred = !op.short_transfer;
   // The buffer is the caller's until the completion is polled, so it still
   // holds what was written (or has just been read): hash it without the lock.
   const std::uint64_t checksum = transferred ? XXH3_64bits(op.buf, options_.block_bytes) : 0;

@@ -82,8 +82,8 @@ struct L3Options {
   // substitute one they advance by hand.
   std::function<std::chrono::steady_clock::time_point()> clock;
   // Runs on the completion thread after each transfer's completion is queued
-  // for poll(), with no lock held: lets an owner sleeping on several sources
-  // wake up. Empty: nothing.
+  // for poll(), and after each piece of a read in parts lands, with no lock
+  // held: lets an owner sleeping on several sources wake up. Empty: nothing.
   std::function<void()> on_completion;
 };
 
@@ -151,7 +151,25 @@ class L3Store {
   // to expected_fingerprint) match; otherwise kChecksumMismatch, and the
   // entry is removed and counted. The entry cannot be evicted while the read
   // is in flight; a read counts as a use.
-  std::uint64_t read(const BlockKey& key, std::uint64_t expected_fingerprint, std::byte* dst);
+  //
+  // parts > 1 reads the block in `parts` equal pieces (block_bytes / parts
+  // bytes, a multiple of 4096), for an owner that uses a block piece by
+  // piece (the engine, a layer at a time) and starts on the first pieces
+  // while the rest are on the way: see landed(). The pieces of every read
+  // in parts issued before the next flush() go to the disk in order of
+  // piece: the first piece of each block, then the second... The checksum
+  // still covers the whole block, so the completion, which comes once the
+  // last piece has landed, is the only word on whether the bytes are right.
+  // REQUIRES: 1 <= parts <= kMaxParts, and block_bytes divides as above.
+  std::uint64_t read(const BlockKey& key, std::uint64_t expected_fingerprint, std::byte* dst,
+                     int parts = 1);
+  static constexpr int kMaxParts = 64;
+
+  // How many leading pieces of read `ticket` (one made in parts) are in its
+  // buffer, unverified; nullopt once the last one has landed (or for a
+  // ticket not in flight): the completion, queued for poll() right after,
+  // says how the read ended.
+  std::optional<int> landed(std::uint64_t ticket) const;
 
   // Submits every queued operation now (write/read batch them).
   void flush();
@@ -219,6 +237,21 @@ class L3Store {
     std::uint64_t checksum = 0;  // reads: what the payload must hash to
     bool probe = false;          // the breaker's probe
     std::chrono::steady_clock::time_point start;
+    // Reads in parts: pieces still in the disk, which have landed (a bit
+    // each), how many lead without a gap, and whether one came up short.
+    int parts = 1;
+    int parts_left = 1;
+    std::uint64_t landed_mask = 0;
+    int landed = 0;
+    bool short_transfer = false;
+  };
+  // A piece of a read in parts, held back until flush() orders them.
+  struct Piece {
+    int part;
+    std::uint32_t slot;
+    std::size_t bytes;
+    std::byte* dst;  // where the piece goes: the block's buffer + part * bytes
+    std::uint64_t tag;
   };
   L3Store(const L3Options& options, std::size_t slot_bytes, std::size_t num_slots);
   std::chrono::steady_clock::time_point now() const;
@@ -241,8 +274,9 @@ class L3Store {
   L3Entry index_entry_locked(const Entry& entry) const;
   void persist_touched_locked();
 
-  // Completion-thread callbacks from the slab.
-  void on_io_complete(std::uint64_t ticket, int result);
+  // Completion-thread callbacks from the slab. A slab tag is ticket *
+  // kMaxParts + piece (0 for a whole block).
+  void on_io_complete(std::uint64_t tag, int result);
   void on_submit_error(int error);
 
   L3Options options_;
@@ -252,6 +286,7 @@ class L3Store {
   std::unique_ptr<L3Index> index_;
   std::unique_ptr<SlabFile> slab_;  // declared last: destroyed (drained) first
   std::uint64_t next_ticket_ = 1;   // engine thread only
+  std::vector<Piece> pieces_;       // engine thread only
 
   mutable std::mutex mu_;  // guards everything below
   std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cassert>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -87,13 +88,20 @@ SlabFile::~SlabFile() {
 }
 
 void SlabFile::enqueue_read(std::size_t slot, std::byte* dst, std::uint64_t tag) {
-  enqueue({false, slot, dst, tag});
+  enqueue({false, slot, dst, tag, 0, options_.slot_bytes});
+}
+
+void SlabFile::enqueue_read_range(std::size_t slot, std::size_t offset, std::size_t bytes,
+                                  std::byte* dst, std::uint64_t tag) {
+  assert(offset % kAlignment == 0 && bytes % kAlignment == 0 && bytes > 0);
+  assert(offset + bytes <= options_.slot_bytes);
+  enqueue({false, slot, dst, tag, offset, bytes});
 }
 
 void SlabFile::enqueue_write(std::size_t slot, const std::byte* src, std::uint64_t tag) {
   // io_uring_prep_write takes a const buffer; the cast only lets one Request
   // type carry both directions.
-  enqueue({true, slot, const_cast<std::byte*>(src), tag});
+  enqueue({true, slot, const_cast<std::byte*>(src), tag, 0, options_.slot_bytes});
 }
 
 void SlabFile::enqueue(Request request) {
@@ -140,11 +148,11 @@ int SlabFile::submit_locked() {
     if (sqe == nullptr) break;  // cannot happen while in_ring_ <= queue_depth; be safe
     const Request r = queued_.front();
     queued_.pop_front();
-    const auto len = static_cast<unsigned>(options_.slot_bytes);
+    const auto len = static_cast<unsigned>(r.bytes);
     if (r.write)
-      io_uring_prep_write(sqe, fd_, r.buf, len, offset(r.slot));
+      io_uring_prep_write(sqe, fd_, r.buf, len, offset(r.slot) + r.offset);
     else
-      io_uring_prep_read(sqe, fd_, r.buf, len, offset(r.slot));
+      io_uring_prep_read(sqe, fd_, r.buf, len, offset(r.slot) + r.offset);
     io_uring_sqe_set_data64(sqe, r.tag);
     ++in_ring_;
     added = true;

@@ -6,7 +6,8 @@
 // space and a full disk shows up at open, not mid-run. It is opened O_DIRECT:
 // blocks go straight between the caller's buffers and the device without
 // passing through (and evicting) the page cache. Every transfer is one whole
-// slot, so buffers must be kAlignment-aligned and slot_bytes long.
+// slot or, for reads, a kAlignment-aligned range of one (enqueue_read_range),
+// so buffers must be kAlignment-aligned and as long as the transfer.
 //
 // Requests are queued and handed to the kernel in batches (one io_uring_enter
 // for many requests); at most queue_depth are in the kernel at once, the rest
@@ -52,8 +53,8 @@ class SlabFile {
   static constexpr std::size_t kAlignment = 4096;
 
   // Called on the completion thread for each request: its tag and io_uring's
-  // result, the bytes transferred (a whole slot is slot_bytes(); anything
-  // less is a short transfer and a failure) or -errno.
+  // result, the bytes transferred (the request's length: slot_bytes(), or
+  // the range's; anything less is a short transfer and a failure) or -errno.
   using OnComplete = std::function<void(std::uint64_t tag, int result)>;
   // Called when io_uring_submit fails (-errno), on whichever thread
   // submitted. The requests stay queued in the ring and are submitted again
@@ -80,6 +81,11 @@ class SlabFile {
   // unchanged) until the completion.
   void enqueue_read(std::size_t slot, std::byte* dst, std::uint64_t tag);
   void enqueue_write(std::size_t slot, const std::byte* src, std::uint64_t tag);
+  // Queues a read of `bytes` bytes at `offset` inside slot `slot` into dst.
+  // REQUIRES: offset and bytes multiples of kAlignment, bytes > 0, offset +
+  // bytes <= slot_bytes(); dst kAlignment-aligned, bytes long.
+  void enqueue_read_range(std::size_t slot, std::size_t offset, std::size_t bytes, std::byte* dst,
+                          std::uint64_t tag);
 
   // Hands every queued request the queue depth allows to the kernel.
   void flush();
@@ -100,6 +106,8 @@ class SlabFile {
     std::size_t slot;
     std::byte* buf;
     std::uint64_t tag;
+    std::size_t offset;  // inside the slot
+    std::size_t bytes;
   };
 
   SlabFile(const SlabFileOptions& options, OnComplete on_complete, OnSubmitError on_submit_error);
