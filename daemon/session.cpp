@@ -274,6 +274,7 @@ void Session::method_stats(RpcCall& call) {
                          {"swapped", q.swapped},
                          {"swapped_out", q.swapped_out},
                          {"swapped_in", q.swapped_in},
+                         {"discarded_passes", q.discarded_passes},
                          {"cache", s.cache ? cache_stats_to_json(*s.cache) : json(nullptr)},
                          {"pending", s.pending},
                          {"requests_submitted", s.submitted},

@@ -12,6 +12,7 @@
 #include "kernels/block_copy.h"
 #include "kernels/kv_quant.h"
 #include "tiers/l3_store.h"
+#include "tiers/slab_file.h"
 
 namespace kvtier {
 
@@ -82,6 +83,11 @@ struct KvCache::L3Parts {
     Clock::time_point start;
   };
   std::unordered_map<std::uint64_t, Pending> pending;
+  // Reads go in this many pieces: a layer each (CacheConfig::load_by_layer)
+  // or 1. Those in pieces still in flight, by block: a request that finds
+  // one of its blocks loading can take the read over as its LayerLoad.
+  int parts = 1;
+  std::unordered_map<tiers::BlockKey, std::uint64_t, tiers::BlockKeyHash> reads_by_layer;
 };
 
 // Set by the copy worker's and the L3 store's completion threads; wait()
@@ -139,6 +145,15 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
     to_l2_ = from_l2_ = [bytes = block_bytes_](std::byte* dst, const std::byte* src) {
       kernels::copy_block(dst, src, bytes);
     };
+    // Promotions a layer at a time, when layers tile the block (copy_block
+    // wants whole cache lines).
+    const std::size_t layer_bytes = layout_.layer_bytes();
+    if (config.load_by_layer && layers_tile_block(64)) {
+      l2_layers_ = layout_.n_layer;
+      layer_copy_ = [layer_bytes](std::byte* dst, const std::byte* src) {
+        kernels::copy_block(dst, src, layer_bytes);
+      };
+    }
   }
   // Page-sized slots: L3 writes go straight from them (O_DIRECT).
   const std::size_t slot = round_up(l2_block_bytes_, 4096);
@@ -172,6 +187,12 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
             l3_->store->slot_bytes(), l1.num_blocks() + (l2_ ? l2_->num_blocks() : 0),
             tiers::Memory::kPageAligned);
       }
+      // A layer of the block is a piece when it is a whole number of pages
+      // (O_DIRECT) and the block has no padding; int8 blocks land in staging
+      // and are decoded whole, so they are read whole.
+      if (config.load_by_layer && !l3_->staging && layout_.n_layer <= tiers::L3Store::kMaxParts &&
+          layers_tile_block(tiers::SlabFile::kAlignment))
+        l3_->parts = layout_.n_layer;
       for (const std::string& w : l3_->store->warnings()) warnings_.push_back(w);
     } else {
       warnings_.push_back("L3 disabled: " + store.error());
@@ -234,7 +255,7 @@ PrefixLookup KvCache::lookup(const tiers::BlockKey& root, std::span<const int> t
 
 std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& root,
                                                         std::span<const int> tokens, int max_blocks,
-                                                        int l1_blocks_allowed) {
+                                                        int l1_blocks_allowed, LayerLoad* load) {
   ++stats_.lookups;
   adopt_l3_entries(tree_, l3_ ? l3_->store.get() : nullptr, root, tokens, max_blocks,
                    layout_.page_size, fingerprint_);
@@ -293,6 +314,7 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
   bool pending = false;
   int taken = 0;
   long l1_hits = 0;
+  std::vector<CacheNode*> up_by_layer;  // L2 promotions to copy a layer at a time
   for (std::size_t i = 0; i < path.size(); ++i) {
     CacheNode* node = path[i];
     if (node->usable_l1()) {
@@ -314,6 +336,10 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
     pending = true;
     if (node->l2 >= 0) {
       node->l2_copying = true;
+      if (l2_layers_ > 1) {
+        up_by_layer.push_back(node);
+        continue;
+      }
       const std::uint64_t ticket = copier_->copy(l1_->data(*block), l2_->data(node->l2), from_l2_);
       moves_[ticket] = {node->key, /*up=*/true, *block, node->l2};
       continue;
@@ -327,15 +353,37 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
       staging = l3_->staging->allocate().value();  // never empty: see L3Parts
       dst = l3_->staging->data(staging);
     }
-    const std::uint64_t ticket = l3_->store->read(node->key, fingerprint_, dst);
+    const std::uint64_t ticket = l3_->store->read(node->key, fingerprint_, dst, l3_->parts);
     l3_->pending[ticket] = {node->key, false, -1, staging, Clock::now()};
+    if (l3_->parts > 1) l3_->reads_by_layer[node->key] = ticket;
+  }
+  // Layer l of every block before layer l + 1 of any: the first layers are
+  // the first needed.
+  for (int l = 0; l < l2_layers_ && !up_by_layer.empty(); ++l) {
+    for (CacheNode* node : up_by_layer) {
+      const std::size_t offset = static_cast<std::size_t>(l) * layout_.layer_bytes();
+      const std::uint64_t ticket =
+          copier_->copy(l1_->data(node->l1) + offset, l2_->data(node->l2) + offset, layer_copy_);
+      moves_[ticket] = {node->key, /*up=*/true, node->l1, node->l2, /*by_layer=*/true};
+      LayeredMove& m = copies_by_layer_[node->key];
+      m.tickets.push_back(ticket);
+      m.left = l2_layers_;
+    }
   }
   // A read that failed meanwhile leaves its block missing: try again later
-  // (the next match stops before it).
-  for (const CacheNode* node : path) pending = pending || !node->usable_l1();
+  // (the next match stops before it). Blocks on their way up only by layer
+  // can be handed out now.
+  bool layerwise = load != nullptr;
+  for (const CacheNode* node : path) {
+    if (node->usable_l1()) continue;
+    pending = true;
+    layerwise =
+        layerwise && node->l1_loading &&
+        ((l3_ && l3_->reads_by_layer.contains(node->key)) || copies_by_layer_.contains(node->key));
+  }
   if (pending) {
     if (l3_) l3_->store->flush();  // start the reads now, not at the next poll()
-    return std::nullopt;
+    if (!layerwise) return std::nullopt;
   }
 
   std::vector<int> blocks;
@@ -343,6 +391,14 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
   for (CacheNode* node : path) {
     l1_->add_ref(node->l1);
     blocks.push_back(node->l1);
+    if (!node->l1_loading) continue;
+    if (auto m = copies_by_layer_.find(node->key); m != copies_by_layer_.end()) {
+      load->copies.push_back(m->second.tickets);
+      continue;
+    }
+    load->reads.push_back(l3_->reads_by_layer.at(node->key));
+    load->keys.push_back(node->key);
+    load->blocks.push_back(node->l1);
   }
   stats_.tier[0].hits += l1_hits;
   stats_.recompute_tokens_avoided += static_cast<long>(blocks.size()) * layout_.page_size;
@@ -505,6 +561,11 @@ void KvCache::finish_move(std::uint64_t ticket, std::chrono::nanoseconds latency
   if (it == moves_.end()) return;  // cannot happen: every copy is a move
   const Move move = it->second;
   moves_.erase(it);
+  if (move.by_layer) {  // the block is up once its last layer is
+    auto m = copies_by_layer_.find(move.key);
+    if (--m->second.left > 0) return;
+    copies_by_layer_.erase(m);
+  }
   // Both kinds hold the node in L1 (loading, or an extra reference), so it
   // is still there.
   CacheNode* node = tree_.find(move.key);
@@ -609,6 +670,9 @@ void KvCache::poll() {
 }
 
 void KvCache::collect() {
+  for (const tiers::CopyCompletion& c : early_) finish_move(c.ticket, c.latency);
+  early_.clear();
+  early_tickets_.clear();
   if (copier_)
     for (const tiers::CopyCompletion& c : copier_->poll()) finish_move(c.ticket, c.latency);
   if (l3_) poll_l3();
@@ -629,6 +693,9 @@ void KvCache::poll_l3() {
     if (it == l3_->pending.end()) continue;
     const L3Parts::Pending p = it->second;
     l3_->pending.erase(it);
+    if (auto b = l3_->reads_by_layer.find(p.key);
+        b != l3_->reads_by_layer.end() && b->second == c.ticket)
+      l3_->reads_by_layer.erase(b);
     TierStats& t3 = stats_.tier[2];
     if (c.status == tiers::L3Status::kChecksumMismatch) ++t3.checksum_failures;
     if (c.status == tiers::L3Status::kIoError) ++t3.io_errors;
@@ -836,6 +903,45 @@ std::size_t KvCache::transfers_in_flight() const {
   return moves_.size() + (l3_ ? l3_->pending.size() : 0);
 }
 
+void KvCache::await_layer(const LayerLoad& load, int layer) {
+  // Copies: completions are taken from the worker but handled by the next
+  // collect(); meanwhile the engine copies beside the worker.
+  auto copied = [&](std::uint64_t t) { return !moves_.contains(t) || early_tickets_.contains(t); };
+  auto take = [&] {
+    for (const tiers::CopyCompletion& c : copier_->poll()) {
+      early_.push_back(c);
+      early_tickets_.insert(c.ticket);
+    }
+  };
+  for (const std::vector<std::uint64_t>& copies : load.copies) {
+    const std::uint64_t ticket = copies[static_cast<std::size_t>(layer)];
+    for (take(); !copied(ticket); take())
+      if (!copier_->help()) sleep_for_signal(std::chrono::milliseconds(1));
+  }
+  for (const std::uint64_t ticket : load.reads) {
+    for (;;) {
+      const std::optional<int> landed = l3_->store->landed(ticket);
+      if (!landed || *landed > layer) break;
+      sleep_for_signal(std::chrono::milliseconds(2));
+    }
+  }
+}
+
+bool KvCache::settle(const LayerLoad& load) {
+  // Every piece has landed (the last layer waited for them); the completions
+  // that carry the checksums' verdicts may still be on their way.
+  auto in_flight = [&] {
+    return std::any_of(load.reads.begin(), load.reads.end(),
+                       [&](std::uint64_t t) { return l3_->pending.contains(t); });
+  };
+  for (collect(); in_flight(); collect()) sleep_for_signal(std::chrono::milliseconds(2));
+  for (std::size_t i = 0; i < load.keys.size(); ++i) {
+    const CacheNode* node = tree_.find(load.keys[i]);
+    if (node == nullptr || node->l1 != load.blocks[i] || node->l1_loading) return false;
+  }
+  return true;
+}
+
 void KvCache::wait(std::chrono::milliseconds timeout) {
   if (transfers_in_flight() == 0) return;
   // With nothing to compute, the engine's core copies beside the worker's
@@ -843,6 +949,16 @@ void KvCache::wait(std::chrono::milliseconds timeout) {
   bool helped = false;
   while (copier_ && copier_->help()) helped = true;
   if (helped) return;
+  sleep_for_signal(timeout);
+}
+
+bool KvCache::layers_tile_block(std::size_t alignment) const {
+  const std::size_t layer = layout_.layer_bytes();
+  return layout_.n_layer > 1 && layer % alignment == 0 &&
+         layer * static_cast<std::size_t>(layout_.n_layer) == block_bytes_;
+}
+
+void KvCache::sleep_for_signal(std::chrono::milliseconds timeout) {
   std::unique_lock lock(wake_->mu);
   wake_->cv.wait_for(lock, timeout, [&] { return wake_->signalled; });
   wake_->signalled = false;

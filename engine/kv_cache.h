@@ -62,6 +62,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/kv_layout.h"
@@ -98,6 +99,13 @@ struct CacheConfig {
   // After an L3 failure, how long before the store is tried again (it
   // doubles while the probes fail, up to 30 s).
   std::chrono::milliseconds l3_backoff{1000};
+  // Bring blocks up from L2 and L3 a layer at a time and let a new
+  // request's prefill start on the first layers while the rest are on the
+  // way (LMCache's layerwise retrieval; see KvCache::LayerLoad). Needs exact
+  // blocks, and for L3 layers of whole 4 KiB pages (GPT-2 124M: 96 KiB);
+  // otherwise, or when false, a request waits until its whole blocks are in
+  // L1.
+  bool load_by_layer = true;
 
   // Refuses l2_format int8 over an exact L3 (l3_path set, l3_format exact):
   // L3 would hold lossy blocks at 4x their int8 size. exact/exact,
@@ -192,15 +200,44 @@ class KvCache {
   // Looks in the L3 index too, so it sees blocks from before a restart.
   PrefixLookup lookup(const tiers::BlockKey& root, std::span<const int> tokens, int max_blocks);
 
+  // L3 reads still landing, a layer at a time, in L1 blocks a request
+  // already holds: the blocks of the request's prefix whose bytes are on the
+  // way. The request may compute on layer l of them once await_layer(l)
+  // returns; the bytes are verified only when the whole block is in, so
+  // nothing computed from them may be used before settle() says they were
+  // right. Checksums stay per block: what a corrupt block touched is
+  // thrown away, never sent.
+  struct LayerLoad {
+    std::vector<std::uint64_t> reads;   // L3 tickets
+    std::vector<tiers::BlockKey> keys;  // the blocks they fill
+    std::vector<int> blocks;            // and their L1 ids
+    // L2 promotions, a copy per layer: copies[i][l] is block i's layer l.
+    std::vector<std::vector<std::uint64_t>> copies;
+    bool empty() const { return reads.empty() && copies.empty(); }
+  };
+
   // For admission: makes the cached run of the first full blocks of tokens
   // (at most max_blocks, and cut where recomputing is cheaper than loading)
   // usable in L1, and when it is, takes one pool reference on each block for
   // the caller and returns them in order (possibly none). Returns nullopt
-  // while L3 reads for it are in flight: try again after a later poll().
+  // while copies or L3 reads for it are in flight: try again after a later
+  // poll(). With `load` (and load_by_layer on, see CacheConfig), a run whose
+  // only missing blocks are on their way up by layer is returned at once,
+  // its blocks referenced like the others, and those moves are listed in
+  // *load.
   // Takes at most `l1_blocks_allowed` free L1 blocks for promotions.
   std::optional<std::vector<int>> acquire_prefix(const tiers::BlockKey& root,
                                                  std::span<const int> tokens, int max_blocks,
-                                                 int l1_blocks_allowed);
+                                                 int l1_blocks_allowed, LayerLoad* load = nullptr);
+  // Returns once layer `layer` of every block of `load` is in L1
+  // (unverified; see LayerLoad).
+  void await_layer(const LayerLoad& load, int layer);
+  // Waits for the reads of `load` to complete and handles them: true when
+  // every block arrived intact. False: a block failed (its checksum, or the
+  // read) and is gone from the cache, and whatever was computed from the
+  // load must be thrown away. Either way the load is over; the caller still
+  // holds its references on the blocks.
+  bool settle(const LayerLoad& load);
 
   // Adds the full blocks of a sequence to the cache: blocks[i] holds tokens
   // [i*P, (i+1)*P). Blocks already cached (same key) are left as they are;
@@ -290,6 +327,12 @@ class KvCache {
   // start cleaning the very block being demoted.
   void collect();
   void poll_l3();
+  // Sleeps until a copy or L3 completion (or an L3 piece) is signalled, or
+  // the timeout passes.
+  void sleep_for_signal(std::chrono::milliseconds timeout);
+  // Whether a block is its layers end to end, each a multiple of
+  // `alignment` bytes: then it can move a layer at a time.
+  bool layers_tile_block(std::size_t alignment) const;
   void account_copy(Tier from, Tier to, std::chrono::nanoseconds took);
   // Starts L3 writes of the L2 blocks L3 lacks (write_back).
   void start_writeback();
@@ -311,6 +354,7 @@ class KvCache {
     bool up = false;  // L2 -> L1 (a promotion), else L1 -> L2 (cleaning)
     int l1_block = -1;
     int l2_slot = -1;
+    bool by_layer = false;  // one layer of a promotion (see copies_by_layer_)
   };
   struct Wake;  // what wait() sleeps on; completion threads signal it
   KvLayout layout_;
@@ -332,6 +376,19 @@ class KvCache {
   std::vector<int> l1_io_refs_;
   std::shared_ptr<Wake> wake_;  // shared with the completion callbacks
   std::unordered_map<std::uint64_t, Move> moves_;
+  // Promotions copied a layer at a time (load_by_layer with an exact L2):
+  // each block's copies in layer order, until the last has been handled.
+  int l2_layers_ = 1;  // copies a promotion takes: n_layer, or 1
+  tiers::CopyWorker::Transfer layer_copy_;
+  struct LayeredMove {
+    std::vector<std::uint64_t> tickets;
+    int left = 0;
+  };
+  std::unordered_map<tiers::BlockKey, LayeredMove, tiers::BlockKeyHash> copies_by_layer_;
+  // Completions await_layer() took from the copy worker mid-pass; collect()
+  // handles them (the tree is not touched during a forward pass).
+  std::vector<tiers::CopyCompletion> early_;
+  std::unordered_set<std::uint64_t> early_tickets_;
   int clean_window_ = 0;  // how many free or clean L1 blocks cleaning aims for
   // The two directions of an L1<->L2 move: plain copies with an exact L2,
   // the int8 encode and decode with an int8 one. Run on the copy worker

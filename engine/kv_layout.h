@@ -25,6 +25,9 @@ struct KvLayout {
 
   long floats_per_half() const { return static_cast<long>(n_kv_head) * head_dim * page_size; }
   long floats_per_layer() const { return 2 * floats_per_half(); }
+  std::size_t layer_bytes() const {
+    return sizeof(float) * static_cast<std::size_t>(floats_per_layer());
+  }
   // Bytes per block, rounded up to a cache line.
   std::size_t block_bytes() const {
     const std::size_t raw = sizeof(float) * static_cast<std::size_t>(n_layer) * floats_per_layer();

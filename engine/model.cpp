@@ -108,8 +108,9 @@ void Model::attention(int layer, int M) {
   }
 }
 
-std::expected<std::span<const float>, std::string> Model::forward(std::span<const Chunk> chunks,
-                                                                  tiers::BlockPool& pool) {
+std::expected<std::span<const float>, std::string> Model::forward(
+    std::span<const Chunk> chunks, tiers::BlockPool& pool,
+    const std::function<void(int layer)>& before_attention) {
   if (auto ok = check(chunks, pool); !ok) return std::unexpected(ok.error());
   const int C = config_.n_embd, V = config_.vocab_size;
   page_size_ = chunks[0].kv->page_size();
@@ -163,6 +164,7 @@ std::expected<std::span<const float>, std::string> Model::forward(std::span<cons
     const LayerWeights& w = weights_.layer(l);
     kernels::layernorm(ln_.data(), x_.data(), w.ln_1_w, w.ln_1_b, M, C, config_.layer_norm_eps);
     linear(qkv_.data(), ln_.data(), w.attn_qkv_w, w.attn_qkv_b, M, C, qkv_width);
+    if (before_attention) before_attention(l);
     attention(l, M);
     linear(ln_.data(), att_.data(), w.attn_proj_w, w.attn_proj_b, M, C, C);
     kernels::residual_add(x_.data(), x_.data(), ln_.data(), static_cast<long>(x_.size()));

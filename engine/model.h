@@ -25,6 +25,7 @@
 
 #include <expected>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,8 +69,14 @@ class Model {
   // vocabulary, a sequence would pass block_size, a sequence appears twice,
   // or a sequence lacks the pages (SequenceKv::reserve them first).
   // `pool` holds the sequences' blocks; its block size must fit the layout.
-  std::expected<std::span<const float>, std::string> forward(std::span<const Chunk> chunks,
-                                                             tiers::BlockPool& pool);
+  //
+  // before_attention, when set, is called with each layer's index before the
+  // layer reads any cached K/V (and after it has computed the batch's q, k
+  // and v): a tier that loads the cache a layer at a time returns from it
+  // once that layer is in place (KvCache::await_layer).
+  std::expected<std::span<const float>, std::string> forward(
+      std::span<const Chunk> chunks, tiers::BlockPool& pool,
+      const std::function<void(int layer)>& before_attention = {});
 
  private:
   std::expected<void, std::string> check(std::span<const Chunk> chunks,

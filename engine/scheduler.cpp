@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <functional>
 #include <utility>
 
 #include "engine/block_hash.h"
@@ -298,6 +299,7 @@ void Scheduler::retire(Request& r, RequestStatus status) {
   r.kv_.release(*pool_);
   r.status_ = status;
   std::erase(admitted_, &r);
+  layer_loads_.erase(&r);
 }
 
 void Scheduler::sort_admitted_by_urgency() {
@@ -339,6 +341,7 @@ void Scheduler::admit() {
       // flight): give back what the cache lent and try again next step.
       r.computed_before_ = std::max(r.computed_before_, r.kv_.length());
       r.kv_.release(*pool_);
+      layer_loads_.erase(&r);
       break;
     }
     it = waiting_.erase(it);
@@ -357,6 +360,14 @@ Scheduler::Restore Scheduler::restore_from_cache(Request& r, int budget_blocks) 
   const int P = config_.page_size;
   std::vector<int> blocks;
   int length = 0;
+  // A swapped request comes back only when L1 can take all of it now: a
+  // restore cut short, or a reserve that fails after it, would drop blocks
+  // swap kept and recompute them. Blocks still in transit cannot make room;
+  // the requests running will, so it waits for them (with none running,
+  // everything but transfers is free or demotable, and it goes).
+  const bool swapped = r.num_generated() > 0 || !r.stash_.empty();
+  if (swapped && !admitted_.empty() && pool_->num_free() + cache_->demotable_l1() < budget_blocks)
+    return Restore::kNoRoom;
   if (!r.eviction().evicts()) {
     // At least the last token is always fed: its logits pick the next token.
     const int max_match = (tokens - 1) / P;
@@ -365,8 +376,15 @@ Scheduler::Restore Scheduler::restore_from_cache(Request& r, int budget_blocks) 
       const PrefixLookup found = cache_->lookup(r.cache_root_, r.tokens_, max_match);
       for (int t = 0; t < kNumTiers; ++t) r.cached_tokens_[t] = found.blocks[t] * P;
     }
-    auto shared = cache_->acquire_prefix(r.cache_root_, r.tokens_, max_match, budget_blocks);
+    // A fresh request may start while the last of its prefix is still
+    // landing from L3, a layer at a time; a swapped one waits for its
+    // blocks (they return beside the blocks it owns).
+    KvCache::LayerLoad load;
+    const bool fresh = !swapped;
+    auto shared = cache_->acquire_prefix(r.cache_root_, r.tokens_, max_match, budget_blocks,
+                                         fresh ? &load : nullptr);
     if (!shared) return Restore::kLoading;
+    if (!load.empty()) layer_loads_[&r] = std::move(load);
     blocks = std::move(*shared);
     length = static_cast<int>(blocks.size()) * P;
   }
@@ -447,6 +465,8 @@ void Scheduler::preempt(Request& victim, StepOutput& out) {
       preempt_swap(victim);
       break;
   }
+  // Its blocks keep landing for the cache; a re-admission finds them there.
+  layer_loads_.erase(&victim);
   ++victim.preemptions_;
   ++preemptions_;
   RequestEvent event;
@@ -606,7 +626,34 @@ StepOutput Scheduler::step() {
     return out;
   }
 
-  auto logits = model_->forward(chunks, *pool_);
+  // The prefill may be of a request whose prefix is landing by layer: each
+  // layer waits for its piece of those blocks.
+  Request* loading = nullptr;
+  if (out.prefill_tokens > 0 && layer_loads_.contains(rows.back())) loading = rows.back();
+  std::function<void(int)> await_layer;
+  if (loading != nullptr) {
+    await_layer = [this, load = &layer_loads_.at(loading)](int layer) {
+      cache_->await_layer(*load, layer);
+    };
+  }
+  auto logits = model_->forward(chunks, *pool_, await_layer);
+  if (loading != nullptr) {
+    // Only now are the blocks verified. A bad one is gone from the cache;
+    // the request's pass is thrown away and it queues again, to find the
+    // prefix without that block and prefill the rest. (A failed forward
+    // computed nothing: the request fails with the batch below.)
+    const KvCache::LayerLoad load = std::move(layer_loads_.at(loading));
+    layer_loads_.erase(loading);
+    if (logits && !cache_->settle(load)) {
+      ++discarded_passes_;
+      loading->kv_.release(*pool_);
+      std::erase(admitted_, loading);
+      loading->status_ = RequestStatus::kWaiting;
+      waiting_.insert(queue_key(*loading));
+    } else {
+      loading = nullptr;
+    }
+  }
   if (!logits) {
     // forward() changes nothing when it fails; the batch's requests cannot
     // go on, the others can.
@@ -631,6 +678,7 @@ StepOutput Scheduler::step() {
   const std::size_t V = static_cast<std::size_t>(vocab_size_);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     Request& r = *rows[i];
+    if (&r == loading) continue;  // computed from a corrupt block: thrown away
     if (r.status_ == RequestStatus::kPrefilling) {
       if (r.kv_.length() < static_cast<int>(r.tokens_.size())) continue;  // more chunks to come
       r.status_ = RequestStatus::kRunning;
@@ -719,6 +767,7 @@ SchedulerStats Scheduler::stats() const {
   s.swapped_out = swapped_out_;
   s.evicted_blocks = evicted_blocks_;
   s.swapped_in = swapped_in_;
+  s.discarded_passes = discarded_passes_;
   for (const auto& [id, r] : requests_) s.swapped += r->status_ == RequestStatus::kSwapped;
   return s;
 }

@@ -181,6 +181,9 @@ struct SchedulerStats {
   long swapped_out = 0;        // swap preemptions
   long swapped_in = 0;         // swapped requests re-admitted
   int swapped = 0;             // requests swapped out now
+  // Prefill passes thrown away because a block loading by layer under them
+  // failed its checksum (the request then prefilled without it).
+  long discarded_passes = 0;
 };
 
 class Scheduler {
@@ -346,6 +349,10 @@ class Scheduler {
   // cancel() removes from the middle.
   std::set<QueueKey> waiting_;
   std::vector<Request*> admitted_;  // prefilling + running
+  // Admitted requests whose prefix is still landing from L3 a layer at a
+  // time: their prefill waits for each layer and is kept only if settle()
+  // finds every block intact (see KvCache::LayerLoad).
+  std::unordered_map<const Request*, KvCache::LayerLoad> layer_loads_;
   RequestId next_id_ = 1;
   std::uint64_t next_arrival_ = 0;
   mutable std::vector<char> seen_;  // used_blocks()'s scratch, one entry per pool block
@@ -353,6 +360,7 @@ class Scheduler {
   long steps_ = 0;
   long preemptions_ = 0;
   long recomputed_tokens_ = 0;
+  long discarded_passes_ = 0;
   long swapped_out_ = 0;
   long swapped_in_ = 0;
   long evicted_blocks_ = 0;

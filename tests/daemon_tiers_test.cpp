@@ -55,7 +55,7 @@ TEST(DaemonTiersTest, SharedPrefixIsServedFromL1WithTheEnginesTokens) {
   ASSERT_TRUE(stats["cache"].is_object()) << stats.dump();
   EXPECT_GT(stats["cache"]["tiers"]["l1"]["hits"].get<long>(), 0);
   EXPECT_GT(stats["cache"]["recompute_tokens_avoided"].get<long>(), 0);
-  for (const char* key : {"swapped", "swapped_out", "swapped_in", "evicted_blocks"})
+  for (const char* key : {"swapped", "swapped_out", "swapped_in", "discarded_passes", "evicted_blocks"})
     EXPECT_TRUE(stats.contains(key)) << key;
   shutdown(d);
 }

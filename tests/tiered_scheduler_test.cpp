@@ -157,11 +157,13 @@ TEST_F(TieredSchedulerTest, BlocksFlushedToL3ComeBackBitIdentical) {
 }
 
 // A request whose prefix is coming up from L3 keeps its place in the queue
-// but does not hold back the request behind it, which needs no read.
+// but does not hold back the request behind it, which needs no read. (With
+// whole-block reads; by layer it does not wait at all: see the next test.)
 TEST_F(TieredSchedulerTest, ARequestWaitingForL3ReadsDoesNotHoldBackTheNext) {
   test_util::TempDir dir;
   SchedulerConfig c = tiered(dir.path() / "l3");
   c.cache.write_policy = WritePolicy::kWriteThrough;
+  c.cache.load_by_layer = false;
   auto s = make(c);
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
@@ -187,6 +189,80 @@ TEST_F(TieredSchedulerTest, ARequestWaitingForL3ReadsDoesNotHoldBackTheNext) {
         << "request " << i;
   }
   EXPECT_GT(s->find(loading)->cached_tokens()[2], 0) << "the prefix did not come from L3";
+}
+
+// Loaded by layer, a prefix in L2 or on L3 is no reason to wait: the
+// request is admitted with its blocks still on their way up, its prefill
+// takes each layer as it arrives, and its first token comes in the first
+// step, the same token.
+TEST_F(TieredSchedulerTest, APrefixLoadingByLayerIsServedInTheFirstStep) {
+  for (const Tier tier : {Tier::kL2, Tier::kL3}) {
+    SCOPED_TRACE(tier == Tier::kL2 ? "from L2" : "from L3");
+    test_util::TempDir dir;
+    SchedulerConfig c = tiered(dir.path() / "l3");
+    c.cache.write_policy = WritePolicy::kWriteThrough;
+    ASSERT_TRUE(c.cache.load_by_layer);
+    auto s = make(c);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
+    s->cache()->drain();
+    s->cache()->flush(Tier::kL1);
+    if (tier == Tier::kL3) s->cache()->flush(Tier::kL2);
+
+    const std::vector<RequestParams> reqs = {params(kShared + " two", 6, sampled(5)),
+                                             params("Unrelated and short", 6, greedy())};
+    const RequestId loading = *s->submit(reqs[0]);
+    const RequestId next = *s->submit(reqs[1]);
+    (void)s->step();
+    ASSERT_TRUE(s->check_invariants());
+    EXPECT_EQ(s->find(loading)->generated().size(), 1u) << "waited for its whole blocks";
+    EXPECT_NE(s->status(next), RequestStatus::kWaiting);
+    for (int guard = 0; s->has_work() && guard < 50000; ++guard) {
+      (void)s->step();
+      ASSERT_TRUE(s->check_invariants());
+    }
+    const RequestId ids[2] = {loading, next};
+    for (int i = 0; i < 2; ++i) {
+      const Request* r = s->find(ids[i]);
+      EXPECT_EQ(std::vector<int>(r->generated().begin(), r->generated().end()), alone(reqs[i]))
+          << "request " << i;
+    }
+    const int t = static_cast<int>(tier);
+    EXPECT_EQ(s->find(loading)->cached_tokens()[t], static_cast<int>(kShared.size()) / 16 * 16);
+    EXPECT_GT(s->cache()->stats().tier[t].promotions, 0);
+    EXPECT_EQ(s->stats().discarded_passes, 0);
+  }
+}
+
+// One block of a prefix loading by layer is corrupt on L3. The pass that
+// used it is thrown away, not a token of it is sent, the block is gone from
+// the cache, and the request prefills from that block on: the same tokens.
+TEST_F(TieredSchedulerTest, ACorruptBlockLoadingByLayerThrowsThePassAwayAndIsRecomputed) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
+  s->cache()->drain();
+  s->cache()->flush(Tier::kL1);
+  s->cache()->flush(Tier::kL2);
+  // Write-through stored the prompt's blocks in order into slots 0, 1, ...:
+  // damage the second.
+  const std::size_t block = model_->kv_layout(16).block_bytes();
+  const int fd = ::open((dir.path() / "l3" / "slab").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const std::vector<char> junk(64, 0x5a);
+  ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), static_cast<off_t>(block + 4096)), 64);
+  ::close(fd);
+
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 8, greedy())}, &ids));
+  const CacheStats st = s->cache()->stats();
+  EXPECT_EQ(st.tier[2].checksum_failures, 1);
+  EXPECT_EQ(s->stats().discarded_passes, 1);
+  // Reported from the first look, before the damage showed.
+  EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
 }
 
 // A tiny L1 and L2 under many requests with shared prefixes: blocks are
@@ -265,9 +341,10 @@ TEST_F(TieredSchedulerTest, SwapPreemptionRecomputesNothingAndMatchesRecompute) 
     c.token_budget = 8;
     c.preemption = mode;
     c.cache.l2_bytes = 64 * 32768;
+    c.cache.load_by_layer = getenv("NOLBL") == nullptr;
     auto s = make(c);
     ASSERT_NE(s, nullptr);
-    ASSERT_TRUE(run_and_compare(*s, reqs)) << to_string(mode);
+  ASSERT_TRUE(run_and_compare(*s, reqs)) << to_string(mode);
     const int m = mode == PreemptionMode::kSwap ? 0 : 1;
     preemptions[m] = s->stats().preemptions;
     recomputed[m] = s->stats().recomputed_tokens;
@@ -319,6 +396,8 @@ TEST_F(TieredSchedulerTest, RestartServesThePrefixFromL3AndACorruptSlabIsRecompu
     const CacheStats st = s->cache()->stats();
     EXPECT_GT(st.tier[2].checksum_failures, 0);
     EXPECT_EQ(st.tier[2].promotions, 0);
+    // Read by layer, the first pass had started on the bad bytes: thrown away.
+    EXPECT_EQ(s->stats().discarded_passes, 1);
   }
 }
 
