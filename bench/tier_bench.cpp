@@ -2,7 +2,8 @@
 // compared with a baseline measured in the same run:
 //   * time to first token of a 1024-token prompt whose first 1008 tokens are
 //     cached in L1, in L2, in L3, and cold (targets: L2 >= 20x faster than
-//     cold, L3 >= 10x);
+//     cold, L3 >= 10x); also with blocks moved whole instead of by layer,
+//     and from int8 lower tiers;
 //   * L1 <-> L2 block copy bandwidth against memcpy (target >= 0.8);
 //   * a workload that forces preemption, run with swap and with recompute:
 //     recomputed tokens (swap must have none) and tokens/s.
@@ -149,41 +150,55 @@ int main(int argc, char** argv) {
   std::printf("  ratio L2 hit (cold / L2): %.1f  (target >= 20)\n", best[3] / best[1]);
   std::printf("  ratio L3 hit (cold / L3): %.1f  (target >= 10)\n", best[3] / best[2]);
 
-  // ---- the same from int8 lower tiers (lossy; l2_format = l3_format = int8)
-  {
-    SchedulerConfig q = c;
-    q.cache.l2_format = KvFormat::kInt8;
-    q.cache.l3_format = KvFormat::kInt8;
-    q.cache.l3_path = (l3_dir / "store-int8").string();
-    auto qs = Scheduler::create(model, nullptr, q);
-    if (!qs) {
-      std::printf("cannot build the int8 scheduler: %s\n", qs.error().c_str());
+  // ---- the same with other lower-tier settings, each on a store of its own:
+  // blocks moved whole (load_by_layer off: the prefill starts once all are
+  // in L1), and int8 lower tiers (lossy; l2_format = l3_format = int8).
+  struct Variant {
+    const char* name;
+    SchedulerConfig config;
+    bool with_l2;
+  };
+  SchedulerConfig whole = c, int8 = c;
+  whole.cache.load_by_layer = false;
+  whole.cache.l3_path = (l3_dir / "store-whole").string();
+  int8.cache.l2_format = KvFormat::kInt8;
+  int8.cache.l3_format = KvFormat::kInt8;
+  int8.cache.l3_path = (l3_dir / "store-int8").string();
+  std::printf("other lower-tier settings:\n");
+  for (const Variant& v : {Variant{"whole", whole, true}, Variant{"int8", int8, true}}) {
+    auto vs = Scheduler::create(model, nullptr, v.config);
+    if (!vs) {
+      std::printf("cannot build the %s scheduler: %s\n", v.name, vs.error().c_str());
       return 1;
     }
-    Scheduler& s8 = **qs;
-    (void)s8.submit(request({prompt.begin(), prompt.begin() + 1009}, 1));
-    run_all(s8);
-    s8.cache()->drain();
-    double best8[2] = {1e9, 1e9};
-    int first8[2] = {-1, -1};
+    Scheduler& sv = **vs;
+    (void)sv.submit(request({prompt.begin(), prompt.begin() + 1009}, 1));
+    run_all(sv);
+    sv.cache()->drain();
+    double best_v[2] = {1e9, 1e9};
+    int first_v[2] = {-1, -1};
     for (int rep = 0; rep < kReps; ++rep) {
-      s8.cache()->flush(Tier::kL1);
-      auto [l2, t2] = time_to_first_token(s8, request(prompt, 1));
-      s8.cache()->drain();
-      s8.cache()->flush(Tier::kL1);
-      s8.cache()->flush(Tier::kL2);
-      auto [l3, t3] = time_to_first_token(s8, request(prompt, 1));
-      best8[0] = std::min(best8[0], l2);
-      best8[1] = std::min(best8[1], l3);
-      first8[0] = t2;
-      first8[1] = t3;
+      if (v.with_l2) {
+        sv.cache()->flush(Tier::kL1);
+        auto [l2, t2] = time_to_first_token(sv, request(prompt, 1));
+        best_v[0] = std::min(best_v[0], l2);
+        first_v[0] = t2;
+        sv.cache()->drain();
+      }
+      sv.cache()->flush(Tier::kL1);
+      sv.cache()->flush(Tier::kL2);
+      auto [l3, t3] = time_to_first_token(sv, request(prompt, 1));
+      best_v[1] = std::min(best_v[1], l3);
+      first_v[1] = t3;
     }
-    std::printf("int8 lower tiers (lossy), block %zu bytes stored as %zu:\n", block_bytes,
-                s8.cache()->stats().tier[2].block_bytes);
-    const char* names8[2] = {"L2 int8", "L3 int8"};
-    for (int i = 0; i < 2; ++i)
-      std::printf("  %-8s %10.1f %11.1fx   first token as exact: %s\n", names8[i], best8[i] * 1e3,
-                  best[3] / best8[i], first8[i] == first[3] ? "yes" : "no");
+    if (v.config.cache.l3_format == KvFormat::kInt8)
+      std::printf("  (int8 stores a block of %zu bytes as %zu; lossy)\n", block_bytes,
+                  sv.cache()->stats().tier[2].block_bytes);
+    for (int i = v.with_l2 ? 0 : 1; i < 2; ++i) {
+      const std::string name = std::string(i == 0 ? "L2 " : "L3 ") + v.name;
+      std::printf("  %-8s %10.1f %11.1fx   first token as exact: %s\n", name.c_str(),
+                  best_v[i] * 1e3, best[3] / best_v[i], first_v[i] == first[3] ? "yes" : "no");
+    }
   }
 
   // ---- L1 <-> L2 copy bandwidth ----------------------------------------
@@ -214,13 +229,15 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(l3_dir);
 
   // ---- swap vs recompute -------------------------------------------------
-  // Six 32-token prompts each generating 160 tokens grow to 6 x 12 pages;
-  // the budget holds 40, so running requests are preempted as they grow.
+  // Six 192-token prompts each generating 96 tokens grow to 6 x 18 pages;
+  // the budget holds 48, so running requests are preempted as they grow.
+  // The prompts are long enough that recomputing a victim costs what it
+  // costs in practice: a prefill of its whole context.
   std::vector<RequestParams> work;
   for (int i = 0; i < 6; ++i)
-    work.push_back(request(random_tokens(32, config.vocab_size, 100 + i), 160));
+    work.push_back(request(random_tokens(192, config.vocab_size, 100 + i), 96));
   std::vector<std::vector<int>> outputs[2];
-  std::printf("\npreemption workload: 6 x (32 prompt + 160 generated), max_kv_tokens 640\n");
+  std::printf("\npreemption workload: 6 x (192 prompt + 96 generated), max_kv_tokens 768\n");
   std::printf("  %-10s %12s %12s %12s %10s\n", "mode", "preemptions", "recomputed", "seconds",
               "tok/s");
   for (PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kRecompute}) {
@@ -228,7 +245,7 @@ int main(int argc, char** argv) {
     w.prefix_cache = mode == PreemptionMode::kSwap;
     w.preemption = mode;
     w.page_size = kPage;
-    w.max_kv_tokens = 640;
+    w.max_kv_tokens = 768;
     w.max_batch_size = 6;
     w.token_budget = 256;
     if (w.prefix_cache) w.cache.l2_bytes = 160 * block_bytes;
