@@ -25,7 +25,7 @@ std::expected<long long, std::string> integer_in(const json& v, const char* name
 }
 
 // The table. Captureless lambdas, so each entry is plain data.
-const std::array<Setting, 26> kSettings = {{
+const std::array<Setting, 27> kSettings = {{
     {"model", false, "model folder", [](const DaemonConfig& c) -> json { return c.model_dir; },
      nullptr},
     {"threads", false, "compute threads; 0 = OpenMP's default",
@@ -69,6 +69,8 @@ const std::array<Setting, 26> kSettings = {{
        return std::string(to_string(c.scheduler.cache.l3_format));
      },
      nullptr},
+    {"load_by_layer", false, "bring cached prefixes up from L2 and L3 a layer at a time",
+     [](const DaemonConfig& c) -> json { return c.scheduler.cache.load_by_layer; }, nullptr},
     {"preemption", false, "a preempted request's KV: swap | recompute",
      [](const DaemonConfig& c) -> json { return std::string(to_string(c.scheduler.preemption)); },
      nullptr},

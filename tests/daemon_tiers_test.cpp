@@ -55,7 +55,8 @@ TEST(DaemonTiersTest, SharedPrefixIsServedFromL1WithTheEnginesTokens) {
   ASSERT_TRUE(stats["cache"].is_object()) << stats.dump();
   EXPECT_GT(stats["cache"]["tiers"]["l1"]["hits"].get<long>(), 0);
   EXPECT_GT(stats["cache"]["recompute_tokens_avoided"].get<long>(), 0);
-  for (const char* key : {"swapped", "swapped_out", "swapped_in", "discarded_passes", "evicted_blocks"})
+  for (const char* key :
+       {"swapped", "swapped_out", "swapped_in", "discarded_passes", "evicted_blocks"})
     EXPECT_TRUE(stats.contains(key)) << key;
   shutdown(d);
 }
@@ -132,8 +133,9 @@ TEST(DaemonTiersTest, TierSettingsShowInConfigGetAndReadOnly) {
   EXPECT_EQ(config["write_policy"]["value"], "write_back");
   EXPECT_EQ(config["l3_path"]["value"], "");
   EXPECT_EQ(config["eviction"]["value"], "none");
+  EXPECT_EQ(config["load_by_layer"]["value"], true);
   for (const char* name : {"prefix_cache", "l1_bytes", "l2_bytes", "l3_path", "l3_bytes",
-                           "write_policy", "preemption", "eviction"}) {
+                           "write_policy", "load_by_layer", "preemption", "eviction"}) {
     EXPECT_EQ(config[name]["runtime"], false) << name;
   }
   auto refused = c->call(request(3, "config.set", {{"l2_bytes", 1}}));
