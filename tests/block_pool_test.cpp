@@ -103,5 +103,49 @@ TEST(BlockPoolTest, PinnedPoolIsPageAlignedAndLockedOrSaysWhyNot) {
   }
 }
 
+// A pool over memory it did not allocate (the CUDA tiers' device and
+// cudaHostAlloc regions; plain host memory here) carves its blocks in place,
+// counts references the same way, and gives the memory back through the
+// region's deleter exactly once, when the pool goes.
+TEST(BlockPoolTest, ExternalRegionIsCarvedInPlaceAndFreedByItsDeleter) {
+  std::vector<std::byte> memory(4 * 256 + 100);
+  int frees = 0;
+  std::byte* freed = nullptr;
+  {
+    BlockPool pool(256, 4, Region{memory.data(), memory.size(), [&](std::byte* p) {
+                                    ++frees;
+                                    freed = p;
+                                  }});
+    EXPECT_EQ(pool.memory(), Memory::kExternal);
+    EXPECT_FALSE(pool.locked());
+    EXPECT_EQ(pool.capacity_bytes(), 4u * 256);
+    for (int id = 0; id < 4; ++id) EXPECT_EQ(pool.data(id), memory.data() + id * 256);
+    const int a = *pool.allocate();
+    EXPECT_EQ(a, 0);
+    pool.add_ref(a);
+    EXPECT_TRUE(pool.is_shared(a));
+    pool.release(a);
+    pool.release(a);
+    EXPECT_EQ(pool.num_free(), 4);
+    EXPECT_EQ(referenced(pool) + pool.num_free(), pool.num_blocks());
+    EXPECT_EQ(frees, 0);
+  }
+  EXPECT_EQ(frees, 1);
+  EXPECT_EQ(freed, memory.data());
+}
+
+// Without a deleter the memory stays the caller's: the pool writes through to
+// it and leaves it be when it goes.
+TEST(BlockPoolTest, ExternalRegionWithoutDeleterStaysTheCallers) {
+  std::vector<std::byte> memory(512, std::byte{3});
+  {
+    BlockPool pool(128, 4, Region{memory.data(), memory.size(), {}});
+    const int id = *pool.allocate();
+    pool.data(id)[5] = std::byte{9};
+  }
+  EXPECT_EQ(memory[5], std::byte{9});
+  EXPECT_EQ(memory[4], std::byte{3});
+}
+
 }  // namespace
 }  // namespace kvtier::tiers

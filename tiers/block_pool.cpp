@@ -9,13 +9,22 @@
 #include <new>
 
 namespace kvtier::tiers {
+namespace {
 
-void BlockPool::AlignedFree::operator()(std::byte* p) const { std::free(p); }
+// A region without a deleter stays the caller's. (The unique_ptr would call
+// an empty std::function, which throws.)
+std::function<void(std::byte*)> or_keep(std::function<void(std::byte*)> deleter) {
+  if (deleter) return deleter;
+  return [](std::byte*) {};
+}
+
+}  // namespace
 
 BlockPool::BlockPool(std::size_t block_bytes, int num_blocks, Memory memory)
     : block_bytes_(block_bytes),
       num_blocks_(num_blocks),
       memory_(memory),
+      base_(nullptr, [](std::byte* p) { std::free(p); }),
       ref_counts_(num_blocks, 0) {
   const std::size_t alignment = memory == Memory::kPageable ? 64 : 4096;
   assert(block_bytes > 0 && block_bytes % alignment == 0 && num_blocks > 0);
@@ -35,6 +44,18 @@ BlockPool::BlockPool(std::size_t block_bytes, int num_blocks, Memory memory)
   free_.reserve(num_blocks);
   // Hand out low ids first: the free list pops from the back.
   for (int id = num_blocks - 1; id >= 0; --id) free_.push_back(id);
+}
+
+BlockPool::BlockPool(std::size_t block_bytes, int num_blocks, Region region)
+    : block_bytes_(block_bytes),
+      num_blocks_(num_blocks),
+      memory_(Memory::kExternal),
+      base_(region.base, or_keep(std::move(region.free))),
+      ref_counts_(num_blocks, 0) {
+  assert(region.base != nullptr && block_bytes > 0 && num_blocks > 0 &&
+         block_bytes * static_cast<std::size_t>(num_blocks) <= region.bytes);
+  free_.reserve(num_blocks);
+  for (int id = num_blocks - 1; id >= 0; --id) free_.push_back(id);  // low ids first, as above
 }
 
 BlockPool::~BlockPool() {

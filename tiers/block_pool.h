@@ -8,6 +8,12 @@
 // and who holds them, is the caller's business (the pool knows nothing of models, requests or block
 // tables).
 //
+// A pool can also be laid over memory it did not allocate (a Region): the
+// CUDA tiers lay L1 over cudaMalloc memory and L2 over cudaHostAlloc memory
+// (tiers/cuda/cuda_memory.h), and the reference counting is the same. data(id)
+// is then whatever the region's base makes it: for device memory, a device
+// pointer that the host must not dereference (only copies and kernels may).
+//
 // Reference counts let several owners share one block (a prompt prefilled
 // once and fanned out into samples, later a prefix cache): allocate() hands a
 // block out with one reference, add_ref() adds one, release() drops one, and
@@ -20,6 +26,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +38,17 @@ enum class Memory {
   kPageable,     // 64-byte aligned, touched lazily
   kPageAligned,  // 4096-byte aligned (O_DIRECT buffers), touched lazily
   kPinned,       // 4096-byte aligned and mlock()ed up front (see BlockPool())
+  kExternal,     // a Region the caller gave; its alignment is the caller's business
+};
+
+// Memory a BlockPool did not allocate: `base` and `bytes` describe it, and
+// `free`, when set, is called once with `base` when the pool is destroyed (an
+// empty one leaves the memory to the caller). The pool never reads or writes
+// the memory itself, so base may be a device pointer.
+struct Region {
+  std::byte* base = nullptr;
+  std::size_t bytes = 0;
+  std::function<void(std::byte*)> free;
 };
 
 class BlockPool {
@@ -47,6 +65,13 @@ class BlockPool {
   // REQUIRES: block_bytes > 0 and a multiple of the alignment, num_blocks >
   // 0. Throws std::bad_alloc when memory is short.
   BlockPool(std::size_t block_bytes, int num_blocks, Memory memory = Memory::kPageable);
+  // Lays the pool over `region` (memory() is kExternal, locked() false) and
+  // takes it over: region.free runs when the pool goes, also if this throws.
+  // Block id starts at region.base + id * block_bytes; data() may therefore
+  // return device pointers (see the top of the file).
+  // REQUIRES: region.base != nullptr, block_bytes > 0, num_blocks > 0 and
+  // num_blocks * block_bytes <= region.bytes.
+  BlockPool(std::size_t block_bytes, int num_blocks, Region region);
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -84,15 +109,14 @@ class BlockPool {
   bool is_shared(int id) const { return ref_counts_[id] > 1; }
 
  private:
-  struct AlignedFree {
-    void operator()(std::byte* p) const;
-  };
+  // std::free for the pool's own allocation, the region's deleter otherwise.
+  using Deleter = std::function<void(std::byte*)>;
   std::size_t block_bytes_;
   int num_blocks_;
   Memory memory_;
   bool locked_ = false;
   std::string lock_error_;
-  std::unique_ptr<std::byte[], AlignedFree> base_;
+  std::unique_ptr<std::byte[], Deleter> base_;
   std::vector<int> free_;
   std::vector<int> ref_counts_;
 };

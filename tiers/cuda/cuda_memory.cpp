@@ -1,0 +1,29 @@
+#include "tiers/cuda/cuda_memory.h"
+
+#include <cuda_runtime_api.h>
+
+#include "tiers/cuda/cuda_error.h"
+
+namespace kvtier::tiers {
+
+std::expected<Region, std::string> cuda_device_region(std::size_t bytes) {
+  if (bytes == 0) return std::unexpected("cudaMalloc of 0 bytes: nothing to lay a pool over");
+  void* p = nullptr;
+  if (const cudaError_t err = cudaMalloc(&p, bytes); err != cudaSuccess) {
+    return std::unexpected(cuda_error("cudaMalloc of " + std::to_string(bytes) + " bytes", err));
+  }
+  // The pool's destructor cannot report a failed free, and one would only
+  // mean the context is already gone with the memory.
+  return Region{static_cast<std::byte*>(p), bytes, [](std::byte* q) { (void)cudaFree(q); }};
+}
+
+std::expected<Region, std::string> cuda_pinned_region(std::size_t bytes) {
+  if (bytes == 0) return std::unexpected("cudaHostAlloc of 0 bytes: nothing to lay a pool over");
+  void* p = nullptr;
+  if (const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable); err != cudaSuccess) {
+    return std::unexpected(cuda_error("cudaHostAlloc of " + std::to_string(bytes) + " bytes", err));
+  }
+  return Region{static_cast<std::byte*>(p), bytes, [](std::byte* q) { (void)cudaFreeHost(q); }};
+}
+
+}  // namespace kvtier::tiers

@@ -1,0 +1,33 @@
+// The CUDA tiers' memory: L1 in device memory (cudaMalloc) and L2 in
+// page-locked host memory (cudaHostAlloc), each handed out as a Region that a
+// BlockPool lays its blocks over (BlockPool(block_bytes, num_blocks, region)).
+// The pool then frees the memory with the matching CUDA call when it goes.
+//
+// Nothing here aborts: a failure (no device, out of memory, no driver) comes
+// back as the CUDA runtime's message, for the caller to report or to fall back
+// to host pools. Whether a device is usable at all:
+// kernels::cuda_device_missing() (kernels/cuda/cuda_device.h).
+//
+// Both are allocated on, and belong to, the calling thread's current device.
+#pragma once
+
+#include <cstddef>
+#include <expected>
+#include <string>
+
+#include "tiers/block_pool.h"
+
+namespace kvtier::tiers {
+
+// `bytes` of device memory (cudaMalloc: aligned to at least 256 bytes). Its
+// blocks are device pointers: copies and kernels may use them, the host may
+// not dereference them. REQUIRES: bytes > 0.
+std::expected<Region, std::string> cuda_device_region(std::size_t bytes);
+
+// `bytes` of page-locked host memory (cudaHostAlloc, portable to every
+// device, page-aligned): the host reads and writes it, and copies to and from
+// the device run asynchronously and at full bus speed, which pageable memory
+// would not. REQUIRES: bytes > 0.
+std::expected<Region, std::string> cuda_pinned_region(std::size_t bytes);
+
+}  // namespace kvtier::tiers
