@@ -78,6 +78,24 @@ class TieredSchedulerTest : public ::testing::Test {
     return ::testing::AssertionSuccess();
   }
 
+  // Steps until every submitted request is done, with the invariants checked
+  // after each step, and compares requests ids[i] with reqs[i]'s solo run.
+  static ::testing::AssertionResult finish_and_compare(Scheduler& s,
+                                                       const std::vector<RequestId>& ids,
+                                                       const std::vector<RequestParams>& reqs) {
+    for (int guard = 0; s.has_work() && guard < 50000; ++guard) {
+      (void)s.step();
+      if (auto ok = s.check_invariants(); !ok)
+        return ::testing::AssertionFailure() << "invariants: " << ok.error();
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const Request* r = s.find(ids[i]);
+      if (std::vector<int>(r->generated().begin(), r->generated().end()) != alone(reqs[i]))
+        return ::testing::AssertionFailure() << "request " << i << " differs from its solo run";
+    }
+    return ::testing::AssertionSuccess();
+  }
+
   static SchedulerConfig tiered(const std::filesystem::path& l3 = {}) {
     SchedulerConfig c;
     c.prefix_cache = true;
@@ -178,16 +196,7 @@ TEST_F(TieredSchedulerTest, ARequestWaitingForL3ReadsDoesNotHoldBackTheNext) {
   (void)s->step();  // starts the reads: they complete at a later poll()
   EXPECT_EQ(s->status(loading), RequestStatus::kWaiting);
   EXPECT_NE(s->status(next), RequestStatus::kWaiting) << "held back behind the L3 reads";
-  for (int guard = 0; s->has_work() && guard < 50000; ++guard) {
-    (void)s->step();
-    ASSERT_TRUE(s->check_invariants());
-  }
-  const RequestId ids[2] = {loading, next};
-  for (int i = 0; i < 2; ++i) {
-    const Request* r = s->find(ids[i]);
-    EXPECT_EQ(std::vector<int>(r->generated().begin(), r->generated().end()), alone(reqs[i]))
-        << "request " << i;
-  }
+  ASSERT_TRUE(finish_and_compare(*s, {loading, next}, reqs));
   EXPECT_GT(s->find(loading)->cached_tokens()[2], 0) << "the prefix did not come from L3";
 }
 
@@ -217,16 +226,7 @@ TEST_F(TieredSchedulerTest, APrefixLoadingByLayerIsServedInTheFirstStep) {
     ASSERT_TRUE(s->check_invariants());
     EXPECT_EQ(s->find(loading)->generated().size(), 1u) << "waited for its whole blocks";
     EXPECT_NE(s->status(next), RequestStatus::kWaiting);
-    for (int guard = 0; s->has_work() && guard < 50000; ++guard) {
-      (void)s->step();
-      ASSERT_TRUE(s->check_invariants());
-    }
-    const RequestId ids[2] = {loading, next};
-    for (int i = 0; i < 2; ++i) {
-      const Request* r = s->find(ids[i]);
-      EXPECT_EQ(std::vector<int>(r->generated().begin(), r->generated().end()), alone(reqs[i]))
-          << "request " << i;
-    }
+    ASSERT_TRUE(finish_and_compare(*s, {loading, next}, reqs));
     const int t = static_cast<int>(tier);
     EXPECT_EQ(s->find(loading)->cached_tokens()[t], static_cast<int>(kShared.size()) / 16 * 16);
     EXPECT_GT(s->cache()->stats().tier[t].promotions, 0);
@@ -344,7 +344,7 @@ TEST_F(TieredSchedulerTest, SwapPreemptionRecomputesNothingAndMatchesRecompute) 
     c.cache.load_by_layer = getenv("NOLBL") == nullptr;
     auto s = make(c);
     ASSERT_NE(s, nullptr);
-  ASSERT_TRUE(run_and_compare(*s, reqs)) << to_string(mode);
+    ASSERT_TRUE(run_and_compare(*s, reqs)) << to_string(mode);
     const int m = mode == PreemptionMode::kSwap ? 0 : 1;
     preemptions[m] = s->stats().preemptions;
     recomputed[m] = s->stats().recomputed_tokens;
