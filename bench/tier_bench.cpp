@@ -125,13 +125,20 @@ int main(int argc, char** argv) {
   double best[4] = {1e9, 1e9, 1e9, 1e9};
   int first[4] = {-1, -1, -1, -1};
   for (int rep = 0; rep < kReps; ++rep) {
+    // Each request is timed alone: the transfers the previous one left
+    // (write-through of a cold prompt's 64 blocks, demotions) finish first,
+    // or their checksums and copies would share the cores with the forward.
+    s.cache()->drain();
     auto [l1, t1] = time_to_first_token(s, request(prompt, 1));
     s.cache()->flush(Tier::kL1);  // down to L2
+    s.cache()->drain();
     auto [l2, t2] = time_to_first_token(s, request(prompt, 1));
     s.cache()->drain();
     s.cache()->flush(Tier::kL1);
     s.cache()->flush(Tier::kL2);  // L3 only
+    s.cache()->drain();
     auto [l3, t3] = time_to_first_token(s, request(prompt, 1));
+    s.cache()->drain();
     auto [cold, t4] = time_to_first_token(s, request(prompt, 1, "cold-" + std::to_string(rep)));
     const double t[4] = {l1, l2, l3, cold};
     const int tok[4] = {t1, t2, t3, t4};
@@ -179,7 +186,9 @@ int main(int argc, char** argv) {
     int first_v[2] = {-1, -1};
     for (int rep = 0; rep < kReps; ++rep) {
       if (v.with_l2) {
+        sv.cache()->drain();
         sv.cache()->flush(Tier::kL1);
+        sv.cache()->drain();
         auto [l2, t2] = time_to_first_token(sv, request(prompt, 1));
         best_v[0] = std::min(best_v[0], l2);
         first_v[0] = t2;
@@ -187,6 +196,7 @@ int main(int argc, char** argv) {
       }
       sv.cache()->flush(Tier::kL1);
       sv.cache()->flush(Tier::kL2);
+      sv.cache()->drain();
       auto [l3, t3] = time_to_first_token(sv, request(prompt, 1));
       best_v[1] = std::min(best_v[1], l3);
       first_v[1] = t3;
@@ -236,40 +246,58 @@ int main(int argc, char** argv) {
   std::vector<RequestParams> work;
   for (int i = 0; i < 6; ++i)
     work.push_back(request(random_tokens(192, config.vocab_size, 100 + i), 96));
+  // Twice each, alternating, best time kept: one run of each on a noisy
+  // machine can swap their order.
+  constexpr int kWorkloadReps = 2;
   std::vector<std::vector<int>> outputs[2];
-  std::printf("\npreemption workload: 6 x (192 prompt + 96 generated), max_kv_tokens 768\n");
+  double best_s[2] = {1e9, 1e9};
+  SchedulerStats stats[2];
+  long generated[2] = {0, 0};
+  for (int rep = 0; rep < kWorkloadReps; ++rep) {
+    for (PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kRecompute}) {
+      const int m = mode == PreemptionMode::kSwap ? 0 : 1;
+      SchedulerConfig w;
+      w.prefix_cache = mode == PreemptionMode::kSwap;
+      w.preemption = mode;
+      w.page_size = kPage;
+      w.max_kv_tokens = 768;
+      w.max_batch_size = 6;
+      w.token_budget = 256;
+      if (w.prefix_cache) w.cache.l2_bytes = 160 * block_bytes;
+      auto ws = Scheduler::create(model, nullptr, w);
+      if (!ws) {
+        std::printf("cannot build the scheduler: %s\n", ws.error().c_str());
+        return 1;
+      }
+      std::vector<RequestId> ids;
+      const auto t0 = Clock::now();
+      for (const RequestParams& p : work) ids.push_back(*(*ws)->submit(p));
+      run_all(**ws);
+      best_s[m] = std::min(best_s[m], seconds_since(t0));
+      outputs[m].clear();
+      generated[m] = 0;
+      for (RequestId id : ids) {
+        const Request* r = (*ws)->find(id);
+        generated[m] += r->num_generated();
+        outputs[m].emplace_back(r->generated().begin(), r->generated().end());
+      }
+      stats[m] = (*ws)->stats();
+    }
+  }
+  std::printf(
+      "\npreemption workload: 6 x (192 prompt + 96 generated), max_kv_tokens 768 (best of %d)\n",
+      kWorkloadReps);
   std::printf("  %-10s %12s %12s %12s %10s\n", "mode", "preemptions", "recomputed", "seconds",
               "tok/s");
   for (PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kRecompute}) {
-    SchedulerConfig w;
-    w.prefix_cache = mode == PreemptionMode::kSwap;
-    w.preemption = mode;
-    w.page_size = kPage;
-    w.max_kv_tokens = 768;
-    w.max_batch_size = 6;
-    w.token_budget = 256;
-    if (w.prefix_cache) w.cache.l2_bytes = 160 * block_bytes;
-    auto ws = Scheduler::create(model, nullptr, w);
-    if (!ws) {
-      std::printf("cannot build the scheduler: %s\n", ws.error().c_str());
-      return 1;
-    }
-    std::vector<RequestId> ids;
-    const auto t0 = Clock::now();
-    for (const RequestParams& p : work) ids.push_back(*(*ws)->submit(p));
-    run_all(**ws);
-    const double took = seconds_since(t0);
-    long generated = 0;
-    auto& out = outputs[mode == PreemptionMode::kSwap ? 0 : 1];
-    for (RequestId id : ids) {
-      const Request* r = (*ws)->find(id);
-      generated += r->num_generated();
-      out.emplace_back(r->generated().begin(), r->generated().end());
-    }
-    const SchedulerStats st = (*ws)->stats();
+    const int m = mode == PreemptionMode::kSwap ? 0 : 1;
     std::printf("  %-10s %12ld %12ld %12.2f %10.1f\n", std::string(to_string(mode)).c_str(),
-                st.preemptions, st.recomputed_tokens, took, generated / took);
+                stats[m].preemptions, stats[m].recomputed_tokens, best_s[m],
+                static_cast<double>(generated[m]) / best_s[m]);
   }
   std::printf("  outputs identical between modes: %s\n", outputs[0] == outputs[1] ? "yes" : "NO");
+  std::printf("  ratio swap / recompute tok/s: %.2f  (target > 1)\n",
+              (static_cast<double>(generated[0]) / best_s[0]) /
+                  (static_cast<double>(generated[1]) / best_s[1]));
   return 0;
 }
