@@ -200,13 +200,13 @@ class KvCache {
   // Looks in the L3 index too, so it sees blocks from before a restart.
   PrefixLookup lookup(const tiers::BlockKey& root, std::span<const int> tokens, int max_blocks);
 
-  // L3 reads still landing, a layer at a time, in L1 blocks a request
-  // already holds: the blocks of the request's prefix whose bytes are on the
-  // way. The request may compute on layer l of them once await_layer(l)
-  // returns; the bytes are verified only when the whole block is in, so
-  // nothing computed from them may be used before settle() says they were
-  // right. Checksums stay per block: what a corrupt block touched is
-  // thrown away, never sent.
+  // Moves still landing, a layer at a time, in L1 blocks a request already
+  // holds: L3 reads and L2 copies of the blocks of its prefix whose bytes
+  // are on the way. The request may compute on layer l of them once
+  // await_layer(l) returns. An L3 block is verified only when the whole of
+  // it is in, so nothing computed from the load may be used before settle()
+  // says it was right. Checksums stay per block: what a corrupt block
+  // touched is thrown away, never sent.
   struct LayerLoad {
     std::vector<std::uint64_t> reads;   // L3 tickets
     std::vector<tiers::BlockKey> keys;  // the blocks they fill
