@@ -341,7 +341,6 @@ TEST_F(TieredSchedulerTest, SwapPreemptionRecomputesNothingAndMatchesRecompute) 
     c.token_budget = 8;
     c.preemption = mode;
     c.cache.l2_bytes = 64 * 32768;
-    c.cache.load_by_layer = getenv("NOLBL") == nullptr;
     auto s = make(c);
     ASSERT_NE(s, nullptr);
     ASSERT_TRUE(run_and_compare(*s, reqs)) << to_string(mode);
