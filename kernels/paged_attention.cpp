@@ -4,6 +4,20 @@
 
 namespace kvtier::kernels {
 
+void kv_write_rows_reference(float* const* blocks, const int* row_table, const int* row_pos,
+                             int n_rows, const KvShape& shape, int layer, const float* k,
+                             const float* v, long stride) {
+  const int P = shape.page_size, width = shape.n_kv_head * shape.head_dim;
+  for (int r = 0; r < n_rows; ++r) {
+    float* block = blocks[row_table[r] + row_pos[r] / P];
+    const int slot = row_pos[r] % P;
+    for (int i = 0; i < width; ++i) {
+      block[kv_key_index(shape, layer, i, slot)] = k[r * stride + i];
+      block[kv_value_index(shape, layer, i, slot)] = v[r * stride + i];
+    }
+  }
+}
+
 void paged_attention_reference(float* out, const float* q, const PagedAttentionRows& rows) {
   const int H = rows.n_head, D = rows.head_dim, P = rows.page_size;
   const int group = H / rows.n_kv_head;

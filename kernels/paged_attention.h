@@ -111,6 +111,28 @@ KVTIER_HD inline float softmax_weight(float s, const SoftmaxRun& run) {
   return s == -INFINITY ? 0.0f : expf(s - run.max);
 }
 
+// Where element i = h * D + d of a position's key and of its value sit in
+// a block (floats from its base), for the position's slot in its page: the
+// page layout above. Shared by kv_write_rows_reference and the CUDA kernel.
+KVTIER_HD inline long kv_key_index(const KvShape& shape, int layer, int i, int slot) {
+  const int D = shape.head_dim, h = i / D, d = i % D;
+  return shape.k_offset(layer) + (static_cast<long>(h) * D + d) * shape.page_size + slot;
+}
+KVTIER_HD inline long kv_value_index(const KvShape& shape, int layer, int i, int slot) {
+  const int D = shape.head_dim, h = i / D, d = i % D;
+  return shape.v_offset(layer) + (static_cast<long>(h) * shape.page_size + slot) * D + d;
+}
+
+// Writes row r's key k + r * stride and value v + r * stride (Hkv * D floats
+// each) into layer `layer` at position row_pos[r], in the block of that
+// position in the row's table (blocks + row_table[r], as in
+// PagedAttentionRows). CPU reference of kv_write_rows_cuda; the same as
+// kv_write() (kernels/attention.h) row by row.
+// REQUIRES: each row's block is present.
+void kv_write_rows_reference(float* const* blocks, const int* row_table, const int* row_pos,
+                             int n_rows, const KvShape& shape, int layer, const float* k,
+                             const float* v, long stride);
+
 // out (R, H, D) = attention of the rows' queries q (R, H, D). CPU reference.
 // REQUIRES: the page of each row's own position is present.
 void paged_attention_reference(float* out, const float* q, const PagedAttentionRows& rows);

@@ -183,6 +183,45 @@ TEST_F(CudaKernels, PagedAttentionMatchesTheCpuReference) {
   EXPECT_EQ(std::memcmp(alone.data(), got.data() + 2 * row_floats, row_floats * sizeof(float)), 0);
 }
 
+// The rows' keys and values land where the CPU reference puts them: a decode
+// row of each sequence and a prefill run of sequence 2, from qkv-shaped rows.
+TEST_F(CudaKernels, KvWriteRowsGivesTheCpuBlocks) {
+  PagedSetup s;
+  s.add_sequence(20, 4, {});
+  s.add_sequence(300, 5, {});
+  s.add_sequence(100, 6, {});
+  const std::vector<int> table = {s.seq_start[0], s.seq_start[1], s.seq_start[2], s.seq_start[2],
+                                  s.seq_start[2]};
+  const std::vector<int> pos = {19, 299, 64, 65, 66};
+  const int n = static_cast<int>(pos.size());
+  const int width = s.shape.n_kv_head * s.shape.head_dim;
+  const long stride = 3L * width;
+  const auto qkv = random_floats(static_cast<std::size_t>(n) * stride, 7);
+
+  std::vector<float*> host_table;
+  for (auto& b : s.host_blocks) host_table.push_back(b.data());
+  kv_write_rows_reference(host_table.data(), table.data(), pos.data(), n, s.shape, s.layer,
+                          qkv.data() + width, qkv.data() + 2 * width, stride);
+  std::vector<float*> device_table;
+  for (const auto& b : s.device_blocks) device_table.push_back(b->as<float>());
+  auto d_table = to_device(device_table), d_rows = to_device(table), d_pos = to_device(pos);
+  auto d_qkv = to_device(qkv);
+  CUDA_OK(kv_write_rows_cuda(d_table->as<float* const>(), d_rows->as<int>(), d_pos->as<int>(), n,
+                             s.shape, s.layer, d_qkv->as<float>() + width,
+                             d_qkv->as<float>() + 2 * width, stride, 0));
+  CUDA_OK(cudaDeviceSynchronize());
+  for (std::size_t b = 0; b < s.host_blocks.size(); ++b) {
+    std::vector<float> got(s.host_blocks[b].size());
+    s.device_blocks[b]->download(got.data());
+    EXPECT_EQ(std::memcmp(got.data(), s.host_blocks[b].data(), got.size() * sizeof(float)), 0)
+        << "block " << b;
+  }
+  // It wrote: position 299's key element 0 is row 1's.
+  EXPECT_EQ(s.host_blocks[s.seq_start[1] + 299 / s.shape.page_size]
+                         [kv_key_index(s.shape, s.layer, 0, 299 % s.shape.page_size)],
+            qkv[stride + width]);
+}
+
 // The launchers check shapes before touching the device, so this runs anywhere.
 TEST(CudaKernelsLaunch, BadShapesAreRejectedBeforeLaunch) {
   PagedAttentionRows rows;
@@ -195,6 +234,12 @@ TEST(CudaKernelsLaunch, BadShapesAreRejectedBeforeLaunch) {
   rows.n_kv_head = 2;
   rows.head_dim = kAttentionMaxHeadDim + 1;
   EXPECT_EQ(paged_attention_cuda(nullptr, nullptr, rows, 0), cudaErrorInvalidValue);
+  EXPECT_EQ(kv_write_rows_cuda(nullptr, nullptr, nullptr, 1, KvShape{2, 2, 64, 16}, 2, nullptr,
+                               nullptr, 256, 0),
+            cudaErrorInvalidValue);  // layer 2 of 2
+  EXPECT_EQ(kv_write_rows_cuda(nullptr, nullptr, nullptr, 1, KvShape{2, 2, 64, 16}, 0, nullptr,
+                               nullptr, 127, 0),
+            cudaErrorInvalidValue);  // rows overlap
   EXPECT_EQ(block_gather_cuda(nullptr, nullptr, 1, 24, 0), cudaErrorInvalidValue);
   EXPECT_EQ(block_scatter_cuda(nullptr, nullptr, -1, 32, 0), cudaErrorInvalidValue);
   EXPECT_EQ(quantize_blocks_cuda(nullptr, nullptr, 1, KvShape{0, 1, 1, 1}, 0),

@@ -170,5 +170,35 @@ TEST(PagedAttention, AgreesWithTheCpuFastPath) {
     ASSERT_NEAR(out[i], fast[i], 1e-5 + 1e-5 * std::fabs(fast[i])) << i;
 }
 
+// The rows' writer puts each element where kv_write() puts it, row by row.
+TEST(PagedAttention, KvWriteRowsPutsEachRowWhereKvWriteDoes) {
+  const int width = kShape.n_kv_head * kShape.head_dim, stride = 3 * width;
+  Sequence a = random_sequence(40, 11), b = random_sequence(40, 12);
+  Sequence a2 = a, b2 = b;  // the same blocks again, for kv_write
+  for (std::size_t i = 0; i < a.blocks.size(); ++i) a2.blocks[i] = a2.storage[i].data();
+  for (std::size_t i = 0; i < b.blocks.size(); ++i) b2.blocks[i] = b2.storage[i].data();
+  // Rows: positions 17..19 of a, 5 of b (the other columns of a row are q).
+  const std::vector<int> pos = {17, 18, 19, 5};
+  std::vector<float*> table(a.blocks);
+  table.insert(table.end(), b.blocks.begin(), b.blocks.end());
+  const int b_start = static_cast<int>(a.blocks.size());
+  const std::vector<int> row_table = {0, 0, 0, b_start};
+  std::vector<float> qkv(4 * stride);
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& x : qkv) x = normal(rng);
+  kv_write_rows_reference(table.data(), row_table.data(), pos.data(), 4, kShape, kLayer,
+                          qkv.data() + width, qkv.data() + 2 * width, stride);
+  for (int r = 0; r < 4; ++r) {
+    Sequence& twin = r < 3 ? a2 : b2;
+    PagedKv view = twin.view();
+    kv_write(view, pos[r], qkv.data() + r * stride + width, qkv.data() + r * stride + 2 * width);
+  }
+  for (std::size_t i = 0; i < a.storage.size(); ++i) EXPECT_EQ(a.storage[i], a2.storage[i]) << i;
+  for (std::size_t i = 0; i < b.storage.size(); ++i) EXPECT_EQ(b.storage[i], b2.storage[i]) << i;
+  // And it wrote something: position 17 of a now holds row 0's key.
+  EXPECT_EQ(a.storage[1][kv_key_index(kShape, kLayer, 0, 1)], qkv[width]);
+}
+
 }  // namespace
 }  // namespace kvtier::kernels

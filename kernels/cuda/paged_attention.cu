@@ -1,5 +1,6 @@
 // The paged attention kernel (see kernels/paged_attention.h for the
 // arithmetic and kernels/cuda/paged_attention_cuda.h for the launch).
+#include "kernels/cuda/grid.cuh"
 #include "kernels/cuda/paged_attention_cuda.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/paged_attention.h"
@@ -74,7 +75,38 @@ __global__ void __launch_bounds__(kAttentionTile)
   }
 }
 
+// Thread i of the grid copies element i % (Hkv * D) of row i / (Hkv * D)'s
+// key and value.
+__global__ void __launch_bounds__(cuda_detail::kElementThreads)
+    kv_write_rows_kernel(float* const* blocks, const int* row_table, const int* row_pos, int n_rows,
+                         KvShape shape, int layer, const float* k, const float* v, long stride) {
+  const int width = shape.n_kv_head * shape.head_dim;
+  const long n = static_cast<long>(n_rows) * width;
+  for (long e = blockIdx.x * long{blockDim.x} + threadIdx.x; e < n;
+       e += long{gridDim.x} * blockDim.x) {
+    const int r = static_cast<int>(e / width), i = static_cast<int>(e % width);
+    float* block = blocks[row_table[r] + row_pos[r] / shape.page_size];
+    const int slot = row_pos[r] % shape.page_size;
+    block[kv_key_index(shape, layer, i, slot)] = k[r * stride + i];
+    block[kv_value_index(shape, layer, i, slot)] = v[r * stride + i];
+  }
+}
+
 }  // namespace
+
+cudaError_t kv_write_rows_cuda(float* const* blocks, const int* row_table, const int* row_pos,
+                               int n_rows, const KvShape& shape, int layer, const float* k,
+                               const float* v, long stride, cudaStream_t stream) {
+  if (n_rows < 0 || shape.n_kv_head <= 0 || shape.head_dim <= 0 || shape.page_size <= 0 ||
+      layer < 0 || layer >= shape.n_layer ||
+      stride < static_cast<long>(shape.n_kv_head) * shape.head_dim)
+    return cudaErrorInvalidValue;
+  const long n = static_cast<long>(n_rows) * shape.n_kv_head * shape.head_dim;
+  if (n == 0) return cudaSuccess;
+  kv_write_rows_kernel<<<cuda_detail::element_blocks(n), cuda_detail::kElementThreads, 0, stream>>>(
+      blocks, row_table, row_pos, n_rows, shape, layer, k, v, stride);
+  return cudaGetLastError();
+}
 
 cudaError_t paged_attention_cuda(float* out, const float* q, const PagedAttentionRows& rows,
                                  cudaStream_t stream) {
