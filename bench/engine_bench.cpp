@@ -3,7 +3,10 @@
 //   decode batch 1: weight bytes read per token x tokens/s / memcpy bandwidth
 //   cached tail:    16 tokens after a cached 1008 (the floor of a cached TTFT)
 //   prefill 1024:   achieved GFLOP/s / OpenBLAS sgemm GFLOP/s on the same shapes
-// and peak resident memory against weights + KV. Prints figures; asserts nothing.
+// and peak resident memory against weights + KV. Built with the CUDA side, it
+// then runs the same steps through the GPU forward (engine/cuda/cuda_model.h)
+// when a device is present, against the CPU figures of the same run.
+// Prints figures; asserts nothing.
 //
 //   build/bench/engine_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -19,6 +22,14 @@
 #include "bench/machine_peaks.h"
 #include "bench/recording_reporter.h"
 #include "engine/model.h"
+
+#if defined(KVTIER_HAVE_CUDA)
+#include <chrono>
+
+#include "engine/cuda/cuda_model.h"
+#include "kernels/cuda/cuda_device.h"
+#include "tiers/cuda/cuda_memory.h"
+#endif
 
 namespace {
 
@@ -118,6 +129,130 @@ struct Bench {
     state.counters["tok/s"] = benchmark::Counter(B, benchmark::Counter::kIsIterationInvariantRate);
   }
 };
+
+#if defined(KVTIER_HAVE_CUDA)
+// The CPU figures the GPU's are set against.
+struct CpuFigures {
+  double prefill1024_ms, tail_ms, decode1_tok_s;
+};
+
+// Best of `runs` wall-clock seconds of f() (each forward() ends synchronised).
+template <typename F>
+double best_seconds(int runs, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+void gpu_figures(const Model& model, const CpuFigures& cpu) {
+  if (const std::string missing = kvtier::kernels::cuda_device_missing(); !missing.empty()) {
+    std::printf("\nGPU forward: %s; GPU figures skipped\n", missing.c_str());
+    return;
+  }
+  auto created = kvtier::CudaModel::create(model);
+  if (!created) {
+    std::printf("\nGPU forward: %s; GPU figures skipped\n", created.error().c_str());
+    return;
+  }
+  kvtier::CudaModel& gpu = **created;
+  const auto& config = model.config();
+  const int V = config.vocab_size, ctx = config.block_size;
+  constexpr int kGpuBatch = 64;
+  const int per_seq = ctx / kPage + 1;
+  const std::size_t block_bytes = model.kv_layout(kPage).block_bytes();
+  const int blocks = (kGpuBatch + 1) * per_seq;
+  auto region = kvtier::tiers::cuda_device_region(block_bytes * blocks);
+  if (!region) {
+    std::printf("\nGPU forward: %s; GPU figures skipped\n", region.error().c_str());
+    return;
+  }
+  kvtier::tiers::BlockPool pool(block_bytes, blocks, std::move(*region));
+  auto run = [&](std::span<const Model::Chunk> batch) {
+    auto logits = gpu.forward(batch, pool);
+    if (!logits) std::printf("GPU forward failed: %s\n", logits.error().c_str());
+  };
+  auto copy_blocks = [&](const SequenceKv& from, const SequenceKv& to) {
+    for (std::size_t b = 0; b < from.block_ids().size() && b < to.block_ids().size(); ++b)
+      (void)cudaMemcpy(pool.data(to.block_ids()[b]), pool.data(from.block_ids()[b]), block_bytes,
+                       cudaMemcpyDeviceToDevice);
+  };
+  std::printf("\n== GPU forward (%s), GPT-2 124M shapes; weights %.0f MB on the device\n", "CUDA",
+              gpu.weight_bytes() / 1e6);
+
+  const auto tokens = random_tokens(ctx, V, 5);
+  double prefill1024_s = 0;
+  for (int T : {128, 512, 1024}) {
+    const double s = best_seconds(3, [&] {
+      SequenceKv kv(kPage);
+      kv.reserve(pool, T);
+      const Model::Chunk chunk{&kv, std::span(tokens).first(T), false};
+      run(std::span(&chunk, 1));
+      kv.release(pool);
+    });
+    if (T == 1024) prefill1024_s = s;
+    std::printf("prefill %4d: %9.1f tok/s  %7.1f GFLOP/s  %7.2f ms\n", T, T / s,
+                prefill_flops(config, T) / s / 1e9, s * 1e3);
+  }
+  std::printf("  prefill 1024 vs the CPU's in this run (%.1f ms): %.1fx\n", cpu.prefill1024_ms,
+              cpu.prefill1024_ms / (prefill1024_s * 1e3));
+
+  // The cached tail: 16 tokens after 1008 whose KV is already on the device.
+  {
+    SequenceKv prefix(kPage);
+    prefix.reserve(pool, 1008);
+    const Model::Chunk warm{&prefix, std::span(tokens).first(1008), false};
+    run(std::span(&warm, 1));
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      SequenceKv kv(kPage);
+      kv.reserve(pool, 1024);
+      copy_blocks(prefix, kv);
+      kv.advance(1008);
+      best = std::min(best, best_seconds(1, [&] {
+                        const Model::Chunk chunk{&kv, std::span(tokens).subspan(1008, 16), false};
+                        run(std::span(&chunk, 1));
+                      }));
+      kv.release(pool);
+    }
+    prefix.release(pool);
+    std::printf(
+        "cached tail: 16 tokens after a cached 1008: %.2f ms (GPU cold 1024: %.2f ms, %.1fx; "
+        "CPU tail %.1f ms)\n",
+        best * 1e3, prefill1024_s * 1e3, prefill1024_s / best, cpu.tail_ms);
+  }
+
+  // Decode steps at context 1016..1023 for B sequences.
+  for (int B : {1, 16, kGpuBatch}) {
+    const int steps = 8, start = ctx - steps;
+    std::vector<SequenceKv> seqs(B, SequenceKv(kPage));
+    for (auto& s : seqs) s.reserve(pool, ctx);
+    const Model::Chunk first{&seqs[0], std::span(tokens).first(start), false};
+    run(std::span(&first, 1));
+    for (int s = 1; s < B; ++s) {
+      copy_blocks(seqs[0], seqs[s]);
+      seqs[s].advance(start);
+    }
+    std::vector<int> next(B, 1);
+    std::vector<Model::Chunk> batch;
+    for (int s = 0; s < B; ++s) batch.push_back({&seqs[s], std::span(&next[s], 1), false});
+    const double seconds = best_seconds(1, [&] {
+      for (int i = 0; i < steps; ++i) run(batch);
+    });
+    const double tok_s = B * steps / seconds;
+    std::printf("decode batch %2d ctx %d: %9.1f tok/s  (%.2f ms a step)", B, ctx, tok_s,
+                1e3 * seconds / steps);
+    if (B == 1)
+      std::printf("  %.1fx the CPU's %.1f tok/s", tok_s / cpu.decode1_tok_s, cpu.decode1_tok_s);
+    std::printf("\n");
+    for (auto& s : seqs) s.release(pool);
+  }
+}
+#endif
 
 }  // namespace
 
@@ -225,5 +360,11 @@ int main(int argc, char** argv) {
   std::printf("peak RSS %.0f MB; weights %.0f MB + largest KV in use %.0f MB = %.0f MB (%.1f%%)\n",
               rss / 1e6, weights / 1e6, kv_bytes / 1e6, (weights + kv_bytes) / 1e6,
               100.0 * rss / (weights + kv_bytes));
+#if defined(KVTIER_HAVE_CUDA)
+  gpu_figures(model,
+              {1e3 * 1024 / capture.get("prefill/1024/iterations:3/real_time", "tok/s"),
+               1e3 * capture.get("cached_tail/16after1008/iterations:5/real_time", "seconds"),
+               capture.get("decode/batch1/ctx1024/iterations:8/real_time", "tok/s")});
+#endif
   return 0;
 }

@@ -78,9 +78,12 @@ class Model {
       std::span<const Chunk> chunks, tiers::BlockPool& pool,
       const std::function<void(int layer)>& before_attention = {});
 
- private:
+  // Why forward() would refuse this batch, or nothing when it would run it.
+  // The GPU forward (engine/cuda/cuda_model.h) applies the same checks.
   std::expected<void, std::string> check(std::span<const Chunk> chunks,
                                          const tiers::BlockPool& pool) const;
+
+ private:
   void attention(int layer, int M);
   void linear(float* out, const float* inp, const float* w, const float* b, int M, int K, int N);
 
