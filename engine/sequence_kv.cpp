@@ -29,7 +29,7 @@ bool SequenceKv::reserve(tiers::BlockPool& pool, int n) {
     const int copy = *pool.allocate();
     // The whole block, not just the filled positions: cheaper to reason
     // about, and the unfilled tail is never read before it is written.
-    std::memcpy(pool.data(copy), pool.data(slot), pool.block_bytes());
+    pool.copy(pool.data(copy), pool.data(slot), pool.block_bytes());
     pool.release(slot);  // still held by the other sharers, so never freed here
     slot = copy;
   }

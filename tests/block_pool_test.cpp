@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <tuple>
 #include <vector>
 
 namespace kvtier::tiers {
@@ -112,10 +114,14 @@ TEST(BlockPoolTest, ExternalRegionIsCarvedInPlaceAndFreedByItsDeleter) {
   int frees = 0;
   std::byte* freed = nullptr;
   {
-    BlockPool pool(256, 4, Region{memory.data(), memory.size(), [&](std::byte* p) {
-                                    ++frees;
-                                    freed = p;
-                                  }});
+    BlockPool pool(256, 4,
+                   Region{memory.data(),
+                          memory.size(),
+                          [&](std::byte* p) {
+                            ++frees;
+                            freed = p;
+                          },
+                          {}});
     EXPECT_EQ(pool.memory(), Memory::kExternal);
     EXPECT_FALSE(pool.locked());
     EXPECT_EQ(pool.capacity_bytes(), 4u * 256);
@@ -139,12 +145,43 @@ TEST(BlockPoolTest, ExternalRegionIsCarvedInPlaceAndFreedByItsDeleter) {
 TEST(BlockPoolTest, ExternalRegionWithoutDeleterStaysTheCallers) {
   std::vector<std::byte> memory(512, std::byte{3});
   {
-    BlockPool pool(128, 4, Region{memory.data(), memory.size(), {}});
+    BlockPool pool(128, 4, Region{memory.data(), memory.size(), {}, {}});
     const int id = *pool.allocate();
     pool.data(id)[5] = std::byte{9};
   }
   EXPECT_EQ(memory[5], std::byte{9});
   EXPECT_EQ(memory[4], std::byte{3});
+}
+
+// A region with a copy function is memory the host must not address: the
+// pool says so and routes its copies through the function; without one the
+// pool copies with memcpy.
+TEST(BlockPool, CopiesThroughTheRegionsCopyWhenItHasOne) {
+  std::vector<std::byte> memory(512, std::byte{0});
+  std::vector<std::tuple<std::byte*, const std::byte*, std::size_t>> calls;
+  BlockPool pool(128, 4,
+                 Region{memory.data(),
+                        memory.size(),
+                        {},
+                        [&](std::byte* dst, const std::byte* src, std::size_t n) {
+                          calls.emplace_back(dst, src, n);
+                          std::memcpy(dst, src, n);
+                        }});
+  EXPECT_FALSE(pool.host_addressable());
+  const std::vector<std::byte> host(128, std::byte{7});
+  pool.copy(pool.data(1), host.data(), 128);
+  pool.copy(pool.data(2), pool.data(1), 64);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1], std::make_tuple(pool.data(2), static_cast<const std::byte*>(pool.data(1)),
+                                      std::size_t{64}));
+  EXPECT_EQ(memory[128 + 127], std::byte{7});
+  EXPECT_EQ(memory[256 + 63], std::byte{7});
+  EXPECT_EQ(memory[256 + 64], std::byte{0});
+
+  BlockPool host_pool(128, 2);
+  EXPECT_TRUE(host_pool.host_addressable());
+  host_pool.copy(host_pool.data(0), host.data(), 128);
+  EXPECT_EQ(host_pool.data(0)[100], std::byte{7});
 }
 
 }  // namespace

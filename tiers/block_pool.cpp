@@ -51,6 +51,7 @@ BlockPool::BlockPool(std::size_t block_bytes, int num_blocks, Region region)
       num_blocks_(num_blocks),
       memory_(Memory::kExternal),
       base_(region.base, or_keep(std::move(region.free))),
+      region_copy_(std::move(region.copy)),
       ref_counts_(num_blocks, 0) {
   assert(region.base != nullptr && block_bytes > 0 && num_blocks > 0 &&
          block_bytes * static_cast<std::size_t>(num_blocks) <= region.bytes);
@@ -60,6 +61,13 @@ BlockPool::BlockPool(std::size_t block_bytes, int num_blocks, Region region)
 
 BlockPool::~BlockPool() {
   if (locked_) munlock(base_.get(), capacity_bytes());
+}
+
+void BlockPool::copy(std::byte* dst, const std::byte* src, std::size_t bytes) const {
+  if (region_copy_)
+    region_copy_(dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
 }
 
 std::optional<int> BlockPool::allocate() {

@@ -45,10 +45,17 @@ enum class Memory {
 // `free`, when set, is called once with `base` when the pool is destroyed (an
 // empty one leaves the memory to the caller). The pool never reads or writes
 // the memory itself, so base may be a device pointer.
+//
+// `copy`, when set, says the host cannot dereference the memory (device
+// memory): it moves bytes between the region and any memory, this region's
+// or the host's, in either direction, and has finished when it returns.
+// BlockPool::copy() then uses it in place of memcpy.
 struct Region {
+  using Copy = std::function<void(std::byte* dst, const std::byte* src, std::size_t bytes)>;
   std::byte* base = nullptr;
   std::size_t bytes = 0;
   std::function<void(std::byte*)> free;
+  Copy copy;
 };
 
 class BlockPool {
@@ -92,6 +99,14 @@ class BlockPool {
     return base_.get() + static_cast<std::size_t>(id) * block_bytes_;
   }
 
+  // Whether the host may read and write the blocks in place: false for a
+  // Region with a copy function (device memory).
+  bool host_addressable() const { return !region_copy_; }
+  // Copies `bytes` from src to dst, where each is this pool's memory or host
+  // memory: memcpy when the host may address the pool, the region's copy
+  // otherwise. Done when it returns. REQUIRES: the ranges do not overlap.
+  void copy(std::byte* dst, const std::byte* src, std::size_t bytes) const;
+
   std::size_t block_bytes() const { return block_bytes_; }
   std::size_t capacity_bytes() const {
     return block_bytes_ * static_cast<std::size_t>(num_blocks_);
@@ -117,6 +132,7 @@ class BlockPool {
   bool locked_ = false;
   std::string lock_error_;
   std::unique_ptr<std::byte[], Deleter> base_;
+  Region::Copy region_copy_;
   std::vector<int> free_;
   std::vector<int> ref_counts_;
 };

@@ -6,6 +6,15 @@
 
 namespace kvtier::tiers {
 
+void cuda_copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  // cudaMemcpy can return before a copy from pageable memory has landed, and
+  // the legacy stream it runs on is not ordered with non-blocking streams:
+  // waiting for that stream makes the copy done for every later use. A
+  // failure here is a lost context, which the next forward reports.
+  (void)cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  (void)cudaStreamSynchronize(cudaStreamLegacy);
+}
+
 std::expected<Region, std::string> cuda_device_region(std::size_t bytes) {
   if (bytes == 0) return std::unexpected("cudaMalloc of 0 bytes: nothing to lay a pool over");
   void* p = nullptr;
@@ -14,7 +23,8 @@ std::expected<Region, std::string> cuda_device_region(std::size_t bytes) {
   }
   // The pool's destructor cannot report a failed free, and one would only
   // mean the context is already gone with the memory.
-  return Region{static_cast<std::byte*>(p), bytes, [](std::byte* q) { (void)cudaFree(q); }};
+  return Region{static_cast<std::byte*>(p), bytes, [](std::byte* q) { (void)cudaFree(q); },
+                cuda_copy};
 }
 
 std::expected<Region, std::string> cuda_pinned_region(std::size_t bytes) {
@@ -23,7 +33,8 @@ std::expected<Region, std::string> cuda_pinned_region(std::size_t bytes) {
   if (const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable); err != cudaSuccess) {
     return std::unexpected(cuda_error("cudaHostAlloc of " + std::to_string(bytes) + " bytes", err));
   }
-  return Region{static_cast<std::byte*>(p), bytes, [](std::byte* q) { (void)cudaFreeHost(q); }};
+  // Host memory: the pool reads and writes it in place (no copy function).
+  return Region{static_cast<std::byte*>(p), bytes, [](std::byte* q) { (void)cudaFreeHost(q); }, {}};
 }
 
 }  // namespace kvtier::tiers

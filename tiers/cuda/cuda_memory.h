@@ -21,8 +21,15 @@ namespace kvtier::tiers {
 
 // `bytes` of device memory (cudaMalloc: aligned to at least 256 bytes). Its
 // blocks are device pointers: copies and kernels may use them, the host may
-// not dereference them. REQUIRES: bytes > 0.
+// not dereference them. The region's copy is cuda_copy, so a pool over it
+// copies blocks (BlockPool::copy) to and from host memory and within itself.
+// REQUIRES: bytes > 0.
 std::expected<Region, std::string> cuda_device_region(std::size_t bytes);
+
+// Copies `bytes` between any two of device memory, pinned and pageable host
+// memory (cudaMemcpyDefault: unified addressing tells which), finished when it
+// returns. Thread-safe: the L2 copy worker uses it beside the engine.
+void cuda_copy(std::byte* dst, const std::byte* src, std::size_t bytes);
 
 // `bytes` of page-locked host memory (cudaHostAlloc, portable to every
 // device, page-aligned): the host reads and writes it, and copies to and from
