@@ -66,9 +66,10 @@ std::expected<void, std::string> CacheConfig::validate() const {
 
 // What an L3 operation in flight is for, by ticket.
 struct KvCache::L3Parts {
-  // int8 L3 only: page-aligned buffers (O_DIRECT) for the encoded bytes of
-  // writes from L1 or an exact L2, and for reads until poll() decodes them
-  // into their L1 block. Never runs out: each buffer in use goes with an L1
+  // With an int8 L3 or L1 in device memory: page-aligned buffers (O_DIRECT)
+  // for the bytes of writes from L1 or an exact L2 (encoded, or copied off
+  // the device), and for reads until poll() decodes or copies them into
+  // their L1 block. Never runs out: each buffer in use goes with an L1
   // block (a read into it, or a write from it holding a reference) or an L2
   // slot (its node is writing, so the slot stays), and there is one buffer
   // per L1 block and L2 slot. Declared before the store, so it outlives the
@@ -117,6 +118,11 @@ std::expected<std::unique_ptr<KvCache>, std::string> KvCache::create(const KvLay
   if (!config.l3_path.empty() && l1.block_bytes() % 4096 != 0)
     return std::unexpected("L3 needs L1 blocks that are a multiple of 4096 bytes");
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
+  if (!l1.host_addressable() &&
+      (config.l2_format == KvFormat::kInt8 || config.l3_format == KvFormat::kInt8))
+    return std::unexpected(
+        "int8 tiers are encoded on the host, and L1 is in device memory: use l2_format and "
+        "l3_format 'exact' with the GPU");
   return std::unique_ptr<KvCache>(new KvCache(layout, fingerprint, l1, config));
 }
 
@@ -138,22 +144,36 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
       // Enough that a step's demotions find clean blocks, few enough that
       // cleaning does not copy blocks that are about to be used again.
       clean_window_(std::max(2, l1.num_blocks() / 16)) {
+  // A copy of n bytes between L1 and host memory: copy_block in host memory,
+  // the pool's own copy (a CUDA copy) when L1 is device memory.
+  auto exact = [l1 = &l1](std::size_t n) -> tiers::CopyWorker::Transfer {
+    if (l1->host_addressable())
+      return [n](std::byte* dst, const std::byte* src) { kernels::copy_block(dst, src, n); };
+    return [l1, n](std::byte* dst, const std::byte* src) { l1->copy(dst, src, n); };
+  };
   if (config.l2_format == KvFormat::kInt8) {
     to_l2_ = [shape = shape_](std::byte* dst, const std::byte* src) { encode(dst, src, shape); };
     from_l2_ = [shape = shape_](std::byte* dst, const std::byte* src) { decode(dst, src, shape); };
   } else {
-    to_l2_ = from_l2_ = [bytes = block_bytes_](std::byte* dst, const std::byte* src) {
-      kernels::copy_block(dst, src, bytes);
-    };
+    to_l2_ = from_l2_ = exact(block_bytes_);
     // Promotions a layer at a time, when layers tile the block (copy_block
     // wants whole cache lines).
-    const std::size_t layer_bytes = layout_.layer_bytes();
     if (config.load_by_layer && layers_tile_block(64)) {
       l2_layers_ = layout_.n_layer;
-      layer_copy_ = [layer_bytes](std::byte* dst, const std::byte* src) {
-        kernels::copy_block(dst, src, layer_bytes);
-      };
+      layer_copy_ = exact(layout_.layer_bytes());
     }
+  }
+  // Into and out of L3's staging buffers: the int8 codec, or plain copies
+  // when L1 is device memory (O_DIRECT cannot reach it).
+  if (config.l3_format == KvFormat::kInt8) {
+    l3_encode_ = [shape = shape_](std::byte* dst, const std::byte* src) {
+      encode(dst, src, shape);
+    };
+    l3_decode_ = [shape = shape_](std::byte* dst, const std::byte* src) {
+      decode(dst, src, shape);
+    };
+  } else if (!l1.host_addressable()) {
+    l3_encode_ = l3_decode_ = exact(block_bytes_);
   }
   // Page-sized slots: L3 writes go straight from them (O_DIRECT).
   const std::size_t slot = round_up(l2_block_bytes_, 4096);
@@ -182,7 +202,7 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
     if (store) {
       l3_ = std::make_unique<L3Parts>();
       l3_->store = std::move(*store);
-      if (config.l3_format == KvFormat::kInt8) {
+      if (l3_encode_) {
         l3_->staging = std::make_unique<tiers::BlockPool>(
             l3_->store->slot_bytes(), l1.num_blocks() + (l2_ ? l2_->num_blocks() : 0),
             tiers::Memory::kPageAligned);
@@ -705,7 +725,7 @@ void KvCache::poll_l3() {
     std::chrono::nanoseconds latency = c.latency;
     if (!p.is_write && p.staging >= 0 && node != nullptr && c.status == tiers::L3Status::kOk) {
       const auto start = Clock::now();
-      decode(l1_->data(node->l1), l3_->staging->data(p.staging), shape_);
+      l3_decode_(l1_->data(node->l1), l3_->staging->data(p.staging));
       latency += Clock::now() - start;
     }
     if (p.staging >= 0) l3_->staging->release(p.staging);
@@ -780,7 +800,8 @@ TierCosts KvCache::calibrate(double prefill_per_token_s) {
   // Defined contents to move: free blocks hold leftovers, and the int8
   // encoding needs finite floats. (What a decode costs does not depend on
   // the values.)
-  std::memset(l1_->data(blocks[0]), 0, block_bytes_);
+  const std::vector<std::byte> zeros(block_bytes_);
+  l1_->copy(l1_->data(blocks[0]), zeros.data(), block_bytes_);
   if (l2_ && l2_->num_free() > 0) {
     // A promotion: the slot's bytes up into L1 (a copy, or a decode). Into
     // one block each time: the first run faults its pages in, the best of
@@ -801,7 +822,7 @@ TierCosts KvCache::calibrate(double prefill_per_token_s) {
     std::vector<int> staged;
     if (l3_->staging) {
       for (int i = 0; i < kReads; ++i) staged.push_back(l3_->staging->allocate().value());
-      encode(l3_->staging->data(staged[0]), l1_->data(blocks[0]), shape_);
+      l3_encode_(l3_->staging->data(staged[0]), l1_->data(blocks[0]));
     }
     auto read_buffer = [&](int i) {
       return staged.empty() ? l1_->data(blocks[i]) : l3_->staging->data(staged[i]);
@@ -821,7 +842,7 @@ TierCosts KvCache::calibrate(double prefill_per_token_s) {
       for (const tiers::L3Completion& done : l3_->store->poll())
         ok = ok && done.status == tiers::L3Status::kOk;
       for (int i = 0; ok && !staged.empty() && i < n; ++i)
-        decode(l1_->data(blocks[i]), read_buffer(i), shape_);
+        l3_decode_(l1_->data(blocks[i]), read_buffer(i));
       return ok ? std::chrono::duration<double>(Clock::now() - start).count() : -1.0;
     };
     double one = 1e9, many = 1e9;
@@ -867,7 +888,7 @@ void KvCache::write_to_l3(CacheNode* node) {
   const bool encoded = from_l2 && config_.l2_format == KvFormat::kInt8;
   if (l3_->staging && !encoded) {
     staging = l3_->staging->allocate().value();  // never empty: see L3Parts
-    encode(l3_->staging->data(staging), src, shape_);
+    l3_encode_(l3_->staging->data(staging), src);
     src = l3_->staging->data(staging);
   }
   const std::uint64_t ticket = l3_->store->write(record, src);

@@ -44,6 +44,11 @@
 //    int8 is a capacity-for-accuracy trade the user opts into (as LMCache's
 //    KV compression is). exact (the default) stores the bytes unchanged.
 //
+// L1 in device memory (a pool whose blocks the host cannot address, such as
+// tiers::cuda_device_region's): L1<->L2 moves are the pool's copies (CUDA
+// copies, on the copy worker as before), L3 reads and writes go through host
+// staging buffers, and int8 formats are refused (their codec runs on the host).
+//
 // Reference counting in L1: the cache holds one pool reference per node in
 // L1 and one per block being written to L3 from L1; requests hold theirs. So
 // a node is demotable exactly when the pool's count is 1.
@@ -395,6 +400,10 @@ class KvCache {
   // (promotions, cleaning) or here (demote_l1, stashes); they outlive the
   // worker's jobs (the worker is destroyed first).
   tiers::CopyWorker::Transfer to_l2_, from_l2_;
+  // Into an L3 staging buffer from L1 or L2, and out of one into L1: the
+  // int8 codec with an int8 L3, CUDA copies with L1 in device memory; empty
+  // otherwise (L3 I/O goes straight to and from L1, no staging).
+  tiers::CopyWorker::Transfer l3_encode_, l3_decode_;
   // Nodes stamped with this time were matched by the acquire_prefix() in
   // progress: demoting one to make room for another would thrash.
   std::optional<std::uint64_t> protected_stamp_;

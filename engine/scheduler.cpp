@@ -9,6 +9,13 @@
 #include "engine/block_hash.h"
 
 namespace kvtier {
+namespace {
+
+constexpr std::string_view kNoScores =
+    "eviction 'h2o' ranks keys by attention scores, which this forward (the GPU's) does not "
+    "gather; use 'window' or 'sinks', or run on the CPU";
+
+}  // namespace
 
 std::string_view to_string(SchedulingPolicy policy) {
   switch (policy) {
@@ -73,20 +80,19 @@ std::expected<void, std::string> SchedulerConfig::validate() const {
 }
 
 std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
-    Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
-    tiers::BlockPool* pool) {
+    Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config, tiers::BlockPool* pool,
+    ForwardPass forward) {
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
+  if (config.eviction.needs_scores() && !forward.gathers_scores)
+    return std::unexpected(std::string(kNoScores));
   const KvLayout layout = model.kv_layout(config.page_size);
-  std::size_t block_bytes = layout.block_bytes();
-  // O_DIRECT reads and writes go straight to and from L1 blocks.
-  if (config.prefix_cache) block_bytes = (block_bytes + 4095) / 4096 * 4096;
+  const L1Shape l1 = l1_shape(layout, config);
+  const std::size_t block_bytes = l1.block_bytes;
   int max_blocks = config.max_kv_tokens / config.page_size;
   std::unique_ptr<tiers::BlockPool> owned;
   if (pool == nullptr) {
-    const int l1_blocks =
-        std::max<int>(max_blocks, static_cast<int>(config.l1_bytes / block_bytes));
     owned = std::make_unique<tiers::BlockPool>(
-        block_bytes, l1_blocks,
+        block_bytes, l1.blocks,
         config.prefix_cache ? tiers::Memory::kPageAligned : tiers::Memory::kPageable);
     pool = owned.get();
   } else {
@@ -108,14 +114,30 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
     if (!created) return std::unexpected(created.error());
     cache = std::move(*created);
   }
+  if (!forward.run)
+    forward.run = [&model](std::span<const Model::Chunk> chunks, tiers::BlockPool& p,
+                           const std::function<void(int)>& before_attention) {
+      return model.forward(chunks, p, before_attention);
+    };
   return std::unique_ptr<Scheduler>(new Scheduler(model, tokenizer, config, std::move(owned), pool,
-                                                  max_blocks, std::move(cache)));
+                                                  max_blocks, std::move(cache),
+                                                  std::move(forward)));
+}
+
+Scheduler::L1Shape Scheduler::l1_shape(const KvLayout& layout, const SchedulerConfig& config) {
+  std::size_t block_bytes = layout.block_bytes();
+  // O_DIRECT reads and writes go straight to and from L1 blocks.
+  if (config.prefix_cache) block_bytes = (block_bytes + 4095) / 4096 * 4096;
+  const int blocks = std::max<int>(config.max_kv_tokens / config.page_size,
+                                   static_cast<int>(config.l1_bytes / block_bytes));
+  return {block_bytes, blocks};
 }
 
 Scheduler::Scheduler(Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
                      std::unique_ptr<tiers::BlockPool> owned_pool, tiers::BlockPool* pool,
-                     int max_blocks, std::unique_ptr<KvCache> cache)
+                     int max_blocks, std::unique_ptr<KvCache> cache, ForwardPass forward)
     : model_(&model),
+      forward_(std::move(forward)),
       tokenizer_(tokenizer),
       config_(config),
       owned_pool_(std::move(owned_pool)),
@@ -161,7 +183,7 @@ void Scheduler::calibrate_tier_costs() {
       if (!kv.reserve(*pool_, n)) break;
       const Model::Chunk chunk{&kv, tokens, false};
       const auto start = std::chrono::steady_clock::now();
-      const bool ok = model_->forward(std::span(&chunk, 1), *pool_).has_value();
+      const bool ok = forward_.run(std::span(&chunk, 1), *pool_, {}).has_value();
       const double took =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       kv.release(*pool_);
@@ -245,6 +267,8 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params) {
   if (!params.eviction) params.eviction = config_.eviction;
   if (auto ok = params.eviction->validate(config_.page_size); !ok)
     return std::unexpected(ok.error());
+  if (params.eviction->needs_scores() && !forward_.gathers_scores)
+    return std::unexpected(std::string(kNoScores));
   // The KV never holds the last sampled token, and generation ends at the
   // context, so this is the most the request can ever hold (with an eviction
   // policy, the most it keeps at once: seed 000's effective KV tokens). If
@@ -636,7 +660,7 @@ StepOutput Scheduler::step() {
       cache_->await_layer(*load, layer);
     };
   }
-  auto logits = model_->forward(chunks, *pool_, await_layer);
+  auto logits = forward_.run(chunks, *pool_, await_layer);
   if (loading != nullptr) {
     // Only now are the blocks verified. A bad one is gone from the cache;
     // the request's pass is thrown away and it queues again, to find the

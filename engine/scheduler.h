@@ -54,6 +54,7 @@
 
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -186,6 +187,18 @@ struct SchedulerStats {
   long discarded_passes = 0;
 };
 
+// What runs a batch through the model, with Model::forward's contract.
+// An empty `run` is `model`'s own forward on the CPU. The GPU forward
+// (engine/cuda/cuda_model.h) runs over a pool in device memory and gathers
+// no attention scores: requests whose eviction policy needs them (H2O) are
+// then refused with the reason.
+struct ForwardPass {
+  std::function<std::expected<std::span<const float>, std::string>(
+      std::span<const Model::Chunk>, tiers::BlockPool&, const std::function<void(int layer)>&)>
+      run;
+  bool gathers_scores = true;  // whether run fills Chunk::scores
+};
+
 class Scheduler {
  public:
   // Checks `config` and builds a scheduler for `model`. `tokenizer` may be
@@ -195,7 +208,17 @@ class Scheduler {
   // the two. `model`, `tokenizer` and `pool` must outlive the scheduler.
   static std::expected<std::unique_ptr<Scheduler>, std::string> create(
       Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
-      tiers::BlockPool* pool = nullptr);
+      tiers::BlockPool* pool = nullptr, ForwardPass forward = {});
+
+  // The L1 pool create() makes when given none: block size (the layout's,
+  // rounded up to whole pages for O_DIRECT with the prefix cache) and count
+  // (max_kv_tokens' pages, or more when l1_bytes holds more). For a caller
+  // that lays L1 elsewhere (device memory) and passes it in.
+  struct L1Shape {
+    std::size_t block_bytes;
+    int blocks;
+  };
+  static L1Shape l1_shape(const KvLayout& layout, const SchedulerConfig& config);
 
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -276,7 +299,7 @@ class Scheduler {
  private:
   Scheduler(Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
             std::unique_ptr<tiers::BlockPool> owned_pool, tiers::BlockPool* pool, int max_blocks,
-            std::unique_ptr<KvCache> cache);
+            std::unique_ptr<KvCache> cache, ForwardPass forward);
 
   // Queue order; smaller is more urgent. `priority` is 0 for fcfs.
   struct QueueKey {
@@ -334,6 +357,7 @@ class Scheduler {
   void sort_admitted_by_urgency();
 
   Model* model_;
+  ForwardPass forward_;  // run is never empty: Model::forward unless the caller gave one
   const Tokenizer* tokenizer_;
   SchedulerConfig config_;
   std::unique_ptr<tiers::BlockPool> owned_pool_;

@@ -1,0 +1,212 @@
+// The tiered prefix cache with L1 in device memory and the GPU forward
+// (engine/kv_cache.h's device-L1 case, engine/cuda/cuda_model.h) on the
+// bundled model: heavy pressure through L2 and L3 and back, swap preemption
+// and a restart on the same L3. Every request's tokens must equal its solo
+// run on the GPU (no cache, no pressure) bit for bit, and check_invariants()
+// holds after every step. Skipped with the reason without a device.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/cuda_model.h"
+#include "engine/scheduler.h"
+#include "scheduler_test_util.h"
+#include "test_util.h"
+#include "tests/cuda_test_util.h"
+#include "tiers/cuda/cuda_memory.h"
+
+namespace kvtier {
+namespace {
+
+SamplingParams greedy() { return {0.0f, 0, 1.0f, 0}; }
+SamplingParams sampled(std::uint64_t seed) { return {0.9f, 40, 0.95f, seed}; }
+
+const std::string kShared =
+    "Q: What is the difference between a duck? A: One of its legs is both the same. "
+    "And the other";
+
+// A scheduler over an L1 in device memory, with the pool it lends it
+// (declared first: the scheduler goes first).
+struct GpuScheduler {
+  std::unique_ptr<tiers::BlockPool> l1;
+  std::unique_ptr<Scheduler> scheduler;
+  Scheduler* operator->() const { return scheduler.get(); }
+};
+
+class CudaKvCacheTest : public cuda_test_util::CudaDeviceTest {
+ protected:
+  void SetUp() override {
+    cuda_test_util::CudaDeviceTest::SetUp();
+    if (IsSkipped()) return;
+    model_ = &test_util::bundled_model().model;
+    tokenizer_ = test_util::bundled_model().tokenizer.get();
+    auto gpu = CudaModel::create(*model_);
+    ASSERT_TRUE(gpu.has_value()) << gpu.error();
+    gpu_ = std::move(*gpu);
+  }
+
+  GpuScheduler make(const SchedulerConfig& c) {
+    GpuScheduler g;
+    const auto shape = Scheduler::l1_shape(model_->kv_layout(c.page_size), c);
+    auto region = tiers::cuda_device_region(shape.block_bytes * shape.blocks);
+    EXPECT_TRUE(region.has_value()) << region.error();
+    if (!region) return g;
+    g.l1 = std::make_unique<tiers::BlockPool>(shape.block_bytes, shape.blocks, std::move(*region));
+    ForwardPass forward;
+    forward.run = [gpu = gpu_.get()](std::span<const Model::Chunk> chunks, tiers::BlockPool& pool,
+                                     const std::function<void(int)>& before_attention) {
+      return gpu->forward(chunks, pool, before_attention);
+    };
+    forward.gathers_scores = false;
+    auto s = Scheduler::create(*model_, tokenizer_, c, g.l1.get(), std::move(forward));
+    EXPECT_TRUE(s.has_value()) << s.error();
+    if (s) g.scheduler = std::move(*s);
+    return g;
+  }
+
+  RequestParams params(std::string_view prompt, int max_tokens, SamplingParams sampling) {
+    RequestParams p;
+    auto ids = tokenizer_->encode(prompt);
+    EXPECT_TRUE(ids.has_value());
+    p.prompt = ids.value_or(std::vector<int>{});
+    p.max_tokens = max_tokens;
+    p.sampling = sampling;
+    return p;
+  }
+
+  // The request alone on the GPU: no prefix cache, room for all of it.
+  std::vector<int> alone(const RequestParams& p) {
+    SchedulerConfig c;
+    c.max_kv_tokens = 2048;
+    GpuScheduler g = make(c);
+    if (!g.scheduler) return {};
+    std::vector<RequestId> ids;
+    EXPECT_TRUE(test_util::submit_and_run(*g.scheduler, {p}, ids));
+    const Request* r = g->find(ids[0]);
+    return std::vector<int>(r->generated().begin(), r->generated().end());
+  }
+
+  ::testing::AssertionResult run_and_compare(Scheduler& s, const std::vector<RequestParams>& reqs,
+                                             std::vector<RequestId>* ids_out = nullptr) {
+    std::vector<RequestId> ids;
+    if (auto ran = test_util::submit_and_run(s, reqs, ids); !ran) return ran;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      const Request* r = s.find(ids[i]);
+      const std::vector<int> got(r->generated().begin(), r->generated().end());
+      if (got.empty() || got != alone(reqs[i]))
+        return ::testing::AssertionFailure() << "request " << i << " differs from its solo run";
+    }
+    if (ids_out) *ids_out = ids;
+    return ::testing::AssertionSuccess();
+  }
+
+  static SchedulerConfig tiered(const std::filesystem::path& l3) {
+    SchedulerConfig c;
+    c.prefix_cache = true;
+    c.max_kv_tokens = 160;  // 10 blocks
+    c.max_batch_size = 4;
+    c.token_budget = 32;
+    c.cache.l2_bytes = 6 * 65536;
+    c.cache.l3_path = l3.string();
+    c.cache.l3_bytes = 256 * 65536;
+    return c;
+  }
+
+  Model* model_ = nullptr;
+  Tokenizer* tokenizer_ = nullptr;
+  std::unique_ptr<CudaModel> gpu_;
+};
+
+TEST_F(CudaKvCacheTest, HeavyPressureMovesDeviceBlocksThroughL2AndL3WithoutChangingTokens) {
+  test_util::TempDir dir;
+  GpuScheduler s = make(tiered(dir.path() / "l3"));
+  ASSERT_NE(s.scheduler, nullptr);
+  EXPECT_FALSE(s.l1->host_addressable());
+  const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
+                                          "It is a truth universally ", "A bird in the hand "};
+  for (int round = 0; round < 3; ++round) {
+    std::vector<RequestParams> part;
+    for (std::size_t i = 0; i < stems.size(); ++i)
+      part.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6,
+                            round == 1 ? sampled(round * 10 + i) : greedy()));
+    ASSERT_TRUE(run_and_compare(*s.scheduler, part)) << "round " << round;
+  }
+  s->cache()->drain();
+  const CacheStats st = s->cache()->stats();
+  EXPECT_GT(st.tier[1].demotions, 0);
+  EXPECT_GT(st.tier[2].demotions, 0);
+  EXPECT_GT(st.tier[1].promotions, 0);
+  EXPECT_GT(st.tier[2].promotions, 0);
+  EXPECT_GT(st.recompute_tokens_avoided, 0);
+  EXPECT_EQ(st.tier[2].checksum_failures, 0);
+}
+
+TEST_F(CudaKvCacheTest, SwapPreemptionRecomputesNothingOnTheGpu) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.l3_path.clear();
+  c.page_size = 8;
+  c.max_kv_tokens = 96;
+  c.token_budget = 8;
+  c.cache.l2_bytes = 64 * 32768;
+  c.preemption = PreemptionMode::kSwap;
+  GpuScheduler s = make(c);
+  ASSERT_NE(s.scheduler, nullptr);
+  const std::vector<std::string> prompts = {"Q: What is the difference between", "A",
+                                            "The fortune you seek is in another cookie.", "Love is",
+                                            "It is a truth universally acknowledged"};
+  std::vector<RequestParams> reqs;
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    reqs.push_back(params(prompts[i], 24, i % 2 ? sampled(40 + i) : greedy()));
+  ASSERT_TRUE(run_and_compare(*s.scheduler, reqs));
+  EXPECT_GT(s->stats().preemptions, 0) << "the budget never forced a swap";
+  EXPECT_EQ(s->stats().recomputed_tokens, 0);
+  EXPECT_EQ(s->stats().swapped_in, s->stats().swapped_out);
+}
+
+TEST_F(CudaKvCacheTest, ARestartServesThePrefixFromL3IntoDeviceMemory) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.max_kv_tokens = 4096;
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  {
+    GpuScheduler s = make(c);
+    ASSERT_NE(s.scheduler, nullptr);
+    ASSERT_TRUE(run_and_compare(*s.scheduler, {params(kShared + " one", 8, greedy())}));
+  }
+  GpuScheduler s = make(c);
+  ASSERT_NE(s.scheduler, nullptr);
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(*s.scheduler, {params(kShared + " two", 8, greedy())}, &ids));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
+  EXPECT_GT(s->cache()->stats().tier[2].promotions, 0);
+}
+
+TEST_F(CudaKvCacheTest, RefusesInt8TiersAndH2oWithTheReason) {
+  SchedulerConfig c;
+  c.prefix_cache = true;
+  c.cache.l2_bytes = 1 << 20;
+  c.cache.l2_format = KvFormat::kInt8;
+  const auto shape = Scheduler::l1_shape(model_->kv_layout(c.page_size), c);
+  auto region = tiers::cuda_device_region(shape.block_bytes * shape.blocks);
+  ASSERT_TRUE(region.has_value()) << region.error();
+  tiers::BlockPool l1(shape.block_bytes, shape.blocks, std::move(*region));
+  auto refused = KvCache::create(model_->kv_layout(c.page_size), 1, l1, c.cache);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_TRUE(test_util::contains(refused.error(), "exact")) << refused.error();
+
+  SchedulerConfig h2o;
+  GpuScheduler s = make(h2o);
+  ASSERT_NE(s.scheduler, nullptr);
+  RequestParams p = params("Love is", 4, greedy());
+  p.eviction = EvictionPolicy::h2o(16, 16, 64);
+  auto id = s->submit(p);
+  ASSERT_FALSE(id.has_value());
+  EXPECT_TRUE(test_util::contains(id.error(), "attention scores")) << id.error();
+}
+
+}  // namespace
+}  // namespace kvtier
