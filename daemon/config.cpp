@@ -25,11 +25,13 @@ std::expected<long long, std::string> integer_in(const json& v, const char* name
 }
 
 // The table. Captureless lambdas, so each entry is plain data.
-const std::array<Setting, 27> kSettings = {{
+const std::array<Setting, 28> kSettings = {{
     {"model", false, "model folder", [](const DaemonConfig& c) -> json { return c.model_dir; },
      nullptr},
     {"threads", false, "compute threads; 0 = OpenMP's default",
      [](const DaemonConfig& c) -> json { return c.threads; }, nullptr},
+    {"device", false, "where the forward runs: auto | cpu | cuda (the log says which auto chose)",
+     [](const DaemonConfig& c) -> json { return c.device; }, nullptr},
     {"socket", false, "Unix socket path",
      [](const DaemonConfig& c) -> json { return c.socket_path; }, nullptr},
     {"socket_group", false, "group of the socket file; empty = the daemon's",

@@ -49,6 +49,7 @@ struct DaemonConfig {
   // Fixed at start-up.
   std::string model_dir;                   // config.json + model.safetensors
   int threads = 0;                         // compute threads; 0 = OpenMP's default
+  std::string device = "auto";             // auto | cpu | cuda: where the forward runs
   std::string socket_path;                 // ignored under socket activation
   std::string socket_group;                // group of the socket file; empty = the daemon's own
   bool allow_any_uid = false;              // privileged calls from any uid, not only ours and root

@@ -1,9 +1,16 @@
 #include "daemon/engine_loop.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
 #include "daemon/log.h"
+
+#if defined(KVTIER_HAVE_CUDA)
+#include "engine/cuda/cuda_model.h"
+#include "kernels/cuda/cuda_device.h"
+#include "tiers/cuda/cuda_memory.h"
+#endif
 
 namespace kvtier::daemon {
 
@@ -60,16 +67,86 @@ std::expected<std::unique_ptr<EngineLoop>, std::string> EngineLoop::create(
   auto owned_model = std::make_unique<Model>(std::move(*model));
   auto tokenizer = Tokenizer::load(owned_model->config().tokenizer);
   if (!tokenizer) return std::unexpected(tokenizer.error());
-  auto scheduler = Scheduler::create(*owned_model, tokenizer->get(), options.scheduler);
+  auto device = open_device(*owned_model, options);
+  if (!device) return std::unexpected(device.error());
+  ForwardPass forward;
+#if defined(KVTIER_HAVE_CUDA)
+  if (device->forward) {
+    auto* gpu = static_cast<CudaModel*>(device->forward.get());
+    forward.run = [gpu](std::span<const Model::Chunk> chunks, tiers::BlockPool& pool,
+                        const std::function<void(int)>& before_attention) {
+      return gpu->forward(chunks, pool, before_attention);
+    };
+    forward.gathers_scores = false;
+  }
+#endif
+  auto scheduler = Scheduler::create(*owned_model, tokenizer->get(), options.scheduler,
+                                     device->l1.get(), std::move(forward));
   if (!scheduler) return std::unexpected(scheduler.error());
   cache_start(**scheduler);  // no thread runs yet: this one may use the scheduler
-  return std::unique_ptr<EngineLoop>(new EngineLoop(std::move(owned_model), std::move(*tokenizer),
-                                                    std::move(*scheduler), options));
+  return std::unique_ptr<EngineLoop>(new EngineLoop(std::move(owned_model), std::move(*device),
+                                                    std::move(*tokenizer), std::move(*scheduler),
+                                                    options));
 }
 
-EngineLoop::EngineLoop(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tokenizer,
-                       std::unique_ptr<Scheduler> scheduler, EngineLoopOptions options)
+std::expected<EngineLoop::Device, std::string> EngineLoop::open_device(
+    [[maybe_unused]] const Model& model, const EngineLoopOptions& options) {
+  if (options.device != "auto" && options.device != "cpu" && options.device != "cuda")
+    return std::unexpected("device must be auto, cpu or cuda, got '" + options.device + "'");
+#if defined(KVTIER_HAVE_CUDA)
+  const std::string missing = kernels::cuda_device_missing();
+  if (options.device == "cuda" && !missing.empty())
+    return std::unexpected("device cuda: " + missing);
+  if (options.device == "cpu" || !missing.empty()) {
+    if (options.device == "auto") log_info("device: cpu (" + missing + ")");
+    return Device{};
+  }
+  if (options.device == "auto") {
+    const CacheConfig& cache = options.scheduler.cache;
+    if (options.scheduler.eviction.needs_scores()) {
+      log_info("device: cpu (eviction h2o needs attention scores, which the GPU does not gather)");
+      return Device{};
+    }
+    if (options.scheduler.prefix_cache &&
+        (cache.l2_format == KvFormat::kInt8 || cache.l3_format == KvFormat::kInt8)) {
+      log_info("device: cpu (int8 tiers are encoded on the host; the GPU's L1 takes exact ones)");
+      return Device{};
+    }
+  }
+  auto gpu = CudaModel::create(model);
+  if (!gpu) return std::unexpected("device cuda: " + gpu.error());
+  // L1 as the scheduler would size it on the host.
+  const auto [block_bytes, blocks] =
+      Scheduler::l1_shape(model.kv_layout(options.scheduler.page_size), options.scheduler);
+  if (blocks <= 0) return std::unexpected("device cuda: max_kv_tokens holds no block");
+  auto region = tiers::cuda_device_region(block_bytes * static_cast<std::size_t>(blocks));
+  if (!region)
+    return std::unexpected("device cuda: L1 of " + std::to_string(blocks) +
+                           " blocks: " + region.error());
+  cudaDeviceProp prop{};
+  (void)cudaGetDeviceProperties(&prop, 0);
+  log_info("device: cuda (" + std::string(prop.name) + "): weights " +
+           std::to_string((*gpu)->weight_bytes() >> 20) + " MiB, L1 " + std::to_string(blocks) +
+           " blocks (" + std::to_string((block_bytes * blocks) >> 20) + " MiB) in device memory");
+  Device d;
+  d.l1 = std::make_unique<tiers::BlockPool>(block_bytes, blocks, std::move(*region));
+  d.forward = std::shared_ptr<CudaModel>(std::move(*gpu));
+  d.name = "cuda (" + std::string(prop.name) + ")";
+  return d;
+#else
+  if (options.device == "cuda")
+    return std::unexpected(
+        "device cuda: this kvtierd was built without CUDA (no nvcc at build time, or "
+        "KVTIER_CUDA=OFF)");
+  return Device{};
+#endif
+}
+
+EngineLoop::EngineLoop(std::unique_ptr<Model> model, Device device,
+                       std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Scheduler> scheduler,
+                       EngineLoopOptions options)
     : model_(std::move(model)),
+      device_(std::move(device)),
       tokenizer_(std::move(tokenizer)),
       scheduler_(std::move(scheduler)),
       options_(std::move(options)),

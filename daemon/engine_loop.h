@@ -111,6 +111,9 @@ struct EngineLoopOptions {
   // Requests submitted and not yet final, over all clients; submit() refuses
   // more so a flood of requests cannot grow the queue without bound.
   int max_pending = 256;
+  // Where the forward runs: "cpu", "cuda" (fails without a usable device or
+  // a CUDA build) or "auto" (cuda when it can be, else cpu).
+  std::string device = "cpu";
 };
 
 class EngineLoop {
@@ -175,6 +178,8 @@ class EngineLoop {
 
   // Thread-safe (immutable after create()).
   const ModelConfig& model_config() const { return model_->config(); }
+  // Where the forward runs: "cpu" or "cuda (<device name>)". Fixed at create().
+  const std::string& device() const { return device_.name; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -217,7 +222,17 @@ class EngineLoop {
     int samples_finished = 0;  // the request is final when this reaches `samples`
   };
 
-  EngineLoop(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tokenizer,
+  // The GPU's share: the forward's weights and state, and L1 in device
+  // memory. Empty on the CPU.
+  struct Device {
+    std::shared_ptr<void> forward;  // the CudaModel, type-erased: no CUDA header here
+    std::unique_ptr<tiers::BlockPool> l1;
+    std::string name = "cpu";  // or "cuda (<device name>)"
+  };
+  static std::expected<Device, std::string> open_device(const Model& model,
+                                                        const EngineLoopOptions& options);
+
+  EngineLoop(std::unique_ptr<Model> model, Device device, std::unique_ptr<Tokenizer> tokenizer,
              std::unique_ptr<Scheduler> scheduler, EngineLoopOptions options);
 
   void run();
@@ -238,7 +253,10 @@ class EngineLoop {
 
   // Engine-thread state. The Model and Tokenizer live on the heap so the
   // Scheduler's references to them stay valid.
+  // The device outlives the scheduler (whose cache hands L1 blocks back) and
+  // goes before the model (the GPU forward refers to it).
   std::unique_ptr<Model> model_;
+  Device device_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Scheduler> scheduler_;
   EngineLoopOptions options_;

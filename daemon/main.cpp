@@ -92,7 +92,7 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
   }
 
   notify_status("loading the model from " + c.model_dir);
-  auto engine = EngineLoop::create(c.model_dir, {c.scheduler, c.max_pending});
+  auto engine = EngineLoop::create(c.model_dir, {c.scheduler, c.max_pending, c.device});
   if (!engine) {
     log_error(engine.error());
     return 1;

@@ -292,6 +292,7 @@ void Session::method_health(RpcCall& call) {
   const ModelConfig& m = engine_.model_config();
   const SchedulerConfig& c = control_.config().scheduler;
   reply(call, {{"status", "ok"},
+               {"device", engine_.device()},
                {"model",
                 {{"n_layer", m.n_layer},
                  {"n_head", m.n_head},

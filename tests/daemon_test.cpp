@@ -24,6 +24,9 @@
 #include <vector>
 
 #include "daemon_test_util.h"
+#if defined(KVTIER_HAVE_CUDA)
+#include "kernels/cuda/cuda_device.h"
+#endif
 #include "engine/request.h"
 
 namespace kvtier {
@@ -42,6 +45,16 @@ TEST(DaemonTest, HealthAnswersAndShutdownExitsZero) {
   EXPECT_EQ((*r)["id"], 1);
   EXPECT_EQ((*r)["result"]["status"], "ok");
   EXPECT_EQ((*r)["result"]["model"]["vocab_size"], 96);
+  // --device auto: the GPU when this build has CUDA and a device is usable.
+  const std::string device = (*r)["result"]["device"];
+#if defined(KVTIER_HAVE_CUDA)
+  if (kernels::cuda_device_missing().empty())
+    EXPECT_TRUE(device.starts_with("cuda (")) << device;
+  else
+    EXPECT_EQ(device, "cpu");
+#else
+  EXPECT_EQ(device, "cpu");
+#endif
   shutdown(d);
 }
 
