@@ -7,7 +7,10 @@
 //        decode at batch 1/16/64 and context 1k/4k (time per call and the K/V
 //        bytes it reads per second), block gather/scatter bandwidth against
 //        cudaMemcpy device-to-device, the int8 kernels, and LayerNorm and GELU
-//        on the CPU's shapes, with their ratio to the CPU figures.
+//        on the CPU's shapes, with their ratio to the CPU figures; the
+//        batch-invariant matmul (K never split) on the linear layers' and the
+//        LM head's shapes at M = 1, 16, 64 and 1024: GFLOP/s and the weight
+//        bytes it reads per second.
 // Without a device it says "no CUDA device: <reason>" and exits 0.
 // Prints figures; asserts nothing.
 //
@@ -33,6 +36,7 @@
 #include "kernels/cuda/gelu_cuda.h"
 #include "kernels/cuda/kv_quant_cuda.h"
 #include "kernels/cuda/layernorm_cuda.h"
+#include "kernels/cuda/matmul_cuda.h"
 #include "kernels/cuda/paged_attention_cuda.h"
 #endif
 
@@ -319,6 +323,42 @@ void gpu_forward(const ForwardCpuTimes& cpu) {
   cudaFree(d_y);
 }
 
+void gpu_matmul() {
+  struct Shape {
+    const char* name;
+    int K, N;
+    kernels::WeightLayout layout;
+  };
+  const Shape shapes[] = {{"qkv", kEmbd, 3 * kEmbd, kernels::WeightLayout::kInOut},
+                          {"attn_proj", kEmbd, kEmbd, kernels::WeightLayout::kInOut},
+                          {"fc", kEmbd, 4 * kEmbd, kernels::WeightLayout::kInOut},
+                          {"mlp_proj", 4 * kEmbd, kEmbd, kernels::WeightLayout::kInOut},
+                          {"lm_head", kEmbd, 50257, kernels::WeightLayout::kOutIn}};
+  std::printf("GPU matmul (batch-invariant: one fma chain per output, K never split):\n");
+  std::printf("  %-10s %6s %10s %10s %12s\n", "shape", "M", "us/call", "GFLOP/s", "weights GB/s");
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  for (const Shape& s : shapes) {
+    std::vector<float> w(static_cast<std::size_t>(s.K) * s.N), x(1024L * s.K);
+    for (auto& v : w) v = normal(rng);
+    for (auto& v : x) v = normal(rng);
+    float* d_w = device_copy(w);
+    float* d_x = device_copy(x);
+    float* d_y = nullptr;
+    CHECK(cudaMalloc(&d_y, 1024L * s.N * sizeof(float)));
+    for (int M : {1, 16, 64, 1024}) {
+      const double ms = gpu_ms(M == 1024 ? 5 : 20, [&] {
+        CHECK(kernels::matmul_cuda(d_y, d_x, d_w, nullptr, M, s.K, s.N, s.layout, 0));
+      });
+      std::printf("  %-10s %6d %10.1f %10.1f %12.1f\n", s.name, M, ms * 1e3,
+                  2.0 * M * s.K * s.N / (ms * 1e-3) / kGB, w.size() * 4.0 / (ms * 1e-3) / kGB);
+    }
+    cudaFree(d_w);
+    cudaFree(d_x);
+    cudaFree(d_y);
+  }
+}
+
 #endif
 
 }  // namespace
@@ -338,6 +378,7 @@ int main() {
   gpu_attention();
   gpu_gather_and_int8();
   gpu_forward(cpu);
+  gpu_matmul();
 #else
   std::printf(
       "GPU: no CUDA device: built without the CUDA side (KVTIER_CUDA); GPU figures skipped\n");

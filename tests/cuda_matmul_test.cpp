@@ -23,9 +23,11 @@ using cuda_test_util::to_device;
 using CudaMatmul = cuda_test_util::CudaDeviceTest;
 
 TEST_F(CudaMatmul, GivesTheCpuBitsForEveryShapeAndLayout) {
-  // (M, K, N): decode rows, the small-tile edge, prefill, ragged sizes.
+  // (M, K, N): each tile shape (rows, small, large: see matmul.cu) and its
+  // edges, ragged sizes.
   const std::vector<std::tuple<int, int, int>> shapes = {
-      {1, 768, 2304}, {5, 100, 70}, {16, 64, 96}, {17, 64, 96}, {100, 33, 129}, {256, 768, 768}};
+      {1, 768, 2304}, {4, 100, 70},   {5, 100, 70},    {16, 64, 96},
+      {17, 64, 96},   {100, 33, 129}, {256, 768, 768}, {300, 40, 4000}};
   unsigned seed = 1;
   for (const auto& [M, K, N] : shapes)
     for (const WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut})
