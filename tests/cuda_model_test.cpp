@@ -17,34 +17,18 @@
 
 #include "kernels/cuda/cuda_device.h"
 #include "tests/cuda_test_util.h"
+#include "tests/forward_test_util.h"
 #include "tiers/cuda/cuda_memory.h"
 
 namespace kvtier {
 namespace {
 
 using CudaModelTest = cuda_test_util::CudaDeviceTest;
-
-ModelConfig tiny_config(kernels::WeightLayout layout, Gelu gelu, bool bias, int n_kv_head) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = n_kv_head;
-  c.n_embd = 32;
-  c.vocab_size = 61;
-  c.block_size = 96;
-  c.bias = bias;
-  c.gelu = gelu;
-  c.weight_layout = layout;
-  return c;
-}
-
-std::vector<ModelConfig> variants() {
-  using kernels::WeightLayout;
-  return {tiny_config(WeightLayout::kOutIn, Gelu::kErf, true, 4),
-          tiny_config(WeightLayout::kInOut, Gelu::kTanh, true, 4),
-          tiny_config(WeightLayout::kOutIn, Gelu::kErf, false, 4),
-          tiny_config(WeightLayout::kInOut, Gelu::kErf, true, 2)};
-}
+using forward_test_util::argmax;
+using forward_test_util::random_tokens;
+using forward_test_util::same_bits;
+using forward_test_util::tiny_variants;
+using forward_test_util::variant_name;
 
 // A model on both devices, each with its own KV pool of the same shape.
 struct Twin {
@@ -84,21 +68,6 @@ struct Twin {
   std::unique_ptr<CudaModel> gpu;
 };
 
-std::vector<int> random_tokens(std::mt19937& rng, int n, int vocab) {
-  std::uniform_int_distribution<int> pick(0, vocab - 1);
-  std::vector<int> t(n);
-  for (int& x : t) x = pick(rng);
-  return t;
-}
-
-int argmax(std::span<const float> row) {
-  return static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
-
 // Largest |a - b| relative to the largest |a|.
 double relative_gap(std::span<const float> a, std::span<const float> b) {
   double gap = 0, scale = 1e-30;
@@ -133,7 +102,7 @@ void expect_gpu_follows_cpu(Twin& t, const std::vector<int>& prompt, int decode_
 }
 
 TEST_F(CudaModelTest, FollowsTheCpuForwardOnEveryVariant) {
-  for (const ModelConfig& config : variants()) {
+  for (const ModelConfig& config : tiny_variants()) {
     Twin t(Model(config, ModelWeights::random(config, 1234)));
     ASSERT_TRUE(t.ready());
     std::mt19937 rng(7);
@@ -160,7 +129,7 @@ TEST_F(CudaModelTest, FollowsTheCpuForwardOnTheBundledModels) {
 // token at a time included) give the same logits at every position, bit for
 // bit: chunks of different sizes take different matmul tiles.
 TEST_F(CudaModelTest, ChunkingDoesNotChangeTheBits) {
-  for (const ModelConfig& config : variants()) {
+  for (const ModelConfig& config : tiny_variants()) {
     Twin t(Model(config, ModelWeights::random(config, 99)));
     ASSERT_TRUE(t.ready());
     std::mt19937 rng(42);
@@ -187,81 +156,22 @@ TEST_F(CudaModelTest, ChunkingDoesNotChangeTheBits) {
 // Sequences alone, then together in random mixes of prefill chunks and
 // decode steps in one GPU forward: every logits row the same bits.
 TEST_F(CudaModelTest, BatchCompositionDoesNotChangeTheBits) {
-  const ModelConfig config = variants()[0];
-  Twin t(Model(config, ModelWeights::random(config, 5)));
-  ASSERT_TRUE(t.ready());
-  constexpr int kSeqs = 8, kDecode = 10;
-  std::mt19937 rng(11);
-  std::vector<std::vector<int>> prompts;
-  for (int s = 0; s < kSeqs; ++s)
-    prompts.push_back(
-        random_tokens(rng, std::uniform_int_distribution<int>(1, 60)(rng), config.vocab_size));
-  std::vector<std::vector<std::vector<float>>> alone(kSeqs);
-  for (int s = 0; s < kSeqs; ++s) {
-    SequenceKv kv(Twin::kPage);
-    auto row = t.gpu_run(kv, prompts[s], false);
-    alone[s].push_back(row);
-    for (int step = 0; step < kDecode; ++step) {
-      const int next = argmax(row);
-      row = t.gpu_run(kv, std::span(&next, 1), false);
-      alone[s].push_back(row);
-    }
-    kv.release(*t.gpu_pool);
+  for (const ModelConfig& config : tiny_variants()) {
+    Twin t(Model(config, ModelWeights::random(config, 5)));
+    ASSERT_TRUE(t.ready());
+    auto forward = [&t](std::span<const Model::Chunk> batch) {
+      return t.gpu->forward(batch, *t.gpu_pool);
+    };
+    for (unsigned seed : {1u, 2u})
+      EXPECT_TRUE(forward_test_util::batch_mixes_match_alone(forward, *t.gpu_pool, Twin::kPage,
+                                                             config.vocab_size, seed, 8))
+          << variant_name(config) << " seed " << seed;
+    EXPECT_EQ(t.gpu_pool->num_free(), t.gpu_pool->num_blocks());
   }
-
-  std::vector<SequenceKv> kvs(kSeqs, SequenceKv(Twin::kPage));
-  std::vector<std::size_t> fed(kSeqs, 0);
-  std::vector<int> next(kSeqs, -1);
-  std::vector<std::vector<std::vector<float>>> together(kSeqs);
-  std::vector<std::vector<int>> pieces(kSeqs);
-  for (int guard = 0; guard < 1000; ++guard) {
-    std::vector<Model::Chunk> batch;
-    std::vector<int> who;
-    for (int s = 0; s < kSeqs; ++s) {
-      if (static_cast<int>(together[s].size()) == kDecode + 1) continue;
-      if (!std::bernoulli_distribution(0.6)(rng)) continue;
-      if (fed[s] < prompts[s].size()) {
-        const std::size_t n = std::min<std::size_t>(std::uniform_int_distribution<int>(1, 20)(rng),
-                                                    prompts[s].size() - fed[s]);
-        pieces[s].assign(prompts[s].begin() + fed[s], prompts[s].begin() + fed[s] + n);
-        fed[s] += n;
-      } else {
-        pieces[s] = {next[s]};
-      }
-      ASSERT_TRUE(
-          kvs[s].reserve(*t.gpu_pool, kvs[s].length() + static_cast<int>(pieces[s].size())));
-      batch.push_back({&kvs[s], pieces[s], false});
-      who.push_back(s);
-    }
-    if (batch.empty()) {
-      if (std::all_of(together.begin(), together.end(),
-                      [](const auto& rows) { return rows.size() == kDecode + 1; }))
-        break;
-      continue;
-    }
-    auto logits = t.gpu->forward(batch, *t.gpu_pool);
-    ASSERT_TRUE(logits.has_value()) << logits.error();
-    const int V = config.vocab_size;
-    for (std::size_t i = 0; i < who.size(); ++i) {
-      const int s = who[i];
-      if (fed[s] < prompts[s].size()) continue;  // a prompt piece before the last
-      std::vector<float> row(logits->begin() + i * V, logits->begin() + (i + 1) * V);
-      next[s] = argmax(row);
-      together[s].push_back(std::move(row));
-    }
-  }
-  for (int s = 0; s < kSeqs; ++s) {
-    ASSERT_EQ(together[s].size(), alone[s].size()) << "sequence " << s;
-    for (std::size_t step = 0; step < alone[s].size(); ++step)
-      EXPECT_TRUE(same_bits(alone[s][step], together[s][step]))
-          << "sequence " << s << " step " << step;
-    kvs[s].release(*t.gpu_pool);
-  }
-  EXPECT_EQ(t.gpu_pool->num_free(), t.gpu_pool->num_blocks());
 }
 
 TEST_F(CudaModelTest, RefusesBadBatchesWithTheReason) {
-  const ModelConfig config = variants()[0];
+  const ModelConfig config = tiny_variants()[0];
   Twin t(Model(config, ModelWeights::random(config, 5)));
   ASSERT_TRUE(t.ready());
   SequenceKv kv(Twin::kPage);
@@ -299,7 +209,7 @@ TEST_F(CudaModelTest, RefusesBadBatchesWithTheReason) {
 // the CUDA side is built).
 TEST(CudaModelNoDevice, CreateSaysWhy) {
   if (kernels::cuda_device_missing().empty()) GTEST_SKIP() << "a CUDA device is present";
-  const ModelConfig config = variants()[0];
+  const ModelConfig config = tiny_variants()[0];
   const Model model(config, ModelWeights::random(config, 5));
   auto created = CudaModel::create(model);
   ASSERT_FALSE(created.has_value());

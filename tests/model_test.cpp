@@ -9,22 +9,17 @@
 #include <random>
 #include <vector>
 
+#include "tests/forward_test_util.h"
+
 namespace kvtier {
 namespace {
 
-ModelConfig tiny_config(kernels::WeightLayout layout, Gelu gelu, bool bias, int n_kv_head) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = n_kv_head;
-  c.n_embd = 32;
-  c.vocab_size = 61;
-  c.block_size = 96;
-  c.bias = bias;
-  c.gelu = gelu;
-  c.weight_layout = layout;
-  return c;
-}
+using forward_test_util::argmax;
+using forward_test_util::random_tokens;
+using forward_test_util::same_bits;
+using forward_test_util::tiny_config;
+using forward_test_util::tiny_variants;
+using forward_test_util::variant_name;
 
 struct Fixture {
   explicit Fixture(ModelConfig config, int page_size = 16, int blocks = 256)
@@ -44,27 +39,6 @@ struct Fixture {
     return std::vector<float>(logits->begin(), logits->end());
   }
 };
-
-std::vector<int> random_tokens(std::mt19937& rng, int n, int vocab) {
-  std::uniform_int_distribution<int> pick(0, vocab - 1);
-  std::vector<int> t(n);
-  for (int& x : t) x = pick(rng);
-  return t;
-}
-
-int argmax(std::span<const float> row) {
-  return static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
-
-std::string variant_name(const ModelConfig& c) {
-  return std::string(c.weight_layout == kernels::WeightLayout::kOutIn ? "OutIn" : "InOut") +
-         (c.gelu == Gelu::kErf ? "_GeluErf" : "_GeluTanh") + (c.bias ? "_Bias" : "_NoBias") +
-         "_KvHeads" + std::to_string(c.n_kv_head);
-}
 
 class ModelVariants : public ::testing::TestWithParam<ModelConfig> {};
 
@@ -102,87 +76,20 @@ TEST_P(ModelVariants, PrefillChunkedAndDecodeAgreeBitForBit) {
 // prefill chunks and decode steps: every logit row matches bit for bit.
 TEST_P(ModelVariants, BatchCompositionDoesNotChangeLogits) {
   Fixture f(GetParam());
-  const int V = GetParam().vocab_size;
-  constexpr int kSeqs = 6, kDecode = 10;
-  for (unsigned seed : {1u, 2u, 3u}) {
-    std::mt19937 rng(seed);
-    std::vector<std::vector<int>> prompts;
-    for (int s = 0; s < kSeqs; ++s)
-      prompts.push_back(random_tokens(rng, std::uniform_int_distribution<int>(1, 45)(rng), V));
-
-    // Alone: prefill in one piece, then greedy decode; keep every logits row.
-    std::vector<std::vector<std::vector<float>>> alone(kSeqs);
-    for (int s = 0; s < kSeqs; ++s) {
-      SequenceKv kv(f.page_size);
-      auto row = f.run(kv, prompts[s], false);
-      alone[s].push_back(row);
-      for (int step = 0; step < kDecode; ++step) {
-        const int next = argmax(row);
-        row = f.run(kv, std::span(&next, 1), false);
-        alone[s].push_back(row);
-      }
-      kv.release(f.pool);
-    }
-
-    // Together, in random batches, random prefill chunks, random order.
-    std::vector<SequenceKv> kvs(kSeqs, SequenceKv(f.page_size));
-    std::vector<std::size_t> fed(kSeqs, 0);
-    std::vector<int> next(kSeqs, -1);
-    std::vector<std::vector<std::vector<float>>> together(kSeqs);
-    std::vector<std::vector<int>> pieces(kSeqs);
-    for (int guard = 0; guard < 1000; ++guard) {
-      std::vector<Model::Chunk> batch;
-      std::vector<int> who;
-      for (int s = 0; s < kSeqs; ++s) {
-        if (static_cast<int>(together[s].size()) == kDecode + 1) continue;  // done
-        if (std::bernoulli_distribution(0.6)(rng) == false) continue;       // sits out this step
-        if (fed[s] < prompts[s].size()) {
-          const std::size_t n = std::min<std::size_t>(
-              std::uniform_int_distribution<int>(1, 16)(rng), prompts[s].size() - fed[s]);
-          pieces[s].assign(prompts[s].begin() + fed[s], prompts[s].begin() + fed[s] + n);
-          fed[s] += n;
-        } else {
-          pieces[s] = {next[s]};
-        }
-        ASSERT_TRUE(kvs[s].reserve(f.pool, kvs[s].length() + static_cast<int>(pieces[s].size())));
-        who.push_back(s);
-      }
-      if (who.empty()) {
-        if (std::all_of(together.begin(), together.end(),
-                        [](const auto& t) { return t.size() == kDecode + 1; }))
-          break;
-        continue;
-      }
-      std::shuffle(who.begin(), who.end(), rng);
-      for (int s : who) batch.push_back({&kvs[s], pieces[s], false});
-      auto logits = f.model.forward(batch, f.pool);
-      ASSERT_TRUE(logits.has_value()) << logits.error();
-      ASSERT_EQ(logits->size(), who.size() * V);
-      for (std::size_t i = 0; i < who.size(); ++i) {
-        const int s = who[i];
-        if (fed[s] < prompts[s].size()) continue;  // mid-prompt: logits not used
-        const auto row = logits->subspan(i * V, V);
-        together[s].emplace_back(row.begin(), row.end());
-        next[s] = argmax(row);
-      }
-    }
-    for (int s = 0; s < kSeqs; ++s) {
-      ASSERT_EQ(together[s].size(), alone[s].size()) << "seed " << seed << " seq " << s;
-      for (std::size_t step = 0; step < alone[s].size(); ++step)
-        EXPECT_TRUE(same_bits(alone[s][step], together[s][step]))
-            << "seed " << seed << " seq " << s << " step " << step;
-      kvs[s].release(f.pool);
-    }
-  }
+  auto forward = [&f](std::span<const Model::Chunk> batch) {
+    return f.model.forward(batch, f.pool);
+  };
+  for (unsigned seed : {1u, 2u, 3u})
+    EXPECT_TRUE(forward_test_util::batch_mixes_match_alone(forward, f.pool, f.page_size,
+                                                           GetParam().vocab_size, seed))
+        << "seed " << seed;
+  EXPECT_EQ(f.pool.num_free(), f.pool.num_blocks());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, ModelVariants,
-    ::testing::Values(tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4),
-                      tiny_config(kernels::WeightLayout::kInOut, Gelu::kTanh, true, 4),
-                      tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, false, 4),
-                      tiny_config(kernels::WeightLayout::kInOut, Gelu::kErf, true, 2)),
-    [](const ::testing::TestParamInfo<ModelConfig>& info) { return variant_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Shapes, ModelVariants, ::testing::ValuesIn(tiny_variants()),
+                         [](const ::testing::TestParamInfo<ModelConfig>& info) {
+                           return variant_name(info.param);
+                         });
 
 TEST(Model, PageSizeDoesNotChangeLogits) {
   const auto config = tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4);
