@@ -78,6 +78,7 @@ std::expected<std::unique_ptr<EngineLoop>, std::string> EngineLoop::create(
       return gpu->forward(chunks, pool, before_attention);
     };
     forward.gathers_scores = false;
+    forward.kv_tag = CudaModel::kKvTag;
   }
 #endif
   auto scheduler = Scheduler::create(*owned_model, tokenizer->get(), options.scheduler,

@@ -197,6 +197,11 @@ struct ForwardPass {
       std::span<const Model::Chunk>, tiers::BlockPool&, const std::function<void(int layer)>&)>
       run;
   bool gathers_scores = true;  // whether run fills Chunk::scores
+  // Mixed into the prefix cache's model fingerprint (block keys, L3 entries):
+  // forwards whose KV may differ in the last bits (the CPU's and the GPU's)
+  // use different tags, so a restart on the other device never serves KV the
+  // first one computed. 0 for the CPU forward.
+  std::uint64_t kv_tag = 0;
 };
 
 class Scheduler {

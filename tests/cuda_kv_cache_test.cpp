@@ -61,6 +61,7 @@ class CudaKvCacheTest : public cuda_test_util::CudaDeviceTest {
       return gpu->forward(chunks, pool, before_attention);
     };
     forward.gathers_scores = false;
+    forward.kv_tag = CudaModel::kKvTag;
     auto s = Scheduler::create(*model_, tokenizer_, c, g.l1.get(), std::move(forward));
     EXPECT_TRUE(s.has_value()) << s.error();
     if (s) g.scheduler = std::move(*s);
@@ -183,6 +184,30 @@ TEST_F(CudaKvCacheTest, ARestartServesThePrefixFromL3IntoDeviceMemory) {
   ASSERT_TRUE(run_and_compare(*s.scheduler, {params(kShared + " two", 8, greedy())}, &ids));
   EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
   EXPECT_GT(s->cache()->stats().tier[2].promotions, 0);
+}
+
+// KV the CPU computed and wrote to L3 is not served to the GPU after a
+// restart on the same directory (its last bits may differ from the GPU's):
+// the store starts empty under the GPU's fingerprint and the GPU recomputes.
+TEST_F(CudaKvCacheTest, KvTheCpuWroteToL3IsNotServedToTheGpu) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.max_kv_tokens = 4096;
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  {
+    auto cpu = Scheduler::create(*model_, tokenizer_, c);
+    ASSERT_TRUE(cpu.has_value()) << cpu.error();
+    std::vector<RequestId> ids;
+    ASSERT_TRUE(test_util::submit_and_run(**cpu, {params(kShared + " one", 8, greedy())}, ids));
+    (*cpu)->cache()->drain();
+    ASSERT_GT((*cpu)->cache()->stats().tier[2].used_blocks, 0) << "the CPU wrote nothing to L3";
+  }
+  GpuScheduler s = make(c);
+  ASSERT_NE(s.scheduler, nullptr);
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(*s.scheduler, {params(kShared + " two", 8, greedy())}, &ids));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], 0);
+  EXPECT_EQ(s->cache()->stats().tier[2].promotions, 0);
 }
 
 TEST_F(CudaKvCacheTest, RefusesInt8TiersAndH2oWithTheReason) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -398,6 +399,35 @@ TEST_F(TieredSchedulerTest, RestartServesThePrefixFromL3AndACorruptSlabIsRecompu
     // Read by layer, the first pass had started on the bad bytes: thrown away.
     EXPECT_EQ(s->stats().discarded_passes, 1);
   }
+}
+
+// KV from a forward with another kv_tag (the GPU's, say: its last bits may
+// differ) is never served: a restart with another tag on the same L3 finds
+// the store written under another fingerprint, says so, starts it empty and
+// recomputes, with the same tokens.
+TEST_F(TieredSchedulerTest, AnotherForwardsKvTagFindsNoneOfTheL3Blocks) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  auto run_with_tag = [&](std::uint64_t tag, const std::string& suffix,
+                          std::vector<std::string>* warnings) {
+    ForwardPass forward;
+    forward.kv_tag = tag;
+    auto s = Scheduler::create(*model_, tokenizer_, c, nullptr, forward);
+    EXPECT_TRUE(s.has_value()) << s.error();
+    std::vector<RequestId> ids;
+    EXPECT_TRUE(run_and_compare(**s, {params(kShared + suffix, 8, greedy())}, &ids));
+    if (warnings) *warnings = (*s)->cache()->warnings();
+    return ids.empty() ? -1 : (*s)->find(ids[0])->cached_tokens()[2];
+  };
+  EXPECT_EQ(run_with_tag(0, " one", nullptr), 0);
+  EXPECT_EQ(run_with_tag(0, " two", nullptr), static_cast<int>(kShared.size()) / 16 * 16)
+      << "the same tag should find the prefix on L3";
+  std::vector<std::string> warnings;
+  EXPECT_EQ(run_with_tag(0x1234, " three", &warnings), 0) << "served KV written under another tag";
+  EXPECT_TRUE(std::any_of(warnings.begin(), warnings.end(), [](const std::string& w) {
+    return contains(w, "format_tag");
+  })) << "no warning that the store was written under another fingerprint";
 }
 
 // With write_back nothing reaches L3 while L1 has room; a clean shutdown

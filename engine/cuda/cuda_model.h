@@ -29,6 +29,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <expected>
 #include <functional>
 #include <memory>
@@ -51,6 +52,9 @@ class CudaModel {
   CudaModel& operator=(const CudaModel&) = delete;
 
   const ModelConfig& config() const { return model_.config(); }
+  // ForwardPass::kv_tag of this forward: its KV is its own (see the top).
+  static constexpr std::uint64_t kKvTag = 0x6b762d6375646121ULL;  // "kv-cuda!"
+
   // Bytes of device memory the weights take.
   std::size_t weight_bytes() const { return weight_bytes_; }
 
