@@ -151,9 +151,14 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
       return [n](std::byte* dst, const std::byte* src) { kernels::copy_block(dst, src, n); };
     return [l1, n](std::byte* dst, const std::byte* src) { l1->copy(dst, src, n); };
   };
+  // The int8 codec, for whichever tier stores int8.
+  const tiers::CopyWorker::Transfer int8_encode =
+      [shape = shape_](std::byte* dst, const std::byte* src) { encode(dst, src, shape); };
+  const tiers::CopyWorker::Transfer int8_decode =
+      [shape = shape_](std::byte* dst, const std::byte* src) { decode(dst, src, shape); };
   if (config.l2_format == KvFormat::kInt8) {
-    to_l2_ = [shape = shape_](std::byte* dst, const std::byte* src) { encode(dst, src, shape); };
-    from_l2_ = [shape = shape_](std::byte* dst, const std::byte* src) { decode(dst, src, shape); };
+    to_l2_ = int8_encode;
+    from_l2_ = int8_decode;
   } else {
     to_l2_ = from_l2_ = exact(block_bytes_);
     // Promotions a layer at a time, when layers tile the block (copy_block
@@ -166,12 +171,8 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
   // Into and out of L3's staging buffers: the int8 codec, or plain copies
   // when L1 is device memory (O_DIRECT cannot reach it).
   if (config.l3_format == KvFormat::kInt8) {
-    l3_encode_ = [shape = shape_](std::byte* dst, const std::byte* src) {
-      encode(dst, src, shape);
-    };
-    l3_decode_ = [shape = shape_](std::byte* dst, const std::byte* src) {
-      decode(dst, src, shape);
-    };
+    l3_encode_ = int8_encode;
+    l3_decode_ = int8_decode;
   } else if (!l1.host_addressable()) {
     l3_encode_ = l3_decode_ = exact(block_bytes_);
   }
