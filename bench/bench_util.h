@@ -1,6 +1,8 @@
 // Small helpers the benchmark programs share.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <random>
 #include <vector>
@@ -15,6 +17,21 @@ inline std::vector<int> random_tokens(int n, int vocab, unsigned seed) {
   std::vector<int> t(static_cast<std::size_t>(n));
   for (int& x : t) x = pick(rng);
   return t;
+}
+
+// The best (least) wall-clock seconds of `runs` calls of fn(): the figure
+// least disturbed by the rest of a noisy machine. fn() must finish its work
+// before it returns (a GPU forward synchronises).
+template <typename Fn>
+double best_seconds(int runs, Fn&& fn) {
+  double best = 1e30;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
 }
 
 // The bundled character model, found from this source tree (the benchmarks

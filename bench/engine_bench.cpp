@@ -24,8 +24,6 @@
 #include "engine/model.h"
 
 #if defined(KVTIER_HAVE_CUDA)
-#include <chrono>
-
 #include "engine/cuda/cuda_model.h"
 #include "kernels/cuda/cuda_device.h"
 #include "tiers/cuda/cuda_memory.h"
@@ -33,6 +31,7 @@
 
 namespace {
 
+using kvtier::bench::best_seconds;
 using kvtier::bench::random_tokens;
 
 using kvtier::Model;
@@ -135,19 +134,6 @@ struct Bench {
 struct CpuFigures {
   double prefill1024_ms, tail_ms, decode1_tok_s;
 };
-
-// Best of `runs` wall-clock seconds of f() (each forward() ends synchronised).
-template <typename F>
-double best_seconds(int runs, F&& f) {
-  double best = 1e30;
-  for (int i = 0; i < runs; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
 
 void gpu_figures(const Model& model, const CpuFigures& cpu) {
   if (const std::string missing = kvtier::kernels::cuda_device_missing(); !missing.empty()) {

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "bench/machine_peaks.h"
 #include "kernels/gelu.h"
 #include "kernels/kv_quant.h"
@@ -55,17 +56,8 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Best-of-5 seconds of fn().
-template <typename Fn>
-double best_seconds(Fn&& fn) {
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    const auto start = Clock::now();
-    fn();
-    best = std::min(best, seconds_since(start));
-  }
-  return best;
-}
+// Each CPU figure is the best of this many runs.
+constexpr int kRuns = 5;
 
 void cpu_int8() {
   const int n = 32;  // 36 MiB of fp32 KV: past the caches
@@ -76,10 +68,10 @@ void cpu_int8() {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& x : src) x = normal(rng);
   auto block = [&](int b) { return packed.data() + b * ((enc + 3) / 4); };
-  const double q = best_seconds([&] {
+  const double q = bench::best_seconds(kRuns, [&] {
     for (int b = 0; b < n; ++b) kernels::quantize_block(src.data() + b * floats, kGpt2, block(b));
   });
-  const double d = best_seconds([&] {
+  const double d = bench::best_seconds(kRuns, [&] {
     for (int b = 0; b < n; ++b)
       kernels::dequantize_block(block(b), kGpt2, back.data() + b * floats);
   });
@@ -111,7 +103,7 @@ ForwardCpuTimes cpu_forward() {
   for (auto& v : fc) v = normal(rng);
   const std::vector<float> fc0 = fc;
   ForwardCpuTimes t;
-  t.layernorm = best_seconds([&] {
+  t.layernorm = bench::best_seconds(kRuns, [&] {
     kernels::layernorm(y.data(), x.data(), w.data(), b.data(), kRows, kEmbd, kLayerNormEps);
   });
   // GELU is in place: each timed call starts from the same values.
