@@ -21,7 +21,28 @@ std::expected<Model, std::string> Model::load(const std::filesystem::path& dir) 
 }
 
 Model::Model(ModelConfig config, ModelWeights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {}
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  const int C = config_.n_embd;
+  const auto layout = config_.weight_layout;
+  auto pack = [layout](const float* w, int K, int N) {
+    return kernels::PackedWeight::pack(w, K, N, layout);
+  };
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const LayerWeights& w = weights_.layer(l);
+    packed_.push_back({pack(w.attn_qkv_w, C, C + 2 * config_.kv_dim()), pack(w.attn_proj_w, C, C),
+                       pack(w.mlp_fc_w, C, 4 * C), pack(w.mlp_proj_w, 4 * C, C)});
+  }
+  // wte is (V, C) in every file: the out-in orientation of a C -> V head.
+  lm_head_ = kernels::PackedWeight::pack(weights_.wte(), C, config_.vocab_size,
+                                         kernels::WeightLayout::kOutIn);
+}
+
+std::size_t Model::packed_bytes() const {
+  std::size_t bytes = lm_head_.bytes();
+  for (const PackedLayer& l : packed_)
+    bytes += l.attn_qkv.bytes() + l.attn_proj.bytes() + l.mlp_fc.bytes() + l.mlp_proj.bytes();
+  return bytes;
+}
 
 std::expected<void, std::string> Model::check(std::span<const Chunk> chunks,
                                               const tiers::BlockPool& pool) const {
@@ -57,11 +78,6 @@ std::expected<void, std::string> Model::check(std::span<const Chunk> chunks,
   if (pool.block_bytes() < kv_layout(chunks[0].kv->page_size()).block_bytes())
     return std::unexpected("forward: the pool's blocks are smaller than the KV layout needs");
   return {};
-}
-
-void Model::linear(float* out, const float* inp, const float* w, const float* b, int M, int K,
-                   int N) {
-  kernels::matmul(out, inp, w, b, M, K, N, config_.weight_layout);
 }
 
 void Model::attention(int layer, int M) {
@@ -162,20 +178,21 @@ std::expected<std::span<const float>, std::string> Model::forward(
 
   for (int l = 0; l < config_.n_layer; ++l) {
     const LayerWeights& w = weights_.layer(l);
+    const PackedLayer& pw = packed_[l];
     kernels::layernorm(ln_.data(), x_.data(), w.ln_1_w, w.ln_1_b, M, C, config_.layer_norm_eps);
-    linear(qkv_.data(), ln_.data(), w.attn_qkv_w, w.attn_qkv_b, M, C, qkv_width);
+    kernels::matmul(qkv_.data(), ln_.data(), pw.attn_qkv, w.attn_qkv_b, M);
     if (before_attention) before_attention(l);
     attention(l, M);
-    linear(ln_.data(), att_.data(), w.attn_proj_w, w.attn_proj_b, M, C, C);
+    kernels::matmul(ln_.data(), att_.data(), pw.attn_proj, w.attn_proj_b, M);
     kernels::residual_add(x_.data(), x_.data(), ln_.data(), static_cast<long>(x_.size()));
 
     kernels::layernorm(ln_.data(), x_.data(), w.ln_2_w, w.ln_2_b, M, C, config_.layer_norm_eps);
-    linear(fc_.data(), ln_.data(), w.mlp_fc_w, w.mlp_fc_b, M, C, 4 * C);
+    kernels::matmul(fc_.data(), ln_.data(), pw.mlp_fc, w.mlp_fc_b, M);
     if (config_.gelu == Gelu::kErf)
       kernels::gelu_erf(fc_.data(), static_cast<long>(fc_.size()));
     else
       kernels::gelu_tanh(fc_.data(), static_cast<long>(fc_.size()));
-    linear(ln_.data(), fc_.data(), w.mlp_proj_w, w.mlp_proj_b, M, 4 * C, C);
+    kernels::matmul(ln_.data(), fc_.data(), pw.mlp_proj, w.mlp_proj_b, M);
     kernels::residual_add(x_.data(), x_.data(), ln_.data(), static_cast<long>(x_.size()));
   }
 
@@ -188,8 +205,7 @@ std::expected<std::span<const float>, std::string> Model::forward(
   kernels::layernorm(logits_in_.data(), logits_in_.data(), weights_.ln_f_w(), weights_.ln_f_b(), R,
                      C, config_.layer_norm_eps);
   logits_.resize(static_cast<std::size_t>(R) * V);
-  kernels::matmul(logits_.data(), logits_in_.data(), weights_.wte(), nullptr, R, C, V,
-                  kernels::WeightLayout::kOutIn);
+  kernels::matmul(logits_.data(), logits_in_.data(), lm_head_, nullptr, R);
 
   for (const Chunk& c : chunks) c.kv->advance(static_cast<int>(c.tokens.size()));
   return std::span<const float>(logits_);

@@ -19,10 +19,15 @@
 // as if masked (kernels/attention.h); queries keep their absolute positions,
 // so a token's position embedding never changes.
 //
+// Memory: the constructor packs every linear weight and the LM head for
+// kernels::matmul (a copy the size of the model's matrices); the mapped file
+// is then read only for embeddings, LayerNorms and biases.
+//
 // Thread-safety: forward() uses scratch buffers the Model owns, so one thread
 // (the engine's) calls it at a time; the kernels inside use OpenMP threads.
 #pragma once
 
+#include <cstddef>
 #include <expected>
 #include <filesystem>
 #include <functional>
@@ -34,6 +39,7 @@
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
 #include "engine/sequence_kv.h"
+#include "kernels/matmul.h"
 #include "tiers/block_pool.h"
 
 namespace kvtier {
@@ -48,6 +54,8 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   KvLayout kv_layout(int page_size) const { return KvLayout::of(config_, page_size); }
+  // Bytes of the packed copies of the matrices (see Memory above).
+  std::size_t packed_bytes() const;
 
   struct Chunk {
     SequenceKv* kv = nullptr;     // positions kv->length() .. +tokens.size() are computed
@@ -85,10 +93,16 @@ class Model {
 
  private:
   void attention(int layer, int M);
-  void linear(float* out, const float* inp, const float* w, const float* b, int M, int K, int N);
 
   ModelConfig config_;
   ModelWeights weights_;
+
+  // The matrices in kernels::matmul's order, packed once.
+  struct PackedLayer {
+    kernels::PackedWeight attn_qkv, attn_proj, mlp_fc, mlp_proj;
+  };
+  std::vector<PackedLayer> packed_;
+  kernels::PackedWeight lm_head_;  // tied to wte
 
   // Per-forward row bookkeeping and activations, reused across calls.
   struct RowSlot {

@@ -19,7 +19,7 @@
 //    from 0.0f; only the last one adds the bias.
 //  * Threads split N (whole output columns), never K, so the thread count
 //    decides only who computes a column, not how.
-//  * Packing B (copying or transposing weight tiles into a contiguous buffer)
+//  * Packing (the weight once into PackedWeight's strips, A panels per call)
 //    moves values without touching them.
 // The build uses -ffp-contract=off, so the compiler never fuses or reorders on
 // its own; every fma here is an explicit intrinsic or std::fma.
@@ -81,18 +81,14 @@ constexpr int kStrip = kNv * kLanes;
 constexpr int kKc = 384;
 constexpr int kNc = 768;
 static_assert(kNc % kStrip == 0);
-// The microkernel prefetches packed B this many k rows ahead (L2 -> L1).
+// The microkernel prefetches B this many k rows ahead.
 constexpr int kPrefetchK = 16;
 
-// Decode-sized M (at most this many rows) streams the weight once.
+// Decode-sized M (at most this many rows) reads A in place.
 constexpr int kSmallM = 16;
-// kOutIn at small M: k block of the transposed tile (kDecodeKc x kStrip, 32
-// KiB with AVX-512) that stays in L1 (see run_decode_out_in).
+// Decode: k rows of a strip per pass over the row groups (kDecodeKc x kStrip,
+// 32 KiB with AVX-512), so the second row group reads them from L1.
 constexpr int kDecodeKc = 256;
-// kInOut at small M: k rows per pass over the output (see run_decode_in_out).
-// 32 reloads the partial sums half as often as 16; 64 is slower again (M =
-// 16, GPT-2 shapes, matmul_bench).
-constexpr int kDirectKb = 32;
 // Below this many multiply-adds, one thread. A parallel region costs a few
 // microseconds; 2^18 multiply-adds at M = 1 read 1 MiB of weight (~80 us from
 // DRAM on one core), and decode gains from the second core's bandwidth.
@@ -101,25 +97,26 @@ constexpr double kParallelWork = 1 << 18;
 struct Problem {
   float* out;
   const float* inp;
-  const float* w;
+  const float* w;  // packed: strip s at w + s * K * kStrip
   const float* bias;
   int M, K, N;
-  WeightLayout layout;
+
+  const float* strip(int n0, int k0) const {
+    return w + (std::ptrdiff_t{n0 / kStrip} * K + k0) * kStrip;
+  }
 };
 
 // out[0..R)[0..ncols) (row stride ldc) continues its fma chains over kc k's:
 //   acc[i][j] = first ? 0 : c[i][j];  acc[i][j] = fma(a(i, k), b(k, j), acc) for k in [0, kc)
 //   c[i][j] = bias ? acc + bias[j] : acc
-// In place: a(i, k) = a[i*lda + k] and b(k, j) = b[k*ldb + j]. Packed (see
-// pack_a, pack_b): a(i, k) = a[k*kMr + i] and b(k, j) = b[k*kStrip + j], with
-// compile-time strides, and the next B rows are prefetched. R <= kMr rows and
-// V <= kNv vectors are compile-time so the accumulators live in registers;
-// columns at or beyond ncols are masked (never read from b/c/bias, never
-// written).
-template <bool Packed, int R, int V>
-void microkernel(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdiff_t ldb, float* c,
-                 std::ptrdiff_t ldc, int kc, int ncols, const float* bias, bool first) {
-  if constexpr (Packed) ldb = kStrip;
+// b is a packed strip: b(k, j) = b[k*kStrip + j], its next rows prefetched.
+// In place, a(i, k) = a[i*lda + k]; packed (see pack_a), a(i, k) = a[k*kMr + i].
+// R <= kMr rows and V <= kNv vectors are compile-time so the accumulators
+// live in registers; columns at or beyond ncols are masked (never read from
+// b/c/bias, never written).
+template <bool PackedA, int R, int V>
+void microkernel(const float* a, std::ptrdiff_t lda, const float* b, float* c, std::ptrdiff_t ldc,
+                 int kc, int ncols, const float* bias, bool first) {
   Mask mask[V];
   for (int v = 0; v < V; ++v) mask[v] = simd::mask_first(ncols - v * kLanes);
   Vec acc[R][V];
@@ -133,14 +130,12 @@ void microkernel(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdif
   for (int k = 0; k < kc; ++k) {
     Vec bv[V];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) bv[v] = simd::load(b + k * ldb + v * kLanes, mask[v]);
-    if constexpr (Packed) {
+    for (int v = 0; v < V; ++v) bv[v] = simd::load(b + k * kStrip + v * kLanes, mask[v]);
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) simd::prefetch(b + (k + kPrefetchK) * kStrip + v * kLanes);
-    }
+    for (int v = 0; v < V; ++v) simd::prefetch(b + (k + kPrefetchK) * kStrip + v * kLanes);
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
-      const Vec ai = simd::broadcast(Packed ? a[k * kMr + i] : a[i * lda + k]);
+      const Vec ai = simd::broadcast(PackedA ? a[k * kMr + i] : a[i * lda + k]);
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[i][v] = simd::fma(ai, bv[v], acc[i][v]);
     }
@@ -160,15 +155,15 @@ void microkernel(const float* a, std::ptrdiff_t lda, const float* b, std::ptrdif
   }
 }
 
-using MicrokernelFn = void (*)(const float*, std::ptrdiff_t, const float*, std::ptrdiff_t, float*,
-                               std::ptrdiff_t, int, int, const float*, bool);
+using MicrokernelFn = void (*)(const float*, std::ptrdiff_t, const float*, float*, std::ptrdiff_t,
+                               int, int, const float*, bool);
 using MicrokernelTable = std::array<std::array<MicrokernelFn, kNv>, kMr>;
 
-// Table [r - 1][v - 1] of microkernel<Packed, r, v>.
-template <bool Packed, std::size_t... Rs>
+// Table [r - 1][v - 1] of microkernel<PackedA, r, v>.
+template <bool PackedA, std::size_t... Rs>
 constexpr MicrokernelTable make_microkernel_table(std::index_sequence<Rs...>) {
   constexpr auto row = []<std::size_t R, std::size_t... Vs>(std::index_sequence<Vs...>) {
-    return std::array<MicrokernelFn, kNv>{{&microkernel<Packed, int{R}, int{Vs} + 1>...}};
+    return std::array<MicrokernelFn, kNv>{{&microkernel<PackedA, int{R}, int{Vs} + 1>...}};
   };
   return {{row.template operator()<Rs + 1>(std::make_index_sequence<kNv>{})...}};
 }
@@ -178,15 +173,14 @@ constexpr MicrokernelTable kMicrokernels[2] = {
 
 // One microkernel call: rows [m, m + r) (r <= kMr) of the output strip at
 // columns [n0, n0 + kStrip) (clipped to N), reduction block [k0, k0 + kc).
-// In place: a = &inp[m][k0] and b = &w(k0, n0) with row stride ldb. Packed:
-// a and b are the packed panel and strip.
-void run_tile(const Problem& p, bool packed, const float* a, const float* b, std::ptrdiff_t ldb,
-              int m, int r, int n0, int k0, int kc) {
+// In place, a = &inp[m][k0]; packed, a is the packed panel.
+void run_tile(const Problem& p, bool packed_a, const float* a, int m, int r, int n0, int k0,
+              int kc) {
   const int ncols = std::min(kStrip, p.N - n0);
   const int nv = (ncols + kLanes - 1) / kLanes;
   const float* bias = (p.bias && k0 + kc == p.K) ? p.bias + n0 : nullptr;
-  kMicrokernels[packed][r - 1][nv - 1](a, p.K, b, ldb, p.out + std::ptrdiff_t{m} * p.N + n0, p.N,
-                                       kc, ncols, bias, k0 == 0);
+  kMicrokernels[packed_a][r - 1][nv - 1](
+      a, p.K, p.strip(n0, k0), p.out + std::ptrdiff_t{m} * p.N + n0, p.N, kc, ncols, bias, k0 == 0);
 }
 
 // Copies inp[m..m+r)[k0..k0+kc) (r <= kMr) into buf as (kc, kMr) row-major,
@@ -214,58 +208,54 @@ void pack_a(float* buf, const Problem& p, int m, int r, int k0, int kc) {
 #endif
 }
 
-// Copies w(k0..k0+kc, n0..n0+nc) into buf as consecutive strips of kStrip
-// columns, each (kc, kStrip) row-major; columns at or beyond N become 0.
-void pack_b(float* buf, const Problem& p, int k0, int kc, int n0, int nc) {
-  const int strips = (nc + kStrip - 1) / kStrip;
-  for (int s = 0; s < strips; ++s) {
-    float* dst = buf + std::ptrdiff_t{s} * kc * kStrip;
-    const int c0 = n0 + s * kStrip;
-    const int ncols = std::min(kStrip, p.N - c0);
-    if (p.layout == WeightLayout::kInOut) {
-      for (int k = 0; k < kc; ++k) {
-        const float* src = p.w + std::ptrdiff_t{k0 + k} * p.N + c0;
-        float* d = dst + k * kStrip;
-        for (int v = 0; v < kNv; ++v) {
-          simd::store(d + v * kLanes,
-                      simd::load(src + v * kLanes, simd::mask_first(ncols - v * kLanes)),
-                      simd::mask_first(kStrip));
-        }
-      }
-      continue;
-    }
-#if defined(__AVX512F__)
-    // kOutIn: the strip's columns are rows of W, contiguous along k. Load a
-    // 16 (columns) x 16 (k) tile, transpose it in registers, store 16 k rows.
-    for (int j = 0; j < kStrip; j += 16) {
-      const int cols = ncols - j;  // valid columns in this tile (may be <= 0)
-      for (int k = 0; k < kc; k += 16) {
-        const int ks = std::min(16, kc - k);
-        const Mask kmask = simd::mask_first(ks);
-        Vec r[16];
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; ++i) {
-          r[i] = i < cols ? simd::load(p.w + std::ptrdiff_t{c0 + j + i} * p.K + k0 + k, kmask)
-                          : simd::zero();
-        }
-        simd::transpose16(r);
-#pragma GCC unroll 16
-        for (int i = 0; i < ks; ++i) simd::store(dst + (k + i) * kStrip + j, r[i], Mask(0xFFFF));
+// Writes strip s of w (columns [s*kStrip, s*kStrip + kStrip), all K rows)
+// into dst as (K, kStrip) row-major; columns at or beyond N become 0.
+void pack_strip(float* dst, const float* w, int K, int N, WeightLayout layout, int s) {
+  const int c0 = s * kStrip;
+  const int ncols = std::min(kStrip, N - c0);
+  if (layout == WeightLayout::kInOut) {
+    for (int k = 0; k < K; ++k) {
+      const float* src = w + std::ptrdiff_t{k} * N + c0;
+      float* d = dst + std::ptrdiff_t{k} * kStrip;
+      for (int v = 0; v < kNv; ++v) {
+        simd::store(d + v * kLanes,
+                    simd::load(src + v * kLanes, simd::mask_first(ncols - v * kLanes)),
+                    simd::mask_first(kStrip));
       }
     }
-#else
-    for (int k = 0; k < kc; ++k) {
-      for (int j = 0; j < kStrip; ++j) {
-        dst[k * kStrip + j] = j < ncols ? p.w[std::ptrdiff_t{c0 + j} * p.K + k0 + k] : 0.0f;
-      }
-    }
-#endif
+    return;
   }
+#if defined(__AVX512F__)
+  // kOutIn: the strip's columns are rows of W, contiguous along k. Load a
+  // 16 (columns) x 16 (k) tile, transpose it in registers, store 16 k rows.
+  for (int j = 0; j < kStrip; j += 16) {
+    const int cols = ncols - j;  // valid columns in this tile (may be <= 0)
+    for (int k = 0; k < K; k += 16) {
+      const int ks = std::min(16, K - k);
+      const Mask kmask = simd::mask_first(ks);
+      Vec r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        r[i] = i < cols ? simd::load(w + std::ptrdiff_t{c0 + j + i} * K + k, kmask) : simd::zero();
+      }
+      simd::transpose16(r);
+#pragma GCC unroll 16
+      for (int i = 0; i < ks; ++i) {
+        simd::store(dst + std::ptrdiff_t{k + i} * kStrip + j, r[i], Mask(0xFFFF));
+      }
+    }
+  }
+#else
+  for (int k = 0; k < K; ++k) {
+    for (int j = 0; j < kStrip; ++j) {
+      dst[std::ptrdiff_t{k} * kStrip + j] = j < ncols ? w[std::ptrdiff_t{c0 + j} * K + k] : 0.0f;
+    }
+  }
+#endif
 }
 
-// Per-thread packing buffers (0: B, 1: A), grown on demand, reused across calls.
-template <int Which>
-float* pack_buffer(std::size_t floats) {
+// Per-thread packing buffer for A, grown on demand, reused across calls.
+float* a_buffer(std::size_t floats) {
   struct Buffer {
     float* data = nullptr;
     std::size_t size = 0;
@@ -281,92 +271,79 @@ float* pack_buffer(std::size_t floats) {
 }
 
 // Prefill (large M), columns [nb, ne). BLIS-style loops: jc (kNc columns),
-// pc (kKc k's: pack the (kKc, kNc) B panel, ~1 MiB, into L2), row panels of
-// kMr rows (pack A's (kKc, kMr) panel, 18 KiB, into L1), strips. The A panel
-// meets every strip of the B panel while it sits in L1; the strips stream from
-// L2, prefetched; the panel is reused by all M rows.
+// pc (kKc k's: the (kKc, kNc) B panel, ~1 MiB, a kKc-row slice of each of its
+// strips, stays in L2), row panels of kMr rows (pack A's (kKc, kMr) panel,
+// 18 KiB, into L1), strips. The A panel meets every strip of the B panel
+// while it sits in L1; the strips stream from L2, prefetched; the panel is
+// reused by all M rows.
 void run_prefill(const Problem& p, int nb, int ne) {
-  float* bbuf = pack_buffer<0>(std::size_t{kKc} * kNc);
-  float* abuf = pack_buffer<1>(std::size_t{kKc} * kMr);
+  float* abuf = a_buffer(std::size_t{kKc} * kMr);
   for (int jc = nb; jc < ne; jc += kNc) {
     const int nc = std::min(kNc, ne - jc);
     for (int pc = 0; pc < p.K; pc += kKc) {
       const int kc = std::min(kKc, p.K - pc);
-      pack_b(bbuf, p, pc, kc, jc, nc);
       for (int m = 0; m < p.M; m += kMr) {
         const int r = std::min(kMr, p.M - m);
         pack_a(abuf, p, m, r, pc, kc);
-        for (int n0 = jc, s = 0; n0 < jc + nc; n0 += kStrip, ++s) {
-          run_tile(p, true, abuf, bbuf + std::ptrdiff_t{s} * kc * kStrip, kStrip, m, r, n0, pc, kc);
-        }
+        for (int n0 = jc; n0 < jc + nc; n0 += kStrip) run_tile(p, true, abuf, m, r, n0, pc, kc);
       }
     }
   }
 }
 
-// Decode (small M), kOutIn, columns [nb, ne): one strip at a time, transpose
-// a (kDecodeKc, kStrip) tile of it into an L1 buffer and run all rows over
-// it. The weight streams once, as kStrip rows of W read in parallel.
-void run_decode_out_in(const Problem& p, int nb, int ne) {
-  float* bbuf = pack_buffer<0>(std::size_t{kDecodeKc} * kStrip);
+// Decode (small M), columns [nb, ne): one strip at a time, front to back in
+// kDecodeKc-row steps, all row groups over each step while it is in L1. The
+// weight streams once, sequentially.
+void run_decode(const Problem& p, int nb, int ne) {
   for (int n0 = nb; n0 < ne; n0 += kStrip) {
     for (int pc = 0; pc < p.K; pc += kDecodeKc) {
       const int kc = std::min(kDecodeKc, p.K - pc);
-      pack_b(bbuf, p, pc, kc, n0, kStrip);
       for (int m = 0; m < p.M; m += kMr) {
         const float* a = p.inp + std::ptrdiff_t{m} * p.K + pc;
-        run_tile(p, false, a, bbuf, kStrip, m, std::min(kMr, p.M - m), n0, pc, kc);
+        run_tile(p, false, a, m, std::min(kMr, p.M - m), n0, pc, kc);
       }
     }
   }
 }
 
-// Decode (small M), kInOut, columns [nb, ne): no packing. Each pass takes
-// kDirectKb rows of W and sweeps all columns, so the weight streams as a few
-// long sequential runs while the partial sums (M x N floats) stay in cache.
-void run_decode_in_out(const Problem& p, int nb, int ne) {
-  for (int pc = 0; pc < p.K; pc += kDirectKb) {
-    const int kc = std::min(kDirectKb, p.K - pc);
-    for (int n0 = nb; n0 < ne; n0 += kStrip) {
-      const float* b = p.w + std::ptrdiff_t{pc} * p.N + n0;
-      // This strip's rows of the next pass, one pass ahead. A thread's share
-      // of a weight row is short (1.5 KiB at N = 768) and the hardware
-      // prefetcher loses the stream at each jump: at M = 16 this takes
-      // attn_proj and mlp_proj from ~50 to ~70 GFLOP/s. At M < 4 the loads
-      // are few enough that it keeps up without help.
-      if (p.M >= 4 && pc + kc < p.K) {
-        const float* next = b + std::ptrdiff_t{kc} * p.N;
-        for (int k = 0; k < std::min(kDirectKb, p.K - pc - kc); ++k)
-          for (int v = 0; v < kNv; ++v) simd::prefetch(next + std::ptrdiff_t{k} * p.N + v * kLanes);
-      }
-      for (int m = 0; m < p.M; m += kMr) {
-        const float* a = p.inp + std::ptrdiff_t{m} * p.K + pc;
-        run_tile(p, false, a, b, p.N, m, std::min(kMr, p.M - m), n0, pc, kc);
-      }
-    }
-  }
-}
-
-void run_columns(const Problem& p, int nb, int ne) {
-  if (p.M > kSmallM) {
-    run_prefill(p, nb, ne);
-  } else if (p.layout == WeightLayout::kOutIn) {
-    run_decode_out_in(p, nb, ne);
-  } else {
-    run_decode_in_out(p, nb, ne);
-  }
-}
+int strips_of(int N) { return (N + kStrip - 1) / kStrip; }
 
 }  // namespace
 
-void matmul(float* out, const float* inp, const float* weight, const float* bias, int M, int K,
-            int N, WeightLayout layout) {
-  const Problem p{out, inp, weight, bias, M, K, N, layout};
-  const int strips = (N + kStrip - 1) / kStrip;
+void PackedWeight::Free::operator()(float* p) const {
+  ::operator delete[](p, std::align_val_t{64});
+}
+
+std::size_t PackedWeight::bytes() const {
+  return std::size_t(strips_of(N_)) * K_ * kStrip * sizeof(float);
+}
+
+PackedWeight PackedWeight::pack(const float* weight, int K, int N, WeightLayout layout) {
+  PackedWeight packed;
+  packed.K_ = K;
+  packed.N_ = N;
+  packed.data_.reset(static_cast<float*>(::operator new[](packed.bytes(), std::align_val_t{64})));
+  const int strips = strips_of(N);
+  float* dst = packed.data_.get();
+#pragma omp parallel for schedule(static)
+  for (int s = 0; s < strips; ++s)
+    pack_strip(dst + std::ptrdiff_t{s} * K * kStrip, weight, K, N, layout, s);
+  return packed;
+}
+
+void matmul(float* out, const float* inp, const PackedWeight& w, const float* bias, int M) {
+  const Problem p{out, inp, w.data_.get(), bias, M, w.K_, w.N_};
+  const int strips = strips_of(p.N);
+  auto run_columns = [&p](int nb, int ne) {
+    if (p.M > kSmallM)
+      run_prefill(p, nb, ne);
+    else
+      run_decode(p, nb, ne);
+  };
   int threads = 1;
-  if (double(M) * K * N >= kParallelWork) threads = std::min(omp_get_max_threads(), strips);
+  if (double(M) * p.K * p.N >= kParallelWork) threads = std::min(omp_get_max_threads(), strips);
   if (threads <= 1) {
-    run_columns(p, 0, N);
+    run_columns(0, p.N);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -377,7 +354,7 @@ void matmul(float* out, const float* inp, const float* weight, const float* bias
     const int nt = omp_get_num_threads();
     const int s0 = int(std::int64_t{strips} * t / nt);
     const int s1 = int(std::int64_t{strips} * (t + 1) / nt);
-    if (s0 < s1) run_columns(p, s0 * kStrip, std::min(N, s1 * kStrip));
+    if (s0 < s1) run_columns(s0 * kStrip, std::min(p.N, s1 * kStrip));
   }
 }
 

@@ -41,7 +41,7 @@ TEST_F(CudaMatmul, GivesTheCpuBitsForEveryShapeAndLayout) {
         std::vector<float> want(static_cast<std::size_t>(M) * N), fast(want.size());
         const float* bias = with_bias ? b.data() : nullptr;
         matmul_reference(want.data(), inp.data(), w.data(), bias, M, K, N, layout);
-        matmul(fast.data(), inp.data(), w.data(), bias, M, K, N, layout);
+        matmul(fast.data(), inp.data(), PackedWeight::pack(w.data(), K, N, layout), bias, M);
 
         auto d_inp = to_device(inp), d_w = to_device(w), d_b = to_device(b);
         DeviceBuffer d_out(want.size() * sizeof(float));

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -42,6 +43,12 @@ const char* layout_name(WeightLayout layout) {
   return layout == WeightLayout::kOutIn ? "kOutIn" : "kInOut";
 }
 
+// The fast path on a raw weight: pack it, multiply.
+void packed_matmul(float* out, const float* inp, const float* w, const float* bias, int M, int K,
+                   int N, WeightLayout layout) {
+  matmul(out, inp, PackedWeight::pack(w, K, N, layout), bias, M);
+}
+
 // Restores the OpenMP thread count a test changed.
 class ThreadCount {
  public:
@@ -65,7 +72,7 @@ void expect_bitwise_equal(int M, int K, int N, WeightLayout layout, bool with_bi
   for (int threads : {1, 2}) {
     ThreadCount tc(threads);
     std::vector<float> got(std::size_t(M) * N, -2.0f);
-    matmul(got.data(), inp.data(), w.data(), b, M, K, N, layout);
+    packed_matmul(got.data(), inp.data(), w.data(), b, M, K, N, layout);
     if (std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0) continue;
     for (std::size_t i = 0; i < want.size(); ++i) {
       if (std::memcmp(&want[i], &got[i], sizeof(float)) != 0) {
@@ -147,18 +154,38 @@ TEST(MatmulTest, RowAloneEqualsRowInBatch) {
   for (auto layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
     for (int threads : {1, 2}) {
       ThreadCount tc(threads);
+      const PackedWeight packed = PackedWeight::pack(w.data(), K, N, layout);
       std::vector<float> batch(std::size_t(M) * N);
-      matmul(batch.data(), inp.data(), w.data(), bias.data(), M, K, N, layout);
+      matmul(batch.data(), inp.data(), packed, bias.data(), M);
       for (int r = 0; r < M; ++r) {
         std::vector<float> alone(N);
-        matmul(alone.data(), inp.data() + std::size_t(r) * K, w.data(), bias.data(), 1, K, N,
-               layout);
+        matmul(alone.data(), inp.data() + std::size_t(r) * K, packed, bias.data(), 1);
         EXPECT_EQ(std::memcmp(alone.data(), batch.data() + std::size_t(r) * N, N * sizeof(float)),
                   0)
             << layout_name(layout) << " threads=" << threads << " row " << r;
       }
     }
   }
+}
+
+// A packed weight owns its copy: the source may go away before it is used.
+TEST(MatmulTest, PackedWeightOutlivesItsSource) {
+  const int M = 17, K = 100, N = 70;
+  const auto inp = random_vector(std::size_t(M) * K, 41);
+  std::vector<float> want(std::size_t(M) * N);
+  PackedWeight packed;
+  {
+    auto w = random_vector(std::size_t(K) * N, 42);
+    matmul_reference(want.data(), inp.data(), w.data(), nullptr, M, K, N, WeightLayout::kInOut);
+    packed = PackedWeight::pack(w.data(), K, N, WeightLayout::kInOut);
+    std::fill(w.begin(), w.end(), NAN);
+  }
+  EXPECT_EQ(packed.in_features(), K);
+  EXPECT_EQ(packed.out_features(), N);
+  EXPECT_GE(packed.bytes(), std::size_t(K) * N * sizeof(float));
+  std::vector<float> got(std::size_t(M) * N);
+  matmul(got.data(), inp.data(), packed, nullptr, M);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
 }
 
 // A kOutIn weight and its transpose passed as kInOut give the same bits.
@@ -170,8 +197,10 @@ TEST(MatmulTest, LayoutsAgree) {
     const auto w_in_out = transpose(w_out_in, N, K);
     const auto bias = random_vector(N, 13);
     std::vector<float> a(std::size_t(M) * N), b(std::size_t(M) * N);
-    matmul(a.data(), inp.data(), w_out_in.data(), bias.data(), M, K, N, WeightLayout::kOutIn);
-    matmul(b.data(), inp.data(), w_in_out.data(), bias.data(), M, K, N, WeightLayout::kInOut);
+    packed_matmul(a.data(), inp.data(), w_out_in.data(), bias.data(), M, K, N,
+                  WeightLayout::kOutIn);
+    packed_matmul(b.data(), inp.data(), w_in_out.data(), bias.data(), M, K, N,
+                  WeightLayout::kInOut);
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "M=" << M;
   }
 }
@@ -184,7 +213,7 @@ TEST(MatmulTest, CloseToDoublePrecision) {
   const auto w = random_vector(std::size_t(N) * K, 22);
   const auto bias = random_vector(N, 23);
   std::vector<float> got(std::size_t(M) * N), ref(std::size_t(M) * N);
-  matmul(got.data(), inp.data(), w.data(), bias.data(), M, K, N, WeightLayout::kOutIn);
+  packed_matmul(got.data(), inp.data(), w.data(), bias.data(), M, K, N, WeightLayout::kOutIn);
   matmul_reference(ref.data(), inp.data(), w.data(), bias.data(), M, K, N, WeightLayout::kOutIn);
   for (int m = 0; m < M; ++m) {
     for (int n = 0; n < N; ++n) {
@@ -216,7 +245,7 @@ TEST(MatmulTest, SpecialValuesMatchReference) {
   for (auto layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
     std::vector<float> want(std::size_t(M) * N), got(std::size_t(M) * N);
     matmul_reference(want.data(), inp.data(), w.data(), nullptr, M, K, N, layout);
-    matmul(got.data(), inp.data(), w.data(), nullptr, M, K, N, layout);
+    packed_matmul(got.data(), inp.data(), w.data(), nullptr, M, K, N, layout);
     EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
         << layout_name(layout);
   }
