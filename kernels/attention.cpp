@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -9,6 +10,9 @@
 
 namespace kvtier::kernels {
 namespace {
+
+// Rows whose softmax sums advance side by side (see attention_rows).
+constexpr int kMaxTileRows = 16;
 
 const float* key_page(const PagedKv& kv, int block, int kv_head) {
   return kv.blocks[block] + kv.k_offset + static_cast<long>(kv_head) * kv.head_dim * kv.page_size;
@@ -46,13 +50,20 @@ void values_head64(float* out, long out_stride, const float* const* probs, const
   __m512 o[R][4];
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < 4; ++i) o[r][i] = _mm512_loadu_ps(out + r * out_stride + 16 * i);
-  for (int t = t_begin; t < t_end; ++t) {
-    const float* v = value_page(kv, t / kv.page_size, kv_head) + (t % kv.page_size) * kFastDim;
-    __m512 vv[4];
-    for (int i = 0; i < 4; ++i) vv[i] = _mm512_loadu_ps(v + 16 * i);
-    for (int r = 0; r < R; ++r) {
-      const __m512 p = _mm512_set1_ps(probs[r][t]);
-      for (int i = 0; i < 4; ++i) o[r][i] = _mm512_fmadd_ps(p, vv[i], o[r][i]);
+  const int P = kv.page_size;
+  for (int t = t_begin; t < t_end;) {
+    // [t_begin, t_end) is a run of present pages: take it a page at a time.
+    const int block = t / P;
+    const int page_end = std::min((block + 1) * P, t_end);
+    const float* page = value_page(kv, block, kv_head);
+    for (; t < page_end; ++t) {
+      const float* v = page + (t - block * P) * kFastDim;
+      __m512 vv[4];
+      for (int i = 0; i < 4; ++i) vv[i] = _mm512_loadu_ps(v + 16 * i);
+      for (int r = 0; r < R; ++r) {
+        const __m512 p = _mm512_set1_ps(probs[r][t]);
+        for (int i = 0; i < 4; ++i) o[r][i] = _mm512_fmadd_ps(p, vv[i], o[r][i]);
+      }
     }
   }
   for (int r = 0; r < R; ++r)
@@ -67,18 +78,34 @@ void values_head64(float* out, long out_stride, const float* const* probs, const
 template <typename Fn>
 void for_each_present_run(const PagedKv& kv, int t_begin, int t_end, Fn&& fn) {
   const int P = kv.page_size;
+  int block = t_begin / P;
   int t = t_begin;
   while (t < t_end) {
-    while (t < t_end && kv.blocks[t / P] == nullptr) t = (t / P + 1) * P;
+    while (t < t_end && kv.blocks[block] == nullptr) t = ++block * P;
     if (t >= t_end) return;
     int end = t;
-    while (end < t_end && kv.blocks[end / P] != nullptr) {
-      const int page_end = (end / P + 1) * P;
-      end = page_end < t_end ? page_end : t_end;
-    }
+    while (end < t_end && kv.blocks[block] != nullptr) end = std::min(++block * P, t_end);
     fn(t, end);
     t = end;
   }
+}
+
+// max(init, s[a..b)) as the scalar loop `max = s[t] > max ? s[t] : max` gives
+// it, but over 16 independent lanes that the compiler vectorises (the scalar
+// loop is one long dependency chain). Without NaNs the maximum of a set does
+// not depend on the order it is taken in, so the bits are the scalar loop's;
+// the one choice order makes, between -0 and +0, cannot change exp(s - max).
+float run_max(const float* s, int a, int b, float init) {
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  for (int j = 0; j < kLanes; ++j) lane[j] = init;
+  int t = a;
+  for (; t + kLanes <= b; t += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] = s[t + j] > lane[j] ? s[t + j] : lane[j];
+  float max = init;
+  for (; t < b; ++t) max = s[t] > max ? s[t] : max;
+  for (int j = 0; j < kLanes; ++j) max = lane[j] > max ? lane[j] : max;
+  return max;
 }
 
 // out (D) += p[t] * V[t] for t in [t_begin, t_end), in order: the generic form.
@@ -158,22 +185,34 @@ void attention_rows(float* out, long out_stride, const float* q, long q_stride, 
     bool first = true;
     float max = 0.0f;
     each_run([&](int a, int b) {
-      if (first) {
-        max = s[a];
-        first = false;
-      }
-      for (int t = a; t < b; ++t) max = s[t] > max ? s[t] : max;
+      max = run_max(s, a, b, first ? s[a] : max);
+      first = false;
     });
     each_run([&](int a, int b) {
       for (int t = a; t < b; ++t) s[t] = vexp(s[t] - max);
     });
-    float sum = 0.0f;
-    each_run([&](int a, int b) {
-      for (int t = a; t < b; ++t) sum += s[t];
-    });
-    s[n] = 1.0f / sum;
     float* o = out + r * out_stride;
     for (int d = 0; d < D; ++d) o[d] = 0.0f;
+  }
+  // Each row's sum of its exponentials, in increasing position. The rows'
+  // chains are independent, so over the keys they all see they advance side
+  // by side (one long chain per row would wait on each add); the keys after
+  // first_pos go row by row. Slot n of a row keeps 1 / sum.
+  {
+    float sum[kMaxTileRows];
+    for (int r0 = 0; r0 < n_rows; r0 += kMaxTileRows) {
+      const int rows = std::min(kMaxTileRows, n_rows - r0);
+      for (int r = 0; r < rows; ++r) sum[r] = 0.0f;
+      for_each_present_run(kv, 0, first_pos + r0 + 1, [&](int a, int b) {
+        for (int t = a; t < b; ++t)
+          for (int r = 0; r < rows; ++r) sum[r] += scores(r0 + r)[t];
+      });
+      for (int r = 1; r < rows; ++r)
+        for_each_present_run(kv, first_pos + r0 + 1, first_pos + r0 + r + 1, [&](int a, int b) {
+          for (int t = a; t < b; ++t) sum[r] += scores(r0 + r)[t];
+        });
+      for (int r = 0; r < rows; ++r) scores(r0 + r)[n] = 1.0f / sum[r];
+    }
   }
 
   // Weighted sum of values, position by position. Rows go in groups of four:

@@ -95,7 +95,7 @@ TEST(Attention, TileRowsMatchSingleRowsBitForBit) {
     std::vector<float> q(static_cast<std::size_t>(n) * D);
     for (auto& x : q) x = normal(rng);
     for (int first : {0, 5, 15, 16, 40}) {
-      for (int rows : {1, 2, 4, 7, 13, 16}) {
+      for (int rows : {1, 2, 4, 7, 13, 16, 20, 37}) {
         if (first + rows > n) continue;
         std::vector<float> tile(static_cast<std::size_t>(rows) * D), one(D);
         std::vector<float> scratch(static_cast<std::size_t>(rows) * (first + rows + 1));
