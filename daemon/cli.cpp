@@ -217,9 +217,10 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
       ->capture_default_str();
   tiers
       ->add_flag("--load-by-layer,!--no-load-by-layer", c.scheduler.cache.load_by_layer,
-                 "Bring a request's cached prefix up from L2 and L3 a layer at a time and start "
-                 "its prefill on the first layers while the rest are on the way (blocks are "
-                 "still checked whole before a token is sent); off: wait for whole blocks")
+                 "Bring a request's cached prefix up from L3 (and from L2 into GPU memory) a "
+                 "layer at a time and start its prefill on the first layers while the rest are "
+                 "on the way (blocks are still checked whole before a token is sent); off: wait "
+                 "for whole blocks")
       ->capture_default_str();
   tiers->add_option("--preemption", preemption,
                     "A preempted request's KV: swap (moved down the tiers and back, nothing "

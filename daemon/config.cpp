@@ -71,7 +71,8 @@ const std::array<Setting, 28> kSettings = {{
        return std::string(to_string(c.scheduler.cache.l3_format));
      },
      nullptr},
-    {"load_by_layer", false, "bring cached prefixes up from L2 and L3 a layer at a time",
+    {"load_by_layer", false,
+     "bring cached prefixes up from L3 (and from L2 into GPU memory) a layer at a time",
      [](const DaemonConfig& c) -> json { return c.scheduler.cache.load_by_layer; }, nullptr},
     {"preemption", false, "a preempted request's KV: swap | recompute",
      [](const DaemonConfig& c) -> json { return std::string(to_string(c.scheduler.preemption)); },

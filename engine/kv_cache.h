@@ -109,7 +109,9 @@ struct CacheConfig {
   // way (LMCache's layerwise retrieval; see KvCache::LayerLoad). Needs exact
   // blocks, and for L3 layers of whole 4 KiB pages (GPT-2 124M: 96 KiB);
   // otherwise, or when false, a request waits until its whole blocks are in
-  // L1.
+  // L1. From L2 only into an L1 in device memory, where a copy engine moves
+  // them: between host pools a copy is a core's work, and by layer it would
+  // take that core from the forward it is meant to overlap.
   bool load_by_layer = true;
 
   // Refuses l2_format int8 over an exact L3 (l3_path set, l3_format exact):
@@ -381,7 +383,8 @@ class KvCache {
   std::vector<int> l1_io_refs_;
   std::shared_ptr<Wake> wake_;  // shared with the completion callbacks
   std::unordered_map<std::uint64_t, Move> moves_;
-  // Promotions copied a layer at a time (load_by_layer with an exact L2):
+  // Promotions copied a layer at a time (load_by_layer with an exact L2 and
+  // a device L1):
   // each block's copies in layer order, until the last has been handled.
   int l2_layers_ = 1;  // copies a promotion takes: n_layer, or 1
   tiers::CopyWorker::Transfer layer_copy_;
