@@ -426,7 +426,9 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
     load->blocks.push_back(node->l1);
   }
   stats_.tier[0].hits += l1_hits;
-  stats_.recompute_tokens_avoided += static_cast<long>(blocks.size()) * layout_.page_size;
+  const long avoided = static_cast<long>(blocks.size()) * layout_.page_size;
+  stats_.recompute_tokens_avoided += avoided;
+  if (load != nullptr && !load->empty()) load->tokens_counted = avoided;
   return blocks;
 }
 
@@ -963,7 +965,10 @@ bool KvCache::settle(const LayerLoad& load) {
   for (collect(); in_flight(); collect()) sleep_for_signal(std::chrono::milliseconds(2));
   for (std::size_t i = 0; i < load.keys.size(); ++i) {
     const CacheNode* node = tree_.find(load.keys[i]);
-    if (node == nullptr || node->l1 != load.blocks[i] || node->l1_loading) return false;
+    if (node == nullptr || node->l1 != load.blocks[i] || node->l1_loading) {
+      stats_.recompute_tokens_avoided -= load.tokens_counted;
+      return false;
+    }
   }
   return true;
 }

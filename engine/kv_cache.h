@@ -220,6 +220,10 @@ class KvCache {
     std::vector<int> blocks;            // and their L1 ids
     // L2 promotions, a copy per layer: copies[i][l] is block i's layer l.
     std::vector<std::vector<std::uint64_t>> copies;
+    // What acquire_prefix added to recompute_tokens_avoided for the run; a
+    // failed settle() takes it back (the request looks again, and counts
+    // what it then finds).
+    long tokens_counted = 0;
     bool empty() const { return reads.empty() && copies.empty(); }
   };
 

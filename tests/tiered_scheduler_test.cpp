@@ -263,9 +263,13 @@ TEST_F(TieredSchedulerTest, ACorruptBlockLoadingByLayerThrowsThePassAwayAndIsRec
   ::close(fd);
 
   std::vector<RequestId> ids;
+  const long avoided_before = s->cache()->stats().recompute_tokens_avoided;
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 8, greedy())}, &ids));
   const CacheStats st = s->cache()->stats();
   EXPECT_EQ(st.tier[2].checksum_failures, 1);
+  // Counted once, for the block before the damaged one: not for the
+  // thrown-away pass's blocks as well.
+  EXPECT_EQ(st.recompute_tokens_avoided - avoided_before, 16);
   EXPECT_EQ(s->stats().discarded_passes, 1);
   // Reported from the first look, before the damage showed.
   EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
