@@ -336,6 +336,11 @@ void Scheduler::admit() {
   // coming up from L2 or L3 keeps its place without holding back the ones
   // behind it (vLLM's waiting-for-KV state): a read of milliseconds must not
   // stall requests that need none. Order never changes a request's tokens.
+  // Blocks that the requests passed over for their loading KV will need once
+  // it has landed: a request behind them goes only if it fits beside them.
+  // (Without this, two loading requests took turns: the promotions of one
+  // pushed the other's landed blocks back down, round after round.)
+  int landing = 0;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Request& r = *requests_.at(it->id);
     if (used_batch_slots() + batch_slots(r) > config_.max_batch_size) break;
@@ -349,11 +354,12 @@ void Scheduler::admit() {
     }
     const int tokens = static_cast<int>(r.tokens_.size());
     const int need = blocks_for(tokens);
-    if (used_blocks() + growth + need > max_blocks_) break;
+    if (used_blocks() + growth + landing + need > max_blocks_) break;
     if (cache_) {
       const Restore restored = restore_from_cache(r, need);
       if (restored == Restore::kNoRoom) break;
       if (restored == Restore::kLoading) {
+        landing += need;
         ++it;
         continue;
       }
