@@ -72,10 +72,11 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
       ->capture_default_str();
   app.add_option("--threads", c.threads, "Compute threads; 0 = OpenMP's default")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--device", c.device,
-                 "Where the forward runs and L1 lives: cuda (the GPU: L1 in its memory, L2 and "
-                 "L3 exact), cpu (L1 in host memory), or auto (cuda when this build has it, a "
-                 "device is usable and the default eviction policy is not h2o; else cpu)")
+  app.add_option(
+         "--device", c.device,
+         "Where the forward runs and L1 lives: cuda (the GPU: L1 in its memory, L2 and "
+         "L3 as with cpu), cpu (L1 in host memory), or auto (cuda when this build has it, a "
+         "device is usable and the default eviction policy is not h2o; else cpu)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--page-size", c.scheduler.page_size, "Tokens per KV block")

@@ -102,17 +102,9 @@ std::expected<EngineLoop::Device, std::string> EngineLoop::open_device(
     if (options.device == "auto") log_info("device: cpu (" + missing + ")");
     return Device{};
   }
-  if (options.device == "auto") {
-    const CacheConfig& cache = options.scheduler.cache;
-    if (options.scheduler.eviction.needs_scores()) {
-      log_info("device: cpu (eviction h2o needs attention scores, which the GPU does not gather)");
-      return Device{};
-    }
-    if (options.scheduler.prefix_cache &&
-        (cache.l2_format == KvFormat::kInt8 || cache.l3_format == KvFormat::kInt8)) {
-      log_info("device: cpu (int8 tiers are encoded on the host; the GPU's L1 takes exact ones)");
-      return Device{};
-    }
+  if (options.device == "auto" && options.scheduler.eviction.needs_scores()) {
+    log_info("device: cpu (eviction h2o needs attention scores, which the GPU does not gather)");
+    return Device{};
   }
   auto gpu = CudaModel::create(model);
   if (!gpu) return std::unexpected("device cuda: " + gpu.error());

@@ -35,6 +35,14 @@ void decode(std::byte* dst, const std::byte* src, const kernels::KvShape& shape)
   kernels::dequantize_block(src, shape, reinterpret_cast<float*>(dst));
 }
 
+// The calling thread's host buffer of at least n bytes (float-aligned), for
+// a block on its way between device memory and the int8 codec.
+std::byte* host_block(std::size_t n) {
+  thread_local std::vector<float> buffer;
+  buffer.resize(std::max(buffer.size(), (n + sizeof(float) - 1) / sizeof(float)));
+  return reinterpret_cast<std::byte*>(buffer.data());
+}
+
 }  // namespace
 
 std::string_view to_string(WritePolicy policy) {
@@ -118,11 +126,6 @@ std::expected<std::unique_ptr<KvCache>, std::string> KvCache::create(const KvLay
   if (!config.l3_path.empty() && l1.block_bytes() % 4096 != 0)
     return std::unexpected("L3 needs L1 blocks that are a multiple of 4096 bytes");
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
-  if (!l1.host_addressable() &&
-      (config.l2_format == KvFormat::kInt8 || config.l3_format == KvFormat::kInt8))
-    return std::unexpected(
-        "int8 tiers are encoded on the host, and L1 is in device memory: use l2_format and "
-        "l3_format 'exact' with the GPU");
   return std::unique_ptr<KvCache>(new KvCache(layout, fingerprint, l1, config));
 }
 
@@ -151,11 +154,31 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
       return [n](std::byte* dst, const std::byte* src) { kernels::copy_block(dst, src, n); };
     return [l1, n](std::byte* dst, const std::byte* src) { l1->copy(dst, src, n); };
   };
-  // The int8 codec, for whichever tier stores int8.
-  const tiers::CopyWorker::Transfer int8_encode =
-      [shape = shape_](std::byte* dst, const std::byte* src) { encode(dst, src, shape); };
-  const tiers::CopyWorker::Transfer int8_decode =
-      [shape = shape_](std::byte* dst, const std::byte* src) { decode(dst, src, shape); };
+  // The int8 codec, for whichever tier stores int8. It runs on the host: an
+  // L1 block in device memory passes through a host buffer of the calling
+  // thread's (the copy worker's, or the engine's when it helps).
+  tiers::CopyWorker::Transfer int8_encode, int8_decode;
+  if (l1.host_addressable()) {
+    int8_encode = [shape = shape_](std::byte* dst, const std::byte* src) {
+      encode(dst, src, shape);
+    };
+    int8_decode = [shape = shape_](std::byte* dst, const std::byte* src) {
+      decode(dst, src, shape);
+    };
+  } else {
+    int8_encode = [shape = shape_, l1 = &l1, n = block_bytes_](std::byte* dst,
+                                                               const std::byte* src) {
+      std::byte* host = host_block(n);
+      l1->copy(host, src, n);
+      encode(dst, host, shape);
+    };
+    int8_decode = [shape = shape_, l1 = &l1, n = block_bytes_](std::byte* dst,
+                                                               const std::byte* src) {
+      std::byte* host = host_block(n);
+      decode(host, src, shape);
+      l1->copy(dst, host, n);
+    };
+  }
   if (config.l2_format == KvFormat::kInt8) {
     to_l2_ = int8_encode;
     from_l2_ = int8_decode;

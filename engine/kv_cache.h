@@ -47,7 +47,8 @@
 // L1 in device memory (a pool whose blocks the host cannot address, such as
 // tiers::cuda_device_region's): L1<->L2 moves are the pool's copies (CUDA
 // copies, on the copy worker as before), L3 reads and writes go through host
-// staging buffers, and int8 formats are refused (their codec runs on the host).
+// staging buffers, and the int8 codec, which runs on the host, reads and
+// writes such a block through a host buffer of the calling thread's.
 //
 // Reference counting in L1: the cache holds one pool reference per node in
 // L1 and one per block being written to L3 from L1; requests hold theirs. So

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -131,6 +132,23 @@ tiers::BlockPool l1_pool(int blocks = 32) {
   return tiers::BlockPool(round_up_4k(kLayout.block_bytes()), blocks, tiers::Memory::kPageAligned);
 }
 
+// Host memory the pool reaches only through its region's copy, as it would
+// device memory (host_addressable() is false); `copies` counts the calls,
+// which come from the copy worker's thread and the engine's.
+tiers::BlockPool copy_only_pool(std::atomic<long>& copies, int blocks = 32) {
+  const std::size_t block = round_up_4k(kLayout.block_bytes());
+  const std::size_t bytes = block * static_cast<std::size_t>(blocks);
+  auto* memory = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{4096}));
+  return tiers::BlockPool(
+      block, blocks,
+      tiers::Region{memory, bytes,
+                    [](std::byte* p) { ::operator delete (p, std::align_val_t{4096}); },
+                    [&copies](std::byte* dst, const std::byte* src, std::size_t n) {
+                      ++copies;
+                      std::memcpy(dst, src, n);
+                    }});
+}
+
 TEST(KvQuantTiersTest, FormatsParseAndPrint) {
   EXPECT_EQ(parse_kv_format("exact").value(), KvFormat::kExact);
   EXPECT_EQ(parse_kv_format("int8").value(), KvFormat::kInt8);
@@ -248,6 +266,55 @@ TEST(KvQuantTiersTest, Int8L3ServesBlocksAfterARestartWithinTheBound) {
     EXPECT_EQ(st.tier[2].promotions, 1);
     EXPECT_EQ(st.tier[2].checksum_failures, 0);
     ASSERT_TRUE(cache->check_invariants());
+  }
+}
+
+// With an L1 the host may not address (device memory, with the GPU), a
+// block passes through a host buffer on its way to and from the int8 codec.
+// What comes back is what a host L1 gets, byte for byte: through an int8 L2,
+// and through an int8 L3 after a restart (read into staging, decoded, copied
+// up).
+TEST(KvQuantTiersTest, AnL1OnlyItsCopyReachesGetsTheBytesOfAHostL1) {
+  const std::vector<float> kv = random_kv(4);
+  std::atomic<long> copies = 0;
+  // The block cached, demoted (and persisted, then the cache restarted),
+  // and fetched back into an L1 of the kind asked for.
+  auto round_trip = [&](bool copy_only, bool via_l3) -> std::vector<float> {
+    test_util::TempDir dir;
+    const CacheConfig c = config(KvFormat::kInt8, KvFormat::kInt8, via_l3 ? dir.path() / "l3" : "");
+    {
+      tiers::BlockPool l1 = copy_only ? copy_only_pool(copies) : l1_pool();
+      const auto cache = make_cache(l1, c);
+      if (cache == nullptr) return {};
+      cache_block(*cache, l1, block_tokens(4), kv);
+      cache->flush(Tier::kL1);
+      if (!via_l3) {
+        std::vector<float> back = fetch(*cache, l1, block_tokens(4));
+        EXPECT_EQ(cache->stats().tier[1].promotions, 1);
+        EXPECT_TRUE(cache->check_invariants());
+        return back;
+      }
+      EXPECT_EQ(cache->persist(), 1);
+    }
+    tiers::BlockPool l1 = copy_only ? copy_only_pool(copies) : l1_pool();
+    const auto cache = make_cache(l1, c);
+    if (cache == nullptr) return {};
+    EXPECT_EQ(cache->lookup(cache->root(""), block_tokens(4), 1).blocks[2], 1);
+    std::vector<float> back = fetch(*cache, l1, block_tokens(4));
+    EXPECT_EQ(cache->stats().tier[2].promotions, 1);
+    EXPECT_TRUE(cache->check_invariants());
+    return back;
+  };
+  for (const bool via_l3 : {false, true}) {
+    SCOPED_TRACE(via_l3 ? "through L3 and a restart" : "through L2");
+    copies = 0;
+    const std::vector<float> host = round_trip(false, via_l3);
+    EXPECT_EQ(copies.load(), 0);
+    const std::vector<float> copy_only = round_trip(true, via_l3);
+    EXPECT_GT(copies.load(), 0) << "nothing went through the pool's copy";
+    EXPECT_TRUE(within_int8_bound(kv, copy_only));
+    ASSERT_EQ(host.size(), copy_only.size());
+    EXPECT_EQ(std::memcmp(host.data(), copy_only.data(), host.size() * sizeof(float)), 0);
   }
 }
 

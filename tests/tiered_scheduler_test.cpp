@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -303,6 +305,81 @@ TEST_F(TieredSchedulerTest, HeavyPressureDemotesAndPromotesWithoutChangingTokens
   EXPECT_GT(st.tier[2].promotions, 0);
   EXPECT_GT(st.cleaned, 0) << "no L1 block was copied to L2 ahead of its demotion";
   EXPECT_GT(st.recompute_tokens_avoided, 0);
+}
+
+// An L1 the host reaches only through its pool's copy, as it would GPU
+// memory (here host memory behind a counting memcpy, which the CPU forward
+// can still compute on): the device-L1 paths of the cache (L2 promotions a
+// layer at a time, L3 through staging buffers, int8 through a host buffer)
+// under the same pressure, with every request's tokens equal to its solo run
+// for exact tiers, and the same tokens as over a host L1 for int8 ones.
+TEST_F(TieredSchedulerTest, AnL1OnlyItsCopyReachesServesTheSameTokens) {
+  const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
+                                          "It is a truth universally ", "A bird in the hand "};
+  std::vector<RequestParams> wave;
+  for (int round = 0; round < 2; ++round)
+    for (std::size_t i = 0; i < stems.size(); ++i)
+      wave.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6,
+                            round == 1 ? sampled(round * 10 + i) : greedy()));
+  for (const KvFormat format : {KvFormat::kExact, KvFormat::kInt8}) {
+    SCOPED_TRACE(to_string(format));
+    test_util::TempDir dir;
+    SchedulerConfig c = tiered(dir.path() / "l3");
+    c.max_kv_tokens = 160;  // 10 blocks
+    c.cache.l2_bytes = 6 * 65536;
+    c.cache.l2_format = c.cache.l3_format = format;
+    const auto shape = Scheduler::l1_shape(model_->kv_layout(c.page_size), c);
+    const std::size_t bytes = shape.block_bytes * static_cast<std::size_t>(shape.blocks);
+    std::atomic<long> copies = 0;
+    auto* memory = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{4096}));
+    tiers::BlockPool l1(
+        shape.block_bytes, shape.blocks,
+        tiers::Region{memory, bytes,
+                      [](std::byte* p) { ::operator delete (p, std::align_val_t{4096}); },
+                      [&copies](std::byte* dst, const std::byte* src, std::size_t n) {
+                        ++copies;
+                        std::memcpy(dst, src, n);
+                      }});
+    auto s = Scheduler::create(*model_, tokenizer_, c, &l1);
+    ASSERT_TRUE(s.has_value()) << s.error();
+    std::vector<std::vector<int>> got;
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<RequestParams> part(wave.begin() + round * 4, wave.begin() + round * 4 + 4);
+      if (format == KvFormat::kExact) {
+        ASSERT_TRUE(run_and_compare(**s, part)) << "round " << round;
+        continue;
+      }
+      std::vector<RequestId> ids;
+      ASSERT_TRUE(test_util::submit_and_run(**s, part, ids));
+      for (RequestId id : ids) {
+        const Request* r = (*s)->find(id);
+        got.emplace_back(r->generated().begin(), r->generated().end());
+      }
+    }
+    (*s)->cache()->drain();
+    const CacheStats st = (*s)->cache()->stats();
+    EXPECT_GT(st.tier[1].promotions, 0);
+    EXPECT_GT(st.tier[2].demotions, 0);
+    EXPECT_EQ(st.tier[2].checksum_failures, 0);
+    EXPECT_GT(copies.load(), 0) << "nothing went through the pool's copy";
+    if (format == KvFormat::kExact) continue;
+    // int8 is lossy: the reference is the same work over a host L1.
+    test_util::TempDir host_dir;
+    c.cache.l3_path = (host_dir.path() / "l3").string();
+    auto host = make(c);
+    ASSERT_NE(host, nullptr);
+    std::vector<std::vector<int>> want;
+    for (int round = 0; round < 2; ++round) {
+      std::vector<RequestId> ids;
+      ASSERT_TRUE(test_util::submit_and_run(
+          *host, {wave.begin() + round * 4, wave.begin() + round * 4 + 4}, ids));
+      for (RequestId id : ids) {
+        const Request* r = host->find(id);
+        want.emplace_back(r->generated().begin(), r->generated().end());
+      }
+    }
+    EXPECT_EQ(got, want);
+  }
 }
 
 // Waiting requests whose prefixes come up whole from L2 into an L1 that
