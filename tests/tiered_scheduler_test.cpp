@@ -29,6 +29,10 @@ using test_util::contains;
 SamplingParams greedy() { return {0.0f, 0, 1.0f, 0}; }
 SamplingParams sampled(std::uint64_t seed) { return {0.9f, 40, 0.95f, seed}; }
 
+const std::string kShared =
+    "Q: What is the difference between a duck? A: One of its legs is both the same. "
+    "And the other";
+
 class TieredSchedulerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -99,6 +103,20 @@ class TieredSchedulerTest : public ::testing::Test {
     return ::testing::AssertionSuccess();
   }
 
+  // Rounds of four requests whose prompts share prefixes of different
+  // lengths (round 1 sampled, the others greedy): under a small L1 and L2
+  // they push each other's blocks down the tiers and back.
+  std::vector<std::vector<RequestParams>> pressure_rounds(int rounds) {
+    const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
+                                            "It is a truth universally ", "A bird in the hand "};
+    std::vector<std::vector<RequestParams>> out(static_cast<std::size_t>(rounds));
+    for (int round = 0; round < rounds; ++round)
+      for (std::size_t i = 0; i < stems.size(); ++i)
+        out[round].push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6,
+                                    round == 1 ? sampled(round * 10 + i) : greedy()));
+    return out;
+  }
+
   static SchedulerConfig tiered(const std::filesystem::path& l3 = {}) {
     SchedulerConfig c;
     c.prefix_cache = true;
@@ -119,10 +137,6 @@ class TieredSchedulerTest : public ::testing::Test {
 
 Model* TieredSchedulerTest::model_ = nullptr;
 Tokenizer* TieredSchedulerTest::tokenizer_ = nullptr;
-
-const std::string kShared =
-    "Q: What is the difference between a duck? A: One of its legs is both the same. "
-    "And the other";
 
 TEST_F(TieredSchedulerTest, SharedPrefixIsServedFromL1AndTokensMatch) {
   auto s = make(tiered());
@@ -286,17 +300,9 @@ TEST_F(TieredSchedulerTest, HeavyPressureDemotesAndPromotesWithoutChangingTokens
   c.cache.l2_bytes = 6 * 65536;
   auto s = make(c);
   ASSERT_NE(s, nullptr);
-  const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
-                                          "It is a truth universally ", "A bird in the hand "};
-  std::vector<RequestParams> wave;
-  for (int round = 0; round < 3; ++round)
-    for (std::size_t i = 0; i < stems.size(); ++i)
-      wave.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6,
-                            round == 1 ? sampled(round * 10 + i) : greedy()));
-  for (int round = 0; round < 3; ++round) {
-    const std::vector<RequestParams> part(wave.begin() + round * 4, wave.begin() + round * 4 + 4);
-    ASSERT_TRUE(run_and_compare(*s, part)) << "round " << round;
-  }
+  const auto rounds = pressure_rounds(3);
+  for (std::size_t round = 0; round < rounds.size(); ++round)
+    ASSERT_TRUE(run_and_compare(*s, rounds[round])) << "round " << round;
   s->cache()->drain();
   const CacheStats st = s->cache()->stats();
   EXPECT_GT(st.tier[1].demotions, 0);
@@ -314,13 +320,7 @@ TEST_F(TieredSchedulerTest, HeavyPressureDemotesAndPromotesWithoutChangingTokens
 // under the same pressure, with every request's tokens equal to its solo run
 // for exact tiers, and the same tokens as over a host L1 for int8 ones.
 TEST_F(TieredSchedulerTest, AnL1OnlyItsCopyReachesServesTheSameTokens) {
-  const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
-                                          "It is a truth universally ", "A bird in the hand "};
-  std::vector<RequestParams> wave;
-  for (int round = 0; round < 2; ++round)
-    for (std::size_t i = 0; i < stems.size(); ++i)
-      wave.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6,
-                            round == 1 ? sampled(round * 10 + i) : greedy()));
+  const auto rounds = pressure_rounds(2);
   for (const KvFormat format : {KvFormat::kExact, KvFormat::kInt8}) {
     SCOPED_TRACE(to_string(format));
     test_util::TempDir dir;
@@ -343,14 +343,13 @@ TEST_F(TieredSchedulerTest, AnL1OnlyItsCopyReachesServesTheSameTokens) {
     auto s = Scheduler::create(*model_, tokenizer_, c, &l1);
     ASSERT_TRUE(s.has_value()) << s.error();
     std::vector<std::vector<int>> got;
-    for (int round = 0; round < 2; ++round) {
-      const std::vector<RequestParams> part(wave.begin() + round * 4, wave.begin() + round * 4 + 4);
+    for (std::size_t round = 0; round < rounds.size(); ++round) {
       if (format == KvFormat::kExact) {
-        ASSERT_TRUE(run_and_compare(**s, part)) << "round " << round;
+        ASSERT_TRUE(run_and_compare(**s, rounds[round])) << "round " << round;
         continue;
       }
       std::vector<RequestId> ids;
-      ASSERT_TRUE(test_util::submit_and_run(**s, part, ids));
+      ASSERT_TRUE(test_util::submit_and_run(**s, rounds[round], ids));
       for (RequestId id : ids) {
         const Request* r = (*s)->find(id);
         got.emplace_back(r->generated().begin(), r->generated().end());
@@ -369,10 +368,9 @@ TEST_F(TieredSchedulerTest, AnL1OnlyItsCopyReachesServesTheSameTokens) {
     auto host = make(c);
     ASSERT_NE(host, nullptr);
     std::vector<std::vector<int>> want;
-    for (int round = 0; round < 2; ++round) {
+    for (const std::vector<RequestParams>& part : rounds) {
       std::vector<RequestId> ids;
-      ASSERT_TRUE(test_util::submit_and_run(
-          *host, {wave.begin() + round * 4, wave.begin() + round * 4 + 4}, ids));
+      ASSERT_TRUE(test_util::submit_and_run(*host, part, ids));
       for (RequestId id : ids) {
         const Request* r = host->find(id);
         want.emplace_back(r->generated().begin(), r->generated().end());
@@ -388,8 +386,7 @@ TEST_F(TieredSchedulerTest, AnL1OnlyItsCopyReachesServesTheSameTokens) {
 // turns for ever, the promotions of one pushing the other's landed blocks
 // back down: 'no end after 50000 steps' in about one run in three.)
 TEST_F(TieredSchedulerTest, RequestsLoadingFromL2DoNotPushEachOtherOutForEver) {
-  const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
-                                          "It is a truth universally ", "A bird in the hand "};
+  const auto rounds = pressure_rounds(2);
   for (int run = 0; run < 12; ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
     SchedulerConfig c = tiered();
@@ -397,12 +394,9 @@ TEST_F(TieredSchedulerTest, RequestsLoadingFromL2DoNotPushEachOtherOutForEver) {
     c.cache.l2_bytes = 19 * 65536;
     auto s = make(c);
     ASSERT_NE(s, nullptr);
-    for (int round = 0; round < 2; ++round) {
-      std::vector<RequestParams> part;
-      for (std::size_t i = 0; i < stems.size(); ++i)
-        part.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6, greedy()));
+    for (std::size_t round = 0; round < rounds.size(); ++round) {
       std::vector<RequestId> ids;
-      ASSERT_TRUE(test_util::submit_and_run(*s, part, ids, 5000)) << "round " << round;
+      ASSERT_TRUE(test_util::submit_and_run(*s, rounds[round], ids, 5000)) << "round " << round;
     }
     EXPECT_GT(s->cache()->stats().tier[1].promotions, 0);
   }
