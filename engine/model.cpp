@@ -35,6 +35,9 @@ Model::Model(ModelConfig config, ModelWeights weights)
   // wte is (V, C) in every file: the out-in orientation of a C -> V head.
   lm_head_ = kernels::PackedWeight::pack(weights_.wte(), C, config_.vocab_size,
                                          kernels::WeightLayout::kOutIn);
+  // Packing read the whole file; from now on it serves only embeddings,
+  // LayerNorms and biases, so the process need not keep all of it resident.
+  weights_.release_resident_pages();
 }
 
 std::size_t Model::packed_bytes() const {

@@ -21,7 +21,9 @@
 //
 // Memory: the constructor packs every linear weight and the LM head for
 // kernels::matmul (a copy the size of the model's matrices); the mapped file
-// is then read only for embeddings, LayerNorms and biases.
+// is then read only for embeddings, LayerNorms and biases, and its pages are
+// released from the resident set (ModelWeights::release_resident_pages), so
+// the process holds the matrices about once.
 //
 // Thread-safety: forward() uses scratch buffers the Model owns, so one thread
 // (the engine's) calls it at a time; the kernels inside use OpenMP threads.

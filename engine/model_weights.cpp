@@ -1,5 +1,7 @@
 #include "engine/model_weights.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -328,6 +330,13 @@ struct ModelWeights::Storage {
 };
 
 ModelWeights::ModelWeights() : storage_(std::make_unique<Storage>()) {}
+
+void ModelWeights::release_resident_pages() const {
+  if (!storage_->file) return;
+  const std::span<const std::byte> mapped = storage_->file->mapped_bytes();
+  // Advice only: where the kernel declines, the pages simply stay resident.
+  (void)::madvise(const_cast<std::byte*>(mapped.data()), mapped.size(), MADV_DONTNEED);
+}
 ModelWeights::ModelWeights(ModelWeights&&) noexcept = default;
 ModelWeights& ModelWeights::operator=(ModelWeights&&) noexcept = default;
 ModelWeights::~ModelWeights() = default;

@@ -73,6 +73,13 @@ class ModelWeights {
   // Bytes of parameters a forward pass reads (each tensor once; the tied LM head once).
   std::size_t parameter_bytes() const { return parameter_bytes_; }
 
+  // Drops the mapped file's pages from this process's resident set. They
+  // stay in the page cache, and a later read faults them back in, so every
+  // pointer stays valid and reads the same bytes. For a caller that has
+  // copied what it reads most (Model packs the matrices). No-op for random
+  // weights, which are not mapped.
+  void release_resident_pages() const;
+
   ModelWeights(ModelWeights&&) noexcept;
   ModelWeights& operator=(ModelWeights&&) noexcept;
   ~ModelWeights();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model.h"
 #include "tests/test_util.h"
 
 namespace kvtier {
@@ -141,6 +142,25 @@ bool in_file_mapping(const void* p, const fs::path& path) {
     if (addr >= begin && addr < end) return true;
   }
   return false;
+}
+
+// Resident kB of the mapping that holds `p`, from /proc/self/smaps; -1 if
+// no mapping holds it.
+long resident_kb_of_mapping(const void* p) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    if (std::istringstream(line) >> std::hex >> begin >> dash >> end && dash == '-') {
+      inside = addr >= begin && addr < end;
+      continue;
+    }
+    long kb = 0;
+    if (inside && line.starts_with("Rss:") && std::istringstream(line.substr(4)) >> kb) return kb;
+  }
+  return -1;
 }
 
 // Loads `tensors` written to a temp file and checks that every pointer is bound to
@@ -490,6 +510,32 @@ TEST_P(RealModelTest, Loads) {
   EXPECT_TRUE(in_file_mapping(w->wte(), dir / "model.safetensors"));
   EXPECT_GT(w->parameter_bytes(), std::size_t(config->vocab_size) * config->n_embd * 4);
   for (int i = 0; i < config->n_layer; ++i) EXPECT_NE(w->layer(i).mlp_proj_w, nullptr);
+}
+
+// Once released, the mapped file leaves the resident set and its pointers
+// still read the same bytes (faulted back from the page cache). A Model
+// releases it after packing its matrices.
+TEST(ModelWeights, ReleasedPagesLeaveTheResidentSetAndReadTheSame) {
+  const fs::path dir = fs::path(KVTIER_SOURCE_DIR) / "models/fortunes-char";
+  auto config = ModelConfig::load(dir / "config.json");
+  ASSERT_TRUE(config.has_value()) << config.error();
+  auto w = ModelWeights::load(*config, dir / "model.safetensors");
+  ASSERT_TRUE(w.has_value()) << w.error();
+  const std::size_t wte_floats = std::size_t(config->vocab_size) * config->n_embd;
+  const std::vector<float> before(w->wte(), w->wte() + wte_floats);
+  const long file_kb = long(fs::file_size(dir / "model.safetensors") / 1024);
+  const long touched = resident_kb_of_mapping(w->wte());
+  w->release_resident_pages();
+  const long released = resident_kb_of_mapping(w->wte());
+  ASSERT_GE(released, 0) << "the mapping is not in /proc/self/smaps";
+  EXPECT_LT(released, touched) << "file " << file_kb << " kB";
+  EXPECT_LT(released, file_kb / 4) << "touched " << touched << " kB";
+  EXPECT_EQ(std::memcmp(before.data(), w->wte(), wte_floats * sizeof(float)), 0);
+
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.has_value()) << model.error();
+  EXPECT_LT(resident_kb_of_mapping(model->weights().wte()), file_kb / 4)
+      << "the Model kept the file resident after packing";
 }
 
 INSTANTIATE_TEST_SUITE_P(Bundled, RealModelTest,
