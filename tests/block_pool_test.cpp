@@ -115,13 +115,10 @@ TEST(BlockPoolTest, ExternalRegionIsCarvedInPlaceAndFreedByItsDeleter) {
   std::byte* freed = nullptr;
   {
     BlockPool pool(256, 4,
-                   Region{memory.data(),
-                          memory.size(),
-                          [&](std::byte* p) {
+                   Region{.base = memory.data(), .bytes = memory.size(), .free = [&](std::byte* p) {
                             ++frees;
                             freed = p;
-                          },
-                          {}});
+                          }});
     EXPECT_EQ(pool.memory(), Memory::kExternal);
     EXPECT_FALSE(pool.locked());
     EXPECT_EQ(pool.capacity_bytes(), 4u * 256);
@@ -145,7 +142,7 @@ TEST(BlockPoolTest, ExternalRegionIsCarvedInPlaceAndFreedByItsDeleter) {
 TEST(BlockPoolTest, ExternalRegionWithoutDeleterStaysTheCallers) {
   std::vector<std::byte> memory(512, std::byte{3});
   {
-    BlockPool pool(128, 4, Region{memory.data(), memory.size(), {}, {}});
+    BlockPool pool(128, 4, Region{.base = memory.data(), .bytes = memory.size()});
     const int id = *pool.allocate();
     pool.data(id)[5] = std::byte{9};
   }
@@ -160,10 +157,9 @@ TEST(BlockPool, CopiesThroughTheRegionsCopyWhenItHasOne) {
   std::vector<std::byte> memory(512, std::byte{0});
   std::vector<std::tuple<std::byte*, const std::byte*, std::size_t>> calls;
   BlockPool pool(128, 4,
-                 Region{memory.data(),
-                        memory.size(),
-                        {},
-                        [&](std::byte* dst, const std::byte* src, std::size_t n) {
+                 Region{.base = memory.data(),
+                        .bytes = memory.size(),
+                        .copy = [&](std::byte* dst, const std::byte* src, std::size_t n) {
                           calls.emplace_back(dst, src, n);
                           std::memcpy(dst, src, n);
                         }});

@@ -90,6 +90,42 @@ TEST_F(CudaTiers, PoolsLieOverDeviceAndPinnedMemory) {
   EXPECT_EQ(cuda_device_region(0).has_value(), false);
 }
 
+// A pool over cuda_device_region offers its link: pinned host memory the
+// copy queue accepts (pageable memory it refuses), and a queue that carries a
+// block to it and back, waking its owner.
+TEST_F(CudaTiers, TheDeviceRegionsLinkOffersPinnedMemoryAndACopyQueue) {
+  auto device = cuda_device_region(kBlockBytes);
+  ASSERT_TRUE(device.has_value()) << device.error();
+  BlockPool l1(kBlockBytes, 1, std::move(*device));
+  ASSERT_NE(l1.link(), nullptr);
+  auto host = l1.link()->host_memory(2 * kBlockBytes);
+  ASSERT_TRUE(host.has_value()) << host.error();
+  BlockPool l2(kBlockBytes, 2, std::move(*host));
+  EXPECT_TRUE(l2.host_addressable());
+  EXPECT_EQ(l2.link(), nullptr);
+  cudaPointerAttributes a{};
+  CUDA_OK(cudaPointerGetAttributes(&a, l2.data(1)));
+  EXPECT_EQ(a.type, cudaMemoryTypeHost);
+  std::atomic<int> woken = 0;
+  auto queue = l1.link()->copy_queue([&] { woken.fetch_add(1); });
+  ASSERT_TRUE(queue.has_value()) << queue.error();
+  fill(l2.data(0), 7);
+  auto up = (*queue)->copy(l1.data(0), l2.data(0), kBlockBytes);
+  ASSERT_TRUE(up.has_value()) << up.error();
+  auto down = (*queue)->copy(l2.data(1), l1.data(0), kBlockBytes);
+  ASSERT_TRUE(down.has_value()) << down.error();
+  ASSERT_TRUE((*queue)->drain().has_value());
+  auto done = (*queue)->poll();
+  ASSERT_TRUE(done.has_value()) << done.error();
+  ASSERT_EQ(done->size(), 2u);
+  EXPECT_EQ((*done)[0].ticket, *up);
+  EXPECT_EQ((*done)[1].ticket, *down);
+  EXPECT_EQ(std::memcmp(l2.data(0), l2.data(1), kBlockBytes), 0);
+  EXPECT_EQ(woken.load(), 2);
+  std::vector<std::byte> pageable(kBlockBytes);
+  EXPECT_FALSE((*queue)->copy(l1.data(0), pageable.data(), kBlockBytes).has_value());
+}
+
 // Every block up to L1 and back down into other L2 blocks, all copies in
 // flight at once: tickets come back once each, in submission order, and the
 // bytes come back unchanged; on_complete runs once per copy.

@@ -52,6 +52,7 @@ BlockPool::BlockPool(std::size_t block_bytes, int num_blocks, Region region)
       memory_(Memory::kExternal),
       base_(region.base, or_keep(std::move(region.free))),
       region_copy_(std::move(region.copy)),
+      link_(std::move(region.link)),
       ref_counts_(num_blocks, 0) {
   assert(region.base != nullptr && block_bytes > 0 && num_blocks > 0 &&
          block_bytes * static_cast<std::size_t>(num_blocks) <= region.bytes);

@@ -26,11 +26,14 @@
 #pragma once
 
 #include <cstddef>
+#include <expected>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "tiers/copy_queue.h"
 
 namespace kvtier::tiers {
 
@@ -50,12 +53,32 @@ enum class Memory {
 // memory): it moves bytes between the region and any memory, this region's
 // or the host's, in either direction, and has finished when it returns.
 // BlockPool::copy() then uses it in place of memcpy.
+//
+// `link`, when set beside `copy`, is how the tiers under a pool in this
+// memory reach it without the host's help (see DeviceLink).
+struct DeviceLink;
 struct Region {
   using Copy = std::function<void(std::byte* dst, const std::byte* src, std::size_t bytes)>;
   std::byte* base = nullptr;
   std::size_t bytes = 0;
-  std::function<void(std::byte*)> free;
-  Copy copy;
+  std::function<void(std::byte*)> free = {};
+  Copy copy = {};
+  std::shared_ptr<const DeviceLink> link = {};
+};
+
+// What device memory offers the tiers under it (tiers/cuda/cuda_memory.h
+// fills it for cuda_device_region): host memory that the device copies to
+// and from at full bus speed and asynchronously (page-locked by its driver;
+// memory the driver does not know goes through its staging buffers, at about
+// half the speed, and synchronously), for the L2 pool; and a copy engine of
+// the device's own, whose completions also call on_complete. Either may fail
+// with the reason; the caller then does without it (Region::copy still
+// works).
+struct DeviceLink {
+  std::function<std::expected<Region, std::string>(std::size_t bytes)> host_memory;
+  std::function<std::expected<std::unique_ptr<CopyQueue>, std::string>(
+      std::function<void()> on_complete)>
+      copy_queue;
 };
 
 class BlockPool {
@@ -102,6 +125,8 @@ class BlockPool {
   // Whether the host may read and write the blocks in place: false for a
   // Region with a copy function (device memory).
   bool host_addressable() const { return !region_copy_; }
+  // The region's DeviceLink, or null (host memory, or a region without one).
+  const DeviceLink* link() const { return link_.get(); }
   // Copies `bytes` from src to dst, where each is this pool's memory or host
   // memory: memcpy when the host may address the pool, the region's copy
   // otherwise. Done when it returns. REQUIRES: the ranges do not overlap.
@@ -133,6 +158,7 @@ class BlockPool {
   std::string lock_error_;
   std::unique_ptr<std::byte[], Deleter> base_;
   Region::Copy region_copy_;
+  std::shared_ptr<const DeviceLink> link_;
   std::vector<int> free_;
   std::vector<int> ref_counts_;
 };

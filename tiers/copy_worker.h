@@ -43,12 +43,9 @@
 #include <thread>
 #include <vector>
 
-namespace kvtier::tiers {
+#include "tiers/copy_queue.h"
 
-struct CopyCompletion {
-  std::uint64_t ticket = 0;
-  std::chrono::nanoseconds latency{0};  // from copy() to the end of the copy
-};
+namespace kvtier::tiers {
 
 class CopyWorker {
  public:

@@ -1,10 +1,9 @@
 // The L1<->L2 copy stream on a GPU: block copies between device memory and
 // page-locked host memory (tiers/cuda/cuda_memory.h), queued on a CUDA stream
-// of their own so that they overlap the engine's kernels and host work. It
-// does CopyWorker's job (tiers/copy_worker.h) and mirrors its interface
-// (tickets, CopyCompletion in submission order, drain(), on_complete) so that
-// the engine can use either; the differences are that a move here is a plain
-// copy of `bytes`, and that CUDA failures come back as std::expected.
+// of their own so that they overlap the engine's kernels and host work: the
+// CUDA CopyQueue (tiers/copy_queue.h), which a pool laid over
+// cuda_device_region offers the tiers under it (DeviceLink). CUDA failures
+// come back as the runtime's messages.
 //
 // Contract:
 //  * copy() enqueues one cudaMemcpyAsync and an event behind it, and returns
@@ -54,31 +53,31 @@
 #include <string>
 #include <vector>
 
-#include "tiers/copy_worker.h"
+#include "tiers/copy_queue.h"
 
 namespace kvtier::tiers {
 
-class CudaCopyStream {
+class CudaCopyStream final : public CopyQueue {
  public:
   // A non-blocking stream (it does not wait for work on the legacy default
   // stream) on the current device, or why none could be made (no device, no
   // driver).
   static std::expected<std::unique_ptr<CudaCopyStream>, std::string> create(
       std::function<void()> on_complete = {});
-  ~CudaCopyStream();
+  ~CudaCopyStream() override;
   CudaCopyStream(const CudaCopyStream&) = delete;
   CudaCopyStream& operator=(const CudaCopyStream&) = delete;
 
   // Enqueues a copy of `bytes` from src to dst. REQUIRES: both ranges lie
   // inside their allocations and do not overlap.
   std::expected<std::uint64_t, std::string> copy(std::byte* dst, const std::byte* src,
-                                                 std::size_t bytes);
+                                                 std::size_t bytes) override;
   // Completed copies, oldest first. On an error, the completions found before
   // it are returned first and the error by the next call.
-  std::expected<std::vector<CopyCompletion>, std::string> poll();
-  std::expected<void, std::string> drain();
+  std::expected<std::vector<CopyCompletion>, std::string> poll() override;
+  std::expected<void, std::string> drain() override;
   // Copies enqueued and not yet returned by poll().
-  std::size_t in_flight() const { return pending_.size(); }
+  std::size_t in_flight() const override { return pending_.size(); }
 
  private:
   struct Pending {

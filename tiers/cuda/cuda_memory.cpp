@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "tiers/cuda/cuda_copy_stream.h"
 #include "tiers/cuda/cuda_error.h"
 
 namespace kvtier::tiers {
@@ -23,8 +24,19 @@ std::expected<Region, std::string> cuda_device_region(std::size_t bytes) {
   }
   // The pool's destructor cannot report a failed free, and one would only
   // mean the context is already gone with the memory.
-  return Region{static_cast<std::byte*>(p), bytes, [](std::byte* q) { (void)cudaFree(q); },
-                cuda_copy};
+  auto link = std::make_shared<DeviceLink>();
+  link->host_memory = cuda_pinned_region;
+  link->copy_queue = [](std::function<void()> on_complete)
+      -> std::expected<std::unique_ptr<CopyQueue>, std::string> {
+    auto stream = CudaCopyStream::create(std::move(on_complete));
+    if (!stream) return std::unexpected(stream.error());
+    return std::move(*stream);
+  };
+  return Region{.base = static_cast<std::byte*>(p),
+                .bytes = bytes,
+                .free = [](std::byte* q) { (void)cudaFree(q); },
+                .copy = cuda_copy,
+                .link = std::move(link)};
 }
 
 std::expected<Region, std::string> cuda_pinned_region(std::size_t bytes) {
@@ -34,7 +46,9 @@ std::expected<Region, std::string> cuda_pinned_region(std::size_t bytes) {
     return std::unexpected(cuda_error("cudaHostAlloc of " + std::to_string(bytes) + " bytes", err));
   }
   // Host memory: the pool reads and writes it in place (no copy function).
-  return Region{static_cast<std::byte*>(p), bytes, [](std::byte* q) { (void)cudaFreeHost(q); }, {}};
+  return Region{.base = static_cast<std::byte*>(p), .bytes = bytes, .free = [](std::byte* q) {
+                  (void)cudaFreeHost(q);
+                }};
 }
 
 }  // namespace kvtier::tiers
