@@ -27,6 +27,13 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 // fingerprint: stores written before formats existed remain valid).
 constexpr std::uint64_t kInt8FormatTag = 0x6b762d696e743821ULL;  // "kv-int8!"
 
+// Marks the device copy queue's tickets in moves_, so that they never meet
+// the copy worker's (both count from 1). A move started after the queue was
+// lost, and before collect() failed its moves, is the queue's too, never
+// copied (kNeverCopied): a block's moves are all on one engine.
+constexpr std::uint64_t kQueueTicket = 1ULL << 63;
+constexpr std::uint64_t kNeverCopied = 1ULL << 62;
+
 void encode(std::byte* dst, const std::byte* src, const kernels::KvShape& shape) {
   kernels::quantize_block(reinterpret_cast<const float*>(src), shape, dst);
 }
@@ -207,9 +214,32 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
   const std::size_t slot = round_up(l2_block_bytes_, 4096);
   const int l2_blocks = static_cast<int>(config.l2_bytes / slot);
   if (l2_blocks > 0) {
-    l2_ = std::make_unique<tiers::BlockPool>(slot, l2_blocks, tiers::Memory::kPinned);
-    if (!l2_->locked()) warnings_.push_back("L2 memory is not page-locked: " + l2_->lock_error());
-    copier_ = std::make_unique<tiers::CopyWorker>([wake = wake_] { wake->signal(); });
+    // Under an L1 in device memory, L2 lies in host memory the device copies
+    // at bus speed, and exact blocks move on the device's copy queue.
+    const tiers::DeviceLink* link = l1.link();
+    if (link && link->host_memory) {
+      auto region = link->host_memory(slot * static_cast<std::size_t>(l2_blocks));
+      if (region)
+        l2_ = std::make_unique<tiers::BlockPool>(slot, l2_blocks, std::move(*region));
+      else
+        warnings_.push_back("L2 in the device's host memory: " + region.error() +
+                            "; L2 is plain locked memory, which the device copies more slowly");
+    }
+    if (!l2_) {
+      l2_ = std::make_unique<tiers::BlockPool>(slot, l2_blocks, tiers::Memory::kPinned);
+      if (!l2_->locked()) warnings_.push_back("L2 memory is not page-locked: " + l2_->lock_error());
+    }
+    // The queue makes plain copies: int8 moves run the host codec on the
+    // worker (through a host buffer, see host_block).
+    const bool l2_on_link = l2_->memory() == tiers::Memory::kExternal;
+    if (l2_on_link && config.l2_format == KvFormat::kExact && link->copy_queue) {
+      auto queue = link->copy_queue([wake = wake_] { wake->signal(); });
+      if (queue)
+        queue_ = std::move(*queue);
+      else
+        warnings_.push_back("the device's copy queue: " + queue.error() +
+                            "; L1<->L2 copies run on a thread");
+    }
   } else if (config.l2_bytes > 0) {
     warnings_.push_back("l2_bytes " + std::to_string(config.l2_bytes) + " holds no block of " +
                         std::to_string(slot) + " bytes; no L2");
@@ -388,7 +418,8 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
         up_by_layer.push_back(node);
         continue;
       }
-      const std::uint64_t ticket = copier_->copy(l1_->data(*block), l2_->data(node->l2), from_l2_);
+      const std::uint64_t ticket =
+          start_move(l1_->data(*block), l2_->data(node->l2), block_bytes_, from_l2_);
       moves_[ticket] = {node->key, /*up=*/true, *block, node->l2};
       continue;
     }
@@ -411,7 +442,8 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
     for (CacheNode* node : up_by_layer) {
       const std::size_t offset = static_cast<std::size_t>(l) * layout_.layer_bytes();
       const std::uint64_t ticket =
-          copier_->copy(l1_->data(node->l1) + offset, l2_->data(node->l2) + offset, layer_copy_);
+          start_move(l1_->data(node->l1) + offset, l2_->data(node->l2) + offset,
+                     layout_.layer_bytes(), layer_copy_);
       moves_[ticket] = {node->key, /*up=*/true, node->l1, node->l2, /*by_layer=*/true};
       LayeredMove& m = copies_by_layer_[node->key];
       m.tickets.push_back(ticket);
@@ -440,13 +472,12 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
     l1_->add_ref(node->l1);
     blocks.push_back(node->l1);
     if (!node->l1_loading) continue;
-    if (auto m = copies_by_layer_.find(node->key); m != copies_by_layer_.end()) {
-      load->copies.push_back(m->second.tickets);
-      continue;
-    }
-    load->reads.push_back(l3_->reads_by_layer.at(node->key));
     load->keys.push_back(node->key);
     load->blocks.push_back(node->l1);
+    if (auto m = copies_by_layer_.find(node->key); m != copies_by_layer_.end())
+      load->copies.push_back(m->second.tickets);
+    else
+      load->reads.push_back(l3_->reads_by_layer.at(node->key));
   }
   stats_.tier[0].hits += l1_hits;
   const long avoided = static_cast<long>(blocks.size()) * layout_.page_size;
@@ -567,6 +598,72 @@ void KvCache::move_block(std::byte* dst, const std::byte* src,
   account_copy(from, to, Clock::now() - start);
 }
 
+std::uint64_t KvCache::start_move(std::byte* dst, const std::byte* src, std::size_t bytes,
+                                  const tiers::CopyWorker::Transfer& how) {
+  if (queue_) {
+    auto ticket = queue_->copy(dst, src, bytes);
+    if (ticket) return *ticket | kQueueTicket;
+    lose_queue(ticket.error());
+  }
+  if (queue_lost_) return kQueueTicket | kNeverCopied | ++never_copied_;
+  if (!copier_) copier_ = std::make_unique<tiers::CopyWorker>([wake = wake_] { wake->signal(); });
+  return copier_->copy(dst, src, how);
+}
+
+std::vector<tiers::CopyCompletion> KvCache::poll_moves() {
+  std::vector<tiers::CopyCompletion> done;
+  if (copier_) done = copier_->poll();
+  if (queue_) {
+    auto polled = queue_->poll();
+    if (!polled) {
+      lose_queue(polled.error());
+      return done;
+    }
+    for (const tiers::CopyCompletion& c : *polled)
+      done.push_back({c.ticket | kQueueTicket, c.latency});
+  }
+  return done;
+}
+
+void KvCache::lose_queue(const std::string& why) {
+  warnings_.push_back("the device's copy queue failed (" + why +
+                      "): its copies in flight are thrown away, and L1<->L2 copies run on a "
+                      "thread from now on");
+  ++stats_.tier[1].io_errors;
+  queue_.reset();  // waits for whatever can still end
+  queue_lost_ = true;
+}
+
+void KvCache::fail_queue_moves() {
+  queue_lost_ = false;
+  for (auto it = moves_.begin(); it != moves_.end();) {
+    if ((it->first & kQueueTicket) == 0) {
+      ++it;
+      continue;
+    }
+    const Move move = it->second;
+    it = moves_.erase(it);
+    // A block moved by layer fails once, at the first of its layers met.
+    if (move.by_layer && copies_by_layer_.erase(move.key) == 0) continue;
+    CacheNode* node = tree_.find(move.key);
+    assert(node != nullptr && node->l1 == move.l1_block);
+    node->l2_copying = false;
+    if (move.up) {
+      // What reached the L1 block is unknown: it leaves the cache (a request
+      // that holds it by layer has its pass thrown away by settle()); the
+      // L2 copy stays.
+      node->l1_loading = false;
+      tree_.set_l1(node, -1);
+      l1_->release(move.l1_block);
+    } else {
+      // Cleaning: the L2 slot's bytes are unknown; the L1 block stays.
+      l2_->release(move.l2_slot);
+      --l1_io_refs_[static_cast<std::size_t>(move.l1_block)];
+      l1_->release(move.l1_block);
+    }
+  }
+}
+
 std::size_t KvCache::stored_bytes(Tier tier) const {
   switch (tier) {
     case Tier::kL1:
@@ -587,7 +684,7 @@ void KvCache::account_copy(Tier from, Tier to, std::chrono::nanoseconds took) {
 }
 
 void KvCache::start_cleaning() {
-  if (!copier_ || l1_->num_free() >= clean_window_) return;
+  if (!l2_ || l1_->num_free() >= clean_window_) return;
   // The next demotion candidates, in the order make_free_l1 takes them.
   const std::vector<CacheNode*> next = tree_.lru_n(
       Tier::kL1, static_cast<std::size_t>(clean_window_),
@@ -601,7 +698,8 @@ void KvCache::start_cleaning() {
     l1_->add_ref(node->l1);
     ++l1_io_refs_[static_cast<std::size_t>(node->l1)];
     node->l2_copying = true;
-    const std::uint64_t ticket = copier_->copy(l2_->data(*slot), l1_->data(node->l1), to_l2_);
+    const std::uint64_t ticket =
+        start_move(l2_->data(*slot), l1_->data(node->l1), block_bytes_, to_l2_);
     moves_[ticket] = {node->key, /*up=*/false, node->l1, *slot};
   }
 }
@@ -723,8 +821,8 @@ void KvCache::collect() {
   for (const tiers::CopyCompletion& c : early_) finish_move(c.ticket, c.latency);
   early_.clear();
   early_tickets_.clear();
-  if (copier_)
-    for (const tiers::CopyCompletion& c : copier_->poll()) finish_move(c.ticket, c.latency);
+  for (const tiers::CopyCompletion& c : poll_moves()) finish_move(c.ticket, c.latency);
+  if (queue_lost_) fail_queue_moves();
   if (l3_) poll_l3();
 }
 
@@ -945,6 +1043,8 @@ int KvCache::persist() {
 void KvCache::drain() {
   while (transfers_in_flight() > 0) {
     if (copier_) copier_->drain();
+    if (queue_)
+      if (auto ok = queue_->drain(); !ok) lose_queue(ok.error());
     if (l3_) l3_->store->drain();
     collect();
   }
@@ -955,11 +1055,16 @@ std::size_t KvCache::transfers_in_flight() const {
 }
 
 void KvCache::await_layer(const LayerLoad& load, int layer) {
-  // Copies: completions are taken from the worker but handled by the next
-  // collect(); meanwhile the engine copies beside the worker.
-  auto copied = [&](std::uint64_t t) { return !moves_.contains(t) || early_tickets_.contains(t); };
+  // Copies: completions are taken from the worker or queue but handled by
+  // the next collect(); meanwhile the engine copies beside the worker. A copy
+  // the lost queue had in flight never lands: collect() fails it, and
+  // settle() then throws the pass away.
+  auto copied = [&](std::uint64_t t) {
+    return !moves_.contains(t) || early_tickets_.contains(t) ||
+           (queue_lost_ && (t & kQueueTicket) != 0);
+  };
   auto take = [&] {
-    for (const tiers::CopyCompletion& c : copier_->poll()) {
+    for (const tiers::CopyCompletion& c : poll_moves()) {
       early_.push_back(c);
       early_tickets_.insert(c.ticket);
     }
@@ -967,7 +1072,7 @@ void KvCache::await_layer(const LayerLoad& load, int layer) {
   for (const std::vector<std::uint64_t>& copies : load.copies) {
     const std::uint64_t ticket = copies[static_cast<std::size_t>(layer)];
     for (take(); !copied(ticket); take())
-      if (!copier_->help()) sleep_for_signal(std::chrono::milliseconds(1));
+      if (!copier_ || !copier_->help()) sleep_for_signal(std::chrono::milliseconds(1));
   }
   for (const std::uint64_t ticket : load.reads) {
     for (;;) {

@@ -19,12 +19,12 @@
 //    whose write is still in flight is waited for rather than dropped); with
 //    write_through every block is written from L1 as it enters the cache.
 //  * Promotion: acquire_prefix() starts copies of L2 blocks up (on the copy
-//    worker, tiers/copy_worker.h) and L3 reads, both into fresh L1 blocks
+//    worker, tiers/copy_worker.h, or a device's copy queue) and L3 reads, both into fresh L1 blocks
 //    (an int8 L3 reads into a staging buffer, decoded into the L1 block by
 //    poll()); the request waits (the engine does not) until they complete,
 //    and then shares the blocks.
 //  * Cleaning: when L1 runs low on free blocks, poll() copies the next few
-//    demotion candidates to L2 on the copy worker, so that demoting them
+//    demotion candidates to L2 in the background, so that demoting them
 //    later is a release, not a copy on the engine thread. It uses only free
 //    L2 slots or ones whose block L3 also has, so it never costs a block.
 //    (A swapped request's partial block is still copied at once, one block.)
@@ -45,10 +45,17 @@
 //    KV compression is). exact (the default) stores the bytes unchanged.
 //
 // L1 in device memory (a pool whose blocks the host cannot address, such as
-// tiers::cuda_device_region's): L1<->L2 moves are the pool's copies (CUDA
-// copies, on the copy worker as before), L3 reads and writes go through host
-// staging buffers, and the int8 codec, which runs on the host, reads and
-// writes such a block through a host buffer of the calling thread's.
+// tiers::cuda_device_region's): L3 reads and writes go through host staging
+// buffers, and the int8 codec, which runs on the host, reads and writes such
+// a block through a host buffer of the calling thread's. When the pool
+// offers a DeviceLink (tiers/block_pool.h), L2 lies in the host memory it
+// offers (page-locked by the device's driver), and exact L1<->L2 moves in the
+// background run on its copy queue (a CUDA stream; tiers/copy_queue.h),
+// whose completions come through poll() like the worker's. Should the queue
+// fail (a lost device), its moves in flight are thrown away as if never made:
+// a promoted block leaves L1 (a pass computed on it by layer is thrown away
+// by settle()), a cleaned one stays there; the copy worker takes over. Moves
+// on the engine thread (demotions, stashes) are the pool's own copies.
 //
 // Reference counting in L1: the cache holds one pool reference per node in
 // L1 and one per block being written to L3 from L1; requests hold theirs. So
@@ -216,10 +223,10 @@ class KvCache {
   // says it was right. Checksums stay per block: what a corrupt block
   // touched is thrown away, never sent.
   struct LayerLoad {
-    std::vector<std::uint64_t> reads;   // L3 tickets
-    std::vector<tiers::BlockKey> keys;  // the blocks they fill
+    std::vector<tiers::BlockKey> keys;  // every block on its way up
     std::vector<int> blocks;            // and their L1 ids
-    // L2 promotions, a copy per layer: copies[i][l] is block i's layer l.
+    std::vector<std::uint64_t> reads;   // L3 tickets, a read each
+    // L2 promotions, a copy per layer: copies[i][l] is one block's layer l.
     std::vector<std::vector<std::uint64_t>> copies;
     // What acquire_prefix added to recompute_tokens_avoided for the run; a
     // failed settle() takes it back (the request looks again, and counts
@@ -245,9 +252,9 @@ class KvCache {
   // (unverified; see LayerLoad).
   void await_layer(const LayerLoad& load, int layer);
   // Waits for the reads of `load` to complete and handles them: true when
-  // every block arrived intact. False: a block failed (its checksum, or the
-  // read) and is gone from the cache, and whatever was computed from the
-  // load must be thrown away. Either way the load is over; the caller still
+  // every block arrived intact. False: a block failed (its checksum, the
+  // read, or the copy) and is gone from L1, and whatever was computed from
+  // the load must be thrown away. Either way the load is over; the caller still
   // holds its references on the blocks.
   bool settle(const LayerLoad& load);
 
@@ -354,6 +361,18 @@ class KvCache {
   void write_to_l3(CacheNode* node);
   // True if demoting this L1 node would not lose a pinned block.
   bool can_demote(const CacheNode& node) const;
+  // An L1<->L2 move of `bytes` in the background, as moves_'s ticket: on the
+  // device's copy queue (a plain copy) when there is one, on the copy worker
+  // as `how` otherwise. Between the queue's loss and collect(), a move is
+  // not made at all: collect() fails it with the queue's others.
+  std::uint64_t start_move(std::byte* dst, const std::byte* src, std::size_t bytes,
+                           const tiers::CopyWorker::Transfer& how);
+  // The background moves completed since the last call, from both engines.
+  std::vector<tiers::CopyCompletion> poll_moves();
+  // The copy queue failed: stop using it; collect() fails its moves.
+  void lose_queue(const std::string& why);
+  // Throws away the moves the lost queue had in flight (see the top).
+  void fail_queue_moves();
   // An L1<->L2 move on the engine thread (to_l2_ or from_l2_), timed.
   void move_block(std::byte* dst, const std::byte* src, const tiers::CopyWorker::Transfer& how,
                   Tier from, Tier to);
@@ -416,7 +435,12 @@ class KvCache {
   // progress: demoting one to make room for another would thrash.
   std::optional<std::uint64_t> protected_stamp_;
   std::vector<std::string> warnings_;
-  // Last: destroyed (joined) first, while everything its jobs touch exists.
+  // Last: destroyed (joined, waited for) first, while everything their jobs
+  // touch exists. The device's copy queue moves exact blocks when L1 offers
+  // one; the copy worker moves the rest, and is made at its first move.
+  std::unique_ptr<tiers::CopyQueue> queue_;
+  bool queue_lost_ = false;         // its moves are still in moves_, for collect() to fail
+  std::uint64_t never_copied_ = 0;  // moves started meanwhile (see start_move)
   std::unique_ptr<tiers::CopyWorker> copier_;
 };
 

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -20,6 +19,7 @@
 #include "engine/scheduler.h"
 #include "kernels/kv_quant.h"
 #include "scheduler_test_util.h"
+#include "stand_in_device.h"
 #include "test_util.h"
 
 namespace kvtier {
@@ -132,21 +132,12 @@ tiers::BlockPool l1_pool(int blocks = 32) {
   return tiers::BlockPool(round_up_4k(kLayout.block_bytes()), blocks, tiers::Memory::kPageAligned);
 }
 
-// Host memory the pool reaches only through its region's copy, as it would
-// device memory (host_addressable() is false); `copies` counts the calls,
-// which come from the copy worker's thread and the engine's.
-tiers::BlockPool copy_only_pool(std::atomic<long>& copies, int blocks = 32) {
+// An L1 in the stand-in for device memory (stand_in_device.h), with its
+// link: L2 lies in the host memory the link offers.
+tiers::BlockPool copy_only_pool(test_util::StandInDevice& device, int blocks = 32) {
   const std::size_t block = round_up_4k(kLayout.block_bytes());
-  const std::size_t bytes = block * static_cast<std::size_t>(blocks);
-  auto* memory = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{4096}));
-  return tiers::BlockPool(
-      block, blocks,
-      tiers::Region{memory, bytes,
-                    [](std::byte* p) { ::operator delete (p, std::align_val_t{4096}); },
-                    [&copies](std::byte* dst, const std::byte* src, std::size_t n) {
-                      ++copies;
-                      std::memcpy(dst, src, n);
-                    }});
+  return tiers::BlockPool(block, blocks,
+                          device.region(block * static_cast<std::size_t>(blocks), true));
 }
 
 TEST(KvQuantTiersTest, FormatsParseAndPrint) {
@@ -276,14 +267,14 @@ TEST(KvQuantTiersTest, Int8L3ServesBlocksAfterARestartWithinTheBound) {
 // up).
 TEST(KvQuantTiersTest, AnL1OnlyItsCopyReachesGetsTheBytesOfAHostL1) {
   const std::vector<float> kv = random_kv(4);
-  std::atomic<long> copies = 0;
+  test_util::StandInDevice device;
   // The block cached, demoted (and persisted, then the cache restarted),
   // and fetched back into an L1 of the kind asked for.
   auto round_trip = [&](bool copy_only, bool via_l3) -> std::vector<float> {
     test_util::TempDir dir;
     const CacheConfig c = config(KvFormat::kInt8, KvFormat::kInt8, via_l3 ? dir.path() / "l3" : "");
     {
-      tiers::BlockPool l1 = copy_only ? copy_only_pool(copies) : l1_pool();
+      tiers::BlockPool l1 = copy_only ? copy_only_pool(device) : l1_pool();
       const auto cache = make_cache(l1, c);
       if (cache == nullptr) return {};
       cache_block(*cache, l1, block_tokens(4), kv);
@@ -296,7 +287,7 @@ TEST(KvQuantTiersTest, AnL1OnlyItsCopyReachesGetsTheBytesOfAHostL1) {
       }
       EXPECT_EQ(cache->persist(), 1);
     }
-    tiers::BlockPool l1 = copy_only ? copy_only_pool(copies) : l1_pool();
+    tiers::BlockPool l1 = copy_only ? copy_only_pool(device) : l1_pool();
     const auto cache = make_cache(l1, c);
     if (cache == nullptr) return {};
     EXPECT_EQ(cache->lookup(cache->root(""), block_tokens(4), 1).blocks[2], 1);
@@ -307,11 +298,12 @@ TEST(KvQuantTiersTest, AnL1OnlyItsCopyReachesGetsTheBytesOfAHostL1) {
   };
   for (const bool via_l3 : {false, true}) {
     SCOPED_TRACE(via_l3 ? "through L3 and a restart" : "through L2");
-    copies = 0;
+    device.copies = 0;
     const std::vector<float> host = round_trip(false, via_l3);
-    EXPECT_EQ(copies.load(), 0);
+    EXPECT_EQ(device.copies.load(), 0);
     const std::vector<float> copy_only = round_trip(true, via_l3);
-    EXPECT_GT(copies.load(), 0) << "nothing went through the pool's copy";
+    EXPECT_GT(device.copies.load(), 0) << "nothing went through the pool's copy";
+    EXPECT_EQ(device.queued.load(), 0) << "int8 moves are the host codec's, not the queue's";
     EXPECT_TRUE(within_int8_bound(kv, copy_only));
     ASSERT_EQ(host.size(), copy_only.size());
     EXPECT_EQ(std::memcmp(host.data(), copy_only.data(), host.size() * sizeof(float)), 0);

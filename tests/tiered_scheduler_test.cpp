@@ -19,6 +19,7 @@
 
 #include "engine/scheduler.h"
 #include "scheduler_test_util.h"
+#include "stand_in_device.h"
 #include "test_util.h"
 
 namespace kvtier {
@@ -313,38 +314,44 @@ TEST_F(TieredSchedulerTest, HeavyPressureDemotesAndPromotesWithoutChangingTokens
   EXPECT_GT(st.recompute_tokens_avoided, 0);
 }
 
-// An L1 the host reaches only through its pool's copy, as it would GPU
-// memory (here host memory behind a counting memcpy, which the CPU forward
-// can still compute on): the device-L1 paths of the cache (L2 promotions a
-// layer at a time, L3 through staging buffers, int8 through a host buffer)
-// under the same pressure, with every request's tokens equal to its solo run
-// for exact tiers, and the same tokens as over a host L1 for int8 ones.
+// An L1 the host may address only through its pool's copy, as in device
+// memory (here the stand-in of stand_in_device.h, which the CPU forward can
+// still compute on): the device-L1 paths of the cache (L2 promotions a layer
+// at a time, L3 through staging buffers, int8 through a host buffer) under
+// the same pressure, with every request's tokens equal to its solo run for
+// exact tiers, and the same tokens as over a host L1 for int8 ones. With the
+// device's link, exact L1<->L2 moves run on its copy queue; a queue lost
+// halfway has its moves thrown away (passes computed on them included), and
+// the tokens stay the same.
 TEST_F(TieredSchedulerTest, AnL1OnlyItsCopyReachesServesTheSameTokens) {
   const auto rounds = pressure_rounds(2);
-  for (const KvFormat format : {KvFormat::kExact, KvFormat::kInt8}) {
-    SCOPED_TRACE(to_string(format));
+  struct Case {
+    const char* name;
+    KvFormat format;
+    bool link;
+    long lose_after;
+  };
+  for (const Case& k :
+       {Case{"exact", KvFormat::kExact, false, -1}, Case{"int8", KvFormat::kInt8, false, -1},
+        Case{"exact, copy queue", KvFormat::kExact, true, -1},
+        Case{"exact, copy queue lost", KvFormat::kExact, true, 10}}) {
+    SCOPED_TRACE(k.name);
     test_util::TempDir dir;
     SchedulerConfig c = tiered(dir.path() / "l3");
     c.max_kv_tokens = 160;  // 10 blocks
     c.cache.l2_bytes = 6 * 65536;
-    c.cache.l2_format = c.cache.l3_format = format;
+    c.cache.l2_format = c.cache.l3_format = k.format;
     const auto shape = Scheduler::l1_shape(model_->kv_layout(c.page_size), c);
-    const std::size_t bytes = shape.block_bytes * static_cast<std::size_t>(shape.blocks);
-    std::atomic<long> copies = 0;
-    auto* memory = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{4096}));
+    test_util::StandInDevice device;
+    device.lose_after = k.lose_after;
     tiers::BlockPool l1(
         shape.block_bytes, shape.blocks,
-        tiers::Region{memory, bytes,
-                      [](std::byte* p) { ::operator delete (p, std::align_val_t{4096}); },
-                      [&copies](std::byte* dst, const std::byte* src, std::size_t n) {
-                        ++copies;
-                        std::memcpy(dst, src, n);
-                      }});
+        device.region(shape.block_bytes * static_cast<std::size_t>(shape.blocks), k.link));
     auto s = Scheduler::create(*model_, tokenizer_, c, &l1);
     ASSERT_TRUE(s.has_value()) << s.error();
     std::vector<std::vector<int>> got;
     for (std::size_t round = 0; round < rounds.size(); ++round) {
-      if (format == KvFormat::kExact) {
+      if (k.format == KvFormat::kExact) {
         ASSERT_TRUE(run_and_compare(**s, rounds[round])) << "round " << round;
         continue;
       }
@@ -360,8 +367,15 @@ TEST_F(TieredSchedulerTest, AnL1OnlyItsCopyReachesServesTheSameTokens) {
     EXPECT_GT(st.tier[1].promotions, 0);
     EXPECT_GT(st.tier[2].demotions, 0);
     EXPECT_EQ(st.tier[2].checksum_failures, 0);
-    EXPECT_GT(copies.load(), 0) << "nothing went through the pool's copy";
-    if (format == KvFormat::kExact) continue;
+    EXPECT_GT(device.copies.load(), 0) << "nothing went through the pool's copy";
+    if (k.link && k.format == KvFormat::kExact) {
+      EXPECT_GE(device.queued.load(), k.lose_after < 0 ? 1 : k.lose_after)
+          << "the copy queue was not used";
+      EXPECT_EQ(st.tier[1].io_errors, k.lose_after < 0 ? 0 : 1);
+    } else {
+      EXPECT_EQ(device.queued.load(), 0);
+    }
+    if (k.format == KvFormat::kExact) continue;
     // int8 is lossy: the reference is the same work over a host L1.
     test_util::TempDir host_dir;
     c.cache.l3_path = (host_dir.path() / "l3").string();

@@ -1,0 +1,203 @@
+// KvCache over an L1 in device memory that offers a DeviceLink: L2 in the
+// link's host memory, exact L1<->L2 moves on its copy queue, and what happens
+// when the queue is lost. The device is the stand-in of stand_in_device.h
+// (host memory behind a counting copy, a CopyWorker as the queue); the CUDA
+// one runs in cuda_kv_cache_test.cpp where a GPU is. The scheduler-level
+// tests of the cache are in tiered_scheduler_test.cpp.
+#include "engine/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "stand_in_device.h"
+#include "test_util.h"
+
+namespace kvtier {
+namespace {
+
+using test_util::contains;
+
+constexpr KvLayout kLayout{4, 4, 32, 16};  // the bundled model's: 64 KiB blocks, 16 KiB layers
+constexpr std::uint64_t kFingerprint = 0x6b767469657221ULL;
+constexpr int kL1Blocks = 8;
+
+std::vector<int> block_tokens(int seed) {
+  std::vector<int> t(static_cast<std::size_t>(kLayout.page_size));
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int>((seed * 7 + i * 3) % 90);
+  return t;
+}
+
+std::vector<std::byte> random_block(unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> b(kLayout.block_bytes());
+  for (std::byte& x : b) x = static_cast<std::byte>(rng());
+  return b;
+}
+
+class KvCacheTest : public ::testing::Test {
+ protected:
+  KvCacheTest()
+      : l1_(kLayout.block_bytes(), kL1Blocks,
+            device_.region(kLayout.block_bytes() * kL1Blocks, /*with_link=*/true)) {}
+
+  std::unique_ptr<KvCache> make(bool load_by_layer) {
+    CacheConfig c;
+    c.l2_bytes = 8 * kLayout.block_bytes();
+    c.load_by_layer = load_by_layer;
+    auto cache = KvCache::create(kLayout, kFingerprint, l1_, c);
+    EXPECT_TRUE(cache.has_value()) << cache.error();
+    return cache ? std::move(*cache) : nullptr;
+  }
+
+  // Caches `bytes` under tokens and moves it down to L2 (the cache keeps the
+  // only copy there).
+  void cache_in_l2(KvCache& cache, const std::vector<int>& tokens,
+                   const std::vector<std::byte>& bytes) {
+    const int block = l1_.allocate().value();
+    l1_.copy(l1_.data(block), bytes.data(), bytes.size());
+    const int blocks[] = {block};
+    cache.insert(cache.root(""), tokens, blocks);
+    l1_.release(block);
+    ASSERT_EQ(cache.flush(Tier::kL1), 1);
+  }
+
+  // Brings the block of tokens up into L1, a block at a time, and returns
+  // its bytes; empty if it never arrives.
+  std::vector<std::byte> fetch(KvCache& cache, const std::vector<int>& tokens) {
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      auto blocks = cache.acquire_prefix(cache.root(""), tokens, 1, 1);
+      if (blocks && blocks->size() == 1) {
+        std::vector<std::byte> out(kLayout.block_bytes());
+        l1_.copy(out.data(), l1_.data((*blocks)[0]), out.size());
+        l1_.release((*blocks)[0]);
+        return out;
+      }
+      cache.wait(std::chrono::milliseconds(10));
+      cache.poll();
+    }
+    return {};
+  }
+
+  test_util::StandInDevice device_;
+  tiers::BlockPool l1_;
+};
+
+// Promotions, whole or a layer at a time, run on the link's queue and bring
+// the bytes back as they went down.
+TEST_F(KvCacheTest, ExactPromotionsRunOnTheDevicesCopyQueue) {
+  for (const bool by_layer : {false, true}) {
+    SCOPED_TRACE(by_layer ? "by layer" : "whole blocks");
+    const auto cache = make(by_layer);
+    ASSERT_NE(cache, nullptr);
+    const std::vector<std::byte> want = random_block(by_layer ? 2 : 1);
+    cache_in_l2(*cache, block_tokens(1), want);
+    const long queued = device_.queued;
+    if (!by_layer) {
+      EXPECT_EQ(fetch(*cache, block_tokens(1)), want);
+      EXPECT_EQ(device_.queued - queued, 1);
+    } else {
+      KvCache::LayerLoad load;
+      auto blocks = cache->acquire_prefix(cache->root(""), block_tokens(1), 1, 1, &load);
+      ASSERT_TRUE(blocks.has_value()) << "a prefix loading by layer is handed out at once";
+      ASSERT_EQ(load.copies.size(), 1u);
+      EXPECT_EQ(device_.queued - queued, kLayout.n_layer);
+      for (int l = 0; l < kLayout.n_layer; ++l) cache->await_layer(load, l);
+      EXPECT_TRUE(cache->settle(load));
+      std::vector<std::byte> got(want.size());
+      l1_.copy(got.data(), l1_.data((*blocks)[0]), got.size());
+      EXPECT_EQ(got, want);
+      l1_.release((*blocks)[0]);
+    }
+    const CacheStats st = cache->stats();
+    EXPECT_EQ(st.tier[1].promotions, 1);
+    EXPECT_EQ(st.tier[1].io_errors, 0);
+    EXPECT_TRUE(cache->check_invariants());
+  }
+}
+
+// A queue lost before its copies (copy() refused) or with them in flight
+// (poll() fails): the moves are thrown away, never served. A request that
+// took the blocks by layer has its pass thrown away by settle(); the block
+// stays in L2, and the next fetch brings it up on the copy worker, with the
+// bytes that went down.
+TEST_F(KvCacheTest, ALostCopyQueueThrowsItsMovesAwayAndTheWorkerTakesOver) {
+  for (const bool in_flight : {false, true}) {
+    for (const bool by_layer : {false, true}) {
+      SCOPED_TRACE(std::string(in_flight ? "lost with copies in flight" : "lost at copy()") +
+                   (by_layer ? ", by layer" : ", whole blocks"));
+      device_.lose_after = -1;
+      const auto cache = make(by_layer);
+      ASSERT_NE(cache, nullptr);
+      const std::vector<std::byte> want = random_block(in_flight * 2 + by_layer);
+      cache_in_l2(*cache, block_tokens(1), want);
+      device_.lose_after = device_.queued + (in_flight ? (by_layer ? kLayout.n_layer : 1) : 0);
+      KvCache::LayerLoad load;
+      auto blocks =
+          cache->acquire_prefix(cache->root(""), block_tokens(1), 1, 1, by_layer ? &load : nullptr);
+      if (by_layer) {
+        ASSERT_TRUE(blocks.has_value());
+        for (int l = 0; l < kLayout.n_layer; ++l) cache->await_layer(load, l);
+        EXPECT_FALSE(cache->settle(load)) << "a pass on copies that never landed was kept";
+        l1_.release((*blocks)[0]);
+      } else {
+        EXPECT_FALSE(blocks.has_value());
+        cache->drain();  // ends, though the lost queue never reports its copy
+      }
+      const long queued = device_.queued;
+      EXPECT_EQ(fetch(*cache, block_tokens(1)), want);
+      EXPECT_EQ(device_.queued, queued) << "the lost queue was used again";
+      const CacheStats st = cache->stats();
+      EXPECT_EQ(st.tier[1].io_errors, 1);
+      EXPECT_EQ(st.tier[1].promotions, 1);
+      EXPECT_EQ(cache->transfers_in_flight(), 0u);
+      EXPECT_TRUE(cache->check_invariants());
+      ASSERT_FALSE(cache->warnings().empty());
+      EXPECT_TRUE(contains(cache->warnings().back(), "copy queue failed"))
+          << cache->warnings().back();
+    }
+  }
+}
+
+// Cleaning copies L1 blocks to L2 ahead of their demotion, on the queue; a
+// queue lost meanwhile gives the L2 slots back and leaves the blocks in L1.
+TEST_F(KvCacheTest, CleaningRunsOnTheQueueAndALostOneLeavesTheBlocksInL1) {
+  for (const bool lose : {false, true}) {
+    SCOPED_TRACE(lose ? "lost" : "not lost");
+    device_.lose_after = -1;
+    const auto cache = make(true);
+    ASSERT_NE(cache, nullptr);
+    // Fill L1 with cached blocks: cleaning starts when few are free.
+    std::vector<std::vector<std::byte>> want;
+    for (int i = 0; i < kL1Blocks; ++i) {
+      want.push_back(random_block(100 + i));
+      const int block = l1_.allocate().value();
+      l1_.copy(l1_.data(block), want.back().data(), want.back().size());
+      const int blocks[] = {block};
+      cache->insert(cache->root(""), block_tokens(10 + i), blocks);
+      l1_.release(block);
+    }
+    if (lose) device_.lose_after = device_.queued + 1;
+    const long queued = device_.queued;
+    cache->poll();  // starts cleaning
+    EXPECT_GT(device_.queued, queued) << "cleaning did not use the queue";
+    cache->drain();
+    const CacheStats st = cache->stats();
+    EXPECT_EQ(st.tier[1].io_errors, lose ? 1 : 0);
+    if (lose)
+      EXPECT_EQ(st.cleaned, 0);
+    else
+      EXPECT_GT(st.cleaned, 0);
+    EXPECT_EQ(st.tier[0].used_blocks, static_cast<std::size_t>(kL1Blocks));
+    EXPECT_EQ(st.tier[1].used_blocks, static_cast<std::size_t>(st.cleaned));
+    EXPECT_TRUE(cache->check_invariants());
+    // Every block still comes back as it was, from L1.
+    for (int i = 0; i < kL1Blocks; ++i) EXPECT_EQ(fetch(*cache, block_tokens(10 + i)), want[i]);
+  }
+}
+
+}  // namespace
+}  // namespace kvtier
