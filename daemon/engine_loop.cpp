@@ -7,6 +7,7 @@
 #include "daemon/log.h"
 
 #if defined(KVTIER_HAVE_CUDA)
+#include "engine/cuda/cuda_kv_codec.h"
 #include "engine/cuda/cuda_model.h"
 #include "kernels/cuda/cuda_device.h"
 #include "tiers/cuda/cuda_memory.h"
@@ -52,6 +53,26 @@ void cache_start(Scheduler& scheduler) {
            micros(k.l3_per_block_s) + " per block");
 }
 
+#if defined(KVTIER_HAVE_CUDA)
+// int8 tiers under an L1 on the GPU encode and decode there, so that only
+// the int8 bytes cross the bus. Without the codec (it could not be made) the
+// cache encodes on the host.
+DeviceKvCodec device_kv_codec(const Model& model, const EngineLoopOptions& options) {
+  const CacheConfig& c = options.scheduler.cache;
+  if (c.l2_format != KvFormat::kInt8 && c.l3_format != KvFormat::kInt8) return {};
+  const KvLayout layout = model.kv_layout(options.scheduler.page_size);
+  auto codec =
+      CudaKvCodec::create({layout.n_layer, layout.n_kv_head, layout.head_dim, layout.page_size});
+  if (!codec) {
+    log_warning("int8 tiers encode on the host: " + codec.error());
+    return {};
+  }
+  return device_kv_codec(std::move(*codec), [](const std::string& why) {
+    log_error("int8 KV codec on the GPU: " + why);
+  });
+}
+#endif
+
 double ms_between(std::chrono::steady_clock::time_point a,
                   std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -79,6 +100,7 @@ std::expected<std::unique_ptr<EngineLoop>, std::string> EngineLoop::create(
     };
     forward.gathers_scores = false;
     forward.kv_tag = CudaModel::kKvTag;
+    forward.kv_codec = device_kv_codec(*owned_model, options);
   }
 #endif
   auto scheduler = Scheduler::create(*owned_model, tokenizer->get(), options.scheduler,

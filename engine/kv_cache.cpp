@@ -125,7 +125,8 @@ struct KvCache::Wake {
 std::expected<std::unique_ptr<KvCache>, std::string> KvCache::create(const KvLayout& layout,
                                                                      std::uint64_t fingerprint,
                                                                      tiers::BlockPool& l1,
-                                                                     const CacheConfig& config) {
+                                                                     const CacheConfig& config,
+                                                                     const DeviceKvCodec& codec) {
   if (l1.block_bytes() < layout.block_bytes())
     return std::unexpected("L1 blocks have " + std::to_string(l1.block_bytes()) +
                            " bytes but the KV layout needs " +
@@ -133,11 +134,11 @@ std::expected<std::unique_ptr<KvCache>, std::string> KvCache::create(const KvLay
   if (!config.l3_path.empty() && l1.block_bytes() % 4096 != 0)
     return std::unexpected("L3 needs L1 blocks that are a multiple of 4096 bytes");
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
-  return std::unique_ptr<KvCache>(new KvCache(layout, fingerprint, l1, config));
+  return std::unique_ptr<KvCache>(new KvCache(layout, fingerprint, l1, config, codec));
 }
 
 KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
-                 const CacheConfig& config)
+                 const CacheConfig& config, const DeviceKvCodec& codec)
     : layout_(layout),
       shape_{layout.n_layer, layout.n_kv_head, layout.head_dim, layout.page_size},
       block_bytes_(layout.block_bytes()),
@@ -161,9 +162,10 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
       return [n](std::byte* dst, const std::byte* src) { kernels::copy_block(dst, src, n); };
     return [l1, n](std::byte* dst, const std::byte* src) { l1->copy(dst, src, n); };
   };
-  // The int8 codec, for whichever tier stores int8. It runs on the host: an
-  // L1 block in device memory passes through a host buffer of the calling
-  // thread's (the copy worker's, or the engine's when it helps).
+  // The int8 codec, for whichever tier stores int8: on the host, or on the
+  // device that holds L1 when it offers one. Without one, an L1 block in
+  // device memory passes through a host buffer of the calling thread's (the
+  // copy worker's, or the engine's when it helps).
   tiers::CopyWorker::Transfer int8_encode, int8_decode;
   if (l1.host_addressable()) {
     int8_encode = [shape = shape_](std::byte* dst, const std::byte* src) {
@@ -172,6 +174,17 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
     int8_decode = [shape = shape_](std::byte* dst, const std::byte* src) {
       decode(dst, src, shape);
     };
+  } else if (codec.encode && codec.decode) {
+    // Decodes land in L1; an encode may also start from an exact L2 slot on
+    // its way to an int8 L3, which is host memory: the host encodes that.
+    int8_encode = [shape = shape_, l1 = &l1, device = codec.encode](std::byte* dst,
+                                                                    const std::byte* src) {
+      if (l1->contains(src))
+        device(dst, src);
+      else
+        encode(dst, src, shape);
+    };
+    int8_decode = codec.decode;
   } else {
     int8_encode = [shape = shape_, l1 = &l1, n = block_bytes_](std::byte* dst,
                                                                const std::byte* src) {

@@ -46,8 +46,9 @@
 //
 // L1 in device memory (a pool whose blocks the host cannot address, such as
 // tiers::cuda_device_region's): L3 reads and writes go through host staging
-// buffers, and the int8 codec, which runs on the host, reads and writes such
-// a block through a host buffer of the calling thread's. When the pool
+// buffers, and the int8 codec runs on the device when create() is given one
+// (DeviceKvCodec), else on the host, which reads and writes such a block
+// through a host buffer of the calling thread's. When the pool
 // offers a DeviceLink (tiers/block_pool.h), L2 lies in the host memory it
 // offers (page-locked by the device's driver), and exact L1<->L2 moves in the
 // background run on its copy queue (a CUDA stream; tiers/copy_queue.h),
@@ -69,6 +70,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -126,6 +128,18 @@ struct CacheConfig {
   // L3 would hold lossy blocks at 4x their int8 size. exact/exact,
   // exact/int8 and int8/int8 are accepted, and int8 L2 without L3.
   std::expected<void, std::string> validate() const;
+};
+
+// The int8 codec run by the device that holds an L1 in device memory
+// (engine/cuda/cuda_kv_codec.h): encode writes the encoding of an L1 block
+// into host memory, decode an L1 block from the encoded host bytes, each done
+// when it returns, with the host codec's bytes. Only the int8 bytes then
+// cross the bus. Thread-safe: the copy worker and the engine call it. Without
+// one, int8 tiers under a device L1 encode and decode on the host, the fp32
+// block passing through a host buffer.
+struct DeviceKvCodec {
+  std::function<void(std::byte* host_dst, const std::byte* l1_src)> encode;
+  std::function<void(std::byte* l1_dst, const std::byte* host_src)> decode;
 };
 
 // What it costs to get one block's worth of tokens, for the load-or-recompute
@@ -199,11 +213,11 @@ class KvCache {
   // an L3 that cannot be opened is not an error: the cache runs on L1 + L2,
   // warnings() says why and the L3 tier reports available = false. With
   // l3_format int8 the store's tag includes the format, so a store written
-  // exact (or the other way round) starts empty, with a warning.
-  static std::expected<std::unique_ptr<KvCache>, std::string> create(const KvLayout& layout,
-                                                                     std::uint64_t fingerprint,
-                                                                     tiers::BlockPool& l1,
-                                                                     const CacheConfig& config);
+  // exact (or the other way round) starts empty, with a warning. `codec`
+  // serves int8 tiers when l1 is device memory (see DeviceKvCodec).
+  static std::expected<std::unique_ptr<KvCache>, std::string> create(
+      const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
+      const CacheConfig& config, const DeviceKvCodec& codec = {});
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
@@ -327,7 +341,7 @@ class KvCache {
 
  private:
   KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
-          const CacheConfig& config);
+          const CacheConfig& config, const DeviceKvCodec& codec);
   std::optional<int> alloc_l1();
   // Which L2 blocks alloc_l2 may push out when no slot is free.
   enum class L2Victims {

@@ -110,7 +110,7 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
   if (config.prefix_cache) {
     const std::uint64_t fingerprint =
         model_fingerprint(model.config(), model.weights(), config.page_size) ^ forward.kv_tag;
-    auto created = KvCache::create(layout, fingerprint, *pool, config.cache);
+    auto created = KvCache::create(layout, fingerprint, *pool, config.cache, forward.kv_codec);
     if (!created) return std::unexpected(created.error());
     cache = std::move(*created);
   }

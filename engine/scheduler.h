@@ -202,6 +202,9 @@ struct ForwardPass {
   // use different tags, so a restart on the other device never serves KV the
   // first one computed. 0 for the CPU forward.
   std::uint64_t kv_tag = 0;
+  // The device's int8 codec for KV in its memory, for int8 tiers under a
+  // device L1 (see DeviceKvCodec); empty: the host's.
+  DeviceKvCodec kv_codec;
 };
 
 class Scheduler {

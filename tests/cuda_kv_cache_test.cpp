@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/cuda_kv_codec.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/scheduler.h"
 #include "scheduler_test_util.h"
@@ -49,7 +50,8 @@ class CudaKvCacheTest : public cuda_test_util::CudaDeviceTest {
     gpu_ = std::move(*gpu);
   }
 
-  GpuScheduler make(const SchedulerConfig& c) {
+  // With `codec`, int8 tiers encode and decode on the GPU (CudaKvCodec).
+  GpuScheduler make(const SchedulerConfig& c, bool codec = false) {
     GpuScheduler g;
     const auto shape = Scheduler::l1_shape(model_->kv_layout(c.page_size), c);
     auto region = tiers::cuda_device_region(shape.block_bytes * shape.blocks);
@@ -63,6 +65,14 @@ class CudaKvCacheTest : public cuda_test_util::CudaDeviceTest {
     };
     forward.gathers_scores = false;
     forward.kv_tag = CudaModel::kKvTag;
+    if (codec) {
+      const KvLayout l = model_->kv_layout(c.page_size);
+      auto made = CudaKvCodec::create({l.n_layer, l.n_kv_head, l.head_dim, l.page_size});
+      EXPECT_TRUE(made.has_value()) << made.error();
+      if (!made) return g;
+      forward.kv_codec = device_kv_codec(
+          std::move(*made), [](const std::string& why) { ADD_FAILURE() << "codec: " << why; });
+    }
     auto s = Scheduler::create(*model_, tokenizer_, c, g.l1.get(), std::move(forward));
     EXPECT_TRUE(s.has_value()) << s.error();
     if (s) g.scheduler = std::move(*s);
@@ -211,31 +221,40 @@ TEST_F(CudaKvCacheTest, KvTheCpuWroteToL3IsNotServedToTheGpu) {
   EXPECT_EQ(s->cache()->stats().tier[2].promotions, 0);
 }
 
-// int8 lower tiers with L1 on the GPU: blocks go through a host buffer to
-// the codec and back. Lossy, so the tokens are checked only to come, with
-// blocks promoted from both tiers and no checksum failure; that the bytes
-// equal a host L1's is KvQuantTiersTest's (with a stand-in device pool).
-TEST_F(CudaKvCacheTest, Int8TiersTakeDeviceBlocksThroughAHostBuffer) {
-  test_util::TempDir dir;
-  SchedulerConfig c = tiered(dir.path() / "l3");
-  c.cache.l2_format = c.cache.l3_format = KvFormat::kInt8;
-  GpuScheduler s = make(c);
-  ASSERT_NE(s.scheduler, nullptr);
+// int8 tiers under an L1 on the GPU: encoded and decoded on the host, the
+// block passing through a host buffer, or on the GPU (CudaKvCodec), which
+// gives the host codec's bytes: the same tokens either way, under pressure
+// through L2 and L3.
+TEST_F(CudaKvCacheTest, Int8TiersGiveTheSameTokensEncodedOnTheHostOrTheGpu) {
   const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
                                           "It is a truth universally ", "A bird in the hand "};
-  for (int round = 0; round < 3; ++round) {
-    std::vector<RequestParams> part;
-    for (std::size_t i = 0; i < stems.size(); ++i)
-      part.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6, greedy()));
-    std::vector<RequestId> ids;
-    ASSERT_TRUE(test_util::submit_and_run(*s.scheduler, part, ids)) << "round " << round;
-    for (RequestId id : ids) EXPECT_EQ(s->find(id)->generated().size(), 6u);
+  std::vector<std::vector<int>> tokens[2];
+  for (const bool codec : {false, true}) {
+    SCOPED_TRACE(codec ? "GPU codec" : "host codec");
+    test_util::TempDir dir;
+    SchedulerConfig c = tiered(dir.path() / "l3");
+    c.cache.l2_format = c.cache.l3_format = KvFormat::kInt8;
+    GpuScheduler s = make(c, codec);
+    ASSERT_NE(s.scheduler, nullptr);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<RequestParams> part;
+      for (std::size_t i = 0; i < stems.size(); ++i)
+        part.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6, greedy()));
+      std::vector<RequestId> ids;
+      ASSERT_TRUE(test_util::submit_and_run(*s.scheduler, part, ids)) << "round " << round;
+      for (RequestId id : ids) {
+        const Request* r = s->find(id);
+        EXPECT_EQ(r->generated().size(), 6u);
+        tokens[codec].emplace_back(r->generated().begin(), r->generated().end());
+      }
+    }
+    s->cache()->drain();
+    const CacheStats st = s->cache()->stats();
+    EXPECT_GT(st.tier[1].promotions, 0);
+    EXPECT_GT(st.tier[2].demotions, 0);
+    EXPECT_EQ(st.tier[2].checksum_failures, 0);
   }
-  s->cache()->drain();
-  const CacheStats st = s->cache()->stats();
-  EXPECT_GT(st.tier[1].promotions, 0);
-  EXPECT_GT(st.tier[2].demotions, 0);
-  EXPECT_EQ(st.tier[2].checksum_failures, 0);
+  EXPECT_EQ(tokens[0], tokens[1]);
 }
 
 TEST_F(CudaKvCacheTest, RefusesH2oWithTheReason) {

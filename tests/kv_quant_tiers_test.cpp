@@ -50,8 +50,9 @@ CacheConfig config(KvFormat l2, KvFormat l3, const std::filesystem::path& l3_pat
 }
 
 std::unique_ptr<KvCache> make_cache(tiers::BlockPool& l1, const CacheConfig& c,
-                                    const KvLayout& layout = kLayout) {
-  auto cache = KvCache::create(layout, kFingerprint, l1, c);
+                                    const KvLayout& layout = kLayout,
+                                    const DeviceKvCodec& codec = {}) {
+  auto cache = KvCache::create(layout, kFingerprint, l1, c, codec);
   EXPECT_TRUE(cache.has_value()) << cache.error();
   return cache ? std::move(*cache) : nullptr;
 }
@@ -139,6 +140,34 @@ tiers::BlockPool copy_only_pool(test_util::StandInDevice& device, int blocks = 3
   return tiers::BlockPool(block, blocks,
                           device.region(block * static_cast<std::size_t>(blocks), true));
 }
+
+// A stand-in for the device's int8 codec (engine/cuda/cuda_kv_codec.h, run
+// where a GPU is): the host codec, reaching L1 through the pool's copy. It
+// counts its calls, and those whose L1 end was not in L1.
+struct StandInCodec {
+  std::atomic<long> calls = 0;
+  std::atomic<long> outside_l1 = 0;
+  DeviceKvCodec codec(const tiers::BlockPool& l1) {
+    const kernels::KvShape shape = shape_of(kLayout);
+    const std::size_t n = kLayout.block_bytes();
+    DeviceKvCodec c;
+    c.encode = [this, &l1, shape, n](std::byte* host_dst, const std::byte* l1_src) {
+      ++calls;
+      outside_l1 += !l1.contains(l1_src);
+      std::vector<float> block(n / sizeof(float));
+      l1.copy(reinterpret_cast<std::byte*>(block.data()), l1_src, n);
+      kernels::quantize_block(block.data(), shape, host_dst);
+    };
+    c.decode = [this, &l1, shape, n](std::byte* l1_dst, const std::byte* host_src) {
+      ++calls;
+      outside_l1 += !l1.contains(l1_dst);
+      std::vector<float> block(n / sizeof(float));
+      kernels::dequantize_block(host_src, shape, block.data());
+      l1.copy(l1_dst, reinterpret_cast<const std::byte*>(block.data()), n);
+    };
+    return c;
+  }
+};
 
 TEST(KvQuantTiersTest, FormatsParseAndPrint) {
   EXPECT_EQ(parse_kv_format("exact").value(), KvFormat::kExact);
@@ -261,25 +290,36 @@ TEST(KvQuantTiersTest, Int8L3ServesBlocksAfterARestartWithinTheBound) {
 }
 
 // With an L1 the host may not address (device memory, with the GPU), a
-// block passes through a host buffer on its way to and from the int8 codec.
-// What comes back is what a host L1 gets, byte for byte: through an int8 L2,
-// and through an int8 L3 after a restart (read into staging, decoded, copied
-// up).
+// block passes through a host buffer on its way to and from the int8 codec,
+// or through the device's codec when it offers one. What comes back is what
+// a host L1 gets, byte for byte: through an int8 L2, through an int8 L3
+// after a restart (read into staging, decoded, copied up), and through an
+// int8 L3 written from an exact L2 (which the host encodes: the slot is host
+// memory, not the device's).
 TEST(KvQuantTiersTest, AnL1OnlyItsCopyReachesGetsTheBytesOfAHostL1) {
   const std::vector<float> kv = random_kv(4);
   test_util::StandInDevice device;
+  StandInCodec codec;
+  enum class L1 { kHost, kCopyOnly, kWithCodec };
+  enum class Path { kL2, kL3, kExactL2ToL3 };
   // The block cached, demoted (and persisted, then the cache restarted),
   // and fetched back into an L1 of the kind asked for.
-  auto round_trip = [&](bool copy_only, bool via_l3) -> std::vector<float> {
+  auto round_trip = [&](L1 kind, Path path) -> std::vector<float> {
     test_util::TempDir dir;
-    const CacheConfig c = config(KvFormat::kInt8, KvFormat::kInt8, via_l3 ? dir.path() / "l3" : "");
+    const CacheConfig c = path == Path::kL2
+                              ? config(KvFormat::kInt8, KvFormat::kInt8)
+                              : config(path == Path::kL3 ? KvFormat::kInt8 : KvFormat::kExact,
+                                       KvFormat::kInt8, dir.path() / "l3");
+    auto open = [&](tiers::BlockPool& l1) {
+      return make_cache(l1, c, kLayout, kind == L1::kWithCodec ? codec.codec(l1) : DeviceKvCodec{});
+    };
     {
-      tiers::BlockPool l1 = copy_only ? copy_only_pool(device) : l1_pool();
-      const auto cache = make_cache(l1, c);
+      tiers::BlockPool l1 = kind == L1::kHost ? l1_pool() : copy_only_pool(device);
+      const auto cache = open(l1);
       if (cache == nullptr) return {};
       cache_block(*cache, l1, block_tokens(4), kv);
       cache->flush(Tier::kL1);
-      if (!via_l3) {
+      if (path == Path::kL2) {
         std::vector<float> back = fetch(*cache, l1, block_tokens(4));
         EXPECT_EQ(cache->stats().tier[1].promotions, 1);
         EXPECT_TRUE(cache->check_invariants());
@@ -287,8 +327,8 @@ TEST(KvQuantTiersTest, AnL1OnlyItsCopyReachesGetsTheBytesOfAHostL1) {
       }
       EXPECT_EQ(cache->persist(), 1);
     }
-    tiers::BlockPool l1 = copy_only ? copy_only_pool(device) : l1_pool();
-    const auto cache = make_cache(l1, c);
+    tiers::BlockPool l1 = kind == L1::kHost ? l1_pool() : copy_only_pool(device);
+    const auto cache = open(l1);
     if (cache == nullptr) return {};
     EXPECT_EQ(cache->lookup(cache->root(""), block_tokens(4), 1).blocks[2], 1);
     std::vector<float> back = fetch(*cache, l1, block_tokens(4));
@@ -296,17 +336,26 @@ TEST(KvQuantTiersTest, AnL1OnlyItsCopyReachesGetsTheBytesOfAHostL1) {
     EXPECT_TRUE(cache->check_invariants());
     return back;
   };
-  for (const bool via_l3 : {false, true}) {
-    SCOPED_TRACE(via_l3 ? "through L3 and a restart" : "through L2");
+  for (const Path path : {Path::kL2, Path::kL3, Path::kExactL2ToL3}) {
+    SCOPED_TRACE(path == Path::kL2   ? "through L2"
+                 : path == Path::kL3 ? "through L3 and a restart"
+                                     : "through an exact L2, an int8 L3 and a restart");
     device.copies = 0;
-    const std::vector<float> host = round_trip(false, via_l3);
+    const std::vector<float> host = round_trip(L1::kHost, path);
     EXPECT_EQ(device.copies.load(), 0);
-    const std::vector<float> copy_only = round_trip(true, via_l3);
-    EXPECT_GT(device.copies.load(), 0) << "nothing went through the pool's copy";
-    EXPECT_EQ(device.queued.load(), 0) << "int8 moves are the host codec's, not the queue's";
-    EXPECT_TRUE(within_int8_bound(kv, copy_only));
-    ASSERT_EQ(host.size(), copy_only.size());
-    EXPECT_EQ(std::memcmp(host.data(), copy_only.data(), host.size() * sizeof(float)), 0);
+    EXPECT_TRUE(within_int8_bound(kv, host));
+    for (const L1 kind : {L1::kCopyOnly, L1::kWithCodec}) {
+      SCOPED_TRACE(kind == L1::kCopyOnly ? "host codec" : "device codec");
+      device.copies = 0;
+      codec.calls = 0;
+      const std::vector<float> got = round_trip(kind, path);
+      EXPECT_GT(device.copies.load(), 0) << "nothing went through the pool's copy";
+      EXPECT_EQ(device.queued.load(), 0) << "int8 moves are the codec's, not the queue's";
+      EXPECT_EQ(codec.calls.load() > 0, kind == L1::kWithCodec) << "codec calls " << codec.calls;
+      EXPECT_EQ(codec.outside_l1.load(), 0) << "the device codec was given host memory as L1";
+      ASSERT_EQ(host.size(), got.size());
+      EXPECT_EQ(std::memcmp(host.data(), got.data(), host.size() * sizeof(float)), 0);
+    }
   }
 }
 

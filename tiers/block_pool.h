@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <expected>
 #include <functional>
 #include <memory>
@@ -125,6 +126,12 @@ class BlockPool {
   // Whether the host may read and write the blocks in place: false for a
   // Region with a copy function (device memory).
   bool host_addressable() const { return !region_copy_; }
+  // Whether p points into the pool's memory (any block).
+  bool contains(const std::byte* p) const {
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    const auto base = reinterpret_cast<std::uintptr_t>(base_.get());
+    return at >= base && at - base < capacity_bytes();
+  }
   // The region's DeviceLink, or null (host memory, or a region without one).
   const DeviceLink* link() const { return link_.get(); }
   // Copies `bytes` from src to dst, where each is this pool's memory or host
