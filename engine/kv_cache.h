@@ -4,7 +4,8 @@
 //
 //   L1  the engine's block pool (the scheduler's); a cached block there can be
 //       shared by a new request at once;
-//   L2  a pinned host pool (tiers::BlockPool, Memory::kPinned), optional;
+//   L2  a pinned host pool (tiers::BlockPool, Memory::kPinned, or the host
+//       memory a device L1's link offers), optional;
 //   L3  the SSD store (tiers::L3Store), optional.
 //
 // Policy:
