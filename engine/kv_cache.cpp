@@ -918,8 +918,7 @@ void KvCache::start_writeback() {
   while (l3_->pending.size() < kMaxWritesInFlight) {
     CacheNode* node =
         tree_.lru(Tier::kL2, [](const CacheNode& m) { return !m.l3 && !m.l3_writing; });
-    if (node == nullptr) break;
-    write_to_l3(node);
+    if (node == nullptr || !write_to_l3(node)) break;
   }
   l3_->store->flush();
 }
@@ -1002,26 +1001,10 @@ TierCosts KvCache::calibrate(double prefill_per_token_s) {
   return c;
 }
 
-void KvCache::write_to_l3(CacheNode* node) {
-  tiers::L3Record record;
-  record.key = node->key;
-  record.parent = node->parent == nullptr ? tiers::BlockKey{} : node->parent->key;
-  record.fingerprint = fingerprint_;
-  record.tokens.assign(node->tokens.begin(), node->tokens.end());
-  node->l3_writing = true;
+bool KvCache::write_to_l3(CacheNode* node) {
+  if (device_failed_) return false;
   const bool from_l2 = node->l2 >= 0;
-  int l1_source = -1;
-  const std::byte* src = nullptr;
-  if (from_l2) {
-    src = l2_->data(node->l2);
-  } else {
-    // The extra reference keeps the block in L1 until the write completes
-    // (and, with staging, bounds the buffers in use: see L3Parts).
-    l1_source = node->l1;
-    l1_->add_ref(l1_source);
-    ++l1_io_refs_[static_cast<std::size_t>(l1_source)];
-    src = l1_->data(l1_source);
-  }
+  const std::byte* src = from_l2 ? l2_->data(node->l2) : l1_->data(node->l1);
   // An int8 L3 takes an int8 L2 slot's bytes as they are; anything else
   // exact is encoded into a staging buffer that lives until the write
   // completes.
@@ -1032,8 +1015,41 @@ void KvCache::write_to_l3(CacheNode* node) {
     l3_encode_(l3_->staging->data(staging), src);
     src = l3_->staging->data(staging);
   }
+  // Asked once the bytes are taken: a failure before then shows.
+  if (device_failed()) {
+    if (staging >= 0) l3_->staging->release(staging);
+    return false;
+  }
+  tiers::L3Record record;
+  record.key = node->key;
+  record.parent = node->parent == nullptr ? tiers::BlockKey{} : node->parent->key;
+  record.fingerprint = fingerprint_;
+  record.tokens.assign(node->tokens.begin(), node->tokens.end());
+  node->l3_writing = true;
+  int l1_source = -1;
+  if (!from_l2) {
+    // The extra reference keeps the block in L1 until the write completes
+    // (and, with staging, bounds the buffers in use: see L3Parts).
+    l1_source = node->l1;
+    l1_->add_ref(l1_source);
+    ++l1_io_refs_[static_cast<std::size_t>(l1_source)];
+  }
   const std::uint64_t ticket = l3_->store->write(record, src);
   l3_->pending[ticket] = {node->key, true, l1_source, staging, Clock::now()};
+  return true;
+}
+
+bool KvCache::device_failed() {
+  if (device_failed_) return true;
+  const tiers::DeviceLink* link = l1_->link();
+  if (link == nullptr || !link->failure) return false;
+  const std::string why = link->failure();
+  if (why.empty()) return false;
+  device_failed_ = true;
+  ++stats_.tier[0].io_errors;
+  warnings_.push_back("the device that holds L1 failed (" + why +
+                      "): nothing more is written to L3, which keeps what it has");
+  return true;
 }
 
 int KvCache::persist() {
@@ -1045,7 +1061,7 @@ int KvCache::persist() {
   for (const CacheNode* n : tree_.nodes()) {
     CacheNode* node = const_cast<CacheNode*>(n);  // the tree's nodes are ours to change
     if (node->l3 || node->l3_writing || !(node->l2 >= 0 || node->usable_l1())) continue;
-    write_to_l3(node);
+    if (!write_to_l3(node)) break;
     ++written;
   }
   l3_->store->flush();

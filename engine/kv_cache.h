@@ -372,8 +372,16 @@ class KvCache {
   void start_writeback();
   // Starts the L3 write of a node from its L2 slot, or from its L1 block
   // (holding a pool reference until the write completes). Bytes not yet in
-  // L3's format are encoded into a staging buffer first.
-  void write_to_l3(CacheNode* node);
+  // L3's format are encoded into a staging buffer first. False, starting
+  // nothing, once device_failed().
+  bool write_to_l3(CacheNode* node);
+  // Whether the device that holds L1 has failed (DeviceLink::failure; said
+  // once, in warnings() and L1's io_errors). What came off it since is
+  // garbage that an L3 checksum would vouch for, and a restart on a working
+  // device would serve: L3 takes no more writes. Bytes that left the device
+  // before the failure are sound, and a failure is seen by the first write
+  // after it, so checking before each write is enough.
+  bool device_failed();
   // True if demoting this L1 node would not lose a pinned block.
   bool can_demote(const CacheNode& node) const;
   // An L1<->L2 move of `bytes` in the background, as moves_'s ticket: on the
@@ -456,6 +464,7 @@ class KvCache {
   std::unique_ptr<tiers::CopyQueue> queue_;
   bool queue_lost_ = false;         // its moves are still in moves_, for collect() to fail
   std::uint64_t never_copied_ = 0;  // moves started meanwhile (see start_move)
+  bool device_failed_ = false;
   std::unique_ptr<tiers::CopyWorker> copier_;
 };
 

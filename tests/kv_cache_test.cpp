@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -44,24 +45,33 @@ class KvCacheTest : public ::testing::Test {
       : l1_(kLayout.block_bytes(), kL1Blocks,
             device_.region(kLayout.block_bytes() * kL1Blocks, /*with_link=*/true)) {}
 
-  std::unique_ptr<KvCache> make(bool load_by_layer) {
+  std::unique_ptr<KvCache> make(bool load_by_layer, const std::filesystem::path& l3 = {}) {
     CacheConfig c;
     c.l2_bytes = 8 * kLayout.block_bytes();
     c.load_by_layer = load_by_layer;
+    if (!l3.empty()) {
+      c.l3_path = l3.string();
+      c.l3_bytes = 64 * kLayout.block_bytes();
+    }
     auto cache = KvCache::create(kLayout, kFingerprint, l1_, c);
     EXPECT_TRUE(cache.has_value()) << cache.error();
     return cache ? std::move(*cache) : nullptr;
   }
 
-  // Caches `bytes` under tokens and moves it down to L2 (the cache keeps the
-  // only copy there).
-  void cache_in_l2(KvCache& cache, const std::vector<int>& tokens,
+  // Caches `bytes` under tokens (the cache keeps the only reference).
+  void cache_in_l1(KvCache& cache, const std::vector<int>& tokens,
                    const std::vector<std::byte>& bytes) {
     const int block = l1_.allocate().value();
     l1_.copy(l1_.data(block), bytes.data(), bytes.size());
     const int blocks[] = {block};
     cache.insert(cache.root(""), tokens, blocks);
     l1_.release(block);
+  }
+
+  // The same, moved down to L2 (the cache keeps the only copy there).
+  void cache_in_l2(KvCache& cache, const std::vector<int>& tokens,
+                   const std::vector<std::byte>& bytes) {
+    cache_in_l1(cache, tokens, bytes);
     ASSERT_EQ(cache.flush(Tier::kL1), 1);
   }
 
@@ -197,6 +207,43 @@ TEST_F(KvCacheTest, CleaningRunsOnTheQueueAndALostOneLeavesTheBlocksInL1) {
     // Every block still comes back as it was, from L1.
     for (int i = 0; i < kL1Blocks; ++i) EXPECT_EQ(fetch(*cache, block_tokens(10 + i)), want[i]);
   }
+}
+
+// What comes off a failed device is garbage that an L3 checksum would vouch
+// for, and a restart on a working device would serve: once the device says
+// it failed, L3 takes no more writes, from L1 or from L2, and keeps what it
+// had. A restart finds the block written before, and not those after.
+TEST_F(KvCacheTest, AFailedDeviceWritesNothingMoreToL3) {
+  test_util::TempDir dir;
+  const std::vector<std::byte> before = random_block(7);
+  {
+    const auto cache = make(false, dir.path() / "l3");
+    ASSERT_NE(cache, nullptr);
+    cache_in_l1(*cache, block_tokens(1), before);
+    EXPECT_EQ(cache->persist(), 1);
+    cache_in_l1(*cache, block_tokens(2), random_block(8));  // stays in L1
+    cache_in_l1(*cache, block_tokens(3), random_block(9));
+    ASSERT_TRUE(cache->flush(Tier::kL1) >= 2);  // 2 and 3 (and 1) go to L2
+    cache_in_l1(*cache, block_tokens(4), random_block(10));
+    device_.failed = true;
+    EXPECT_EQ(cache->persist(), 0);
+    cache->poll();  // write_back would start writes of the L2 blocks here
+    cache->drain();
+    const CacheStats st = cache->stats();
+    EXPECT_EQ(st.tier[0].io_errors, 1);
+    EXPECT_EQ(st.tier[2].used_blocks, 1u);
+    EXPECT_TRUE(cache->check_invariants());
+    ASSERT_FALSE(cache->warnings().empty());
+    EXPECT_TRUE(contains(cache->warnings().back(), "stand-in device failed"))
+        << cache->warnings().back();
+  }  // the destructor's persist() writes nothing either
+  device_.failed = false;
+  const auto cache = make(false, dir.path() / "l3");
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(cache->lookup(cache->root(""), block_tokens(1), 1).blocks[2], 1);
+  for (int t : {2, 3, 4})
+    EXPECT_EQ(cache->lookup(cache->root(""), block_tokens(t), 1).total_blocks(), 0) << t;
+  EXPECT_EQ(fetch(*cache, block_tokens(1)), before);
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 // compute on it. With link, it also offers what cuda_device_region offers
 // (DeviceLink): host memory for L2 and a copy queue, here a CopyWorker doing
 // plain copies on its thread, which a test can make fail as a lost device
-// fails a CUDA stream (every poll() and drain() from then on).
+// fails a CUDA stream (every poll() and drain() from then on); and the
+// device's failure, which a test can set.
 #pragma once
 
 #include <atomic>
@@ -37,6 +38,8 @@ class StandInDevice {
   // its poll() and drain() fail (its copies still land: the cache must
   // throw them away all the same). Negative: never.
   long lose_after = -1;
+  // The device has failed (DeviceLink::failure says so while it is set).
+  std::atomic<bool> failed = false;
 
   tiers::Region region(std::size_t bytes, bool with_link) {
     tiers::Region r = host_region(bytes);
@@ -53,6 +56,7 @@ class StandInDevice {
           -> std::expected<std::unique_ptr<tiers::CopyQueue>, std::string> {
         return std::make_unique<Queue>(*this, std::move(on_complete));
       };
+      link->failure = [this] { return failed ? std::string("stand-in device failed") : ""; };
       r.link = std::move(link);
     }
     return r;

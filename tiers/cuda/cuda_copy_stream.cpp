@@ -103,9 +103,7 @@ std::expected<std::vector<CopyCompletion>, std::string> CudaCopyStream::poll() {
     const Pending& p = pending_.front();
     const cudaError_t err = cudaEventQuery(p.event);
     if (err == cudaErrorNotReady) {
-      // Not an error. Should the runtime keep it as the last error anyway,
-      // the next kernel launch's check must not find it there.
-      if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+      forget_not_ready();
       break;
     }
     if (err != cudaSuccess) {

@@ -16,4 +16,11 @@ inline std::string cuda_error(const std::string& call, cudaError_t err) {
   return call + " failed: " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")";
 }
 
+// After a query of work still running: cudaErrorNotReady is not an error,
+// but should the runtime keep it as the thread's last error, the next kernel
+// launch's check must not find it there.
+inline void forget_not_ready() {
+  if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+}
+
 }  // namespace kvtier::tiers

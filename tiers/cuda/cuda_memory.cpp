@@ -32,6 +32,14 @@ std::expected<Region, std::string> cuda_device_region(std::size_t bytes) {
     if (!stream) return std::unexpected(stream.error());
     return std::move(*stream);
   };
+  // A sticky error is what every call returns once the context is lost; a
+  // stream query is the cheapest call, and waits for nothing.
+  link->failure = []() -> std::string {
+    const cudaError_t err = cudaStreamQuery(cudaStreamLegacy);
+    if (err == cudaErrorNotReady) forget_not_ready();
+    if (err == cudaSuccess || err == cudaErrorNotReady) return {};
+    return cuda_error("cudaStreamQuery", err);
+  };
   return Region{.base = static_cast<std::byte*>(p),
                 .bytes = bytes,
                 .free = [](std::byte* q) { (void)cudaFree(q); },

@@ -23,8 +23,9 @@ namespace kvtier::tiers {
 // blocks are device pointers: copies and kernels may use them, the host may
 // not dereference them. The region's copy is cuda_copy, so a pool over it
 // copies blocks (BlockPool::copy) to and from host memory and within itself.
-// Its link (DeviceLink) offers cuda_pinned_region for the tiers' host memory
-// and a CudaCopyStream for their asynchronous copies. REQUIRES: bytes > 0.
+// Its link (DeviceLink) offers cuda_pinned_region for the tiers' host memory,
+// a CudaCopyStream for their asynchronous copies, and a probe for a lost
+// context. REQUIRES: bytes > 0.
 std::expected<Region, std::string> cuda_device_region(std::size_t bytes);
 
 // Copies `bytes` between any two of device memory, pinned and pageable host
