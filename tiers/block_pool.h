@@ -74,11 +74,10 @@ struct Region {
 // half the speed, and synchronously), for the L2 pool; and a copy engine of
 // the device's own, whose completions also call on_complete. Either may fail
 // with the reason; the caller then does without it (Region::copy still
-// works).
-//
-// `failure` says why the device can no longer be trusted (with CUDA, a sticky
-// error: the context is lost, and every copy off it since is garbage), or
-// nothing; cheap enough to ask before each block is kept elsewhere.
+// works). And `failure`, which says why the device can no longer be trusted
+// (with CUDA, a sticky error: the context is lost, and every copy off it
+// since is garbage), or nothing: cheap enough to ask before each block is
+// kept elsewhere.
 struct DeviceLink {
   std::function<std::expected<Region, std::string>(std::size_t bytes)> host_memory;
   std::function<std::expected<std::unique_ptr<CopyQueue>, std::string>(
