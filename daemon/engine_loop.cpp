@@ -60,9 +60,7 @@ void cache_start(Scheduler& scheduler) {
 DeviceKvCodec device_kv_codec(const Model& model, const EngineLoopOptions& options) {
   const CacheConfig& c = options.scheduler.cache;
   if (c.l2_format != KvFormat::kInt8 && c.l3_format != KvFormat::kInt8) return {};
-  const KvLayout layout = model.kv_layout(options.scheduler.page_size);
-  auto codec =
-      CudaKvCodec::create({layout.n_layer, layout.n_kv_head, layout.head_dim, layout.page_size});
+  auto codec = CudaKvCodec::create(model.kv_layout(options.scheduler.page_size).shape());
   if (!codec) {
     log_warning("int8 tiers encode on the host: " + codec.error());
     return {};

@@ -140,7 +140,7 @@ std::expected<std::unique_ptr<KvCache>, std::string> KvCache::create(const KvLay
 KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
                  const CacheConfig& config, const DeviceKvCodec& codec)
     : layout_(layout),
-      shape_{layout.n_layer, layout.n_kv_head, layout.head_dim, layout.page_size},
+      shape_(layout.shape()),
       block_bytes_(layout.block_bytes()),
       l2_block_bytes_(config.l2_format == KvFormat::kInt8 ? kernels::kv_quant_bytes(shape_)
                                                           : block_bytes_),

@@ -20,10 +20,10 @@
 //    whose write is still in flight is waited for rather than dropped); with
 //    write_through every block is written from L1 as it enters the cache.
 //  * Promotion: acquire_prefix() starts copies of L2 blocks up (on the copy
-//    worker, tiers/copy_worker.h, or a device's copy queue) and L3 reads, both into fresh L1 blocks
-//    (an int8 L3 reads into a staging buffer, decoded into the L1 block by
-//    poll()); the request waits (the engine does not) until they complete,
-//    and then shares the blocks.
+//    worker, tiers/copy_worker.h, or a device's copy queue) and L3 reads,
+//    both into fresh L1 blocks (an int8 L3 reads into a staging buffer,
+//    decoded into the L1 block by poll()); the request waits (the engine
+//    does not) until they complete, and then shares the blocks.
 //  * Cleaning: when L1 runs low on free blocks, poll() copies the next few
 //    demotion candidates to L2 in the background, so that demoting them
 //    later is a release, not a copy on the engine thread. It uses only free
@@ -49,9 +49,9 @@
 // tiers::cuda_device_region's): L3 reads and writes go through host staging
 // buffers, and the int8 codec runs on the device when create() is given one
 // (DeviceKvCodec), else on the host, which reads and writes such a block
-// through a host buffer of the calling thread's. When the pool
-// offers a DeviceLink (tiers/block_pool.h), L2 lies in the host memory it
-// offers (page-locked by the device's driver), and exact L1<->L2 moves in the
+// through a host buffer of the calling thread's. When the pool offers a
+// DeviceLink (tiers/block_pool.h), L2 lies in the host memory it offers
+// (page-locked by the device's driver), and exact L1<->L2 moves in the
 // background run on its copy queue (a CUDA stream; tiers/copy_queue.h),
 // whose completions come through poll() like the worker's. Should the queue
 // fail (a lost device), its moves in flight are thrown away as if never made:

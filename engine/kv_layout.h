@@ -10,6 +10,7 @@
 
 #include "engine/model_config.h"
 #include "kernels/attention.h"
+#include "kernels/kv_shape.h"
 
 namespace kvtier {
 
@@ -37,6 +38,9 @@ struct KvLayout {
   std::size_t bytes_per_token() const {
     return sizeof(float) * 2 * static_cast<std::size_t>(n_layer) * n_kv_head * head_dim;
   }
+
+  // The same numbers as the int8 codec's (kernels/kv_quant.h) block shape.
+  kernels::KvShape shape() const { return {n_layer, n_kv_head, head_dim, page_size}; }
 
   // Layer `layer` of a sequence whose block bases are `blocks`.
   kernels::PagedKv layer_view(float* const* blocks, int layer) const {

@@ -66,8 +66,7 @@ class CudaKvCacheTest : public cuda_test_util::CudaDeviceTest {
     forward.gathers_scores = false;
     forward.kv_tag = CudaModel::kKvTag;
     if (codec) {
-      const KvLayout l = model_->kv_layout(c.page_size);
-      auto made = CudaKvCodec::create({l.n_layer, l.n_kv_head, l.head_dim, l.page_size});
+      auto made = CudaKvCodec::create(model_->kv_layout(c.page_size).shape());
       EXPECT_TRUE(made.has_value()) << made.error();
       if (!made) return g;
       forward.kv_codec = device_kv_codec(

@@ -184,11 +184,7 @@ TEST_F(KvCacheTest, CleaningRunsOnTheQueueAndALostOneLeavesTheBlocksInL1) {
     std::vector<std::vector<std::byte>> want;
     for (int i = 0; i < kL1Blocks; ++i) {
       want.push_back(random_block(100 + i));
-      const int block = l1_.allocate().value();
-      l1_.copy(l1_.data(block), want.back().data(), want.back().size());
-      const int blocks[] = {block};
-      cache->insert(cache->root(""), block_tokens(10 + i), blocks);
-      l1_.release(block);
+      cache_in_l1(*cache, block_tokens(10 + i), want.back());
     }
     if (lose) device_.lose_after = device_.queued + 1;
     const long queued = device_.queued;

@@ -31,10 +31,6 @@ using test_util::contains;
 constexpr KvLayout kLayout{4, 4, 32, 16};  // the bundled model's: 64 KiB blocks
 constexpr std::uint64_t kFingerprint = 0x6b767469657221ULL;
 
-kernels::KvShape shape_of(const KvLayout& l) {
-  return {l.n_layer, l.n_kv_head, l.head_dim, l.page_size};
-}
-
 std::size_t round_up_4k(std::size_t n) { return (n + 4095) / 4096 * 4096; }
 
 CacheConfig config(KvFormat l2, KvFormat l3, const std::filesystem::path& l3_path = {}) {
@@ -65,7 +61,7 @@ std::vector<int> block_tokens(int seed) {
 
 // KV-like floats: runs of very different magnitudes (each gets its own scale).
 std::vector<float> random_kv(unsigned seed) {
-  const kernels::KvShape s = shape_of(kLayout);
+  const kernels::KvShape s = kLayout.shape();
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<std::size_t>(s.floats_per_block()));
@@ -96,7 +92,7 @@ std::vector<float> fetch(KvCache& cache, tiers::BlockPool& l1, const std::vector
     if (blocks) {
       if (blocks->size() != 1) return {};
       const float* data = reinterpret_cast<const float*>(l1.data((*blocks)[0]));
-      std::vector<float> out(data, data + shape_of(kLayout).floats_per_block());
+      std::vector<float> out(data, data + kLayout.shape().floats_per_block());
       l1.release((*blocks)[0]);
       return out;
     }
@@ -110,7 +106,7 @@ std::vector<float> fetch(KvCache& cache, tiers::BlockPool& l1, const std::vector
 // 127), up to float rounding.
 ::testing::AssertionResult within_int8_bound(const std::vector<float>& want,
                                              const std::vector<float>& got) {
-  const kernels::KvShape s = shape_of(kLayout);
+  const kernels::KvShape s = kLayout.shape();
   if (got.size() != want.size()) return ::testing::AssertionFailure() << "no block came back";
   for (long r = 0; r < s.runs_per_block(); ++r) {
     const auto run = want.begin() + r * s.floats_per_run();
@@ -148,7 +144,7 @@ struct StandInCodec {
   std::atomic<long> calls = 0;
   std::atomic<long> outside_l1 = 0;
   DeviceKvCodec codec(const tiers::BlockPool& l1) {
-    const kernels::KvShape shape = shape_of(kLayout);
+    const kernels::KvShape shape = kLayout.shape();
     const std::size_t n = kLayout.block_bytes();
     DeviceKvCodec c;
     c.encode = [this, &l1, shape, n](std::byte* host_dst, const std::byte* l1_src) {
@@ -193,7 +189,7 @@ TEST(KvQuantTiersTest, Int8L2HoldsAboutFourTimesTheBlocksOfExact) {
     const auto int8 = make_cache(l1, c, layout);
     ASSERT_TRUE(exact && int8);
     const TierStats e = exact->stats().tier[1], q = int8->stats().tier[1];
-    const std::size_t encoded = kernels::kv_quant_bytes(shape_of(layout));
+    const std::size_t encoded = kernels::kv_quant_bytes(layout.shape());
     EXPECT_EQ(e.capacity_blocks, 32u);
     EXPECT_EQ(q.capacity_blocks, c.l2_bytes / round_up_4k(encoded));
     EXPECT_EQ(e.block_bytes, layout.block_bytes());
@@ -273,7 +269,7 @@ TEST(KvQuantTiersTest, Int8L3ServesBlocksAfterARestartWithinTheBound) {
       if (k.flush_l1_first) cache->flush(Tier::kL1);
       EXPECT_EQ(cache->persist(), 1);
       EXPECT_EQ(cache->stats().tier[2].bytes_in,
-                static_cast<long>(kernels::kv_quant_bytes(shape_of(kLayout))));
+                static_cast<long>(kernels::kv_quant_bytes(kLayout.shape())));
     }
     auto l1 = l1_pool();
     const auto cache = make_cache(l1, c);
@@ -556,7 +552,7 @@ TEST(KvQuantTiersDaemonTest, FormatsAreRestartOnlySettingsShownByTiers) {
   EXPECT_EQ(t["l1"]["format"], "exact");
   EXPECT_EQ(t["l2"]["format"], "int8");
   EXPECT_EQ(t["l3"]["format"], "int8");
-  EXPECT_EQ(t["l2"]["block_bytes"], kernels::kv_quant_bytes(shape_of(kLayout)));
+  EXPECT_EQ(t["l2"]["block_bytes"], kernels::kv_quant_bytes(kLayout.shape()));
   auto refused = c->call(request(3, "config.set", {{"l2_format", "exact"}}));
   EXPECT_EQ(error_code(refused), -32602);
   EXPECT_TRUE(
