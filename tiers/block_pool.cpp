@@ -18,6 +18,10 @@ std::function<void(std::byte*)> or_keep(std::function<void(std::byte*)> deleter)
   return [](std::byte*) {};
 }
 
+std::size_t round_up(std::size_t n, std::size_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
 }  // namespace
 
 BlockPool::BlockPool(std::size_t block_bytes, int num_blocks, Memory memory)
@@ -29,9 +33,15 @@ BlockPool::BlockPool(std::size_t block_bytes, int num_blocks, Memory memory)
   const std::size_t alignment = memory == Memory::kPageable ? 64 : 4096;
   assert(block_bytes > 0 && block_bytes % alignment == 0 && num_blocks > 0);
   const std::size_t total = block_bytes * static_cast<std::size_t>(num_blocks);
-  void* p = std::aligned_alloc(alignment, total);
+  const bool huge = total >= kHugePageBytes;
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  const std::size_t reserved = huge ? round_up(total, kHugePageBytes) : round_up(total, alignment);
+  void* p = std::aligned_alloc(huge ? kHugePageBytes : alignment, reserved);
   if (p == nullptr) throw std::bad_alloc();
   base_.reset(static_cast<std::byte*>(p));
+  // Advice only: without transparent huge pages in the kernel, or with none
+  // free when a page is first touched, the pool gets small pages.
+  if (huge) (void)madvise(p, reserved, MADV_HUGEPAGE);
   if (memory == Memory::kPinned) {
     if (mlock(p, total) == 0) {
       locked_ = true;
