@@ -8,10 +8,11 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "tests/smaps.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -108,25 +109,6 @@ TEST(BlockPoolTest, PinnedPoolIsPageAlignedAndLockedOrSaysWhyNot) {
   }
 }
 
-// The kernel's view of the mapping that holds p: its "THPeligible:" line in
-// /proc/self/smaps ("1" when the mapping may get transparent huge pages), or
-// empty when no mapping holds p.
-std::string huge_page_eligibility(const void* p) {
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
-  std::ifstream smaps("/proc/self/smaps");
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    std::uintptr_t begin = 0, end = 0;
-    char dash = 0;
-    if (std::istringstream(line) >> std::hex >> begin >> dash >> end && dash == '-') {
-      inside = begin <= at && at < end;
-    } else if (inside && line.starts_with("THPeligible:")) {
-      return line.substr(line.find_first_not_of(' ', 12));
-    }
-  }
-  return "";
-}
-
 // A pool of kHugePageBytes or more starts on a huge-page boundary and asks the
 // kernel for huge pages; whether it gets them is the kernel's business, so
 // the test asks only whether the kernel took the advice.
@@ -138,8 +120,9 @@ TEST(BlockPoolTest, ALargePoolIsAlignedForHugePagesAndAdvisedToUseThem) {
     BlockPool pool(1 << 20, 3, memory);  // 3 MiB: two huge pages, the second half used
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(pool.data(0)) % kHugePageBytes, 0u);
     if (modes.empty() || modes.find("[never]") != std::string::npos) continue;
-    EXPECT_EQ(huge_page_eligibility(pool.data(0)), "1") << "transparent huge pages: " << modes;
-    EXPECT_EQ(huge_page_eligibility(pool.data(2)), "1");
+    EXPECT_EQ(test_util::smaps_field(pool.data(0), "THPeligible"), "1")
+        << "transparent huge pages: " << modes;
+    EXPECT_EQ(test_util::smaps_field(pool.data(2), "THPeligible"), "1");
   }
   if (modes.empty() || modes.find("[never]") != std::string::npos)
     GTEST_SKIP() << "alignment checked; this kernel has no transparent huge pages to ask for ("

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "tests/smaps.h"
 #include "tests/test_util.h"
 
 namespace kvtier {
@@ -147,20 +148,10 @@ bool in_file_mapping(const void* p, const fs::path& path) {
 // Resident kB of the mapping that holds `p`, from /proc/self/smaps; -1 if
 // no mapping holds it.
 long resident_kb_of_mapping(const void* p) {
-  const auto addr = reinterpret_cast<std::uintptr_t>(p);
-  std::ifstream smaps("/proc/self/smaps");
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    std::uintptr_t begin = 0, end = 0;
-    char dash = 0;
-    if (std::istringstream(line) >> std::hex >> begin >> dash >> end && dash == '-') {
-      inside = addr >= begin && addr < end;
-      continue;
-    }
-    long kb = 0;
-    if (inside && line.starts_with("Rss:") && std::istringstream(line.substr(4)) >> kb) return kb;
-  }
-  return -1;
+  const std::optional<std::string> rss = test_util::smaps_field(p, "Rss");
+  long kb = -1;
+  if (rss) std::istringstream(*rss) >> kb;
+  return kb;
 }
 
 // Loads `tensors` written to a temp file and checks that every pointer is bound to
