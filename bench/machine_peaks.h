@@ -19,6 +19,9 @@ const char* openblas_core();
 
 // Bytes copied per second (each byte counted once) by memcpy of a buffer far
 // larger than the caches, split across `threads` threads; best of `repeats`.
+// This and read_bytes_per_second use memory laid out as the tiers' pools are
+// (huge pages where the kernel has them), so small pages' costs are not in
+// the reference.
 double memcpy_bytes_per_second(int threads, int repeats = 5);
 
 // Bytes read per second streaming a buffer far larger than the caches on
