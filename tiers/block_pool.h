@@ -106,7 +106,7 @@ class BlockPool {
   // kernel has them: a GPT-2 block (1.1 MiB) then spans one or two pages, not
   // 288, which a copy, an O_DIRECT transfer and the TLB all feel. (tier_bench
   // on a VM where small pages untouched for a while turn slow: an L1 -> L2
-  // demotion at 2-9 GB/s before, 11-18 GB/s after; an L3 hit's TTFT about
+  // demotion at 2-9 GB/s before, 8-18 GB/s after; an L3 hit's TTFT about
   // 60 ms before, 35 after; L1 and L2 hits unchanged.)
   // REQUIRES: block_bytes > 0 and a multiple of the alignment, num_blocks >
   // 0. Throws std::bad_alloc when memory is short.
