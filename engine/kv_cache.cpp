@@ -11,6 +11,7 @@
 #include "engine/block_hash.h"
 #include "kernels/block_copy.h"
 #include "kernels/kv_quant.h"
+#include "tiers/align.h"
 #include "tiers/l3_store.h"
 #include "tiers/slab_file.h"
 
@@ -19,8 +20,6 @@ namespace kvtier {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
 // Mixed into the L3 format tag of an int8 store, so that an exact store is
 // never read as int8 or the other way round (the exact tag stays the bare
@@ -224,7 +223,7 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
     l3_encode_ = l3_decode_ = exact(block_bytes_);
   }
   // Page-sized slots: L3 writes go straight from them (O_DIRECT).
-  const std::size_t slot = round_up(l2_block_bytes_, 4096);
+  const std::size_t slot = tiers::round_up(l2_block_bytes_, 4096);
   const int l2_blocks = static_cast<int>(config.l2_bytes / slot);
   if (l2_blocks > 0) {
     // Under an L1 in device memory, L2 lies in host memory the device copies

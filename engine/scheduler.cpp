@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "engine/block_hash.h"
+#include "tiers/align.h"
 
 namespace kvtier {
 namespace {
@@ -127,7 +128,7 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
 Scheduler::L1Shape Scheduler::l1_shape(const KvLayout& layout, const SchedulerConfig& config) {
   std::size_t block_bytes = layout.block_bytes();
   // O_DIRECT reads and writes go straight to and from L1 blocks.
-  if (config.prefix_cache) block_bytes = (block_bytes + 4095) / 4096 * 4096;
+  if (config.prefix_cache) block_bytes = tiers::round_up(block_bytes, 4096);
   const int blocks = std::max<int>(config.max_kv_tokens / config.page_size,
                                    static_cast<int>(config.l1_bytes / block_bytes));
   return {block_bytes, blocks};

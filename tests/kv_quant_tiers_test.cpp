@@ -21,6 +21,7 @@
 #include "scheduler_test_util.h"
 #include "stand_in_device.h"
 #include "test_util.h"
+#include "tiers/align.h"
 
 namespace kvtier {
 namespace {
@@ -30,8 +31,6 @@ using test_util::contains;
 
 constexpr KvLayout kLayout{4, 4, 32, 16};  // the bundled model's: 64 KiB blocks
 constexpr std::uint64_t kFingerprint = 0x6b767469657221ULL;
-
-std::size_t round_up_4k(std::size_t n) { return (n + 4095) / 4096 * 4096; }
 
 CacheConfig config(KvFormat l2, KvFormat l3, const std::filesystem::path& l3_path = {}) {
   CacheConfig c;
@@ -126,13 +125,14 @@ std::vector<float> fetch(KvCache& cache, tiers::BlockPool& l1, const std::vector
 }
 
 tiers::BlockPool l1_pool(int blocks = 32) {
-  return tiers::BlockPool(round_up_4k(kLayout.block_bytes()), blocks, tiers::Memory::kPageAligned);
+  return tiers::BlockPool(tiers::round_up(kLayout.block_bytes(), 4096), blocks,
+                          tiers::Memory::kPageAligned);
 }
 
 // An L1 in the stand-in for device memory (stand_in_device.h), with its
 // link: L2 lies in the host memory the link offers.
 tiers::BlockPool copy_only_pool(test_util::StandInDevice& device, int blocks = 32) {
-  const std::size_t block = round_up_4k(kLayout.block_bytes());
+  const std::size_t block = tiers::round_up(kLayout.block_bytes(), 4096);
   return tiers::BlockPool(block, blocks,
                           device.region(block * static_cast<std::size_t>(blocks), true));
 }
@@ -181,7 +181,7 @@ TEST(KvQuantTiersTest, FormatsParseAndPrint) {
 TEST(KvQuantTiersTest, Int8L2HoldsAboutFourTimesTheBlocksOfExact) {
   const KvLayout gpt2{12, 12, 64, 16};
   for (const KvLayout& layout : {kLayout, gpt2}) {
-    tiers::BlockPool l1(round_up_4k(layout.block_bytes()), 2);
+    tiers::BlockPool l1(tiers::round_up(layout.block_bytes(), 4096), 2);
     CacheConfig c = config(KvFormat::kExact, KvFormat::kExact);
     c.l2_bytes = 32 * layout.block_bytes();
     const auto exact = make_cache(l1, c, layout);
@@ -191,7 +191,7 @@ TEST(KvQuantTiersTest, Int8L2HoldsAboutFourTimesTheBlocksOfExact) {
     const TierStats e = exact->stats().tier[1], q = int8->stats().tier[1];
     const std::size_t encoded = kernels::kv_quant_bytes(layout.shape());
     EXPECT_EQ(e.capacity_blocks, 32u);
-    EXPECT_EQ(q.capacity_blocks, c.l2_bytes / round_up_4k(encoded));
+    EXPECT_EQ(q.capacity_blocks, c.l2_bytes / tiers::round_up(encoded, 4096));
     EXPECT_EQ(e.block_bytes, layout.block_bytes());
     EXPECT_EQ(q.block_bytes, encoded);
     EXPECT_EQ(q.format, KvFormat::kInt8);

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <new>
 
+#include "tiers/align.h"
+
 namespace kvtier::tiers {
 namespace {
 
@@ -16,10 +18,6 @@ namespace {
 std::function<void(std::byte*)> or_keep(std::function<void(std::byte*)> deleter) {
   if (deleter) return deleter;
   return [](std::byte*) {};
-}
-
-std::size_t round_up(std::size_t n, std::size_t multiple) {
-  return (n + multiple - 1) / multiple * multiple;
 }
 
 }  // namespace
@@ -34,8 +32,9 @@ BlockPool::BlockPool(std::size_t block_bytes, int num_blocks, Memory memory)
   assert(block_bytes > 0 && block_bytes % alignment == 0 && num_blocks > 0);
   const std::size_t total = block_bytes * static_cast<std::size_t>(num_blocks);
   const bool huge = total >= kHugePageBytes;
-  // aligned_alloc wants a size that is a multiple of the alignment.
-  const std::size_t reserved = huge ? round_up(total, kHugePageBytes) : round_up(total, alignment);
+  // aligned_alloc wants a size that is a multiple of the alignment (total
+  // already is one of `alignment`).
+  const std::size_t reserved = huge ? round_up(total, kHugePageBytes) : total;
   void* p = std::aligned_alloc(huge ? kHugePageBytes : alignment, reserved);
   if (p == nullptr) throw std::bad_alloc();
   base_.reset(static_cast<std::byte*>(p));

@@ -7,13 +7,9 @@
 #include <filesystem>
 #include <system_error>
 
+#include "tiers/align.h"
+
 namespace kvtier::tiers {
-
-namespace {
-
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
-}  // namespace
 
 const char* to_string(L3Status status) {
   switch (status) {
