@@ -454,7 +454,16 @@ std::vector<CacheNode*> Scheduler::insert_into_cache(const Request& r) {
   // KV computed with pages evicted is not what the full cache holds: never
   // shared.
   if (r.eviction().evicts()) return {};
-  const int full = r.kv_.length() / config_.page_size;
+  int full = r.kv_.length() / config_.page_size;
+  // A prefix still landing by layer came from the cache and is there already,
+  // except a block whose move failed: the cache let go of it because its
+  // bytes are unknown, and taking it back from the request would serve them.
+  // Only the blocks before the load are offered (a touch, for them).
+  if (const auto it = layer_loads_.find(&r); it != layer_loads_.end()) {
+    const auto table = r.kv_.block_ids().first(static_cast<std::size_t>(full));
+    full = static_cast<int>(std::find(table.begin(), table.end(), it->second.blocks.front()) -
+                            table.begin());
+  }
   const auto tokens =
       std::span(r.tokens_).first(static_cast<std::size_t>(full) * config_.page_size);
   return cache_->insert(r.cache_root_, tokens, r.kv_.block_ids().first(full));
@@ -668,14 +677,15 @@ StepOutput Scheduler::step() {
     };
   }
   auto logits = forward_.run(chunks, *pool_, await_layer);
-  if (loading != nullptr) {
+  if (loading != nullptr && logits) {
     // Only now are the blocks verified. A bad one is gone from the cache;
     // the request's pass is thrown away and it queues again, to find the
     // prefix without that block and prefill the rest. (A failed forward
-    // computed nothing: the request fails with the batch below.)
+    // computed nothing: the request fails with the batch below, its load
+    // unsettled.)
     const KvCache::LayerLoad load = std::move(layer_loads_.at(loading));
     layer_loads_.erase(loading);
-    if (logits && !cache_->settle(load)) {
+    if (!cache_->settle(load)) {
       ++discarded_passes_;
       loading->kv_.release(*pool_);
       std::erase(admitted_, loading);

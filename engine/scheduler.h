@@ -338,7 +338,8 @@ class Scheduler {
     kNoRoom,   // L1 has no free block for its stashed block yet
   };
   Restore restore_from_cache(Request& r, int budget_blocks);
-  // The cache's share of a finished or swapped request: its full blocks.
+  // The cache's share of a finished or swapped request: its full blocks, up
+  // to the first of a prefix still landing for it (layer_loads_).
   std::vector<CacheNode*> insert_into_cache(const Request& r);
   // Lets go of what a swapped-out request kept in the cache (holds, stash).
   void release_swap_state(Request& r);

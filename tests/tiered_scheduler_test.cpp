@@ -292,6 +292,47 @@ TEST_F(TieredSchedulerTest, ACorruptBlockLoadingByLayerThrowsThePassAwayAndIsRec
   EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
 }
 
+// The same damage, found while the request waits behind another's prefill
+// and then cancelled before its own pass: the block the read filled holds
+// the damaged bytes, and the cancelled request must not hand it to the cache
+// as that prefix's KV. A later request with the prefix gets the right tokens.
+TEST_F(TieredSchedulerTest, ACancelledRequestDoesNotCacheABlockWhoseLoadFailed) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
+  s->cache()->drain();
+  s->cache()->flush(Tier::kL1);
+  s->cache()->flush(Tier::kL2);
+  const std::size_t block = model_->kv_layout(16).block_bytes();
+  const int fd = ::open((dir.path() / "l3" / "slab").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const std::vector<char> junk(64, 0x5a);
+  ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), static_cast<off_t>(block + 4096)), 64);
+  ::close(fd);
+
+  // First in line, and longer than the token budget: its prefill takes the
+  // next steps, while the second request's prefix lands by layer.
+  const std::vector<RequestParams> reqs = {params(std::string(100, 'x') + kShared, 4, greedy()),
+                                           params(kShared + " two", 4, greedy())};
+  const RequestId busy = *s->submit(reqs[0]);
+  const RequestId loading = *s->submit(reqs[1]);
+  (void)s->step();
+  ASSERT_EQ(s->status(loading), RequestStatus::kPrefilling);
+  s->cache()->drain();
+  (void)s->step();  // its poll finds the checksum failure
+  ASSERT_EQ(s->cache()->stats().tier[2].checksum_failures, 1);
+  ASSERT_EQ(s->status(loading), RequestStatus::kPrefilling) << "not yet prefilled";
+  ASSERT_TRUE(s->cancel(loading));
+  ASSERT_TRUE(s->check_invariants());
+
+  const RequestParams again = params(kShared + " three", 8, greedy());
+  const RequestId later = *s->submit(again);
+  ASSERT_TRUE(finish_and_compare(*s, {busy, later}, {reqs[0], again}));
+}
+
 // A tiny L1 and L2 under many requests with shared prefixes: blocks are
 // demoted to L2 and written back to L3, and later requests promote them.
 TEST_F(TieredSchedulerTest, HeavyPressureDemotesAndPromotesWithoutChangingTokens) {
