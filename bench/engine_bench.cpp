@@ -164,8 +164,7 @@ void gpu_figures(const Model& model, const CpuFigures& cpu) {
   };
   auto copy_blocks = [&](const SequenceKv& from, const SequenceKv& to) {
     for (std::size_t b = 0; b < from.block_ids().size() && b < to.block_ids().size(); ++b)
-      (void)cudaMemcpy(pool.data(to.block_ids()[b]), pool.data(from.block_ids()[b]), block_bytes,
-                       cudaMemcpyDeviceToDevice);
+      pool.copy(pool.data(to.block_ids()[b]), pool.data(from.block_ids()[b]), block_bytes);
   };
   std::printf("\n== GPU forward (%s), GPT-2 124M shapes; weights %.0f MB on the device\n", "CUDA",
               gpu.weight_bytes() / 1e6);

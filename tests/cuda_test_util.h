@@ -35,7 +35,13 @@ class DeviceBuffer {
   T* as() const {
     return static_cast<T*>(ptr_);
   }
-  void upload(const void* src) const { cudaMemcpy(ptr_, src, bytes_, cudaMemcpyHostToDevice); }
+  // Landed when it returns: a copy from pageable memory returns once the
+  // bytes are staged, and the streams under test do not wait for the legacy
+  // one it runs on.
+  void upload(const void* src) const {
+    cudaMemcpy(ptr_, src, bytes_, cudaMemcpyHostToDevice);
+    cudaStreamSynchronize(cudaStreamLegacy);
+  }
   void download(void* dst) const { cudaMemcpy(dst, ptr_, bytes_, cudaMemcpyDeviceToHost); }
 
  private:

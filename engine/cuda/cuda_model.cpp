@@ -119,6 +119,9 @@ std::expected<void, std::string> CudaModel::upload_weights() {
     *t.device = dst;
     offset += aligned(t.floats);
   }
+  // A copy from pageable memory returns once the bytes are staged, and the
+  // forward's stream does not wait for the legacy one they go up on.
+  KVTIER_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
   return {};
 }
 
@@ -131,11 +134,12 @@ std::expected<std::span<const float>, std::string> CudaModel::forward(
       return std::unexpected("forward: chunk " + std::to_string(i) +
                              " asks for attention scores, which the GPU forward does not gather");
   cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, pool.data(0)) != cudaSuccess ||
-      attributes.type != cudaMemoryTypeDevice) {
-    (void)cudaGetLastError();
-    return std::unexpected("forward: the KV pool is not in device memory");
+  if (const cudaError_t err = cudaPointerGetAttributes(&attributes, pool.data(0));
+      err != cudaSuccess) {
+    return std::unexpected(cuda_error("forward: cudaPointerGetAttributes of the KV pool", err));
   }
+  if (attributes.type != cudaMemoryTypeDevice)
+    return std::unexpected("forward: the KV pool is not in device memory");
   if (auto ok = run(chunks, pool, before_attention); !ok) {
     // Wait for what was enqueued before the failure: the next call reuses
     // the buffers it may still be reading.
