@@ -11,7 +11,7 @@
 //        batch-invariant matmul (K never split) on the linear layers' and the
 //        LM head's shapes at M = 1, 16, 64 and 1024: GFLOP/s and the weight
 //        bytes it reads per second.
-// Without a device it says "no CUDA device: <reason>" and exits 0.
+// Without a device it can use it says why ("no CUDA device: <reason>") and exits 0.
 // Prints figures; asserts nothing.
 //
 //   build/bench/kernels_bench

@@ -1,24 +1,19 @@
-// Whether this process can run the CUDA kernels, for the GPU tests and the
-// kernel benchmark: they skip, with the reason, when it cannot.
+// Whether this process can run the CUDA kernels, for the GPU tests, the
+// kernel benchmark and the daemon's choice of device: they skip (or fall back
+// to the CPU), with the reason, when it cannot.
 #pragma once
-
-#include <cuda_runtime_api.h>
 
 #include <string>
 
 namespace kvtier::kernels {
 
-// Empty when a CUDA device is usable; otherwise why not, as
-// "no CUDA device: <cudaGetErrorString>".
-inline std::string cuda_device_missing() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();  // not a sticky error: clear it for later calls
-    return std::string("no CUDA device: ") + cudaGetErrorString(err);
-  }
-  if (count == 0) return "no CUDA device: cudaGetDeviceCount() found none";
-  return {};
-}
+// Whether the runtime sees a CUDA device at all, usable or not.
+bool cuda_device_present();
+
+// Empty when the kernels can run on the current device; otherwise why not:
+// "no CUDA device: <cudaGetErrorString>" when there is none, or the device,
+// its compute capability and the architectures the kernels were built for
+// when they hold no code it runs (a device older than the oldest of them).
+std::string cuda_device_missing();
 
 }  // namespace kvtier::kernels

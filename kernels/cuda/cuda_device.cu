@@ -1,0 +1,49 @@
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_device.h"
+
+namespace kvtier::kernels {
+namespace {
+
+// Built for the same architectures as every other kernel here: the runtime
+// finds code for it exactly when it finds code for them.
+__global__ void probe_kernel() {}
+
+// A failed call's message; the failure is not sticky, so it is cleared for
+// the calls after it.
+std::string why(const char* call, cudaError_t err) {
+  (void)cudaGetLastError();
+  return std::string(call) + ": " + cudaGetErrorString(err);
+}
+
+}  // namespace
+
+bool cuda_device_present() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+std::string cuda_device_missing() {
+  int count = 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess)
+    return "no CUDA device: " + why("cudaGetDeviceCount", err);
+  if (count == 0) return "no CUDA device: cudaGetDeviceCount() found none";
+  cudaFuncAttributes attributes{};
+  const cudaError_t err = cudaFuncGetAttributes(&attributes, probe_kernel);
+  if (err == cudaSuccess) return {};
+  const std::string reason = why("cudaFuncGetAttributes", err);
+  std::string device = "the CUDA device";
+  int id = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&id) == cudaSuccess && cudaGetDeviceProperties(&prop, id) == cudaSuccess)
+    device = "CUDA device " + std::to_string(id) + " (" + prop.name + ", compute capability " +
+             std::to_string(prop.major) + "." + std::to_string(prop.minor) + ")";
+  (void)cudaGetLastError();
+  return device + " cannot run the kernels, built for sm " KVTIER_CUDA_ARCHITECTURES ": " + reason;
+}
+
+}  // namespace kvtier::kernels
