@@ -178,8 +178,7 @@ TEST_F(CudaKernels, PagedAttentionMatchesTheCpuReference) {
       s.rows(d_table->as<const float* const>(), d_one_rows->as<int>(), d_one_pos->as<int>(), 1);
   CUDA_OK(paged_attention_cuda(d_out.as<float>(), d_q->as<float>() + 2 * row_floats, one, 0));
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> alone(row_floats);
-  cudaMemcpy(alone.data(), d_out.as<float>(), row_floats * sizeof(float), cudaMemcpyDeviceToHost);
+  const auto alone = from_device<float>(d_out, static_cast<std::size_t>(row_floats));
   EXPECT_EQ(std::memcmp(alone.data(), got.data() + 2 * row_floats, row_floats * sizeof(float)), 0);
 }
 

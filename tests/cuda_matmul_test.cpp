@@ -61,8 +61,7 @@ TEST_F(CudaMatmul, GivesTheCpuBitsForEveryShapeAndLayout) {
                             d_w->as<float>(), with_bias ? d_b->as<float>() : nullptr, 1, K, N,
                             layout, 0));
         CUDA_OK(cudaDeviceSynchronize());
-        std::vector<float> alone(N);
-        cudaMemcpy(alone.data(), d_out.as<float>(), N * sizeof(float), cudaMemcpyDeviceToHost);
+        const auto alone = from_device<float>(d_out, static_cast<std::size_t>(N));
         EXPECT_EQ(
             std::memcmp(alone.data(), got.data() + static_cast<long>(M - 1) * N, N * sizeof(float)),
             0);

@@ -22,11 +22,15 @@ namespace kvtier::cuda_test_util {
     ASSERT_EQ(cuda_ok_err, cudaSuccess) << #expr << ": " << cudaGetErrorString(cuda_ok_err); \
   } while (0)
 
-// Device memory, freed on scope exit.
+// Device memory, freed on scope exit. A failed allocation or copy fails the
+// test that asked for it, with the runtime's reason.
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    if (cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes) != cudaSuccess) ptr_ = nullptr;
+    if (const cudaError_t err = cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes); err != cudaSuccess) {
+      ptr_ = nullptr;
+      ADD_FAILURE() << "cudaMalloc of " << bytes << " bytes: " << cudaGetErrorString(err);
+    }
   }
   ~DeviceBuffer() { cudaFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -39,12 +43,23 @@ class DeviceBuffer {
   // bytes are staged, and the streams under test do not wait for the legacy
   // one it runs on.
   void upload(const void* src) const {
-    cudaMemcpy(ptr_, src, bytes_, cudaMemcpyHostToDevice);
-    cudaStreamSynchronize(cudaStreamLegacy);
+    check("upload", cudaMemcpy(ptr_, src, bytes_, cudaMemcpyHostToDevice));
+    check("upload", cudaStreamSynchronize(cudaStreamLegacy));
   }
-  void download(void* dst) const { cudaMemcpy(dst, ptr_, bytes_, cudaMemcpyDeviceToHost); }
+  // The first `bytes` (all of them by default) into dst.
+  void download(void* dst) const { download(dst, bytes_); }
+  void download(void* dst, std::size_t bytes) const {
+    if (bytes > bytes_) {
+      ADD_FAILURE() << "download of " << bytes << " bytes from a buffer of " << bytes_;
+      return;
+    }
+    check("download", cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost));
+  }
 
  private:
+  static void check(const char* what, cudaError_t err) {
+    EXPECT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
+  }
   void* ptr_ = nullptr;
   std::size_t bytes_;
 };
@@ -56,11 +71,11 @@ std::unique_ptr<DeviceBuffer> to_device(const std::vector<T>& v) {
   return d;
 }
 
-// The contents of a device buffer of n T.
+// The first n T of a device buffer.
 template <typename T>
 std::vector<T> from_device(const DeviceBuffer& d, std::size_t n) {
   std::vector<T> v(n);
-  d.download(v.data());
+  d.download(v.data(), n * sizeof(T));
   return v;
 }
 
