@@ -76,8 +76,8 @@ struct Region {
 // with the reason; the caller then does without it (Region::copy still
 // works). And `failure`, which says why the device can no longer be trusted
 // (with CUDA, a sticky error: the context is lost, and every copy off it
-// since is garbage), or nothing: cheap enough to ask before each block is
-// kept elsewhere.
+// since is garbage; or a Region::copy that failed), or nothing: cheap enough
+// to ask before each block is kept elsewhere.
 struct DeviceLink {
   std::function<std::expected<Region, std::string>(std::size_t bytes)> host_memory;
   std::function<std::expected<std::unique_ptr<CopyQueue>, std::string>(

@@ -6,6 +6,7 @@
 #include "kernels/cuda/kv_quant_cuda.h"
 #include "kernels/kv_quant.h"
 #include "tiers/cuda/cuda_error.h"
+#include "tiers/cuda/cuda_memory.h"
 
 namespace kvtier {
 
@@ -92,7 +93,9 @@ DeviceKvCodec device_kv_codec(std::shared_ptr<CudaKvCodec> codec,
     std::function<void(const std::string&)> on_error;
     std::atomic<bool> failed = false;
     void report(const std::expected<void, std::string>& done) {
-      if (!done && !failed.exchange(true) && on_error) on_error(done.error());
+      if (done) return;
+      tiers::report_device_failure("int8 KV codec: " + done.error());
+      if (!failed.exchange(true) && on_error) on_error(done.error());
     }
   };
   auto shared = std::make_shared<Shared>();

@@ -62,8 +62,9 @@ class CudaKvCodec {
 };
 
 // The codec as KvCache takes it (ForwardPass::kv_codec), sharing `codec`.
-// The first failure goes to on_error, once: it is a lost context, which the
-// next forward reports as well.
+// The first failure goes to on_error, once. A failed call cannot say that
+// the block it wrote is wrong, so it is reported as the device's failure too
+// (tiers::report_device_failure): nothing more is kept on L3.
 DeviceKvCodec device_kv_codec(std::shared_ptr<CudaKvCodec> codec,
                               std::function<void(const std::string&)> on_error);
 

@@ -31,7 +31,16 @@ std::expected<Region, std::string> cuda_device_region(std::size_t bytes);
 // Copies `bytes` between any two of device memory, pinned and pageable host
 // memory (cudaMemcpyDefault: unified addressing tells which), finished when it
 // returns. Thread-safe: the L2 copy worker uses it beside the engine.
+// A failed copy leaves dst's bytes unknown and cannot say so (Region::copy
+// returns nothing): it reports itself with report_device_failure.
 void cuda_copy(std::byte* dst, const std::byte* src, std::size_t bytes);
+
+// For a failure that leaves bytes on or off the device unknown where the
+// caller cannot say so (cuda_copy, the GPU's int8 codec behind a copy):
+// every cuda_device_region's DeviceLink::failure reports it from now on (the
+// first one reported), so that nothing copied off the device since is kept
+// on L3. Thread-safe.
+void report_device_failure(std::string why);
 
 // `bytes` of page-locked host memory (cudaHostAlloc, portable to every
 // device, page-aligned): the host reads and writes it, and copies to and from
