@@ -1004,12 +1004,13 @@ bool KvCache::write_to_l3(CacheNode* node) {
   if (device_failed_) return false;
   const bool from_l2 = node->l2 >= 0;
   const std::byte* src = from_l2 ? l2_->data(node->l2) : l1_->data(node->l1);
-  // An int8 L3 takes an int8 L2 slot's bytes as they are; anything else
-  // exact is encoded into a staging buffer that lives until the write
+  // An L2 slot in L3's format is written as it is (host memory, its slot
+  // page-aligned); anything else (L1, or an exact slot for an int8 L3) is
+  // encoded or copied into a staging buffer that lives until the write
   // completes.
   int staging = -1;
-  const bool encoded = from_l2 && config_.l2_format == KvFormat::kInt8;
-  if (l3_->staging && !encoded) {
+  const bool as_stored = from_l2 && config_.l2_format == config_.l3_format;
+  if (l3_->staging && !as_stored) {
     staging = l3_->staging->allocate().value();  // never empty: see L3Parts
     l3_encode_(l3_->staging->data(staging), src);
     src = l3_->staging->data(staging);

@@ -46,8 +46,8 @@
 //    KV compression is). exact (the default) stores the bytes unchanged.
 //
 // L1 in device memory (a pool whose blocks the host cannot address, such as
-// tiers::cuda_device_region's): L3 reads and writes go through host staging
-// buffers, and the int8 codec runs on the device when create() is given one
+// tiers::cuda_device_region's): L3 reads, and writes from L1, go through host
+// staging buffers, and the int8 codec runs on the device when create() is given one
 // (DeviceKvCodec), else on the host, which reads and writes such a block
 // through a host buffer of the calling thread's. When the pool offers a
 // DeviceLink (tiers/block_pool.h), L2 lies in the host memory it offers
@@ -371,9 +371,9 @@ class KvCache {
   // Starts L3 writes of the L2 blocks L3 lacks (write_back).
   void start_writeback();
   // Starts the L3 write of a node from its L2 slot, or from its L1 block
-  // (holding a pool reference until the write completes). Bytes not yet in
-  // L3's format are encoded into a staging buffer first. False, starting
-  // nothing, once device_failed().
+  // (holding a pool reference until the write completes). Bytes other than
+  // an L2 slot in L3's format go through a staging buffer first (encoded, or
+  // copied off the device). False, starting nothing, once device_failed().
   bool write_to_l3(CacheNode* node);
   // Whether the device that holds L1 has failed (DeviceLink::failure; said
   // once, in warnings() and L1's io_errors). What came off it since is

@@ -205,6 +205,27 @@ TEST_F(KvCacheTest, CleaningRunsOnTheQueueAndALostOneLeavesTheBlocksInL1) {
   }
 }
 
+// An exact L2 slot is host memory laid out as an exact L3 stores it: it is
+// written as it is, with no copy through the device's staging path, and comes
+// back as it went down.
+TEST_F(KvCacheTest, AnL2BlockGoesToL3WithNoCopyOffTheDevice) {
+  test_util::TempDir dir;
+  const std::vector<std::byte> want = random_block(11);
+  {
+    const auto cache = make(false, dir.path() / "l3");
+    ASSERT_NE(cache, nullptr);
+    cache_in_l2(*cache, block_tokens(1), want);
+    const long copies = device_.copies;
+    EXPECT_EQ(cache->persist(), 1);
+    cache->drain();
+    EXPECT_EQ(device_.copies - copies, 0);
+    EXPECT_EQ(cache->stats().tier[2].used_blocks, 1u);
+  }
+  const auto cache = make(false, dir.path() / "l3");
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(fetch(*cache, block_tokens(1)), want);
+}
+
 // What comes off a failed device is garbage that an L3 checksum would vouch
 // for, and a restart on a working device would serve: once the device says
 // it failed, L3 takes no more writes, from L1 or from L2, and keeps what it
