@@ -396,10 +396,19 @@ TEST(L3Store, CorruptedPayloadIsAMissCountedAndRemoved) {
     EXPECT_EQ(get(*store, 1), L3Status::kNotFound);
     EXPECT_EQ(get(*store, 0, &intact), L3Status::kOk);
     EXPECT_TRUE(intact);
+    // Its slot is free once, not twice: the next two writes get a slot each.
+    ASSERT_EQ(put(*store, 2), L3Status::kOk);
+    ASSERT_EQ(put(*store, 3), L3Status::kOk);
+    EXPECT_NE(store->slot_offset(key_of(2)), store->slot_offset(key_of(3)));
+    for (int i : {2, 3}) {
+      EXPECT_EQ(get(*store, i, &intact), L3Status::kOk) << i;
+      EXPECT_TRUE(intact) << i;
+    }
+    EXPECT_EQ(store->stats().used_blocks, 3u);
   }
   auto store = open_or_die(o);
   EXPECT_FALSE(store->contains(key_of(1))) << "removed from the index too";
-  EXPECT_TRUE(store->contains(key_of(0)));
+  for (int i : {0, 2, 3}) EXPECT_TRUE(store->contains(key_of(i))) << i;
 }
 
 // A block read in pieces lands whole and verified, like a whole read; a

@@ -398,6 +398,10 @@ void L3Store::on_io_complete(std::uint64_t tag, int result) {
   }
 
   --slots_[op.slot].reads;
+  // Erased or evicted while this read was in flight: the slot waited for it.
+  // (Otherwise the slot is still owned, and a mismatch below releases it
+  // itself: it must not go on the free list twice.)
+  const bool orphaned = !slots_[op.slot].owned;
   const bool same_entry = it != entries_.end() && it->second.state == EntryState::kStored &&
                           it->second.slot == op.slot && it->second.checksum == op.checksum;
   L3Status status = L3Status::kOk;
@@ -419,8 +423,7 @@ void L3Store::on_io_complete(std::uint64_t tag, int result) {
     // touched_ for drain() to try again.
     if (same_entry && index_->put(index_entry_locked(it->second))) touched_.erase(op.key);
   }
-  // Erased or evicted while we read: the slot is free once no read is left.
-  if (!slots_[op.slot].owned && slots_[op.slot].reads == 0) free_.push_back(op.slot);
+  if (orphaned && slots_[op.slot].reads == 0) free_.push_back(op.slot);
   complete_locked(ticket, op.key, false, status, latency);
 }
 
