@@ -839,15 +839,6 @@ void KvCache::collect() {
 }
 
 void KvCache::poll_l3() {
-  // Entries the store let go to make room: the tree forgets them too, or
-  // their nodes would linger as ghosts that no lookup can serve (a soak saw
-  // the tree grow by a node a request).
-  for (const tiers::BlockKey& key : l3_->store->take_evicted()) {
-    CacheNode* node = tree_.find(key);
-    if (node == nullptr || !node->l3) continue;
-    tree_.set_l3(node, false);  // may erase the node
-    ++stats_.tier[2].dropped;
-  }
   for (const tiers::L3Completion& c : l3_->store->poll()) {
     auto it = l3_->pending.find(c.ticket);
     if (it == l3_->pending.end()) continue;
@@ -904,6 +895,18 @@ void KvCache::poll_l3() {
       l1_->release(block);
       tree_.set_l1(node, -1);
     }
+  }
+  // Entries the store let go to make room: the tree forgets them too, or
+  // their nodes would linger as ghosts that no lookup can serve (a soak saw
+  // the tree grow by a node a request). After the completions: the store
+  // commits a write on its own thread, and a later write() may evict that
+  // entry before its completion is seen here. Taken first, the eviction would
+  // find the node not yet on L3, and the completion then mark it there.
+  for (const tiers::BlockKey& key : l3_->store->take_evicted()) {
+    CacheNode* node = tree_.find(key);
+    if (node == nullptr || !node->l3) continue;
+    tree_.set_l3(node, false);  // may erase the node
+    ++stats_.tier[2].dropped;
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "stand_in_device.h"
@@ -224,6 +225,44 @@ TEST_F(KvCacheTest, AnL2BlockGoesToL3WithNoCopyOffTheDevice) {
   const auto cache = make(false, dir.path() / "l3");
   ASSERT_NE(cache, nullptr);
   EXPECT_EQ(fetch(*cache, block_tokens(1)), want);
+}
+
+// L3 commits a write on its own thread, and may evict that block for the
+// next write before the cache has polled the first one's completion. The
+// tree must not then count the block as on L3: it would drop its last copy
+// elsewhere as clean, and a restart would not find it.
+TEST_F(KvCacheTest, ABlockEvictedBeforeItsWriteIsPolledIsNotCountedOnL3) {
+  test_util::TempDir dir;
+  CacheConfig c;
+  c.write_policy = WritePolicy::kWriteThrough;
+  c.l3_path = (dir.path() / "l3").string();
+  c.l3_bytes = kLayout.block_bytes();  // one slot: the second write evicts the first
+  // The first write must have been committed when the second is made, or the
+  // second finds no room and nothing is evicted: wait longer each round.
+  bool evicted = false;
+  for (int wait_ms = 20; !evicted && wait_ms <= 2560; wait_ms *= 2) {
+    std::filesystem::remove_all(dir.path() / "l3");
+    auto cache = KvCache::create(kLayout, kFingerprint, l1_, c);
+    ASSERT_TRUE(cache.has_value()) << cache.error();
+    cache_in_l1(**cache, block_tokens(1), random_block(1));  // written through
+    (*cache)->poll();  // submits the write; its completion waits for the next poll
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    cache_in_l1(**cache, block_tokens(2), random_block(2));
+    (*cache)->drain();
+    const RadixCache& tree = (*cache)->tree();
+    auto node_of = [&](int seed) -> const CacheNode* {
+      const auto path = tree.match((*cache)->root(""), block_tokens(seed), 1);
+      return path.empty() ? nullptr : path[0];
+    };
+    evicted = node_of(2) != nullptr && node_of(2)->l3;
+    if (!evicted) continue;
+    ASSERT_NE(node_of(1), nullptr) << "still in L1";
+    EXPECT_FALSE(node_of(1)->l3) << "evicted from L3";
+    EXPECT_EQ(tree.count(Tier::kL3), (*cache)->stats().tier[2].used_blocks);
+    EXPECT_EQ((*cache)->stats().tier[2].dropped, 1);
+    EXPECT_TRUE((*cache)->check_invariants());
+  }
+  EXPECT_TRUE(evicted) << "the second write never found the first committed";
 }
 
 // What comes off a failed device is garbage that an L3 checksum would vouch
