@@ -48,8 +48,13 @@ class Reader {
   std::size_t left() const { return bytes_.size(); }
 
  private:
+  // Once a read has failed, every later one fails too: a field read after a
+  // missing one would otherwise come from the bytes the missing one lacked.
   std::optional<std::uint64_t> uint(int n) {
-    if (bytes_.size() < static_cast<std::size_t>(n)) return std::nullopt;
+    if (failed_ || bytes_.size() < static_cast<std::size_t>(n)) {
+      failed_ = true;
+      return std::nullopt;
+    }
     std::uint64_t v = 0;
     for (int i = 0; i < n; ++i)
       v |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes_[i])) << (8 * i);
@@ -57,6 +62,7 @@ class Reader {
     return v;
   }
   std::string_view bytes_;
+  bool failed_ = false;
 };
 
 std::uint64_t get_u64_be(std::string_view b) {
@@ -143,7 +149,7 @@ std::optional<L3Entry> L3Index::decode_value(const BlockKey& key, std::string_vi
   const auto fingerprint = r.u64();
   const auto last_use = r.u64();
   const auto count = r.u32();
-  if (!count) return std::nullopt;  // every field before it was present too
+  if (!count) return std::nullopt;  // a failed read fails the rest: every field is present
   // Exactly the tokens it announces: nothing missing, nothing trailing. The
   // check comes before any allocation, so a corrupt count cannot ask for 16 GB.
   if (r.left() != static_cast<std::size_t>(*count) * 4) return std::nullopt;
