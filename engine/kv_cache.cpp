@@ -1110,6 +1110,9 @@ void KvCache::await_layer(const LayerLoad& load, int layer) {
     for (;;) {
       const std::optional<int> landed = l3_->store->landed(ticket);
       if (!landed || *landed > layer) break;
+      // A submission the kernel refused leaves the pieces in the ring, and
+      // nothing in flight would wake the completion thread to retry it.
+      l3_->store->flush();
       sleep_for_signal(std::chrono::milliseconds(2));
     }
   }

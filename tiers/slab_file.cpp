@@ -127,7 +127,7 @@ void SlabFile::flush() {
 void SlabFile::wait_idle() {
   std::unique_lock lock(mu_);
   for (;;) {
-    if (!queued_.empty() || submit_failed_) {
+    if (!queued_.empty() || unsubmitted_) {
       if (const int error = submit_locked(); error != 0) {
         lock.unlock();
         on_submit_error_(error);
@@ -157,11 +157,12 @@ int SlabFile::submit_locked() {
     ++in_ring_;
     added = true;
   }
-  if (!added && !submit_failed_) return 0;
-  // After a failed submit the requests are still in the submission ring;
-  // io_uring_submit hands over everything the kernel has not consumed yet.
+  if (!added && !unsubmitted_) return 0;
+  // After a failed or partial submit the requests are still in the
+  // submission ring; io_uring_submit hands over everything the kernel has
+  // not consumed yet.
   const int rc = io_uring_submit(&ring_);
-  submit_failed_ = rc < 0;
+  unsubmitted_ = rc < 0 || io_uring_sq_ready(&ring_) > 0;
   return rc < 0 ? rc : 0;
 }
 
@@ -200,7 +201,7 @@ void SlabFile::completion_loop() {
     {
       std::lock_guard lock(mu_);
       in_ring_ -= finished;
-      if (!queued_.empty()) error = submit_locked();
+      if (!queued_.empty() || unsubmitted_) error = submit_locked();
     }
     if (error != 0) on_submit_error_(error);
     for (const Done& d : done)

@@ -58,7 +58,7 @@ class SlabFile {
   using OnComplete = std::function<void(std::uint64_t tag, int result)>;
   // Called when io_uring_submit fails (-errno), on whichever thread
   // submitted. The requests stay queued in the ring and are submitted again
-  // by the next flush().
+  // by the next flush(), or when a completion comes in.
   using OnSubmitError = std::function<void(int error)>;
 
   // Opens or creates the file, preallocates it (fallocate) and starts the
@@ -133,7 +133,10 @@ class SlabFile {
   std::deque<Request> queued_;  // not yet in the ring
   int in_ring_ = 0;             // in the ring, completion not yet reaped
   int unfinished_ = 0;          // enqueued, callback not yet returned
-  bool submit_failed_ = false;  // the last io_uring_submit failed: retry on flush
+  // The last io_uring_submit failed, or took only some of the ring's
+  // requests (the kernel may stop early): submit again on the next flush()
+  // or completion.
+  bool unsubmitted_ = false;
 };
 
 }  // namespace kvtier::tiers
