@@ -332,7 +332,12 @@ void Scheduler::sort_admitted_by_urgency() {
             [this](const Request* a, const Request* b) { return queue_key(*a) < queue_key(*b); });
 }
 
-void Scheduler::admit() {
+int Scheduler::blocks_to_admit(const Request& r) const {
+  if (r.eviction().evicts() && !r.stash_.empty()) return static_cast<int>(r.stash_.size()) + 1;
+  return blocks_for(static_cast<long>(r.tokens_.size()));
+}
+
+void Scheduler::admit(StepOutput& out) {
   // In queue order, except that a request whose cached blocks are still
   // coming up from L2 or L3 keeps its place without holding back the ones
   // behind it (vLLM's waiting-for-KV state): a read of milliseconds must not
@@ -354,7 +359,28 @@ void Scheduler::admit() {
         growth += a->kv_.blocks_needed(*pool_, a->kv_.length() + 1);
     }
     const int tokens = static_cast<int>(r.tokens_.size());
-    const int need = blocks_for(tokens);
+    const int need = blocks_to_admit(r);
+    if (need > max_blocks_) {
+      // submit() saw to it that the request fits while its policy evicts;
+      // only a re-prefill after a recompute preemption (which evicts nothing
+      // before its pass ends) can need more. It never will fit: waiting at
+      // the head of the queue, it would hold back every request behind it.
+      const int P = config_.page_size;
+      r.error_ = "preempted at " + std::to_string(tokens) +
+                 " tokens, which its re-prefill would hold at once (" + std::to_string(need) +
+                 " pages of " + std::to_string(P) + ") but max_kv_tokens allows " +
+                 std::to_string(max_blocks_ * P) +
+                 "; preemption swap (with an L2) keeps such a request";
+      it = waiting_.erase(it);
+      release_swap_state(r);
+      r.status_ = RequestStatus::kFailed;
+      RequestEvent event;
+      event.id = r.group_;
+      event.sample = r.sample_index_;
+      event.error = r.error_;
+      out.events.push_back(std::move(event));
+      continue;
+    }
     if (used_blocks() + growth + landing + need > max_blocks_) break;
     if (cache_) {
       const Restore restored = restore_from_cache(r, need);
@@ -612,7 +638,7 @@ StepOutput Scheduler::step() {
   StepOutput out;
   ++steps_;
   if (cache_) cache_->poll();
-  admit();
+  admit(out);
 
   // Pages for this step's decodes, most urgent first, so that when pages run
   // short the least urgent requests are the ones that give theirs up.

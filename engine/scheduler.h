@@ -318,7 +318,14 @@ class Scheduler {
   };
   QueueKey queue_key(const Request& r) const;
 
-  void admit();
+  // Admits waiting requests in queue order while they fit; fails (with an
+  // event in out) one that never can.
+  void admit(StepOutput& out);
+  // The pages admitting r takes at once: a page for every token it holds
+  // (its prompt, and what it generated before a recompute preemption), but
+  // for a swapped request that keeps its own table (an eviction policy) the
+  // pages it kept, and one for its next token.
+  int blocks_to_admit(const Request& r) const;
   // Makes room for positions [0, n) of r within max_blocks_; false, changing
   // nothing, when the budget or the pool is short.
   bool reserve(Request& r, int n);

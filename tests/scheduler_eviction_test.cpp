@@ -163,5 +163,58 @@ TEST_F(SchedulerEvictionTest, SwapPreemptionKeepsEvictingRequestsExact) {
   EXPECT_EQ(s->cache()->stats().nodes, 0u) << "evicting requests must not fill the shared cache";
 }
 
+// A request that keeps a window has generated past max_kv_tokens when a
+// more urgent one takes its pages. Swapped out, it comes back with the pages
+// it kept (not a page for every token it has seen) and ends exactly as
+// alone. Preempted for recompute, its re-prefill would need a page for every
+// token, which the budget can never give: it fails and says why, instead of
+// waiting at the head of the queue for ever.
+TEST_F(SchedulerEvictionTest, AWindowedRequestPreemptedPastTheBudgetNeverWedgesTheQueue) {
+  const EvictionPolicy policy = EvictionPolicy::sliding_window(64);  // 5 pages at most
+  const RequestParams long_one = params("Love is", 240, policy);
+  RequestParams urgent = params("The fortune you seek is in ano", 100, policy);
+  for (const PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kRecompute}) {
+    SCOPED_TRACE(mode == PreemptionMode::kSwap ? "swap" : "recompute");
+    SchedulerConfig c;
+    c.policy = SchedulingPolicy::kPriority;
+    c.max_kv_tokens = 8 * 16;
+    c.max_batch_size = 2;
+    c.token_budget = 16;
+    c.preemption = mode;
+    if (mode == PreemptionMode::kSwap) {
+      c.prefix_cache = true;
+      c.cache.l2_bytes = 64 * 65536;
+    }
+    auto s = std::move(*Scheduler::create(*model_, tokenizer_, c));
+    RequestParams background = long_one;
+    background.priority = 1;
+    const RequestId a = *s->submit(background);
+    for (int guard = 0; s->find(a)->generated().size() < 150 && guard < 1000; ++guard)
+      (void)s->step();
+    ASSERT_EQ(s->find(a)->generated().size(), 150u);
+    const RequestId b = *s->submit(urgent);
+    std::vector<std::string> errors;
+    for (int guard = 0; s->has_work() && guard < 5000; ++guard) {
+      for (const RequestEvent& e : s->step().events)
+        if (!e.error.empty()) errors.push_back(e.error);
+      const auto ok = s->check_invariants();
+      ASSERT_TRUE(ok.has_value()) << ok.error();
+    }
+    EXPECT_FALSE(s->has_work()) << "request a: " << to_string(*s->status(a));
+    EXPECT_GT(s->stats().preemptions, 0);
+    EXPECT_EQ(std::vector<int>(s->find(b)->generated().begin(), s->find(b)->generated().end()),
+              alone(urgent, 16));
+    if (mode == PreemptionMode::kSwap) {
+      EXPECT_TRUE(errors.empty());
+      EXPECT_EQ(std::vector<int>(s->find(a)->generated().begin(), s->find(a)->generated().end()),
+                alone(background, 16));
+    } else {
+      EXPECT_EQ(s->status(a), RequestStatus::kFailed);
+      ASSERT_EQ(errors.size(), 1u);
+      EXPECT_TRUE(contains(errors[0], "max_kv_tokens")) << errors[0];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvtier
