@@ -393,8 +393,12 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
     ~Release() {
       cache->protected_stamp_.reset();
       for (auto it = path->rbegin(); it != path->rend(); ++it) {
-        --(*it)->holds;
-        cache->tree_.prune(*it);
+        CacheNode* node = *it;
+        // A write that completed meanwhile protected its L3 entry for this
+        // hold (poll_l3); with no swapped request left holding the node,
+        // nothing else would ever let the entry go.
+        if (--node->holds == 0 && node->l3) cache->l3_->store->set_protected(node->key, false);
+        cache->tree_.prune(node);
       }
     }
   };
