@@ -457,8 +457,11 @@ Scheduler::Restore Scheduler::restore_from_cache(Request& r, int budget_blocks) 
       auto block = cache_->unstash_partial(slot, /*keep_slot=*/true);
       if (!block) {
         for (int b : restored) pool_->release(b);
-        for (int b : blocks)
-          if (b != SequenceKv::kEvictedBlock && !own_table) pool_->release(b);
+        // And the shared prefix acquire_prefix lent, which comes before the
+        // restored blocks (an own table holds nothing else).
+        if (!own_table)
+          for (std::size_t i = 0; i + restored.size() < blocks.size(); ++i)
+            pool_->release(blocks[i]);
         return Restore::kNoRoom;
       }
       restored.push_back(*block);
