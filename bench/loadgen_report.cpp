@@ -142,8 +142,7 @@ void print_comparison(const std::vector<std::pair<std::string, Summary>>& runs, 
     row("L" + std::to_string(t + 1) + " hit, prompt tokens",
         [t](const Summary& s) { return pct(s.token_hit_rate[t]); });
   }
-  // Counts, not rates: the daemon's missed_blocks grows with every lookup,
-  // and a request waiting for room is looked up again each step.
+  // The daemon's own counts, beside the rates from the answers above.
   for (int t = 0; t < 3; ++t) {
     row("L" + std::to_string(t + 1) + " hit blocks (stats)", [t](const Summary& s) {
       return s.has_cache_stats && s.daemon.tier[t].present ? std::to_string(s.daemon.tier[t].hits)

@@ -346,7 +346,8 @@ PrefixLookup KvCache::lookup(const tiers::BlockKey& root, std::span<const int> t
 std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& root,
                                                         std::span<const int> tokens, int max_blocks,
                                                         int l1_blocks_allowed, LayerLoad* load) {
-  ++stats_.lookups;
+  // Counted when blocks are handed out: a request waiting for its blocks to
+  // come up looks again every step.
   adopt_l3_entries(tree_, l3_ ? l3_->store.get() : nullptr, root, tokens, max_blocks,
                    layout_.page_size, fingerprint_);
   std::vector<CacheNode*> path = tree_.match(root, tokens, max_blocks);
@@ -363,6 +364,7 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
   // Load or recompute: a tail of L3-only blocks is loaded only when reading it
   // is cheaper than prefilling its tokens (a short run may not be: reads have
   // a fixed latency, prefill is per token).
+  long skipped = 0;
   std::size_t first_l3 = path.size();
   for (std::size_t i = 0; i < path.size(); ++i) {
     if (path[i]->best_tier() == Tier::kL3 && !path[i]->l1_loading) {
@@ -375,12 +377,10 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
     const double load = costs_.l3_latency_s + n * costs_.l3_per_block_s;
     const double recompute = n * layout_.page_size * costs_.prefill_per_token_s;
     if (load >= recompute) {
-      stats_.skipped_loads += static_cast<long>(n);
+      skipped = static_cast<long>(n);
       path.resize(first_l3);
     }
   }
-  const int wanted = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / layout_.page_size);
-  stats_.missed_blocks += wanted - static_cast<long>(path.size());
   tree_.touch(path);
   // While this runs, making room may wait for L3 and handle completions; the
   // path's nodes must neither be demoted to make room for each other (the
@@ -407,14 +407,10 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
 
   bool pending = false;
   int taken = 0;
-  long l1_hits = 0;
   std::vector<CacheNode*> up_by_layer;  // L2 promotions to copy a layer at a time
   for (std::size_t i = 0; i < path.size(); ++i) {
     CacheNode* node = path[i];
-    if (node->usable_l1()) {
-      ++l1_hits;
-      continue;
-    }
+    if (node->usable_l1()) continue;
     if (node->l1_loading) {
       pending = true;
       continue;
@@ -426,6 +422,7 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
     }
     ++taken;
     node->l1_loading = true;
+    node->hit_tier = node->l2 >= 0 ? Tier::kL2 : Tier::kL3;
     tree_.set_l1(node, *block);
     pending = true;
     if (node->l2 >= 0) {
@@ -487,6 +484,8 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
   for (CacheNode* node : path) {
     l1_->add_ref(node->l1);
     blocks.push_back(node->l1);
+    ++stats_.tier[static_cast<int>(node->hit_tier)].hits;
+    node->hit_tier = Tier::kL1;
     if (!node->l1_loading) continue;
     load->keys.push_back(node->key);
     load->blocks.push_back(node->l1);
@@ -495,7 +494,10 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
     else
       load->reads.push_back(l3_->reads_by_layer.at(node->key));
   }
-  stats_.tier[0].hits += l1_hits;
+  ++stats_.lookups;
+  stats_.skipped_loads += skipped;
+  const int wanted = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / layout_.page_size);
+  stats_.missed_blocks += wanted - static_cast<long>(blocks.size());
   const long avoided = static_cast<long>(blocks.size()) * layout_.page_size;
   stats_.recompute_tokens_avoided += avoided;
   if (load != nullptr && !load->empty()) load->tokens_counted = avoided;
@@ -512,6 +514,7 @@ std::vector<CacheNode*> KvCache::insert(const tiers::BlockKey& root, std::span<c
     if (node->l1 < 0) {
       l1_->add_ref(blocks[i]);
       tree_.set_l1(node, blocks[i]);
+      node->hit_tier = Tier::kL1;  // computed here, whatever a failed promotion left
     }
     if (l3_ && config_.write_policy == WritePolicy::kWriteThrough && !node->l3 &&
         !node->l3_writing && node->usable_l1() && l3_->store->accepting()) {
@@ -739,7 +742,6 @@ void KvCache::finish_move(std::uint64_t ticket, std::chrono::nanoseconds latency
     account_copy(Tier::kL2, Tier::kL1, latency);
     node->l1_loading = false;
     ++stats_.tier[1].promotions;
-    ++stats_.tier[1].hits;
     return;
   }
   account_copy(Tier::kL1, Tier::kL2, latency);
@@ -886,7 +888,6 @@ void KvCache::poll_l3() {
     if (c.status == tiers::L3Status::kOk) {
       node->l1_loading = false;
       ++t3.promotions;
-      ++t3.hits;
       t3.bytes_out += static_cast<long>(l3_block_bytes_);
     } else {
       // A miss: the tokens will be prefilled. A corrupt entry is already gone

@@ -157,8 +157,8 @@ struct TierCosts {
 struct TierStats {
   std::size_t capacity_blocks = 0;
   std::size_t used_blocks = 0;
-  long hits = 0;        // blocks requests found here (L1: shared at once; L2, L3: promoted)
-  long demotions = 0;   // blocks moved into this tier from above
+  long hits = 0;       // blocks handed to requests from here (L1: shared at once; L2, L3: promoted)
+  long demotions = 0;  // blocks moved into this tier from above
   long promotions = 0;  // blocks moved up out of this tier
   long bytes_in = 0;
   long bytes_out = 0;
@@ -173,7 +173,9 @@ struct TierStats {
 
 struct CacheStats {
   TierStats tier[kNumTiers];
-  long lookups = 0;        // prefix matches for admissions
+  // Once per admission that took its prefix (a request waiting for blocks
+  // to come up looks again each step, and is counted when it has them).
+  long lookups = 0;
   long missed_blocks = 0;  // full prompt blocks no tier had
   long recompute_tokens_avoided = 0;
   long skipped_loads = 0;  // blocks recomputed because that was cheaper than loading

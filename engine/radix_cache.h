@@ -58,6 +58,9 @@ struct CacheNode {
   bool l2_copying = false;
   bool l3 = false;          // committed in the L3 store
   bool l3_writing = false;  // a write to L3 is in flight
+  // Where the bytes in l1 came from, until a request is handed them: whose
+  // hit that is (kL1 once handed out, and for blocks computed in L1).
+  Tier hit_tier = Tier::kL1;
 
   int pins = 0;   // cache.pin: kept in L1 or L2, never only on L3 or nowhere
   int holds = 0;  // swapped-out requests waiting for it: dropped only as a last resort

@@ -158,6 +158,27 @@ TEST_F(TieredSchedulerTest, SharedPrefixIsServedFromL1AndTokensMatch) {
   EXPECT_GT(st.tier[0].hits, 0);
 }
 
+// A request that waits for its prefix to come up from L2 looks again every
+// step: the cache counts one lookup, each block once, as a hit of the tier
+// it came from, and the blocks no tier had as misses once.
+TEST_F(TieredSchedulerTest, APromotedPrefixIsCountedOnceWhereItCameFrom) {
+  auto s = make(tiered());
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
+  s->cache()->drain();
+  s->cache()->flush(Tier::kL1);
+  const CacheStats before = s->cache()->stats();
+  const std::string prompt = kShared + " two and a few more words, for blocks of its own here";
+  ASSERT_TRUE(run_and_compare(*s, {params(prompt, 4, greedy())}));
+  const CacheStats after = s->cache()->stats();
+  const long cached = static_cast<long>(kShared.size()) / 16;
+  const long full = (static_cast<long>(prompt.size()) - 1) / 16;  // the last token is fed
+  EXPECT_EQ(after.lookups - before.lookups, 1);
+  EXPECT_EQ(after.tier[1].hits - before.tier[1].hits, cached);
+  EXPECT_EQ(after.tier[0].hits - before.tier[0].hits, 0);
+  EXPECT_EQ(after.missed_blocks - before.missed_blocks, full - cached);
+}
+
 TEST_F(TieredSchedulerTest, SaltsNeverShareBlocks) {
   auto s = make(tiered());
   ASSERT_NE(s, nullptr);
