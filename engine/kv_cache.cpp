@@ -1074,6 +1074,10 @@ int KvCache::persist() {
   }
   l3_->store->flush();
   drain();
+  if (auto synced = l3_->store->sync(); !synced)
+    warnings_.push_back("L3 sync: " + synced.error() +
+                        "; a power loss may lose blocks written since (their checksums keep "
+                        "them from being served)");
   return written;
 }
 

@@ -319,10 +319,11 @@ class KvCache {
   void wait(std::chrono::milliseconds timeout);
   // L2 copies and L3 operations in flight.
   std::size_t transfers_in_flight() const;
-  // Writes every cached block L3 lacks (from L2, or straight from L1) and
-  // waits: after it, a restart on the same l3_path finds everything this
-  // cache held. The destructor calls it, so a clean shutdown loses nothing
-  // (write_back included). Returns the blocks written.
+  // Writes every cached block L3 lacks (from L2, or straight from L1), waits
+  // and syncs L3 (L3Store::sync): after it, a restart on the same l3_path,
+  // even after a power loss, finds everything this cache held. The
+  // destructor calls it, so a clean shutdown loses nothing (write_back
+  // included). Returns the blocks written.
   int persist();
 
   // Measures what a block costs to bring up from L2 (a copy, or a decode

@@ -262,6 +262,12 @@ std::expected<void, std::string> L3Index::put(std::span<const L3Entry> entries) 
   return {};
 }
 
+std::expected<void, std::string> L3Index::sync() {
+  const rocksdb::Status s = db_->SyncWAL();
+  if (!s.ok()) return std::unexpected("index sync: " + s.ToString());
+  return {};
+}
+
 std::expected<void, std::string> L3Index::erase(std::span<const BlockKey> keys) {
   rocksdb::WriteBatch batch;
   for (const BlockKey& k : keys) batch.Delete(encode_key(k));

@@ -88,6 +88,9 @@ class L3Index {
   // Deletes entries (one atomic batch); deleting a missing key is not an error.
   std::expected<void, std::string> erase(std::span<const BlockKey> keys);
   std::expected<void, std::string> erase(const BlockKey& key) { return erase(std::span(&key, 1)); }
+  // Makes every put and erase so far durable (RocksDB's SyncWAL: writes go
+  // to its log unsynced, which survives the process, not the machine).
+  std::expected<void, std::string> sync();
 
   // The on-disk encodings, public for tests and tools.
   static std::string encode_key(const BlockKey& key);

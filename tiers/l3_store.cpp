@@ -258,6 +258,14 @@ void L3Store::drain() {
   persist_touched_locked();
 }
 
+std::expected<void, std::string> L3Store::sync() {
+  drain();
+  if (const int error = slab_->sync(); error != 0)
+    return std::unexpected("slab fdatasync: " + std::system_category().message(-error));
+  std::lock_guard lock(mu_);
+  return index_->sync();
+}
+
 void L3Store::erase(const BlockKey& key) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(key);

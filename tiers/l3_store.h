@@ -179,6 +179,10 @@ class L3Store {
   // Blocks until every submitted operation has completed (its completion is
   // then waiting for poll()) and persists LRU order.
   void drain();
+  // drain(), then makes what is stored durable against a power loss, not
+  // only a crash of the process: the slab's data, then the index. Costs a
+  // device cache flush: for a shutdown or an explicit persist, not per write.
+  std::expected<void, std::string> sync();
 
   // The record of a stored entry (not of one still being written). Served
   // from memory.

@@ -141,6 +141,8 @@ void SlabFile::wait_idle() {
   }
 }
 
+int SlabFile::sync() { return ::fdatasync(fd_) == 0 ? 0 : -errno; }
+
 int SlabFile::submit_locked() {
   bool added = false;
   while (!queued_.empty() && in_ring_ < options_.queue_depth) {

@@ -94,6 +94,11 @@ class SlabFile {
   // has returned.
   void wait_idle();
 
+  // Makes the writes completed so far durable (fdatasync): O_DIRECT skips
+  // the page cache, but not the device's write cache, nor the metadata that
+  // marks fallocate()d extents written. 0, or the -errno.
+  int sync();
+
   std::size_t slot_bytes() const { return options_.slot_bytes; }
   std::size_t num_slots() const { return options_.num_slots; }
   std::uint64_t offset(std::size_t slot) const { return slot * options_.slot_bytes; }
