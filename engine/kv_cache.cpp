@@ -931,6 +931,9 @@ void KvCache::start_writeback() {
 }
 
 TierCosts KvCache::calibrate(double prefill_per_token_s) {
+  // The measurement takes the store's completions for its own reads and
+  // writes: nothing else may be in flight to have its own taken too.
+  drain();
   TierCosts c;
   c.prefill_per_token_s = prefill_per_token_s;
   constexpr int kReads = 8;

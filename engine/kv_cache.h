@@ -330,7 +330,8 @@ class KvCache {
   // from an int8 L2) and to read from L3 (one read, then several at once:
   // the fixed latency and the per-block part; an int8 L3's decode included),
   // for a prefill that costs prefill_per_token_s a token. Call at start-up
-  // while L1 has free blocks; takes a few milliseconds.
+  // while L1 has free blocks; takes a few milliseconds, after waiting for
+  // whatever is in flight (drain()).
   TierCosts calibrate(double prefill_per_token_s);
   void set_costs(const TierCosts& costs) { costs_ = costs; }
   CacheStats stats() const;

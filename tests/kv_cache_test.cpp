@@ -265,6 +265,28 @@ TEST_F(KvCacheTest, ABlockEvictedBeforeItsWriteIsPolledIsNotCountedOnL3) {
   EXPECT_TRUE(evicted) << "the second write never found the first committed";
 }
 
+// calibrate() reads and writes L3 itself and takes its own completions: a
+// write already in flight must still complete for the cache, or drain()
+// would wait for it for ever.
+TEST_F(KvCacheTest, CalibratingWithAWriteInFlightLosesNoCompletion) {
+  test_util::TempDir dir;
+  const auto cache = make(false, dir.path() / "l3");
+  ASSERT_NE(cache, nullptr);
+  cache_in_l2(*cache, block_tokens(1), random_block(1));  // L1 is free again
+  cache->poll();                                          // write-back starts its L3 write
+  ASSERT_EQ(cache->transfers_in_flight(), 1u);
+  const TierCosts costs = cache->calibrate(1e-3);
+  EXPECT_GT(costs.l3_per_block_s, 0) << "L3 was measured";
+  for (int i = 0; i < 1000 && cache->transfers_in_flight() > 0; ++i) {
+    cache->wait(std::chrono::milliseconds(10));
+    cache->poll();
+  }
+  ASSERT_EQ(cache->transfers_in_flight(), 0u) << "a completion was lost";
+  const auto path = cache->tree().match(cache->root(""), block_tokens(1), 1);
+  ASSERT_EQ(path.size(), 1u);
+  EXPECT_TRUE(path[0]->l3);
+}
+
 // What comes off a failed device is garbage that an L3 checksum would vouch
 // for, and a restart on a working device would serve: once the device says
 // it failed, L3 takes no more writes, from L1 or from L2, and keeps what it
