@@ -132,6 +132,13 @@ std::expected<std::unique_ptr<KvCache>, std::string> KvCache::create(const KvLay
                            std::to_string(layout.block_bytes()));
   if (!config.l3_path.empty() && l1.block_bytes() % 4096 != 0)
     return std::unexpected("L3 needs L1 blocks that are a multiple of 4096 bytes");
+  // Host L1 blocks are L3's O_DIRECT buffers, which the kernel refuses
+  // unless page-aligned: every transfer would fail and open the breaker.
+  if (!config.l3_path.empty() && l1.host_addressable() &&
+      reinterpret_cast<std::uintptr_t>(l1.data(0)) % 4096 != 0)
+    return std::unexpected(
+        "L3 reads and writes L1 blocks in place, so L1 must start on a 4096-byte boundary "
+        "(tiers::Memory::kPageAligned)");
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
   return std::unique_ptr<KvCache>(new KvCache(layout, fingerprint, l1, config, codec));
 }

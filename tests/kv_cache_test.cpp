@@ -2,8 +2,10 @@
 // link's host memory, exact L1<->L2 moves on its copy queue, and what happens
 // when the queue is lost. The device is the stand-in of stand_in_device.h
 // (host memory behind a counting copy, a CopyWorker as the queue); the CUDA
-// one runs in cuda_kv_cache_test.cpp where a GPU is. The scheduler-level
-// tests of the cache are in tiered_scheduler_test.cpp.
+// one runs in cuda_kv_cache_test.cpp where a GPU is. Also the cache's side
+// of L3: completions it must not lose or take out of order, and the L1 it
+// needs. The scheduler-level tests of the cache are in
+// tiered_scheduler_test.cpp.
 #include "engine/kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -285,6 +287,28 @@ TEST_F(KvCacheTest, CalibratingWithAWriteInFlightLosesNoCompletion) {
   const auto path = cache->tree().match(cache->root(""), block_tokens(1), 1);
   ASSERT_EQ(path.size(), 1u);
   EXPECT_TRUE(path[0]->l3);
+}
+
+// L3 moves host L1 blocks in place with O_DIRECT: an L1 pool that does not
+// start on a page is refused with the reason, not left to fail every read.
+TEST(KvCacheL3, AnL1PoolOffThePageIsRefusedWithL3) {
+  test_util::TempDir dir;
+  const std::size_t bytes = 2 * kLayout.block_bytes() + 4096;
+  auto* memory = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{4096}));
+  // Host memory (no copy function) starting 64 bytes into a page.
+  tiers::BlockPool l1(
+      kLayout.block_bytes(), 2,
+      tiers::Region{.base = memory + 64, .bytes = bytes - 64, .free = [=](std::byte*) {
+                      ::operator delete (memory, std::align_val_t{4096});
+                    }});
+  CacheConfig c;
+  c.l3_path = (dir.path() / "l3").string();
+  c.l3_bytes = 4 * kLayout.block_bytes();
+  const auto refused = KvCache::create(kLayout, kFingerprint, l1, c);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_TRUE(contains(refused.error(), "4096-byte boundary")) << refused.error();
+  c.l3_path.clear();
+  EXPECT_TRUE(KvCache::create(kLayout, kFingerprint, l1, c).has_value()) << "fine without L3";
 }
 
 // What comes off a failed device is garbage that an L3 checksum would vouch
