@@ -132,6 +132,29 @@ class TieredSchedulerTest : public ::testing::Test {
     return c;
   }
 
+  // A write-through scheduler that has served kShared + " one", with the
+  // prompt's blocks on L3 only, the second of them damaged; null (with the
+  // failure recorded) if that could not be set up.
+  std::unique_ptr<Scheduler> with_a_damaged_l3_block(const test_util::TempDir& dir) {
+    SchedulerConfig c = tiered(dir.path() / "l3");
+    c.cache.write_policy = WritePolicy::kWriteThrough;
+    auto s = make(c);
+    if (s == nullptr) return nullptr;
+    EXPECT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
+    s->cache()->drain();
+    s->cache()->flush(Tier::kL1);
+    s->cache()->flush(Tier::kL2);
+    // Write-through stored the prompt's blocks in order into slots 0, 1, ...
+    const std::size_t block = model_->kv_layout(16).block_bytes();
+    const int fd = ::open((dir.path() / "l3" / "slab").c_str(), O_WRONLY);
+    const std::vector<char> junk(64, 0x5a);
+    const bool damaged =
+        fd >= 0 && ::pwrite(fd, junk.data(), junk.size(), static_cast<off_t>(block + 4096)) == 64;
+    if (fd >= 0) ::close(fd);
+    EXPECT_TRUE(damaged) << "could not damage the slab";
+    return damaged ? std::move(s) : nullptr;
+  }
+
   static Model* model_;
   static Tokenizer* tokenizer_;
 };
@@ -283,22 +306,8 @@ TEST_F(TieredSchedulerTest, LoadByLayerServesAnL3PrefixAtOnceAndCopiesL2BlocksWh
 // the cache, and the request prefills from that block on: the same tokens.
 TEST_F(TieredSchedulerTest, ACorruptBlockLoadingByLayerThrowsThePassAwayAndIsRecomputed) {
   test_util::TempDir dir;
-  SchedulerConfig c = tiered(dir.path() / "l3");
-  c.cache.write_policy = WritePolicy::kWriteThrough;
-  auto s = make(c);
+  auto s = with_a_damaged_l3_block(dir);
   ASSERT_NE(s, nullptr);
-  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
-  s->cache()->drain();
-  s->cache()->flush(Tier::kL1);
-  s->cache()->flush(Tier::kL2);
-  // Write-through stored the prompt's blocks in order into slots 0, 1, ...:
-  // damage the second.
-  const std::size_t block = model_->kv_layout(16).block_bytes();
-  const int fd = ::open((dir.path() / "l3" / "slab").c_str(), O_WRONLY);
-  ASSERT_GE(fd, 0);
-  const std::vector<char> junk(64, 0x5a);
-  ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), static_cast<off_t>(block + 4096)), 64);
-  ::close(fd);
 
   std::vector<RequestId> ids;
   const long avoided_before = s->cache()->stats().recompute_tokens_avoided;
@@ -319,20 +328,8 @@ TEST_F(TieredSchedulerTest, ACorruptBlockLoadingByLayerThrowsThePassAwayAndIsRec
 // as that prefix's KV. A later request with the prefix gets the right tokens.
 TEST_F(TieredSchedulerTest, ACancelledRequestDoesNotCacheABlockWhoseLoadFailed) {
   test_util::TempDir dir;
-  SchedulerConfig c = tiered(dir.path() / "l3");
-  c.cache.write_policy = WritePolicy::kWriteThrough;
-  auto s = make(c);
+  auto s = with_a_damaged_l3_block(dir);
   ASSERT_NE(s, nullptr);
-  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
-  s->cache()->drain();
-  s->cache()->flush(Tier::kL1);
-  s->cache()->flush(Tier::kL2);
-  const std::size_t block = model_->kv_layout(16).block_bytes();
-  const int fd = ::open((dir.path() / "l3" / "slab").c_str(), O_WRONLY);
-  ASSERT_GE(fd, 0);
-  const std::vector<char> junk(64, 0x5a);
-  ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), static_cast<off_t>(block + 4096)), 64);
-  ::close(fd);
 
   // First in line, and longer than the token budget: its prefill takes the
   // next steps, while the second request's prefix lands by layer.
