@@ -488,12 +488,17 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
 
   std::vector<int> blocks;
   blocks.reserve(path.size());
+  LayerLoad::Counted counted;
   for (CacheNode* node : path) {
     l1_->add_ref(node->l1);
     blocks.push_back(node->l1);
-    ++stats_.tier[static_cast<int>(node->hit_tier)].hits;
-    node->hit_tier = Tier::kL1;
-    if (!node->l1_loading) continue;
+    ++counted.hits[static_cast<int>(node->hit_tier)];
+    // A block still landing stays its tier's until settle() says it landed
+    // whole: a failed pass takes its count back and looks again.
+    if (!node->l1_loading) {
+      node->hit_tier = Tier::kL1;
+      continue;
+    }
     load->keys.push_back(node->key);
     load->blocks.push_back(node->l1);
     if (auto m = copies_by_layer_.find(node->key); m != copies_by_layer_.end())
@@ -501,13 +506,12 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
     else
       load->reads.push_back(l3_->reads_by_layer.at(node->key));
   }
-  ++stats_.lookups;
-  stats_.skipped_loads += skipped;
   const int wanted = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / layout_.page_size);
-  stats_.missed_blocks += wanted - static_cast<long>(blocks.size());
-  const long avoided = static_cast<long>(blocks.size()) * layout_.page_size;
-  stats_.recompute_tokens_avoided += avoided;
-  if (load != nullptr && !load->empty()) load->tokens_counted = avoided;
+  counted.missed = wanted - static_cast<long>(blocks.size());
+  counted.skipped = skipped;
+  counted.tokens = static_cast<long>(blocks.size()) * layout_.page_size;
+  count(counted, +1);
+  if (load != nullptr && !load->empty()) load->counted = counted;
   return blocks;
 }
 
@@ -1137,6 +1141,14 @@ void KvCache::await_layer(const LayerLoad& load, int layer) {
   }
 }
 
+void KvCache::count(const LayerLoad::Counted& c, int sign) {
+  stats_.lookups += sign;
+  for (int t = 0; t < kNumTiers; ++t) stats_.tier[t].hits += sign * c.hits[t];
+  stats_.missed_blocks += sign * c.missed;
+  stats_.skipped_loads += sign * c.skipped;
+  stats_.recompute_tokens_avoided += sign * c.tokens;
+}
+
 bool KvCache::settle(const LayerLoad& load) {
   // Every piece has landed (the last layer waited for them); the completions
   // that carry the checksums' verdicts may still be on their way.
@@ -1145,13 +1157,16 @@ bool KvCache::settle(const LayerLoad& load) {
                        [&](std::uint64_t t) { return l3_->pending.contains(t); });
   };
   for (collect(); in_flight(); collect()) sleep_for_signal(std::chrono::milliseconds(2));
+  std::vector<CacheNode*> landed;
   for (std::size_t i = 0; i < load.keys.size(); ++i) {
-    const CacheNode* node = tree_.find(load.keys[i]);
+    CacheNode* node = tree_.find(load.keys[i]);
     if (node == nullptr || node->l1 != load.blocks[i] || node->l1_loading) {
-      stats_.recompute_tokens_avoided -= load.tokens_counted;
+      count(load.counted, -1);
       return false;
     }
+    landed.push_back(node);
   }
+  for (CacheNode* node : landed) node->hit_tier = Tier::kL1;
   return true;
 }
 

@@ -47,9 +47,9 @@
 //
 // L1 in device memory (a pool whose blocks the host cannot address, such as
 // tiers::cuda_device_region's): L3 reads, and writes from L1, go through host
-// staging buffers, and the int8 codec runs on the device when create() is given one
-// (DeviceKvCodec), else on the host, which reads and writes such a block
-// through a host buffer of the calling thread's. When the pool offers a
+// staging buffers, and the int8 codec runs on the device when create() is
+// given one (DeviceKvCodec), else on the host, which reads and writes such a
+// block through a host buffer of the calling thread's. When the pool offers a
 // DeviceLink (tiers/block_pool.h), L2 lies in the host memory it offers
 // (page-locked by the device's driver), and exact L1<->L2 moves in the
 // background run on its copy queue (a CUDA stream; tiers/copy_queue.h),
@@ -245,10 +245,13 @@ class KvCache {
     std::vector<std::uint64_t> reads;   // L3 tickets, a read each
     // L2 promotions, a copy per layer: copies[i][l] is one block's layer l.
     std::vector<std::vector<std::uint64_t>> copies;
-    // What acquire_prefix added to recompute_tokens_avoided for the run; a
-    // failed settle() takes it back (the request looks again, and counts
-    // what it then finds).
-    long tokens_counted = 0;
+    // What acquire_prefix counted for the run (its lookup, hits, misses,
+    // skipped loads and recompute_tokens_avoided); a failed settle() takes
+    // it back (the request looks again, and counts what it then finds).
+    struct Counted {
+      long hits[kNumTiers] = {};
+      long missed = 0, skipped = 0, tokens = 0;
+    } counted;
     bool empty() const { return reads.empty() && copies.empty(); }
   };
 
@@ -368,6 +371,8 @@ class KvCache {
   // Sleeps until a copy or L3 completion (or an L3 piece) is signalled, or
   // the timeout passes.
   void sleep_for_signal(std::chrono::milliseconds timeout);
+  // Adds (sign +1) or takes back (-1) what acquire_prefix counted for a run.
+  void count(const LayerLoad::Counted& counted, int sign);
   // Whether a block is its layers end to end, each a multiple of
   // `alignment` bytes: then it can move a layer at a time.
   bool layers_tile_block(std::size_t alignment) const;

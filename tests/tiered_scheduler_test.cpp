@@ -310,13 +310,17 @@ TEST_F(TieredSchedulerTest, ACorruptBlockLoadingByLayerThrowsThePassAwayAndIsRec
   ASSERT_NE(s, nullptr);
 
   std::vector<RequestId> ids;
-  const long avoided_before = s->cache()->stats().recompute_tokens_avoided;
+  const CacheStats before = s->cache()->stats();
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 8, greedy())}, &ids));
   const CacheStats st = s->cache()->stats();
   EXPECT_EQ(st.tier[2].checksum_failures, 1);
   // Counted once, for the block before the damaged one: not for the
   // thrown-away pass's blocks as well.
-  EXPECT_EQ(st.recompute_tokens_avoided - avoided_before, 16);
+  EXPECT_EQ(st.recompute_tokens_avoided - before.recompute_tokens_avoided, 16);
+  EXPECT_EQ(st.lookups - before.lookups, 1);
+  EXPECT_EQ(st.tier[2].hits - before.tier[2].hits, 1);
+  EXPECT_EQ(st.missed_blocks - before.missed_blocks,
+            static_cast<long>(kShared.size() + 4 - 1) / 16 - 1);
   EXPECT_EQ(s->stats().discarded_passes, 1);
   // Reported from the first look, before the damage showed.
   EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
@@ -423,7 +427,11 @@ TEST_F(TieredSchedulerTest, AnL1OnlyItsCopyReachesServesTheSameTokens) {
     }
     (*s)->cache()->drain();
     const CacheStats st = (*s)->cache()->stats();
-    EXPECT_GT(st.tier[1].promotions, 0);
+    // From L2, or from L3 when write-back had made the L2 copies clean and
+    // L2 let them go first: which, the timing of the writes decides (once,
+    // on a busy machine, none came from L2). KvCacheTest covers promotions
+    // from L2 over a device L1 on their own.
+    EXPECT_GT(st.tier[1].promotions + st.tier[2].promotions, 0);
     EXPECT_GT(st.tier[2].demotions, 0);
     EXPECT_EQ(st.tier[2].checksum_failures, 0);
     EXPECT_GT(device.copies.load(), 0) << "nothing went through the pool's copy";
