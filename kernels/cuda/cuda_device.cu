@@ -1,3 +1,5 @@
+// Whether the kernels can run here (kernels/cuda/cuda_device.h), asked of
+// the CUDA runtime.
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/cuda_device.h"
