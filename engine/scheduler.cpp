@@ -16,6 +16,15 @@ constexpr std::string_view kNoScores =
     "eviction 'h2o' ranks keys by attention scores, which this forward (the GPU's) does not "
     "gather; use 'window' or 'sinks', or run on the CPU";
 
+// An event about r, for its group's client: the fields the caller sets
+// say what happened.
+RequestEvent event_for(const Request& r) {
+  RequestEvent event;
+  event.id = r.group();
+  event.sample = r.sample_index();
+  return event;
+}
+
 }  // namespace
 
 std::string_view to_string(SchedulingPolicy policy) {
@@ -374,9 +383,7 @@ void Scheduler::admit(StepOutput& out) {
       it = waiting_.erase(it);
       release_swap_state(r);
       r.status_ = RequestStatus::kFailed;
-      RequestEvent event;
-      event.id = r.group_;
-      event.sample = r.sample_index_;
+      RequestEvent event = event_for(r);
       event.error = r.error_;
       out.events.push_back(std::move(event));
       continue;
@@ -538,9 +545,7 @@ void Scheduler::preempt(Request& victim, StepOutput& out) {
   layer_loads_.erase(&victim);
   ++victim.preemptions_;
   ++preemptions_;
-  RequestEvent event;
-  event.id = victim.group_;
-  event.sample = victim.sample_index_;
+  RequestEvent event = event_for(victim);
   event.preempted = true;
   out.events.push_back(std::move(event));
 }
@@ -730,9 +735,7 @@ StepOutput Scheduler::step() {
     for (Request* r : rows) {
       r->error_ = logits.error();
       retire(*r, RequestStatus::kFailed);
-      RequestEvent event;
-      event.id = r->group_;
-      event.sample = r->sample_index_;
+      RequestEvent event = event_for(*r);
       event.error = logits.error();
       out.events.push_back(std::move(event));
     }
@@ -760,9 +763,7 @@ StepOutput Scheduler::step() {
       samplers.insert(samplers.end(), forked.begin(), forked.end());
     }
     for (Request* s : samplers) {
-      RequestEvent event;
-      event.id = s->group_;
-      event.sample = s->sample_index_;
+      RequestEvent event = event_for(*s);
       sample_and_append(*s, logits->subspan(i * V, V), event);
       if (s->finish_) retire(*s, RequestStatus::kDone);
       out.events.push_back(std::move(event));
