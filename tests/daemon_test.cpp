@@ -394,6 +394,20 @@ TEST(DaemonTest, ConfigFileSetsServerFlagsAndTheCommandLineWins) {
   shutdown(d);
 }
 
+// --device takes auto, cpu or cuda, and cuda only where the kernels can
+// run: otherwise kvtierd exits at start-up with the reason instead of
+// serving from a device that cannot compute.
+TEST(DaemonTest, AnUnknownOrUnusableDeviceIsRefusedWithTheReason) {
+  test_util::TempDir dir;
+  const std::vector<std::string> base = {"--socket", (dir.path() / "s.sock").string(), "--model",
+                                         kModelDir.string()};
+  expect_refused(base, {{{"--device", "gpu"}, "--device"}});
+#if defined(KVTIER_HAVE_CUDA)
+  if (kernels::cuda_device_missing().empty()) GTEST_SKIP() << "a usable CUDA device is present";
+#endif
+  expect_refused(base, {{{"--device", "cuda"}, "device cuda: "}});
+}
+
 TEST(DaemonTest, BadConfigFileExitsNonZeroWithAMessage) {
   test_util::TempDir dir;
   auto run = [&](const std::string& text) {
