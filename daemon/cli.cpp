@@ -7,6 +7,12 @@ namespace kvtier::daemon {
 
 namespace {
 
+// A flag's check from the table of limits (config.h).
+template <typename T>
+CLI::Range range(Limit<T> limit) {
+  return CLI::Range(limit.min, limit.max);
+}
+
 // The tier settings that depend on one another, in flag words: the
 // preemption default follows the prefix cache, and the L2 default (256 MiB)
 // quietly goes with it when the cache is off, while an L2 or L3 asked for by
@@ -71,7 +77,7 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
   app.add_option("--threads", c.threads, "Compute threads; 0 = OpenMP's default")
-      ->check(CLI::NonNegativeNumber);
+      ->check(range(limits::kThreads));
   app.add_option(
          "--device", c.device,
          "Where the forward runs and L1 lives: cuda (the GPU: L1 in its memory, L2 and "
@@ -80,7 +86,7 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--page-size", c.scheduler.page_size, "Tokens per KV block")
-      ->check(CLI::Range(1, 4096))
+      ->check(range(limits::kPageSize))
       ->capture_default_str();
 
   auto* oneshot = app.add_option_group("one-shot", "Generate once from the command line and exit");
@@ -105,46 +111,46 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
-  namespace r = config_range;
   auto* server = app.add_option_group("server", "Serve requests on a Unix socket");
   server->add_option("--socket", c.socket_path, "Unix socket path (its folder is created)")
       ->capture_default_str();
   server->add_option("--max-kv-tokens", c.scheduler.max_kv_tokens, "KV positions resident at once")
+      ->check(range(limits::kMaxKvTokens))
       ->capture_default_str();
   server
       ->add_option("--max-batch-size", c.scheduler.max_batch_size,
                    "Requests admitted at once (runtime)")
-      ->check(CLI::Range(1, r::kMaxBatchOrBudget))
+      ->check(range(limits::kMaxBatchSize))
       ->capture_default_str();
   server
       ->add_option("--token-budget", c.scheduler.token_budget, "Tokens per forward pass (runtime)")
-      ->check(CLI::Range(1, r::kMaxBatchOrBudget))
+      ->check(range(limits::kTokenBudget))
       ->capture_default_str();
   server->add_option("--policy", policy, "Admission order: fcfs | priority (runtime)")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
   server
       ->add_option("--max-line-bytes", c.max_line_bytes, "Longest request line accepted (runtime)")
-      ->check(CLI::Range(r::kMinLineBytes, r::kMaxLineBytes))
+      ->check(range(limits::kMaxLineBytes))
       ->capture_default_str();
   server
       ->add_option("--max-output-bytes", c.max_output_bytes,
                    "Reply bytes queued for a client before it is dropped")
-      ->check(CLI::Range(r::kMinOutputBytes, r::kMaxOutputBytes))
+      ->check(range(limits::kMaxOutputBytes))
       ->capture_default_str();
   server
       ->add_option("--max-pending", c.max_pending,
                    "Requests queued or running, all clients (runtime)")
-      ->check(CLI::Range(1, r::kMaxPending))
+      ->check(range(limits::kMaxPending))
       ->capture_default_str();
   server->add_option("--max-connections", c.max_connections, "Connections served at once")
-      ->check(CLI::Range(1, r::kMaxConnections))
+      ->check(range(limits::kMaxConnections))
       ->capture_default_str();
   server
       ->add_option("--drain-timeout", c.drain_timeout,
                    "Seconds running requests may finish in when stopping, then they are "
                    "cancelled; 0 = cancel at once (runtime)")
-      ->check(CLI::Range(0.0, r::kMaxDrainSeconds))
+      ->check(range(limits::kDrainTimeout))
       ->capture_default_str();
   server->add_option("--log-level", log_level, "error | warning | info | debug (runtime)")
       ->check(CLI::IsMember({"error", "warning", "info", "debug"}))
@@ -160,7 +166,7 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
   // 1024: 256M, 4G, 512KiB), on the command line and in the file alike.
   // A negative size wraps around in the conversion; the range catches it.
   const CLI::AsSizeValue size(false);
-  const CLI::Range size_range(std::uint64_t{0}, r::kMaxTierBytes);
+  const CLI::Range size_range = range(limits::kTierBytes);
   std::string write_policy(to_string(c.scheduler.cache.write_policy));
   std::string l2_format(to_string(c.scheduler.cache.l2_format));
   std::string l3_format(to_string(c.scheduler.cache.l3_format));

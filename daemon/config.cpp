@@ -1,7 +1,7 @@
 #include "daemon/config.h"
 
 #include <array>
-#include <cmath>
+#include <type_traits>
 
 namespace kvtier::daemon {
 
@@ -11,17 +11,33 @@ namespace {
 
 using SetResult = std::expected<void, std::string>;
 
-std::expected<long long, std::string> integer_in(const json& v, const char* name, long long min,
-                                                 long long max) {
-  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
-  if (!v.is_number_integer()) {
-    return std::unexpected("'" + std::string(name) + "' must be an integer in " + range);
+template <typename T>
+std::string range_text(Limit<T> limit) {
+  auto text = [](T v) {
+    if constexpr (std::is_floating_point_v<T>) return std::to_string(static_cast<long long>(v));
+    return std::to_string(v);
+  };
+  return "[" + text(limit.min) + ", " + text(limit.max) + "]";
+}
+
+// An integer JSON value inside `limit`. JSON's non-negative integers parse
+// as unsigned: the minimum applies to them too (it once did not, and
+// "max_pending": 0 got through).
+template <typename T>
+std::expected<T, std::string> integer_in(const json& v, const char* name, Limit<T> limit) {
+  const std::string refused = "'" + std::string(name) + "' must be an integer in " +
+                              range_text(limit) + ", got " + v.dump();
+  if (!v.is_number_integer()) return std::unexpected(refused);
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(limit.max) || u < static_cast<std::uint64_t>(limit.min))
+      return std::unexpected(refused);
+    return static_cast<T>(u);
   }
-  const bool in_range = v.is_number_unsigned()
-                            ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(max)
-                            : v.get<long long>() >= min && v.get<long long>() <= max;
-  if (!in_range) return std::unexpected("'" + std::string(name) + "' must be in " + range);
-  return v.get<long long>();
+  const auto i = v.get<long long>();
+  if (i < static_cast<long long>(limit.min) || i > static_cast<long long>(limit.max))
+    return std::unexpected(refused);
+  return static_cast<T>(i);
 }
 
 // The table. Captureless lambdas, so each entry is plain data.
@@ -82,17 +98,17 @@ const std::array<Setting, 28> kSettings = {{
     {"max_batch_size", true, "requests admitted at once",
      [](const DaemonConfig& c) -> json { return c.scheduler.max_batch_size; },
      [](DaemonConfig& c, const json& v) -> SetResult {
-       auto n = integer_in(v, "max_batch_size", 1, config_range::kMaxBatchOrBudget);
+       auto n = integer_in(v, "max_batch_size", limits::kMaxBatchSize);
        if (!n) return std::unexpected(n.error());
-       c.scheduler.max_batch_size = static_cast<int>(*n);
+       c.scheduler.max_batch_size = *n;
        return {};
      }},
     {"token_budget", true, "tokens per forward pass (>= max_batch_size)",
      [](const DaemonConfig& c) -> json { return c.scheduler.token_budget; },
      [](DaemonConfig& c, const json& v) -> SetResult {
-       auto n = integer_in(v, "token_budget", 1, config_range::kMaxBatchOrBudget);
+       auto n = integer_in(v, "token_budget", limits::kTokenBudget);
        if (!n) return std::unexpected(n.error());
-       c.scheduler.token_budget = static_cast<int>(*n);
+       c.scheduler.token_budget = *n;
        return {};
      }},
     {"policy", true, "admission order: fcfs | priority",
@@ -107,18 +123,17 @@ const std::array<Setting, 28> kSettings = {{
     {"max_pending", true, "requests queued or running, all clients",
      [](const DaemonConfig& c) -> json { return c.max_pending; },
      [](DaemonConfig& c, const json& v) -> SetResult {
-       auto n = integer_in(v, "max_pending", 1, config_range::kMaxPending);
+       auto n = integer_in(v, "max_pending", limits::kMaxPending);
        if (!n) return std::unexpected(n.error());
-       c.max_pending = static_cast<int>(*n);
+       c.max_pending = *n;
        return {};
      }},
     {"max_line_bytes", true, "longest request line accepted",
      [](const DaemonConfig& c) -> json { return c.max_line_bytes; },
      [](DaemonConfig& c, const json& v) -> SetResult {
-       auto n = integer_in(v, "max_line_bytes", config_range::kMinLineBytes,
-                           config_range::kMaxLineBytes);
+       auto n = integer_in(v, "max_line_bytes", limits::kMaxLineBytes);
        if (!n) return std::unexpected(n.error());
-       c.max_line_bytes = static_cast<std::size_t>(*n);
+       c.max_line_bytes = *n;
        return {};
      }},
     {"log_level", true, "error | warning | info | debug",
@@ -133,12 +148,9 @@ const std::array<Setting, 28> kSettings = {{
     {"drain_timeout", true, "seconds running requests may finish in when the daemon stops",
      [](const DaemonConfig& c) -> json { return c.drain_timeout; },
      [](DaemonConfig& c, const json& v) -> SetResult {
-       const bool ok = v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0 &&
-                       v.get<double>() <= config_range::kMaxDrainSeconds;
-       if (!ok) {
-         return std::unexpected("'drain_timeout' must be a number of seconds in [0, " +
-                                std::to_string(static_cast<int>(config_range::kMaxDrainSeconds)) +
-                                "]");
+       if (!v.is_number() || !limits::kDrainTimeout.contains(v.get<double>())) {
+         return std::unexpected("'drain_timeout' must be a number of seconds in " +
+                                range_text(limits::kDrainTimeout) + ", got " + v.dump());
        }
        c.drain_timeout = v.get<double>();
        return {};

@@ -32,18 +32,36 @@
 
 namespace kvtier::daemon {
 
-// Accepted ranges, shared by the command line (cli.cpp) and config.set.
-namespace config_range {
-inline constexpr std::size_t kMinLineBytes = 64, kMaxLineBytes = std::size_t{1} << 30;
-inline constexpr std::size_t kMinOutputBytes = 4096, kMaxOutputBytes = std::size_t{1} << 30;
-inline constexpr int kMaxPending = 1 << 20;
-inline constexpr int kMaxConnections = 1 << 16;
-inline constexpr int kMaxBatchOrBudget = 1 << 20;
-inline constexpr double kMaxDrainSeconds = 86400;
-// l1_bytes, l2_bytes, l3_bytes: 1 TiB, far past any machine's tier yet small
-// enough that block counts fit an int.
-inline constexpr std::uint64_t kMaxTierBytes = std::uint64_t{1} << 40;
-}  // namespace config_range
+// The accepted range of a numeric setting, both ends included.
+template <typename T>
+struct Limit {
+  T min, max;
+  constexpr bool contains(T v) const { return v >= min && v <= max; }
+};
+
+// Every numeric setting's range: the one table that the command line and
+// the config file (cli.cpp, so SIGHUP's re-read too) and config.set
+// (config.cpp) check against. Whether sizes fit the machine (memory, disk)
+// is checked where the pools and the L3 slab are made, against what the
+// machine has.
+namespace limits {
+inline constexpr Limit<int> kThreads{0, 1024};
+inline constexpr Limit<int> kPageSize{1, 4096};
+// At least one page (SchedulerConfig::validate), at most 16 Mi positions.
+inline constexpr Limit<int> kMaxKvTokens{1, 1 << 24};
+inline constexpr Limit<int> kMaxBatchSize{1, 1 << 20};
+inline constexpr Limit<int> kTokenBudget{1, 1 << 20};
+inline constexpr Limit<int> kMaxPending{1, 1 << 20};
+inline constexpr Limit<int> kMaxConnections{1, 1 << 16};
+// At least 1 KiB, so that a config.set raising it again always fits on a
+// line (at 64 bytes none did, and only a restart undid it).
+inline constexpr Limit<std::size_t> kMaxLineBytes{1024, std::size_t{1} << 30};
+inline constexpr Limit<std::size_t> kMaxOutputBytes{4096, std::size_t{1} << 30};
+inline constexpr Limit<double> kDrainTimeout{0, 86400};
+// l1_bytes, l2_bytes, l3_bytes: 1 TiB, far past any machine's tier yet
+// small enough that block counts fit an int.
+inline constexpr Limit<std::uint64_t> kTierBytes{0, std::uint64_t{1} << 40};
+}  // namespace limits
 
 struct DaemonConfig {
   // Fixed at start-up.

@@ -690,8 +690,8 @@ TEST(DaemonTest, ConfigGetListsEverySettingAndConfigSetChangesRuntimeOnesWhole) 
   EXPECT_EQ(get()["max_batch_size"]["value"], 4);
 
   // max_line_bytes applies to this very connection from its next read.
-  ASSERT_TRUE(set({{"max_line_bytes", 100}})->contains("result"));
-  ASSERT_TRUE(c->send_raw(std::string(300, 'x') + "\n"));
+  ASSERT_TRUE(set({{"max_line_bytes", 1024}})->contains("result"));
+  ASSERT_TRUE(c->send_raw(std::string(3000, 'x') + "\n"));
   EXPECT_EQ(error_code(c->read()), -32001);
   ASSERT_TRUE(set({{"max_line_bytes", 1 << 20}})->contains("result"));
   // max_pending too: with one slot, a second request is refused while the

@@ -1,0 +1,60 @@
+#include "daemon/cli.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace kvtier::daemon {
+namespace {
+
+std::expected<CommandLine, CliExit> parse(std::vector<std::string> flags) {
+  flags.insert(flags.begin(), "kvtierd");
+  DaemonConfig defaults;
+  defaults.model_dir = std::string(KVTIER_SOURCE_DIR) + "/models/fortunes-char";
+  return cli_parse(flags, defaults);
+}
+
+TEST(CliTest, EveryNumberOutsideTheTableOfLimitsIsRefusedNamingItsFlag) {
+  const std::vector<std::vector<std::string>> refused = {
+      {"--max-kv-tokens", "100000000"},
+      {"--max-kv-tokens", "-16"},
+      {"--threads", "100000"},
+      {"--page-size", "0"},
+      {"--max-pending", "0"},
+      {"--max-line-bytes", "63"},
+      {"--max-line-bytes", "1023"},
+      {"--max-connections", "0"},
+      {"--max-output-bytes", "100"},
+      {"--max-batch-size", "0"},
+      {"--token-budget", "2000000"},
+      {"--drain-timeout", "-1"},
+      {"--l2-bytes", "2T"},
+      {"--l1-bytes", "-1"},
+  };
+  for (const auto& flags : refused) {
+    auto cl = parse(flags);
+    ASSERT_FALSE(cl) << flags[0] << " " << flags[1] << " was accepted";
+    EXPECT_NE(cl.error().code, 0);
+    EXPECT_TRUE(test_util::contains(cl.error().err, flags[0])) << cl.error().err;
+  }
+  // Each limit's own end is accepted.
+  auto edge = parse(
+      {"--max-line-bytes", "1024", "--max-pending", "1", "--threads", "1024", "--l2-bytes", "1T"});
+  ASSERT_TRUE(edge) << edge.error().err;
+  EXPECT_EQ(edge->config.max_line_bytes, 1024u);
+  EXPECT_EQ(edge->config.max_pending, 1);
+}
+
+TEST(CliTest, TheConfigFileIsCheckedAgainstTheSameLimits) {
+  test_util::TempDir dir;
+  const auto file = dir.write("kvtierd.toml", "max-line-bytes = 100\n");
+  auto cl = parse({"--config", file.string()});
+  ASSERT_FALSE(cl);
+  EXPECT_TRUE(test_util::contains(cl.error().err, "max-line-bytes")) << cl.error().err;
+}
+
+}  // namespace
+}  // namespace kvtier::daemon
