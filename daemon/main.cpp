@@ -82,6 +82,11 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
     return 1;
   }
   if (!*activated) {
+    // Before the model loads: a daemon that could not bind says so at once.
+    if (auto ok = socket_path_check(c.socket_path); !ok) {
+      log_error(ok.error());
+      return 1;
+    }
     std::error_code ec;
     const auto dir = std::filesystem::path(c.socket_path).parent_path();
     if (!dir.empty()) std::filesystem::create_directories(dir, ec);

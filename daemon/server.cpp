@@ -1,9 +1,13 @@
 #include "daemon/server.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 
@@ -16,6 +20,46 @@ namespace kvtier::daemon {
 
 namespace fs = std::filesystem;
 using stream = asio::local::stream_protocol;
+
+namespace {
+
+enum class PathState { kFree, kStaleSocket };
+
+// What lives at `path`, or why a daemon cannot bind there.
+std::expected<PathState, std::string> path_state(const std::string& path) {
+  if (path.empty()) return std::unexpected(std::string("the socket path is empty"));
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return std::unexpected("socket path " + path + " is " + std::to_string(path.size()) +
+                           " bytes; a Unix socket path has at most " +
+                           std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
+                           " (choose a shorter --socket)");
+  }
+  std::error_code ec;
+  const auto st = fs::symlink_status(path, ec);
+  if (ec || !fs::exists(st)) return PathState::kFree;
+  if (!fs::is_socket(st)) {
+    return std::unexpected(path + " exists and is not a socket; refusing to replace it");
+  }
+  // Someone answering means another daemon serves there; a refused
+  // connection leaves a stale file behind a daemon that died.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::unexpected("cannot probe " + path + ": " + std::strerror(errno));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const bool live = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  if (live) return std::unexpected("another daemon is listening on " + path);
+  return PathState::kStaleSocket;
+}
+
+}  // namespace
+
+std::expected<void, std::string> socket_path_check(const std::string& path) {
+  auto state = path_state(path);
+  if (!state) return std::unexpected(state.error());
+  return {};
+}
 
 Server::Server(asio::io_context& io, EngineLoop& engine, ServerOptions options)
     : io_(io),
@@ -46,14 +90,10 @@ std::expected<void, std::string> Server::listen() {
     listening_ = true;
     return {};
   }
-  const auto st = fs::symlink_status(path, ec);
-  if (!ec && fs::exists(st)) {
-    if (!fs::is_socket(st)) {
-      return std::unexpected(path + " exists and is not a socket; refusing to replace it");
-    }
-    stream::socket probe(io_);
-    probe.connect(stream::endpoint(path), ec);
-    if (!ec) return std::unexpected("another daemon is listening on " + path);
+  // Asked again: the path may have changed since main() asked.
+  auto state = path_state(path);
+  if (!state) return std::unexpected(state.error());
+  if (*state == PathState::kStaleSocket) {
     log_info("removing stale socket " + path);
     fs::remove(path, ec);
     if (ec) return std::unexpected("cannot remove stale socket " + path + ": " + ec.message());

@@ -79,6 +79,14 @@ struct ServerOptions {
   int activated_fd = -1;
 };
 
+// Whether a daemon could bind a Unix socket at `path`: the path fits a
+// socket address (sun_path: 107 bytes and a NUL), and nothing lives there
+// but, at most, a stale socket (listen() replaces it). Refused, with the
+// path and the reason: a path too long, a live socket (another daemon), a
+// file of another kind. main() asks before loading the model, so a daemon
+// that could not serve says so at once instead of after the load.
+std::expected<void, std::string> socket_path_check(const std::string& path);
+
 class Server : public DaemonControl {
  public:
   // `engine` must be started and outlive the server.

@@ -349,6 +349,35 @@ TEST(DaemonTest, StaleSocketFileIsReplaced) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+// A socket path that cannot be bound is refused before the model loads: with
+// a model folder that cannot load, the daemon's only complaint is the path.
+TEST(DaemonTest, AnUnusableSocketPathIsRefusedBeforeTheModelLoads) {
+  test_util::TempDir dir;
+  const std::string no_model = dir.path().string();  // a folder with no config.json
+  const std::string too_long = (dir.path() / std::string(120, 's')).string();
+  auto long_path = run_kvtierd({"--socket", too_long, "--model", no_model});
+  EXPECT_TRUE(exited_nonzero(long_path));
+  EXPECT_TRUE(test_util::contains(long_path.err, "has at most 107")) << long_path.err;
+  EXPECT_FALSE(test_util::contains(long_path.err, "cannot load model")) << long_path.err;
+  // With a model that loads, the same path once aborted after the load.
+  auto with_model = run_kvtierd({"--socket", too_long, "--model", kModelDir.string()});
+  ASSERT_TRUE(with_model.status.has_value());
+  EXPECT_TRUE(WIFEXITED(*with_model.status)) << "killed by signal " << WTERMSIG(*with_model.status);
+  EXPECT_TRUE(exited_nonzero(with_model));
+
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto second = run_kvtierd({"--socket", d.socket_path(), "--model", no_model});
+  EXPECT_TRUE(exited_nonzero(second));
+  EXPECT_TRUE(test_util::contains(second.err, "another daemon is listening on " + d.socket_path()))
+      << second.err;
+  EXPECT_FALSE(test_util::contains(second.err, "cannot load model")) << second.err;
+  auto c = d.connect();  // the first one serves on, undisturbed
+  ASSERT_TRUE(c->valid());
+  EXPECT_TRUE(c->call(request(1, "health")).has_value());
+  shutdown(d);
+}
+
 TEST(DaemonTest, SocketIsMode0660AndTheDaemonsOwnUidMayShutItDown) {
   Daemon d;
   ASSERT_TRUE(d.wait_ready());
