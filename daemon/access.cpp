@@ -28,6 +28,11 @@ bool privileged_call_allowed(uid_t peer_uid, uid_t daemon_uid, bool allow_any_ui
   return allow_any_uid || peer_uid == 0 || peer_uid == daemon_uid;
 }
 
+bool cancel_allowed(const RequestOwner& owner, const RequestOwner& caller, bool caller_privileged) {
+  if (caller_privileged || caller.connection == owner.connection) return true;
+  return owner.uid && caller.uid && *owner.uid == *caller.uid;
+}
+
 std::expected<gid_t, std::string> group_id(const std::string& name) {
   if (name.empty()) return std::unexpected(std::string("empty group name"));
   // getgrnam_r: the reentrant form, with a buffer grown until the entry fits

@@ -3,9 +3,11 @@
 // The socket's file mode (0660, optionally with a chosen group) decides who
 // may connect at all. Once connected, any client may generate and read
 // state, but the calls that change or stop the daemon for everyone —
-// `shutdown` now, `cache.flush`, `cache.pin` and `config.set` as they land —
+// `shutdown`, `cache.flush`, `cache.pin`, `cache.unpin` and `config.set` —
 // are privileged: only the daemon's own uid and root may make them, unless
-// the daemon runs with --allow-any-uid (for a group of trusted users).
+// the daemon runs with --allow-any-uid (for a group of trusted users). A
+// request is cancelled only by its own connection, its own uid or a
+// privileged caller (cancel_allowed).
 //
 // The kernel reports each peer's credentials (SO_PEERCRED) as they were when
 // it connected; a client cannot forge them.
@@ -13,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <expected>
 #include <optional>
 #include <string>
@@ -36,6 +39,20 @@ std::string to_string(const PeerCredentials& peer);
 // running as `daemon_uid`. Pure, so it is tested with uids the test cannot
 // take on.
 bool privileged_call_allowed(uid_t peer_uid, uid_t daemon_uid, bool allow_any_uid);
+
+// Who submitted a request: its connection (a number the daemon gives each)
+// and, when the kernel told, its uid.
+struct RequestOwner {
+  std::uint64_t connection = 0;
+  std::optional<uid_t> uid;
+};
+
+// Whether `caller` may cancel a request `owner` submitted: from the same
+// connection, as the same uid, or as a privileged caller
+// (privileged_call_allowed). Request ids are small sequential numbers that
+// anyone can guess, so the id alone proves nothing. A peer whose uid the
+// kernel did not tell matches no uid.
+bool cancel_allowed(const RequestOwner& owner, const RequestOwner& caller, bool caller_privileged);
 
 // The gid of a group name, for --socket-group; the error names the group.
 std::expected<gid_t, std::string> group_id(const std::string& name);

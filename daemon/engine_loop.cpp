@@ -181,7 +181,8 @@ void EngineLoop::stop() {
 }
 
 std::expected<DaemonRequestId, EngineLoop::SubmitError> EngineLoop::submit(
-    std::variant<std::string, std::vector<int>> prompt, RequestParams params, EventSink sink) {
+    std::variant<std::string, std::vector<int>> prompt, RequestParams params, EventSink sink,
+    RequestOwner owner) {
   DaemonRequestId id;
   {
     std::lock_guard lock(mu_);
@@ -191,7 +192,7 @@ std::expected<DaemonRequestId, EngineLoop::SubmitError> EngineLoop::submit(
     }
     id = next_id_++;
     ++submitted_;
-    active_.insert(id);
+    active_.emplace(id, std::move(owner));
     inbox_.push_back(
         SubmitCommand{id, std::move(prompt), std::move(params), std::move(sink), Clock::now()});
   }
@@ -199,14 +200,17 @@ std::expected<DaemonRequestId, EngineLoop::SubmitError> EngineLoop::submit(
   return id;
 }
 
-bool EngineLoop::cancel(DaemonRequestId id) {
+EngineLoop::CancelResult EngineLoop::cancel(DaemonRequestId id, const RequestOwner& caller,
+                                            bool caller_privileged) {
   {
     std::lock_guard lock(mu_);
-    if (!active_.contains(id) || stopping_) return false;
+    auto it = active_.find(id);
+    if (it == active_.end() || stopping_) return CancelResult::kUnknown;
+    if (!cancel_allowed(it->second, caller, caller_privileged)) return CancelResult::kNotAllowed;
     inbox_.push_back(CancelCommand{id});
   }
   cv_.notify_one();
-  return true;
+  return CancelResult::kCancelling;
 }
 
 void EngineLoop::stats(std::function<void(EngineStats)> reply) {

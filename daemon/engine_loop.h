@@ -30,10 +30,10 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <variant>
 #include <vector>
 
+#include "daemon/access.h"
 #include "engine/model.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -157,13 +157,17 @@ class EngineLoop {
   // Thread-safe. Queues a generation; `prompt` is text (encoded on the engine
   // thread) or token ids. Validation happens on the engine thread and comes
   // back as a final error event. `sink` receives every event of the request.
+  // `owner` decides who may cancel it (cancel_allowed, access.h).
   std::expected<DaemonRequestId, SubmitError> submit(
-      std::variant<std::string, std::vector<int>> prompt, RequestParams params, EventSink sink);
+      std::variant<std::string, std::vector<int>> prompt, RequestParams params, EventSink sink,
+      RequestOwner owner);
 
-  // Thread-safe. Asks for the request to be cancelled; its sink gets a final
-  // event with finish_reason "cancelled" (unless it finishes first). False
-  // for an id that is unknown or already final.
-  bool cancel(DaemonRequestId id);
+  // Thread-safe. Asks for the request to be cancelled on behalf of `caller`;
+  // its sink gets a final event with finish_reason "cancelled" (unless it
+  // finishes first). kUnknown for an id that is unknown or already final,
+  // kNotAllowed when cancel_allowed says no (nothing happens then).
+  enum class CancelResult { kCancelling, kUnknown, kNotAllowed };
+  CancelResult cancel(DaemonRequestId id, const RequestOwner& caller, bool caller_privileged);
 
   // Thread-safe. `reply` is called on the engine thread with a snapshot;
   // after stop() it is dropped uncalled.
@@ -271,13 +275,14 @@ class EngineLoop {
   // Shared with submitting threads.
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Command> inbox_;                   // guarded by mu_
-  std::unordered_set<DaemonRequestId> active_;  // guarded by mu_: submitted, not final
-  DaemonRequestId next_id_ = 1;                 // guarded by mu_
-  long submitted_ = 0;                          // guarded by mu_
-  int max_pending_;                             // guarded by mu_
-  bool stopping_ = false;                       // guarded by mu_
-  bool draining_ = false;                       // guarded by mu_: submit() refuses
+  std::deque<Command> inbox_;  // guarded by mu_
+  // guarded by mu_: submitted, not final, and who submitted each
+  std::unordered_map<DaemonRequestId, RequestOwner> active_;
+  DaemonRequestId next_id_ = 1;  // guarded by mu_
+  long submitted_ = 0;           // guarded by mu_
+  int max_pending_;              // guarded by mu_
+  bool stopping_ = false;        // guarded by mu_
+  bool draining_ = false;        // guarded by mu_: submit() refuses
   std::thread thread_;
 };
 

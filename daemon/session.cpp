@@ -49,7 +49,19 @@ Session::Session(asio::local::stream_protocol::socket socket, EngineLoop& engine
       options_(options),
       peer_(peer),
       on_closed_(std::move(on_closed)),
+      connection_([] {
+        static std::uint64_t next = 1;  // sessions are made on the one io thread
+        return next++;
+      }()),
       framer_(control.config().max_line_bytes) {}
+
+RequestOwner Session::owner() const {
+  return {connection_, peer_ ? std::optional<uid_t>(peer_->uid) : std::nullopt};
+}
+
+bool Session::privileged() const {
+  return peer_ && privileged_call_allowed(peer_->uid, options_.daemon_uid, options_.allow_any_uid);
+}
 
 void Session::start() { read(); }
 
@@ -86,8 +98,7 @@ void Session::on_line(const std::string& line) {
   }
   for (const Method& m : methods()) {
     if (call->method == m.name) {
-      if (m.privileged && !(peer_ && privileged_call_allowed(peer_->uid, options_.daemon_uid,
-                                                             options_.allow_any_uid))) {
+      if (m.privileged && !privileged()) {
         const std::string who = peer_ ? "uid " + std::to_string(peer_->uid) : "an unknown peer";
         log_warning("refused '" + call->method + "' from " + who);
         reply_error(*call,
@@ -168,7 +179,7 @@ void Session::close() {
   out_.clear();
   out_bytes_ = 0;
   // Nobody is left to read these results: give their KV back now.
-  for (DaemonRequestId id : requests_) engine_.cancel(id);
+  for (DaemonRequestId id : requests_) (void)engine_.cancel(id, owner(), privileged());
   if (on_closed_) on_closed_(this);
 }
 
@@ -193,7 +204,7 @@ void Session::method_generate(RpcCall& call) {
                  self->on_engine_event(call, stream, std::move(event));
                });
   };
-  auto id = engine_.submit(std::move(params->prompt), std::move(rp), std::move(sink));
+  auto id = engine_.submit(std::move(params->prompt), std::move(rp), std::move(sink), owner());
   if (!id) return reply_submit_error(call, id.error());
   requests_.insert(*id);
 }
@@ -248,9 +259,22 @@ void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent even
 void Session::method_cancel(RpcCall& call) {
   auto id = cancel_params_parse(call.params);
   if (!id) return reply_error(call, id.error());
-  if (!engine_.cancel(*id)) {
-    return reply_error(
-        call, {rpc_code::kInvalidParams, "no running request with id " + std::to_string(*id)});
+  switch (engine_.cancel(*id, owner(), privileged())) {
+    case EngineLoop::CancelResult::kCancelling:
+      break;
+    case EngineLoop::CancelResult::kUnknown:
+      return reply_error(
+          call, {rpc_code::kInvalidParams, "no running request with id " + std::to_string(*id)});
+    case EngineLoop::CancelResult::kNotAllowed: {
+      const std::string who = peer_ ? "uid " + std::to_string(peer_->uid) : "an unknown peer";
+      log_warning("refused 'cancel' of request " + std::to_string(*id) + " from " + who);
+      return reply_error(call, {rpc_code::kPermissionDenied,
+                                "permission denied: request " + std::to_string(*id) +
+                                    " was submitted by another connection and uid; only its "
+                                    "connection, its uid, uid " +
+                                    std::to_string(options_.daemon_uid) +
+                                    " (the daemon's) and root may cancel it"});
+    }
   }
   // The generate call itself answers with finish_reason "cancelled".
   reply(call, {{"cancelled", *id}});

@@ -16,7 +16,9 @@
 //
 // Privileged methods (Method::privileged: `shutdown`, `config.set`,
 // `cache.pin`, `cache.unpin`, `cache.flush`) are refused with
-// kPermissionDenied unless the peer's uid may make them (access.h).
+// kPermissionDenied unless the peer's uid may make them (access.h). So is a
+// `cancel` of a request that is neither this connection's, nor its uid's,
+// from a peer not privileged (cancel_allowed).
 //
 // The prefix-cache methods (`tiers`, `cache.*`, session_cache.cpp) reach the
 // cache only through EngineLoop::call, as `generate` reaches the scheduler
@@ -100,6 +102,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_engine_event(const RpcCall& call, bool stream, EngineEvent event);
   // -32000 or -32002 for a generation the engine would not queue.
   void reply_submit_error(const RpcCall& call, EngineLoop::SubmitError error);
+  // This connection, as the owner of the requests it submits.
+  RequestOwner owner() const;
+  // Whether the peer may make privileged calls (access.h).
+  bool privileged() const;
 
   void method_generate(RpcCall& call);
   void method_cancel(RpcCall& call);
@@ -130,6 +136,7 @@ class Session : public std::enable_shared_from_this<Session> {
   SessionOptions options_;
   std::optional<PeerCredentials> peer_;
   ClosedHandler on_closed_;
+  std::uint64_t connection_;  // this session's number, unique in the daemon's life
 
   LineFramer framer_;
   std::array<char, 16384> read_buf_;

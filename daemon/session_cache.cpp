@@ -112,7 +112,7 @@ void Session::method_cache_warm(RpcCall& call) {
       });
     });
   };
-  auto id = engine_.submit(std::move(prompt), std::move(rp), std::move(sink));
+  auto id = engine_.submit(std::move(prompt), std::move(rp), std::move(sink), owner());
   if (!id) return reply_submit_error(call, id.error());
   requests_.insert(*id);
 }

@@ -1,5 +1,5 @@
-// The access decisions of daemon/access.h: who may make privileged calls,
-// group lookup for --socket-group, and peer credentials.
+// The access decisions of daemon/access.h: who may make privileged calls
+// and cancel a request, group lookup for --socket-group, and peer credentials.
 #include "daemon/access.h"
 
 #include <sys/socket.h>
@@ -25,6 +25,20 @@ TEST(AccessTest, PrivilegedCallsAreForTheDaemonsUidAndRoot) {
 TEST(AccessTest, AllowAnyUidLetsEveryoneIn) {
   EXPECT_TRUE(privileged_call_allowed(1001, 1000, true));
   EXPECT_TRUE(privileged_call_allowed(65534, 0, true));
+}
+
+TEST(AccessTest, ARequestIsCancelledByItsConnectionItsUidOrAPrivilegedCaller) {
+  const RequestOwner owner{7, 1000};
+  EXPECT_TRUE(cancel_allowed(owner, {7, 1000}, false));   // its own connection
+  EXPECT_TRUE(cancel_allowed(owner, {8, 1000}, false));   // another connection, same uid
+  EXPECT_TRUE(cancel_allowed(owner, {9, 0}, true));       // privileged
+  EXPECT_FALSE(cancel_allowed(owner, {9, 1001}, false));  // anyone else
+  EXPECT_FALSE(cancel_allowed(owner, {9, std::nullopt}, false));
+  // A peer whose uid the kernel did not tell owns only its connection's.
+  const RequestOwner unknown{3, std::nullopt};
+  EXPECT_TRUE(cancel_allowed(unknown, {3, std::nullopt}, false));
+  EXPECT_FALSE(cancel_allowed(unknown, {4, std::nullopt}, false));
+  EXPECT_FALSE(cancel_allowed(unknown, {4, 1000}, false));
 }
 
 TEST(AccessTest, GroupIdFindsRootAndNamesAMissingGroup) {

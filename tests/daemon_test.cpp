@@ -284,6 +284,69 @@ TEST(DaemonTest, CancelEndsARunningRequest) {
   shutdown(d);
 }
 
+// Starts a streamed generate on `c` and returns its request id, from its
+// first token.
+json start_streamed(Client& c, int rpc_id, const std::string& prompt) {
+  EXPECT_TRUE(c.send(request(rpc_id, "generate", generate_params(prompt, 200, 0.8f, 3, true))));
+  auto note = c.read();
+  EXPECT_TRUE(note && note->contains("params")) << (note ? note->dump() : "no answer");
+  return note ? (*note)["params"]["id"] : json();
+}
+
+// Reads messages until the response with JSON-RPC id `id`, collecting the
+// notifications on the way; nullopt on timeout or EOF.
+std::optional<json> read_response(Client& c, const json& id, std::vector<json>* notes = nullptr) {
+  while (auto msg = c.read()) {
+    if (!msg->contains("id")) {
+      if (notes) notes->push_back(*msg);
+      continue;
+    }
+    if ((*msg)["id"] == id) return msg;
+  }
+  return std::nullopt;
+}
+
+// Request ids are sequential, so anyone could name another's: a cancel is
+// honoured from the request's own connection, its uid, or a privileged
+// caller, and refused with -32003 for anyone else.
+TEST(DaemonTest, ARequestIsCancelledOnlyByItsConnectionItsUidOrAPrivilegedCaller) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  Daemon d({"--log-level", "info"});
+  ASSERT_TRUE(d.wait_ready());
+  std::string why;
+  // gid 0 keeps the 0660 socket open to the other uid.
+  auto nobody = connect_as(d.socket_path(), 65534, 0, why);
+  if (!nobody) {
+    shutdown(d);
+    GTEST_SKIP() << why;
+  }
+  auto root = d.connect();
+
+  // Another uid, not privileged: refused, and root's request runs on.
+  const json root_id = start_streamed(*root, 1, "Root's");
+  auto refused = nobody->call(request(2, "cancel", {{"id", root_id}}));
+  EXPECT_EQ(error_code(refused), -32003) << (refused ? refused->dump() : "no answer");
+  auto root_done = read_response(*root, 1);
+  ASSERT_TRUE(root_done && root_done->contains("result"));
+  EXPECT_NE((*root_done)["result"]["finish_reason"], "cancelled");
+  EXPECT_TRUE(d.wait_log("refused 'cancel' of request")) << d.log();
+
+  // The same uid on another connection may.
+  auto nobody_again = connect_as(d.socket_path(), 65534, 0, why);
+  ASSERT_TRUE(nobody_again) << why;
+  const json own_id = start_streamed(*nobody, 3, "Mine");
+  auto by_same_uid = nobody_again->call(request(4, "cancel", {{"id", own_id}}));
+  ASSERT_TRUE(by_same_uid && by_same_uid->contains("result")) << by_same_uid->dump();
+  EXPECT_EQ((*read_response(*nobody, 3))["result"]["finish_reason"], "cancelled");
+
+  // So may a privileged caller (root, the daemon's uid).
+  const json other_id = start_streamed(*nobody, 5, "Again");
+  auto by_root = root->call(request(6, "cancel", {{"id", other_id}}));
+  ASSERT_TRUE(by_root && by_root->contains("result")) << by_root->dump();
+  EXPECT_EQ((*read_response(*nobody, 5))["result"]["finish_reason"], "cancelled");
+  shutdown(d);
+}
+
 TEST(DaemonTest, SigtermWithDrainTimeoutZeroCancelsARequestInFlightAndExitsZero) {
   Daemon d({"--drain-timeout", "0"});
   ASSERT_TRUE(d.wait_ready());
@@ -569,19 +632,6 @@ TEST(DaemonTest, SocketActivationServesOnTheInheritedSocketAndLeavesItsFile) {
   // systemd owns the activated socket's file; --socket was never bound.
   EXPECT_TRUE(std::filesystem::exists(path));
   EXPECT_FALSE(std::filesystem::exists(unused));
-}
-
-// Reads messages until the response with JSON-RPC id `id`, collecting the
-// notifications on the way; nullopt on timeout or EOF.
-std::optional<json> read_response(Client& c, const json& id, std::vector<json>* notes = nullptr) {
-  while (auto msg = c.read()) {
-    if (!msg->contains("id")) {
-      if (notes) notes->push_back(*msg);
-      continue;
-    }
-    if ((*msg)["id"] == id) return msg;
-  }
-  return std::nullopt;
 }
 
 json stats_of(Client& c) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -51,6 +52,12 @@ class Client {
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) close();
+  }
+  // Takes over a connected socket.
+  static std::unique_ptr<Client> adopt(int fd) {
+    std::unique_ptr<Client> c(new Client());
+    c->fd_ = fd;
+    return c;
   }
   ~Client() { close(); }
   Client(const Client&) = delete;
@@ -109,9 +116,75 @@ class Client {
   }
 
  private:
+  Client() = default;
   int fd_ = -1;
   std::string buf_;
 };
+
+// A connection to `path` made by a child process running as `uid` and
+// `gid`, handed back to this process: the daemon sees that uid, since
+// SO_PEERCRED is the connecting process's. Lets a root test play another
+// user without executing anything as it. nullptr (with the reason in `why`)
+// when the child could not connect, e.g. a folder on the path is closed to
+// that uid. REQUIRES: root.
+inline std::unique_ptr<Client> connect_as(const std::string& path, uid_t uid, gid_t gid,
+                                          std::string& why) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    why = "socketpair failed";
+    return nullptr;
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(1, &gid) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) ::_exit(100);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) ::_exit(101);
+    char byte = 0;
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+    ::_exit(::sendmsg(pair[1], &msg, 0) == 1 ? 0 : 102);
+  }
+  ::close(pair[1]);
+  int fd = -1;
+  pollfd p{pair[0], POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(kTimeout.count() * 1000)) == 1) {
+    char byte;
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    if (::recvmsg(pair[0], &msg, MSG_CMSG_CLOEXEC) == 1) {
+      if (cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg && cmsg->cmsg_type == SCM_RIGHTS)
+        std::memcpy(&fd, CMSG_DATA(cmsg), sizeof(int));
+    }
+  }
+  ::close(pair[0]);
+  if (fd < 0) ::kill(pid, SIGKILL);  // a child stuck in connect must not hang the test
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (fd < 0) {
+    why = "a process as uid " + std::to_string(uid) + " could not connect to " + path + " (exit " +
+          std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
+    return nullptr;
+  }
+  return Client::adopt(fd);
+}
 
 inline json request(int id, const std::string& method, json params = json::object()) {
   return {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
