@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -152,6 +153,16 @@ int main(int argc, char** argv) {
     return cl.error().code;
   }
   if (cl->config.threads > 0) omp_set_num_threads(cl->config.threads);
-  if (cl->oneshot) return oneshot_run(*cl->oneshot);
-  return serve(*cl, args);
+  // The last line of defence: sizes are checked against the machine before
+  // anything is allocated, but an allocation refused anyway (memory taken
+  // meanwhile) must end in a message and exit 1, not an abort.
+  try {
+    if (cl->oneshot) return oneshot_run(*cl->oneshot);
+    return serve(*cl, args);
+  } catch (const std::bad_alloc&) {
+    log_error("out of memory (an allocation was refused); lower the sizes of the pools");
+  } catch (const std::exception& e) {
+    log_error(std::string("stopped by an unexpected error: ") + e.what());
+  }
+  return 1;
 }

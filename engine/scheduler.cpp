@@ -4,10 +4,13 @@
 #include <cassert>
 #include <chrono>
 #include <functional>
+#include <new>
 #include <utility>
 
 #include "engine/block_hash.h"
 #include "tiers/align.h"
+#include "tiers/byte_size.h"
+#include "tiers/host_memory.h"
 
 namespace kvtier {
 namespace {
@@ -23,6 +26,21 @@ RequestEvent event_for(const Request& r) {
   event.id = r.group();
   event.sample = r.sample_index();
   return event;
+}
+
+// Refuses pools the machine cannot hold, with what it has: allocating them
+// would throw, or, lazily touched, get the daemon killed once they fill up;
+// L2 is locked into memory at once. `l1_host` is 0 when L1 is not host
+// memory (a GPU's).
+std::expected<void, std::string> host_memory_check(std::uint64_t l1_host, std::uint64_t l2) {
+  const auto memory = tiers::host_memory();
+  if (!memory || l1_host + l2 <= memory->available) return {};
+  using tiers::bytes_text;
+  return std::unexpected("the KV pools need " + bytes_text(l1_host + l2) + " of host memory (L1 " +
+                         bytes_text(l1_host) + ", L2 " + bytes_text(l2) + ") but " +
+                         bytes_text(memory->available) + " is available (" +
+                         bytes_text(memory->total) +
+                         " in all); lower max_kv_tokens, l1_bytes or l2_bytes");
 }
 
 }  // namespace
@@ -99,11 +117,21 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
   const L1Shape l1 = l1_shape(layout, config);
   const std::size_t block_bytes = l1.block_bytes;
   int max_blocks = config.max_kv_tokens / config.page_size;
+  const std::uint64_t l2_bytes = config.prefix_cache ? config.cache.l2_bytes : 0;
+  const std::uint64_t l1_host = pool == nullptr ? static_cast<std::uint64_t>(block_bytes) *
+                                                      static_cast<std::uint64_t>(l1.blocks)
+                                                : 0;
+  if (auto ok = host_memory_check(l1_host, l2_bytes); !ok) return std::unexpected(ok.error());
   std::unique_ptr<tiers::BlockPool> owned;
   if (pool == nullptr) {
-    owned = std::make_unique<tiers::BlockPool>(
-        block_bytes, l1.blocks,
-        config.prefix_cache ? tiers::Memory::kPageAligned : tiers::Memory::kPageable);
+    try {
+      owned = std::make_unique<tiers::BlockPool>(
+          block_bytes, l1.blocks,
+          config.prefix_cache ? tiers::Memory::kPageAligned : tiers::Memory::kPageable);
+    } catch (const std::bad_alloc&) {
+      return std::unexpected("cannot allocate L1: " + tiers::bytes_text(l1_host) +
+                             " of host memory were refused");
+    }
     pool = owned.get();
   } else {
     if (pool->block_bytes() < block_bytes)
@@ -120,7 +148,13 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
   if (config.prefix_cache) {
     const std::uint64_t fingerprint =
         model_fingerprint(model.config(), model.weights(), config.page_size) ^ forward.kv_tag;
-    auto created = KvCache::create(layout, fingerprint, *pool, config.cache, forward.kv_codec);
+    std::expected<std::unique_ptr<KvCache>, std::string> created;
+    try {
+      created = KvCache::create(layout, fingerprint, *pool, config.cache, forward.kv_codec);
+    } catch (const std::bad_alloc&) {
+      return std::unexpected("cannot allocate the prefix cache's pools (L2 " +
+                             tiers::bytes_text(l2_bytes) + "): host memory was refused");
+    }
     if (!created) return std::unexpected(created.error());
     cache = std::move(*created);
   }

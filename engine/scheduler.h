@@ -213,7 +213,9 @@ class Scheduler {
   // null (no text, no stop strings). With `pool` null the scheduler owns a
   // pool of max_kv_tokens / page_size blocks; otherwise it uses `pool`, whose
   // blocks must fit the model's KV layout, and the budget is the smaller of
-  // the two. `model`, `tokenizer` and `pool` must outlive the scheduler.
+  // the two. Pools the machine's memory (or the process's cgroup limit)
+  // cannot hold are refused with what it has (tiers/host_memory.h), never
+  // thrown. `model`, `tokenizer` and `pool` must outlive the scheduler.
   static std::expected<std::unique_ptr<Scheduler>, std::string> create(
       Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config,
       tiers::BlockPool* pool = nullptr, ForwardPass forward = {});

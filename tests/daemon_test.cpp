@@ -28,6 +28,7 @@
 #include "kernels/cuda/cuda_device.h"
 #endif
 #include "engine/request.h"
+#include "tiers/host_memory.h"
 
 namespace kvtier {
 namespace {
@@ -461,6 +462,25 @@ TEST(DaemonTest, SocketGroupGivesTheSocketToThatGroup) {
   ASSERT_EQ(::stat(d.socket_path().c_str(), &st), 0);
   EXPECT_EQ(st.st_gid, ::getegid());
   shutdown(d);
+}
+
+// Sizes past the machine's memory once ended in std::bad_alloc and exit 134.
+TEST(DaemonTest, PoolsTheMachineCannotHoldAreRefusedWithWhatItHas) {
+  const auto memory = tiers::host_memory();
+  ASSERT_TRUE(memory.has_value());
+  test_util::TempDir dir;
+  const std::vector<std::string> base = {"--socket", (dir.path() / "s.sock").string(), "--model",
+                                         kModelDir.string()};
+  if (memory->available >= (std::uint64_t{1} << 40))
+    GTEST_SKIP() << "this machine has 1 TiB free, the largest size the flags take";
+  std::vector<RefusedFlags> cases = {
+      {{"--l1-bytes", "1T"}, "of host memory"},
+      {{"--l2-bytes", "1T"}, "of host memory"},
+  };
+  // The bundled model keeps 4 KiB of KV a token: 16 Mi tokens are 64 GiB.
+  if (memory->available < (std::uint64_t{64} << 30))
+    cases.push_back({{"--max-kv-tokens", "16777216"}, "lower max_kv_tokens, l1_bytes or l2_bytes"});
+  expect_refused(base, cases);
 }
 
 TEST(DaemonTest, UnknownSocketGroupIsAClearError) {
