@@ -96,7 +96,7 @@ double promotion_s(const KvLayout& layout, KvFormat format) {
   c.l2_bytes = 4 * bytes;
   c.l2_format = format;
   auto cache = KvCache::create(layout, 1, l1, c);
-  return cache ? (*cache)->calibrate(0).l2_per_block_s : 0;
+  return cache ? (*cache)->calibrate().l2_per_block_s : 0;
 }
 
 }  // namespace

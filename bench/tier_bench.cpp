@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
       costs.prefill_per_token_s * 1e6, costs.l2_per_block_s * 1e6, costs.l3_latency_s * 1e6,
       costs.l3_per_block_s * 1e6);
   // The decision is printed, not applied: this table measures every tier.
-  s.cache()->set_costs({});
+  s.cache()->cost_model().pin({});
 
   const std::vector<int> prompt = random_tokens(1024, config.vocab_size, 11);
   // Warm: 1009 tokens leave 63 full blocks (1008 tokens) in the cache.

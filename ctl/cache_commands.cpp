@@ -93,11 +93,13 @@ std::expected<void, CallFailure> run_tiers(RpcClient& client, bool json_out) {
                std::to_string(num(row, "block_bytes")) + " bytes/block";
   }
   std::cout << "formats: " << formats << "\n";
+  const json samples = costs.value("samples", json::object());
   std::printf(
       "load or recompute: prefill %.1f us/token; L2 %.1f us/block; L3 %.1f us + %.1f "
-      "us/block\n",
+      "us/block (medians of %ld, %ld, %ld samples)\n",
       real(costs, "prefill_per_token_us"), real(costs, "l2_per_block_us"),
-      real(costs, "l3_latency_us"), real(costs, "l3_per_block_us"));
+      real(costs, "l3_latency_us"), real(costs, "l3_per_block_us"), num(samples, "prefill"),
+      num(samples, "l2"), num(samples, "l3"));
   return {};
 }
 

@@ -37,10 +37,13 @@ json tier_table_to_json(const CacheStats& stats) {
 }
 
 json tier_costs_to_json(const TierCosts& costs) {
-  return {{"prefill_per_token_us", costs.prefill_per_token_s * 1e6},
-          {"l2_per_block_us", costs.l2_per_block_s * 1e6},
-          {"l3_latency_us", costs.l3_latency_s * 1e6},
-          {"l3_per_block_us", costs.l3_per_block_s * 1e6}};
+  return {
+      {"prefill_per_token_us", costs.prefill_per_token_s * 1e6},
+      {"l2_per_block_us", costs.l2_per_block_s * 1e6},
+      {"l3_latency_us", costs.l3_latency_s * 1e6},
+      {"l3_per_block_us", costs.l3_per_block_s * 1e6},
+      {"samples",
+       {{"prefill", costs.prefill_samples}, {"l2", costs.l2_samples}, {"l3", costs.l3_samples}}}};
 }
 
 json cache_stats_to_json(const CacheStats& stats) {

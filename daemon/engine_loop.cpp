@@ -50,7 +50,9 @@ void cache_start(Scheduler& scheduler) {
   const TierCosts k = cache->stats().costs;
   log_info("tier costs: prefill " + micros(k.prefill_per_token_s) + " per token; L2 load " +
            micros(k.l2_per_block_s) + " per block; L3 load " + micros(k.l3_latency_s) + " + " +
-           micros(k.l3_per_block_s) + " per block");
+           micros(k.l3_per_block_s) + " per block (medians of " +
+           std::to_string(k.prefill_samples) + ", " + std::to_string(k.l2_samples) + " and " +
+           std::to_string(k.l3_samples) + " samples; the prefill figure keeps learning)");
 }
 
 #if defined(KVTIER_HAVE_CUDA)

@@ -379,10 +379,11 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
       break;
     }
   }
-  if (first_l3 < path.size() && costs_.prefill_per_token_s > 0) {
+  const TierCosts costs = costs_.costs();
+  if (first_l3 < path.size() && costs.prefill_per_token_s > 0) {
     const double n = static_cast<double>(path.size() - first_l3);
-    const double load = costs_.l3_latency_s + n * costs_.l3_per_block_s;
-    const double recompute = n * layout_.page_size * costs_.prefill_per_token_s;
+    const double load = costs.l3_latency_s + n * costs.l3_per_block_s;
+    const double recompute = n * layout_.page_size * costs.prefill_per_token_s;
     if (load >= recompute) {
       skipped = static_cast<long>(n);
       path.resize(first_l3);
@@ -941,13 +942,12 @@ void KvCache::start_writeback() {
   l3_->store->flush();
 }
 
-TierCosts KvCache::calibrate(double prefill_per_token_s) {
+TierCosts KvCache::calibrate() {
   // The measurement takes the store's completions for its own reads and
   // writes: nothing else may be in flight to have its own taken too.
   drain();
-  TierCosts c;
-  c.prefill_per_token_s = prefill_per_token_s;
   constexpr int kReads = 8;
+  constexpr int kRounds = 5;  // samples of each figure: their median rules
   std::vector<int> blocks;
   for (int i = 0; i < kReads; ++i) {
     auto b = alloc_l1();
@@ -956,7 +956,7 @@ TierCosts KvCache::calibrate(double prefill_per_token_s) {
   }
   if (blocks.size() < kReads) {
     for (int b : blocks) l1_->release(b);
-    return c;  // no room to measure: keep "always load"
+    return costs_.costs();  // no room to measure: nothing added
   }
   // Defined contents to move: free blocks hold leftovers, and the int8
   // encoding needs finite floats. (What a decode costs does not depend on
@@ -965,17 +965,15 @@ TierCosts KvCache::calibrate(double prefill_per_token_s) {
   l1_->copy(l1_->data(blocks[0]), zeros.data(), block_bytes_);
   if (l2_ && l2_->num_free() > 0) {
     // A promotion: the slot's bytes up into L1 (a copy, or a decode). Into
-    // one block each time: the first run faults its pages in, the best of
-    // the rest is what a promotion into a block in use costs.
+    // one block each time: an untimed first run faults its pages in, the
+    // rest are what a promotion into a block in use costs.
     const int slot = *l2_->allocate();
     to_l2_(l2_->data(slot), l1_->data(blocks[0]));
-    double best = 1e9;
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i <= kRounds; ++i) {
       const auto start = Clock::now();
       from_l2_(l1_->data(blocks[1]), l2_->data(slot));
-      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+      if (i > 0) costs_.add_l2_block(std::chrono::duration<double>(Clock::now() - start).count());
     }
-    c.l2_per_block_s = best;
     l2_->release(slot);
   }
   if (l3_ && l3_->store->stats().available) {
@@ -1006,20 +1004,18 @@ TierCosts KvCache::calibrate(double prefill_per_token_s) {
         l3_decode_(l1_->data(blocks[i]), read_buffer(i));
       return ok ? std::chrono::duration<double>(Clock::now() - start).count() : -1.0;
     };
-    double one = 1e9, many = 1e9;
-    for (int i = 0; i < 3; ++i) {
-      one = std::min(one, timed_reads(1));
-      many = std::min(many, timed_reads(kReads));
-    }
-    if (one > 0 && many > 0) {
-      c.l3_per_block_s = std::max(0.0, (many - one) / (kReads - 1));
-      c.l3_latency_s = std::max(0.0, one - c.l3_per_block_s);
+    for (int i = 0; i < kRounds; ++i) {
+      const double one = timed_reads(1);
+      const double many = timed_reads(kReads);
+      if (one <= 0 || many <= 0) continue;
+      const double per_block = std::max(0.0, (many - one) / (kReads - 1));
+      costs_.add_l3(std::max(0.0, one - per_block), per_block);
     }
     l3_->store->erase(probe.key);
     for (int b : staged) l3_->staging->release(b);
   }
   for (int b : blocks) l1_->release(b);
-  return c;
+  return costs_.costs();
 }
 
 bool KvCache::write_to_l3(CacheNode* node) {
@@ -1202,7 +1198,7 @@ std::vector<int> KvCache::l1_ref_counts() const {
 CacheStats KvCache::stats() const {
   CacheStats s = stats_;
   s.nodes = tree_.size();
-  s.costs = costs_;
+  s.costs = costs_.costs();
   s.tier[0].capacity_blocks = static_cast<std::size_t>(l1_->num_blocks());
   s.tier[0].used_blocks = static_cast<std::size_t>(l1_->num_blocks() - l1_->num_free());
   if (l2_) {

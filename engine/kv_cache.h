@@ -81,6 +81,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/cost_model.h"
 #include "engine/kv_layout.h"
 #include "engine/radix_cache.h"
 #include "kernels/kv_shape.h"
@@ -141,17 +142,6 @@ struct CacheConfig {
 struct DeviceKvCodec {
   std::function<void(std::byte* host_dst, const std::byte* l1_src)> encode;
   std::function<void(std::byte* l1_dst, const std::byte* host_src)> decode;
-};
-
-// What it costs to get one block's worth of tokens, for the load-or-recompute
-// decision: loading a run of n blocks from a tier costs latency + n *
-// per_block; recomputing it costs n * page_size * prefill_per_token. Zeros
-// mean "always load" (the default until the daemon measures).
-struct TierCosts {
-  double prefill_per_token_s = 0;
-  double l2_per_block_s = 0;
-  double l3_latency_s = 0;
-  double l3_per_block_s = 0;
 };
 
 struct TierStats {
@@ -332,11 +322,14 @@ class KvCache {
   // Measures what a block costs to bring up from L2 (a copy, or a decode
   // from an int8 L2) and to read from L3 (one read, then several at once:
   // the fixed latency and the per-block part; an int8 L3's decode included),
-  // for a prefill that costs prefill_per_token_s a token. Call at start-up
-  // while L1 has free blocks; takes a few milliseconds, after waiting for
-  // whatever is in flight (drain()).
-  TierCosts calibrate(double prefill_per_token_s);
-  void set_costs(const TierCosts& costs) { costs_ = costs; }
+  // several times each, and adds every measurement to the cost model.
+  // Returns the cost model's figures then (prefill is not measured here:
+  // the scheduler adds its passes). Call at start-up while L1 has free blocks; takes a few
+  // milliseconds, after waiting for whatever is in flight (drain()).
+  TierCosts calibrate();
+  // The load-or-recompute figures (engine/cost_model.h): the scheduler adds
+  // its passes' prefill costs; tests and benches may pin them.
+  CostModel& cost_model() { return costs_; }
   CacheStats stats() const;
   const RadixCache& tree() const { return tree_; }
   TreeSummary summarize(int top = 8) const;
@@ -431,7 +424,7 @@ class KvCache {
   std::unique_ptr<L3Parts> l3_;
   CacheConfig config_;
   RadixCache tree_;
-  TierCosts costs_;
+  CostModel costs_;
   CacheStats stats_;
   tiers::LatencyStats latency_[kNumTiers];
   // Per L1 block: references held by reads of it in flight (L3 writes from

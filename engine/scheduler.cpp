@@ -218,11 +218,11 @@ std::expected<void, std::string> Scheduler::reconfigure(const SchedulerConfig& c
 void Scheduler::calibrate_tier_costs() {
   if (!cache_) return;
   const int n = std::min({64, context_ - 1, max_blocks_ * config_.page_size});
-  double best = 0;
   if (n > 0 && pool_->num_free() * config_.page_size >= n) {
     const std::vector<int> tokens(static_cast<std::size_t>(n), 0);
-    best = 1e9;
-    for (int i = 0; i < 2; ++i) {
+    // The first pass warms caches and faults pages in; the median of the
+    // lot (the cost model's) shrugs it off, as it does a busy moment.
+    for (int i = 0; i < 5; ++i) {
       SequenceKv kv(config_.page_size);
       if (!kv.reserve(*pool_, n)) break;
       const Model::Chunk chunk{&kv, tokens, false};
@@ -231,11 +231,10 @@ void Scheduler::calibrate_tier_costs() {
       const double took =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       kv.release(*pool_);
-      if (ok) best = std::min(best, took);
+      if (ok) cache_->cost_model().add_prefill(took, n);
     }
-    if (best == 1e9) best = 0;
   }
-  cache_->set_costs(cache_->calibrate(n > 0 ? best / n : 0));
+  (void)cache_->calibrate();
 }
 
 Scheduler::~Scheduler() {
@@ -744,7 +743,16 @@ StepOutput Scheduler::step() {
       cache_->await_layer(*load, layer);
     };
   }
+  const auto pass_start = std::chrono::steady_clock::now();
   auto logits = forward_.run(chunks, *pool_, await_layer);
+  // A pass that is mostly prefill is a sample of what recomputing a prefix
+  // costs; a layer-by-layer load's waits are not compute, so its pass is
+  // not one.
+  if (cache_ && logits && !loading && out.prefill_tokens >= std::max(8, out.decode_tokens)) {
+    cache_->cost_model().add_prefill(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_start).count(),
+        out.prefill_tokens + out.decode_tokens);
+  }
   if (loading != nullptr && logits) {
     // Only now are the blocks verified. A bad one is gone from the cache;
     // the request's pass is thrown away and it queues again, to find the

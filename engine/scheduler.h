@@ -287,9 +287,11 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return config_; }
   // Measures what a prefilled token costs and, through the cache, what
-  // loading a block from L2 and L3 costs, and hands the figures to the
-  // cache's load-or-recompute decision. Call once at start-up, before any
-  // request (it borrows free pool blocks). No-op without the prefix cache.
+  // loading a block from L2 and L3 costs, several times each, and adds the
+  // samples to the cache's cost model (engine/cost_model.h), which the
+  // load-or-recompute decision reads. Call once at start-up, before any
+  // request (it borrows free pool blocks); step() then keeps adding the
+  // prefill cost of the real passes. No-op without the prefix cache.
   void calibrate_tier_costs();
 
   // The prefix cache, or null when config().prefix_cache is off.

@@ -734,11 +734,31 @@ TEST_F(TieredSchedulerTest, LoadOrRecomputeFollowsTheMeasuredCosts) {
   s->cache()->flush(Tier::kL2);
   TierCosts slow = measured;
   slow.l3_latency_s = 10;  // ten seconds a read: never worth it
-  s->cache()->set_costs(slow);
+  s->cache()->cost_model().pin(slow);
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 4, greedy())}));
   const CacheStats st = s->cache()->stats();
   EXPECT_GT(st.skipped_loads, 0);
   EXPECT_EQ(st.tier[2].promotions, 0);
+}
+
+// A start-up on a machine busy elsewhere measured prefill at 50 ms a token,
+// and that figure once ruled every load-or-recompute decision for the
+// daemon's life: now the real passes outvote it.
+TEST_F(TieredSchedulerTest, ABadStartUpPrefillFigureIsOutvotedByTheRealPasses) {
+  auto s = make(tiered());
+  ASSERT_NE(s, nullptr);
+  CostModel& costs = s->cache()->cost_model();
+  for (int i = 0; i < 5; ++i) costs.add_prefill(50.0, 1000);  // five bad calibration passes
+  ASSERT_DOUBLE_EQ(s->cache()->stats().costs.prefill_per_token_s, 0.05);
+  // One at a time, each prompt its own: passes of 32 prefill tokens.
+  for (const char* stem : {"Alpha: ", "Bravo: ", "Charlie: ", "Delta: "})
+    ASSERT_TRUE(run_and_compare(*s, {params(stem + kShared, 2, greedy())}));
+  const TierCosts after = s->cache()->stats().costs;
+  // More real samples than bad ones: the median is a real one, whatever
+  // this machine's speed (short of 50 ms a token).
+  EXPECT_GT(after.prefill_samples, 10);
+  EXPECT_LT(after.prefill_per_token_s, 0.05) << "still ruled by the start-up figure";
+  EXPECT_GT(after.prefill_per_token_s, 0);
 }
 
 }  // namespace

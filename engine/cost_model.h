@@ -1,0 +1,77 @@
+// What getting a block's worth of tokens costs, from each tier and by
+// recomputing them: the figures behind the load-or-recompute decision
+// (KvCache::acquire_prefix), measured so that no single measurement rules.
+//
+// One figure taken once at start-up used to decide every load against every
+// recompute for the daemon's life, and on a busy machine one measurement of
+// the prefill cost ranged from 15.9 to 50,597 us a token between two starts.
+// So every figure here is the median of its most recent kWindow samples:
+// start-up calibration adds several (Scheduler::calibrate_tier_costs,
+// KvCache::calibrate), and the engine keeps adding the prefill cost of the
+// real passes it runs (Scheduler::step), so a wild sample is outvoted at
+// once and the prefill figure follows the machine as its load changes. The
+// L2 and L3 figures come from calibration alone: a real transfer's time
+// mixes queueing with the per-block cost the decision needs.
+//
+// Thread-safety: none; the engine thread owns it.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <optional>
+
+namespace kvtier {
+
+// The load-or-recompute figures: loading a run of n blocks from a tier costs
+// latency + n * per_block; recomputing it costs n * page_size *
+// prefill_per_token. Zeros mean "always load" (no measurement yet).
+struct TierCosts {
+  double prefill_per_token_s = 0;
+  double l2_per_block_s = 0;
+  double l3_latency_s = 0;
+  double l3_per_block_s = 0;
+  // How many samples each figure is the median of (0: none, the figure is 0).
+  int prefill_samples = 0;
+  int l2_samples = 0;
+  int l3_samples = 0;
+};
+
+class CostModel {
+ public:
+  // Samples kept per figure: enough that a burst of bad ones is outvoted,
+  // few enough that the prefill figure follows a change of load within a
+  // few dozen prefills. Odd, so the median is one of the samples.
+  static constexpr std::size_t kWindow = 31;
+
+  // A forward pass that took `seconds` for `tokens` rows. Ignored unless
+  // both are positive and finite.
+  void add_prefill(double seconds, int tokens);
+  // One block brought up from L2 (a copy, or an int8 decode).
+  void add_l2_block(double seconds);
+  // One measurement of L3 reads: the fixed latency and the cost per block.
+  void add_l3(double latency_s, double per_block_s);
+
+  // Every figure fixed at `costs` from now on, later samples ignored: for
+  // benches and tests that stage a decision (all zeros: always load).
+  void pin(const TierCosts& costs);
+
+  // The medians now.
+  TierCosts costs() const;
+
+ private:
+  // The most recent samples of one figure, oldest first.
+  class Window {
+   public:
+    void add(double sample);
+    double median() const;  // 0 when empty
+    int size() const { return static_cast<int>(samples_.size()); }
+
+   private:
+    std::deque<double> samples_;
+  };
+
+  Window prefill_per_token_, l2_per_block_, l3_latency_, l3_per_block_;
+  std::optional<TierCosts> pinned_;
+};
+
+}  // namespace kvtier
