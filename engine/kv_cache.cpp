@@ -352,7 +352,8 @@ PrefixLookup KvCache::lookup(const tiers::BlockKey& root, std::span<const int> t
 
 std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& root,
                                                         std::span<const int> tokens, int max_blocks,
-                                                        int l1_blocks_allowed, LayerLoad* load) {
+                                                        int l1_blocks_allowed, LayerLoad* load,
+                                                        PrefixLookup* served) {
   // Counted when blocks are handed out: a request waiting for its blocks to
   // come up looks again every step.
   adopt_l3_entries(tree_, l3_ ? l3_->store.get() : nullptr, root, tokens, max_blocks,
@@ -513,6 +514,8 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
   counted.tokens = static_cast<long>(blocks.size()) * layout_.page_size;
   count(counted, +1);
   if (load != nullptr && !load->empty()) load->counted = counted;
+  if (served != nullptr)
+    for (int t = 0; t < kNumTiers; ++t) served->blocks[t] = static_cast<int>(counted.hits[t]);
   return blocks;
 }
 

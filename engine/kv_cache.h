@@ -254,10 +254,13 @@ class KvCache {
   // only missing blocks are on their way up by layer is returned at once,
   // its blocks referenced like the others, and those moves are listed in
   // *load.
-  // Takes at most `l1_blocks_allowed` free L1 blocks for promotions.
+  // Takes at most `l1_blocks_allowed` free L1 blocks for promotions. With
+  // `served`, says how many of the returned blocks came from each tier (what
+  // the cache counts as each tier's hits).
   std::optional<std::vector<int>> acquire_prefix(const tiers::BlockKey& root,
                                                  std::span<const int> tokens, int max_blocks,
-                                                 int l1_blocks_allowed, LayerLoad* load = nullptr);
+                                                 int l1_blocks_allowed, LayerLoad* load = nullptr,
+                                                 PrefixLookup* served = nullptr);
   // Returns once layer `layer` of every block of `load` is in L1
   // (unverified; see LayerLoad).
   void await_layer(const LayerLoad& load, int layer);

@@ -150,8 +150,11 @@ class Request {
   // second (or later) time because of it.
   int preemptions() const { return preemptions_; }
   long recomputed_tokens() const { return recomputed_tokens_; }
-  // Prompt tokens served from the prefix cache at the first admission, by the
-  // tier they were in (L1 shared at once, L2 and L3 promoted).
+  // Prompt tokens the prefix cache served and the request computed from, at
+  // its first admission, by the tier they came from (L1 shared at once, L2
+  // and L3 promoted). Counted when the blocks are handed over, so blocks
+  // recomputed instead (cheaper than loading, or a load that failed its
+  // checksum and was thrown away) are not.
   const std::array<int, 3>& cached_tokens() const { return cached_tokens_; }
 
  private:
@@ -204,8 +207,8 @@ class Request {
   int swapped_table_size_ = 0;
   std::vector<tiers::BlockKey> held_keys_;
   std::vector<std::pair<int, int>> stash_;
-  bool admitted_once_ = false;
   std::array<int, 3> cached_tokens_{};
+  bool cached_counted_ = false;  // cached_tokens_ holds the first hand-out's count
 };
 
 }  // namespace kvtier

@@ -447,7 +447,6 @@ void Scheduler::admit(StepOutput& out) {
       ++swapped_in_;
     }
     r.status_ = resumes ? RequestStatus::kRunning : RequestStatus::kPrefilling;
-    r.admitted_once_ = true;
     admitted_.push_back(&r);
   }
 }
@@ -468,19 +467,19 @@ Scheduler::Restore Scheduler::restore_from_cache(Request& r, int budget_blocks) 
   if (!r.eviction().evicts()) {
     // At least the last token is always fed: its logits pick the next token.
     const int max_match = (tokens - 1) / P;
-    if (!r.admitted_once_ && r.status_ == RequestStatus::kWaiting &&
-        r.cached_tokens_ == std::array<int, 3>{}) {
-      const PrefixLookup found = cache_->lookup(r.cache_root_, r.tokens_, max_match);
-      for (int t = 0; t < kNumTiers; ++t) r.cached_tokens_[t] = found.blocks[t] * P;
-    }
     // A fresh request may start while the last of its prefix is still
     // landing from L3, a layer at a time; a swapped one waits for its
     // blocks (they return beside the blocks it owns).
     KvCache::LayerLoad load;
     const bool fresh = !swapped;
+    PrefixLookup served;
     auto shared = cache_->acquire_prefix(r.cache_root_, r.tokens_, max_match, budget_blocks,
-                                         fresh ? &load : nullptr);
+                                         fresh ? &load : nullptr, &served);
     if (!shared) return Restore::kLoading;
+    if (!r.cached_counted_) {
+      for (int t = 0; t < kNumTiers; ++t) r.cached_tokens_[t] = served.blocks[t] * P;
+      r.cached_counted_ = true;
+    }
     if (!load.empty()) layer_loads_[&r] = std::move(load);
     blocks = std::move(*shared);
     length = static_cast<int>(blocks.size()) * P;
@@ -763,6 +762,9 @@ StepOutput Scheduler::step() {
     layer_loads_.erase(loading);
     if (!cache_->settle(load)) {
       ++discarded_passes_;
+      // Nothing it was handed is used: it counts what it finds next time.
+      loading->cached_tokens_ = {};
+      loading->cached_counted_ = false;
       loading->kv_.release(*pool_);
       std::erase(admitted_, loading);
       loading->status_ = RequestStatus::kWaiting;
