@@ -808,10 +808,30 @@ int KvCache::pin(const tiers::BlockKey& root, std::span<const int> tokens, int d
   return changed;
 }
 
+int KvCache::write_down_to_l3(Tier from) {
+  if (!l3_ || !l3_->store->accepting()) return 0;
+  int written = 0;
+  for (const CacheNode* n : tree_.nodes()) {
+    CacheNode* node = const_cast<CacheNode*>(n);  // the tree's nodes are ours to change
+    const bool here = from == Tier::kL1 ? node->usable_l1() : node->l2 >= 0;
+    if (!here || node->l3 || node->l3_writing || node->pins > 0) continue;
+    if (!write_to_l3(node)) break;
+    ++written;
+  }
+  l3_->store->flush();
+  drain();
+  return written;
+}
+
 int KvCache::flush(Tier tier) {
   int dropped = 0;
   switch (tier) {
     case Tier::kL1:
+      // What L1 lets go of goes down, never dropped while a lower tier can
+      // keep it: with no L2, to L3 first; with one, L2's own blocks go to L3
+      // first, so the blocks coming down displace only clean ones. (Between
+      // two flushes on an idle daemon no step runs write-back.)
+      write_down_to_l3(l2_ ? Tier::kL2 : Tier::kL1);
       while (CacheNode* n = tree_.lru(Tier::kL1, [this](const CacheNode& m) {
         return !m.l1_loading && l1_->ref_count(m.l1) == 1 && m.pins == 0;
       })) {
@@ -821,12 +841,13 @@ int KvCache::flush(Tier tier) {
       break;
     case Tier::kL2:
       if (!l2_) break;
+      write_down_to_l3(Tier::kL2);
       while (CacheNode* n = tree_.lru(Tier::kL2, [](const CacheNode& m) {
         return m.pins == 0 && m.holds == 0 && !m.l3_writing && !m.l2_copying;
       })) {
+        if (!n->l3 && n->l1 < 0) ++stats_.tier[1].dropped;  // gone from the cache
         l2_->release(n->l2);
         tree_.set_l2(n, -1);
-        ++stats_.tier[1].dropped;
         ++dropped;
       }
       break;

@@ -299,8 +299,11 @@ class KvCache {
   // how many blocks it changed.
   int pin(const tiers::BlockKey& root, std::span<const int> tokens, int delta);
 
-  // Drops every unheld, unpinned block from a tier (L1: only blocks no
-  // request holds, demoted like make_free_l1 would). Returns blocks dropped.
+  // Empties a tier of every unheld, unpinned block. What the tier below can
+  // keep goes there first, whatever the write policy: L1's blocks to L2 (as
+  // make_free_l1 would demote them), or to L3 without an L2; L2's blocks to
+  // L3 (waiting for the writes). Only what no lower tier can take, and all
+  // of L3, is dropped. Returns the blocks that left the tier.
   int flush(Tier tier);
 
   // Handles L2 copy and L3 completions, then starts cleaning and
@@ -375,6 +378,9 @@ class KvCache {
   void account_copy(Tier from, Tier to, std::chrono::nanoseconds took);
   // Starts L3 writes of the L2 blocks L3 lacks (write_back).
   void start_writeback();
+  // Writes the unpinned blocks of `from` (L1 or L2) that L3 lacks to L3 and
+  // waits for them, when L3 accepts writes (flush). Returns the writes.
+  int write_down_to_l3(Tier from);
   // Starts the L3 write of a node from its L2 slot, or from its L1 block
   // (holding a pool reference until the write completes). Bytes other than
   // an L2 slot in L3's format go through a staging buffer first (encoded, or

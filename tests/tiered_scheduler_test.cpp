@@ -745,6 +745,26 @@ TEST_F(TieredSchedulerTest, LoadOrRecomputeFollowsTheMeasuredCosts) {
   EXPECT_EQ(s->find(ids[0])->cached_tokens(), (std::array<int, 3>{0, 0, 0}));
 }
 
+// On an idle daemon no step runs write-back: `cache.flush l1` then
+// `cache.flush l2` once dropped the blocks that had just come down to L2,
+// though L3 had room for them. A flush moves what the next tier can keep.
+TEST_F(TieredSchedulerTest, FlushingAnIdleWriteBackCacheKeepsWhatL3CanHold) {
+  test_util::TempDir dir;
+  auto s = make(tiered(dir.path() / "l3"));  // write_back
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
+  const std::size_t cached = s->cache()->tree().count(Tier::kL1);
+  ASSERT_GT(cached, 0u);
+  ASSERT_EQ(s->cache()->tree().count(Tier::kL3), 0u) << "nothing written back yet";
+  EXPECT_EQ(s->cache()->flush(Tier::kL1), static_cast<int>(cached));
+  EXPECT_EQ(s->cache()->flush(Tier::kL2), static_cast<int>(cached));
+  EXPECT_EQ(s->cache()->tree().count(Tier::kL3), cached);
+  EXPECT_EQ(s->cache()->stats().tier[1].dropped, 0);
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 4, greedy())}, &ids));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
+}
+
 // A start-up on a machine busy elsewhere measured prefill at 50 ms a token,
 // and that figure once ruled every load-or-recompute decision for the
 // daemon's life: now the real passes outvote it.
