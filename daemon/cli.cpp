@@ -1,7 +1,10 @@
 #include "daemon/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
 #include <sstream>
+#include <string_view>
 
 namespace kvtier::daemon {
 
@@ -11,6 +14,41 @@ namespace {
 template <typename T>
 CLI::Range range(Limit<T> limit) {
   return CLI::Range(limit.min, limit.max);
+}
+
+// A config file is a regular file of at most kMaxConfigBytes: CLI11 reads
+// the whole of it into memory, so /dev/zero or a FIFO would hang the daemon
+// and grow it without bound.
+constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+std::string config_file_check(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) return path + ": no such file";
+  if (!std::filesystem::is_regular_file(status)) return path + ": not a regular file";
+  const auto bytes = std::filesystem::file_size(path, ec);
+  if (ec) return path + ": " + ec.message();
+  if (bytes > kMaxConfigBytes)
+    return path + ": " + std::to_string(bytes) + " bytes; a config file has at most " +
+           std::to_string(kMaxConfigBytes);
+  return "";
+}
+
+// `text` for an error message: at most 64 bytes, and bytes that are not
+// printable ASCII as \xNN, so a binary file cannot garble the terminal.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < 64; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    }
+  }
+  if (text.size() > 64) out += "...";
+  return out;
 }
 
 // The tier settings that depend on one another, in flag words: the
@@ -71,7 +109,8 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
       "the --config file and send SIGHUP."};
   app.set_config("--config", "",
                  "Read settings from this TOML/INI file: keys are the long flag names "
-                 "(max-kv-tokens = 8192); command-line flags win");
+                 "(max-kv-tokens = 8192); command-line flags win")
+      ->check(CLI::Validator(config_file_check, "FILE"));
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--model", c.model_dir, "Model folder (config.json, model.safetensors)")
       ->check(CLI::ExistingDirectory)
@@ -251,7 +290,7 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
     const std::string prefix = "INI was not able to parse ";
     if (dynamic_cast<const CLI::ConfigError*>(&e) && what.starts_with(prefix)) {
       exit.code = e.get_exit_code();
-      exit.err = "kvtierd: unknown setting '" + what.substr(prefix.size()) +
+      exit.err = "kvtierd: unknown setting '" + printable(what.substr(prefix.size())) +
                  "' in the config file (its keys are the long flag names: see --help)\n";
       return std::unexpected(exit);
     }

@@ -1,6 +1,7 @@
 #include "daemon/cli.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <string>
 #include <vector>
@@ -54,6 +55,27 @@ TEST(CliTest, TheConfigFileIsCheckedAgainstTheSameLimits) {
   auto cl = parse({"--config", file.string()});
   ASSERT_FALSE(cl);
   EXPECT_TRUE(test_util::contains(cl.error().err, "max-line-bytes")) << cl.error().err;
+}
+
+// CLI11 reads a config file whole: /dev/zero or a FIFO once hung kvtierd
+// (growing it without bound), and a binary file's bytes went to the
+// terminal in the "unknown setting" message.
+TEST(CliTest, AConfigFileMustBeASmallRegularFileAndItsErrorsArePrintable) {
+  test_util::TempDir dir;
+  const std::string fifo = (dir.path() / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string big = dir.write("big.toml", std::string((1 << 20) + 1, '#')).string();
+  for (const std::string& path : {std::string("/dev/zero"), fifo, big, dir.path().string()}) {
+    auto cl = parse({"--config", path});
+    ASSERT_FALSE(cl) << path;
+    EXPECT_TRUE(test_util::contains(cl.error().err, path)) << cl.error().err;
+  }
+  std::string binary = "\x01\x1b[2J\xff\xfe = 1\n";
+  auto cl = parse({"--config", dir.write("binary.toml", binary).string()});
+  ASSERT_FALSE(cl);
+  EXPECT_TRUE(test_util::contains(cl.error().err, "unknown setting")) << cl.error().err;
+  for (char c : cl.error().err)
+    EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << "unprintable byte " << int(c);
 }
 
 }  // namespace
