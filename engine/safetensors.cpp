@@ -190,7 +190,9 @@ std::expected<SafetensorsFile, std::string> SafetensorsFile::open(
     return std::unexpected(cat(path.string(), ": ", what));
   };
 
-  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, for ever.
+  // It changes nothing for the regular file that is all we accept.
+  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return fail("cannot open: " + errno_text());
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return fail("cannot stat: " + errno_text());

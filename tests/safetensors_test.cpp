@@ -1,13 +1,20 @@
 #include "engine/safetensors.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -166,6 +173,35 @@ TEST(SafetensorsTest, RejectsMissingAndNonRegularFiles) {
   auto directory = SafetensorsFile::open(dir.path());
   ASSERT_FALSE(directory.has_value());
   EXPECT_NE(directory.error().find("not a regular file"), std::string::npos) << directory.error();
+}
+
+// Opening a FIFO for reading once blocked until a writer came, so a model
+// folder with a FIFO for its weights hung kvtierd's start-up for ever. A
+// writer here comes after 30 s only if the open is still blocked then.
+TEST(SafetensorsTest, AFifoIsRefusedWithoutWaitingForAWriter) {
+  TempDir dir;
+  const fs::path fifo = dir.path() / "model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool opened = false, unblocked = false;
+  std::thread writer([&] {
+    std::unique_lock lock(mu);
+    if (cv.wait_for(lock, std::chrono::seconds(30), [&] { return opened; })) return;
+    unblocked = true;
+    const int fd = ::open(fifo.c_str(), O_WRONLY);
+    if (fd >= 0) ::close(fd);
+  });
+  auto file = SafetensorsFile::open(fifo);
+  {
+    std::lock_guard lock(mu);
+    opened = true;
+  }
+  cv.notify_all();
+  writer.join();
+  EXPECT_FALSE(unblocked) << "the open waited for a writer";
+  ASSERT_FALSE(file.has_value());
+  EXPECT_NE(file.error().find("not a regular file"), std::string::npos) << file.error();
 }
 
 TEST(SafetensorsTest, RejectsTruncatedFiles) {
