@@ -1,6 +1,8 @@
 #include "daemon/protocol.h"
 
+#include <charconv>
 #include <limits>
+#include <utility>
 
 namespace kvtier::daemon {
 
@@ -42,11 +44,37 @@ std::expected<int, RpcError> int_get(const json& v, std::string_view key, int mi
   return static_cast<int>(value);
 }
 
-std::expected<float, RpcError> float_get(const json& v, std::string_view key) {
-  if (!v.is_number()) {
-    return std::unexpected(invalid_params("'" + std::string(key) + "' must be a number"));
-  }
-  return v.get<float>();
+// The shortest text that reads back as `v`: a refused number as the client
+// wrote it ("-1e-300", "1.0000001"), where "%g" would say "1" for the latter.
+std::string number_text(double v) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return std::string(buf, end);
+}
+
+// temperature and top_p: the range is checked on the double the client
+// sent, and only then is it narrowed to the engine's float. Checked after
+// narrowing, another value would be judged: -1e-300 becomes -0.0f (passing
+// ">= 0"), 1e-300 becomes 0.0f (failing "> 0" with "got 0", which the client
+// never sent), 1 + 1e-9 becomes 1.0f, and a double beyond FLT_MAX has no
+// float. A positive value under the smallest positive float becomes that
+// float rather than 0: it keeps its meaning (a tiny top_p keeps only the
+// most likely token, a tiny temperature samples among the tied best instead
+// of turning greedy), and refusing a value the protocol allows would be wrong.
+std::expected<float, RpcError> sampling_float_get(const json& v, std::string_view key,
+                                                  bool zero_allowed, double max,
+                                                  std::string_view meaning) {
+  const std::string range = (zero_allowed ? "[0, " : "(0, ") + number_text(max) + "]";
+  const auto refuse = [&](const std::string& got) {
+    return std::unexpected(invalid_params("'" + std::string(key) + "' must be a number in " +
+                                          range + " (" + std::string(meaning) + ")" + got));
+  };
+  if (!v.is_number()) return refuse("");
+  const double d = v.get<double>();
+  if (!((zero_allowed ? d >= 0.0 : d > 0.0) && d <= max)) return refuse(", got " + number_text(d));
+  if (d == 0.0) return 0.0f;  // -0 too: a client's -0 is 0, not a sign
+  const float f = static_cast<float>(d);
+  return f > 0.0f ? f : std::numeric_limits<float>::denorm_min();
 }
 
 // `prompt` (text) or `tokens` (ids) into `prompt`; refuses both.
@@ -100,18 +128,113 @@ std::expected<bool, RpcError> prefix_field_get(std::string_view key, const json&
   return false;
 }
 
+// Builds a request line's document from the parser's SAX events, as
+// json::parse does, but refuses to open a container deeper than
+// kMaxJsonDepth: it returns false, which stops the parser there. Nothing here
+// recurses: nlohmann's parser keeps its nesting in a vector, and this
+// builder keeps a pointer to each open container (at most kMaxJsonDepth of
+// them). json::parse's parser callback, which also sees the depth, could
+// only discard the deep values and read on, and its discarding scans the
+// parent once per member: quadratic on a line of many small objects.
+class DepthLimitedBuilder final : public nlohmann::json_sax<json> {
+ public:
+  // `root` receives the document; on a refusal it holds what was read.
+  explicit DepthLimitedBuilder(json& root) : root_(root) {}
+
+  // The parser stopped at a container over kMaxJsonDepth.
+  bool too_deep() const { return too_deep_; }
+
+  bool null() override { return value(nullptr); }
+  bool boolean(bool v) override { return value(v); }
+  bool number_integer(number_integer_t v) override { return value(v); }
+  bool number_unsigned(number_unsigned_t v) override { return value(v); }
+  bool number_float(number_float_t v, const string_t& /*text*/) override { return value(v); }
+  bool string(string_t& v) override { return value(std::move(v)); }
+  bool binary(binary_t& /*v*/) override { return false; }  // JSON text has none
+  bool start_object(std::size_t /*elements*/) override { return open(json::object()); }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t /*elements*/) override { return open(json::array()); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
+                   const json::exception& /*error*/) override {
+    return false;
+  }
+
+ private:
+  // Puts `v` where the parser is: the root, the next element of the open
+  // array, or the open object's member under the last key (a repeated key
+  // keeps its last value, as with json::parse).
+  json* place(json v) {
+    if (open_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& member = parent[key_];
+    member = std::move(v);
+    return &member;
+  }
+  bool value(json v) {
+    place(std::move(v));
+    return true;
+  }
+  // The pointer stays valid while the container is open: only its own
+  // elements are added meanwhile, never its parent's (an array's elements
+  // may move when it grows; an object's members never do).
+  bool open(json container) {
+    if (open_.size() >= static_cast<std::size_t>(kMaxJsonDepth)) {
+      too_deep_ = true;
+      return false;
+    }
+    open_.push_back(place(std::move(container)));
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  json& root_;
+  std::vector<json*> open_;  // the containers open now, outermost first
+  std::string key_;          // the key of the object member whose value comes next
+  bool too_deep_ = false;
+};
+
 }  // namespace
 
 std::expected<RpcCall, CallError> call_parse(std::string_view line) {
-  json doc = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    return std::unexpected(
-        CallError{nullptr, {rpc_code::kParseError, "parse error: not valid JSON"}});
-  }
   auto invalid = [](json id, std::string message) {
     return std::unexpected(
         CallError{std::move(id), {rpc_code::kInvalidRequest, std::move(message)}});
   };
+  const auto not_json = [](std::string message) {
+    return std::unexpected(CallError{nullptr, {rpc_code::kParseError, std::move(message)}});
+  };
+  // nlohmann's lexer takes a NUL byte for the end of its input, and so would
+  // accept `{...}` followed by a NUL and anything at all. JSON text has no raw
+  // NUL (in a string it is written \u0000): a line holding one is not JSON.
+  if (line.find('\0') != std::string_view::npos) {
+    return not_json("parse error: not valid JSON (a NUL byte)");
+  }
+  json doc;
+  DepthLimitedBuilder builder(doc);
+  const bool parsed = json::sax_parse(line, &builder, json::input_format_t::json,
+                                      /*strict=*/true, /*ignore_comments=*/false);
+  // Before the parse error: the builder stopped the parser at the first
+  // container too deep, so the rest of the line was never read.
+  if (builder.too_deep()) {
+    return invalid(nullptr, "request nests arrays or objects deeper than " +
+                                std::to_string(kMaxJsonDepth) + " levels");
+  }
+  if (!parsed) return not_json("parse error: not valid JSON");
   if (doc.is_array()) return invalid(nullptr, "batch requests are not supported");
   if (!doc.is_object()) return invalid(nullptr, "a request must be a JSON object");
 
@@ -136,7 +259,7 @@ std::expected<RpcCall, CallError> call_parse(std::string_view line) {
     if (!it->is_object() && !it->is_array()) {
       return invalid(call.id, "'params' must be an object or an array");
     }
-    call.params = *it;
+    call.params = std::move(*it);
   }
   return call;
 }
@@ -165,7 +288,8 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
       if (!n) return std::unexpected(n.error());
       out.max_tokens = *n;
     } else if (key == "temperature") {
-      auto f = float_get(v, key);
+      auto f = sampling_float_get(v, key, /*zero_allowed=*/true, std::numeric_limits<float>::max(),
+                                  "0 = greedy");
       if (!f) return std::unexpected(f.error());
       out.sampling.temperature = *f;
     } else if (key == "top_k") {
@@ -173,7 +297,7 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
       if (!n) return std::unexpected(n.error());
       out.sampling.top_k = *n;
     } else if (key == "top_p") {
-      auto f = float_get(v, key);
+      auto f = sampling_float_get(v, key, /*zero_allowed=*/false, 1.0, "1 = no limit");
       if (!f) return std::unexpected(f.error());
       out.sampling.top_p = *f;
     } else if (key == "seed") {
@@ -259,8 +383,9 @@ std::expected<std::uint64_t, RpcError> cancel_params_parse(const json& params) {
 }
 
 std::expected<void, RpcError> no_params_check(const json& params) {
-  if (params.empty()) return {};
-  return std::unexpected(invalid_params("this method takes no parameters"));
+  if (params.is_object() && params.empty()) return {};
+  return std::unexpected(
+      invalid_params("this method takes no parameters: leave out 'params' or send {}"));
 }
 
 std::string response_line(const json& id, const json& result) {

@@ -42,6 +42,14 @@ inline constexpr int kNoPrefixCache = -32004;     // a cache method while the pr
 // The longest `cache_salt` accepted: a tenant or namespace name, not data.
 inline constexpr std::size_t kMaxCacheSaltBytes = 256;
 
+// The deepest nesting of arrays and objects a request line may have; the
+// request object itself is level 1, so `params` may hold 63 more. No request
+// needs more than 3. The limit exists because nlohmann::json copies, compares
+// and writes values recursively: a 600 KB line of 300,000 nested brackets,
+// well under max_line_bytes, would otherwise overflow the event loop's stack
+// the first time its params were copied.
+inline constexpr int kMaxJsonDepth = 64;
+
 struct RpcError {
   int code = rpc_code::kInternalError;
   std::string message;
@@ -63,10 +71,18 @@ struct CallError {
 };
 
 // Parses one line (without its '\n'). Refuses, with kParseError, text that is
-// not JSON and, with kInvalidRequest, anything but a single request object:
+// not JSON (a raw NUL byte included, where nlohmann::json would stop reading)
+// and, with kInvalidRequest, anything but a single request object:
 // batches (arrays), a missing or wrong "jsonrpc", a non-string method, an id
 // that is not a string, integer or null, params that are not an object or
-// array.
+// array, and (with id null) a line nesting arrays or objects deeper than
+// kMaxJsonDepth, wherever the nesting is.
+//
+// The depth is checked while the line is parsed, before any value of it is
+// built deeper than the limit, and with no recursion: parsing needs heap
+// memory in proportion to the line, but stack only of a fixed size. So every
+// RpcCall it returns is at most kMaxJsonDepth deep, and the recursive
+// operations of nlohmann::json (copy, dump, compare) are safe on it.
 std::expected<RpcCall, CallError> call_parse(std::string_view line);
 
 // `generate`'s parameters, type-checked. Value rules that need the model
@@ -89,7 +105,10 @@ struct GenerateParams {
 
 // Refuses with kInvalidParams, naming the key: params that are not an
 // object, an unknown key, a wrong type, an integer outside int's range,
-// neither or both of prompt and tokens.
+// neither or both of prompt and tokens, a temperature that is not in
+// [0, FLT_MAX], a top_p that is not in (0, 1]. temperature and top_p are
+// judged on the number the client sent, before it is narrowed to a float;
+// a positive one below the smallest positive float becomes that float, not 0.
 std::expected<GenerateParams, RpcError> generate_params_parse(const nlohmann::json& params);
 
 // The prompt the cache methods (cache.lookup, cache.warm, cache.pin,
@@ -112,7 +131,9 @@ std::expected<std::vector<Tier>, RpcError> cache_flush_params_parse(const nlohma
 // `cancel`'s parameter: {"id": <request id>} (a non-negative integer).
 std::expected<std::uint64_t, RpcError> cancel_params_parse(const nlohmann::json& params);
 
-// Refuses with kInvalidParams any params other than absent, {} or [].
+// For the methods that take no parameters. Refuses with kInvalidParams any
+// params other than absent or {} (call_parse turns absent into {}); [] too,
+// as the protocol's params are always an object.
 std::expected<void, RpcError> no_params_check(const nlohmann::json& params);
 
 // Lines to send, each ending in '\n'. Strings that are not valid UTF-8 (a

@@ -362,6 +362,7 @@ void Session::method_config_set(RpcCall& call) {
 }
 
 void Session::method_help(RpcCall& call) {
+  if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
   json list = json::array();
   for (const Method& m : methods()) list.push_back({{"name", m.name}, {"summary", m.summary}});
   reply(call, {{"methods", list}});

@@ -179,6 +179,32 @@ TEST(DaemonTest, BadInputGetsTheRightErrorAndTheConnectionStaysUsable) {
   shutdown(d);
 }
 
+// One line once took every client down: params nested 100,000 deep (600 KB,
+// under the 1 MiB line limit) overflowed the event loop's stack when they
+// were copied. Now the line is refused as it is parsed, and the daemon
+// serves on; so is `help` with parameters, which the docs say it has none.
+TEST(DaemonTest, ADeeplyNestedLineIsRefusedAndTheDaemonServesOn) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  for (const char* method : {"generate", "health"}) {
+    std::string nested;
+    for (int i = 0; i < 100000; ++i) nested += R"({"a":)";
+    nested += "1" + std::string(100000, '}');
+    const std::string deep = R"({"jsonrpc":"2.0","id":1,"method":")" + std::string(method) +
+                             R"(","params":)" + nested + "}";
+    ASSERT_LT(deep.size(), std::size_t{1} << 20) << "under the default max_line_bytes";
+    ASSERT_TRUE(c->send_raw(deep + "\n"));
+    auto r = c->read();
+    EXPECT_EQ(error_code(r), -32600) << method;
+  }
+  EXPECT_EQ(error_code(c->call(request(2, "help", {{"verbose", true}}))), -32602);
+  EXPECT_EQ(error_code(c->call(request(3, "health", json::array()))), -32602);
+  auto health = c->call(request(4, "health"));
+  ASSERT_TRUE(health && health->contains("result"));
+  shutdown(d);
+}
+
 TEST(DaemonTest, RequestsPastMaxPendingAreRefused) {
   Daemon d({"--max-pending", "1"});
   ASSERT_TRUE(d.wait_ready());
