@@ -1,7 +1,9 @@
 // Replays nasty inputs through the fuzz target's entry point
 // (fuzz/protocol_fuzz_one.h) with the normal build, so CI exercises the
-// parser's properties without clang: the seeds and finds in fuzz/corpus, and
-// the hand-written cases below. A broken property aborts the test binary.
+// parser's properties without clang: the seeds and finds in fuzz/corpus, the
+// hand-written cases below, and what the fuzzer's structure-aware generator
+// (fuzz/protocol_fuzz_gen.h) writes from fixed seeds. A broken property
+// aborts the test binary.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/config.h"
+#include "fuzz/protocol_fuzz_gen.h"
 #include "fuzz/protocol_fuzz_one.h"
 
 namespace kvtier::daemon {
@@ -49,9 +53,42 @@ TEST(ProtocolFuzzCorpusTest, NastyInputsKeepEveryProperty) {
       R"({"jsonrpc":"2.0","id":1,"method":"x","params":)" + std::string(1900, '[') +
           std::string(1900, ']') + "}",
       std::string(100000, '{'),
-      std::string(5000, 'x') + "\n" + R"({"jsonrpc":"2.0","method":"health"})" + "\r\n",
+      // Depth: the request object is level 1, params level 2.
+      R"({"jsonrpc":"2.0","id":1,"method":"x","params":)" + std::string(63, '[') +
+          std::string(63, ']') + "}",
+      R"({"jsonrpc":"2.0","id":1,"method":"x","params":)" + std::string(64, '[') +
+          std::string(64, ']') + "}",
+      R"({"jsonrpc":"2.0","id":1,"method":"generate","params":{"prompt":")" +
+          std::string(100000, '[') + R"("}})",
+      R"({"jsonrpc":"2.0","id":1,"method":"generate","params":{"prompt":"\"[[[[[[[[["}})",
+      R"({"jsonrpc":"2.0","id":1,"method":"generate","params":{"prompt":"a","temperature":-1e-300}})",
+      R"({"jsonrpc":"2.0","id":1,"method":"generate","params":{"prompt":"a","top_p":1e-300}})",
+      R"({"jsonrpc":"2.0","id":1,"method":"generate","params":{"prompt":"a","top_p":1.0000001}})",
+      R"({"jsonrpc":"2.0","id":1,"method":"help","params":[]})",
+      std::string(kProtocolFuzzMaxLineBytes + 1, 'x') + "\n" +
+          R"({"jsonrpc":"2.0","method":"health"})" + "\r\n",
   };
   for (const std::string& input : inputs) replay(input);
+}
+
+TEST(ProtocolFuzzCorpusTest, FramerLimitIsTheDaemonsDefault) {
+  EXPECT_EQ(kProtocolFuzzMaxLineBytes, DaemonConfig{}.max_line_bytes);
+}
+
+// The fuzzer's generator from fixed seeds, so CI runs what it writes (deep
+// requests above all) without clang. Small inputs for many seeds, a few at
+// libFuzzer's full length, and each deepened.
+TEST(ProtocolFuzzCorpusTest, GeneratedRequestsKeepEveryProperty) {
+  for (std::uint64_t seed = 0; seed < 400; ++seed) {
+    const std::size_t max_bytes = seed < 8 ? kProtocolFuzzMaxLineBytes : 16384;
+    ProtocolFuzzGen gen(seed, max_bytes);
+    const std::string input = gen.input();
+    ASSERT_LE(input.size(), max_bytes);
+    replay(input);
+    const std::string deeper = gen.deepen(input);
+    ASSERT_LE(deeper.size(), max_bytes);
+    replay(deeper);
+  }
 }
 
 TEST(ProtocolFuzzCorpusTest, EveryCorpusFileKeepsEveryProperty) {
