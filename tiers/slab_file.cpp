@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cassert>
@@ -20,7 +21,21 @@ constexpr std::uint64_t kStopTag = ~std::uint64_t{0};
 
 std::string errno_text(int error) { return std::strerror(error); }
 
+// What a file of `bytes` bytes still lacks beyond its allocated blocks.
+std::uint64_t unallocated(const struct stat& st, std::uint64_t bytes) {
+  const auto allocated = static_cast<std::uint64_t>(st.st_blocks) * 512;
+  return allocated >= bytes ? 0 : bytes - allocated;
+}
+
 }  // namespace
+
+std::expected<std::uint64_t, std::string> SlabFile::bytes_to_allocate(const std::string& path,
+                                                                      std::uint64_t bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return unallocated(st, bytes);
+  if (errno == ENOENT) return bytes;
+  return std::unexpected("slab " + path + ": stat: " + errno_text(errno));
+}
 
 SlabFile::SlabFile(const SlabFileOptions& options, OnComplete on_complete,
                    OnSubmitError on_submit_error)
@@ -41,6 +56,21 @@ std::expected<std::unique_ptr<SlabFile>, std::string> SlabFile::open(
   std::unique_ptr<SlabFile> slab(
       new SlabFile(options, std::move(on_complete), std::move(on_submit_error)));
   const char* path = options.path.c_str();
+  // What was there decides what a failure must undo: a file this call
+  // creates is removed, one that was there goes back to its size.
+  struct stat before {};
+  const bool existed = ::stat(path, &before) == 0;
+  // Undoes what this call did to the file, then says what failed.
+  auto fail = [&](const std::string& what) {
+    if (!existed) {
+      ::unlink(path);
+    } else if (slab->fd_ >= 0) {
+      // Back to its size, which also frees what a failed fallocate had
+      // allocated past it. If this fails too, the message below still holds.
+      [[maybe_unused]] const int ignored = ::ftruncate(slab->fd_, before.st_size);
+    }
+    return std::unexpected("slab " + options.path + ": " + what);
+  };
   slab->fd_ = ::open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0644);
   if (slab->fd_ < 0 && errno == EINVAL) {
     // The file system has no O_DIRECT (tmpfs before Linux 6.6): go through the
@@ -48,24 +78,36 @@ std::expected<std::unique_ptr<SlabFile>, std::string> SlabFile::open(
     slab->direct_ = false;
     slab->fd_ = ::open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   }
-  if (slab->fd_ < 0)
-    return std::unexpected("slab " + options.path + ": open: " + errno_text(errno));
+  if (slab->fd_ < 0) return fail("open: " + errno_text(errno));
 
   const auto bytes = static_cast<off_t>(options.slot_bytes * options.num_slots);
+  struct stat st {};
+  if (::fstat(slab->fd_, &st) != 0) return fail("fstat: " + errno_text(errno));
+  // Only what the file lacks is taken, and only if keep_free_bytes stay
+  // free: fallocate alone would take every last byte before it failed.
+  const std::uint64_t needed = unallocated(st, static_cast<std::uint64_t>(bytes));
+  if (needed > 0) {
+    struct statvfs fs {};
+    if (::fstatvfs(slab->fd_, &fs) != 0) return fail("statvfs: " + errno_text(errno));
+    const std::uint64_t free = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (free < needed || free - needed < options.keep_free_bytes)
+      return fail("needs " + std::to_string(needed) + " more bytes and " +
+                  std::to_string(options.keep_free_bytes) +
+                  " bytes left free after them, but the file system has " + std::to_string(free) +
+                  " bytes free");
+  }
+
+  // The ring before the allocation: once the file has grown, only the
+  // allocation itself can fail.
+  const int rc = io_uring_queue_init(static_cast<unsigned>(options.queue_depth), &slab->ring_, 0);
+  if (rc < 0) return fail("io_uring_queue_init: " + errno_text(-rc));
+  slab->ring_ready_ = true;
+
   // Already-allocated ranges are left as they are, so reopening keeps the data.
   if (::fallocate(slab->fd_, 0, 0, bytes) != 0)
-    return std::unexpected("slab " + options.path + ": fallocate " + std::to_string(bytes) +
-                           " bytes: " + errno_text(errno));
-  struct stat st {};
-  if (::fstat(slab->fd_, &st) != 0)
-    return std::unexpected("slab " + options.path + ": fstat: " + errno_text(errno));
+    return fail("fallocate " + std::to_string(bytes) + " bytes: " + errno_text(errno));
   if (st.st_size > bytes && ::ftruncate(slab->fd_, bytes) != 0)  // a smaller capacity than before
-    return std::unexpected("slab " + options.path + ": ftruncate: " + errno_text(errno));
-
-  const int rc = io_uring_queue_init(static_cast<unsigned>(options.queue_depth), &slab->ring_, 0);
-  if (rc < 0)
-    return std::unexpected("slab " + options.path + ": io_uring_queue_init: " + errno_text(-rc));
-  slab->ring_ready_ = true;
+    return fail("ftruncate: " + errno_text(errno));
   slab->completion_thread_ = std::thread([s = slab.get()] { s->completion_loop(); });
   return slab;
 }

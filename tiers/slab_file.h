@@ -3,7 +3,14 @@
 //
 // The file is created (or reused) at num_slots * slot_bytes bytes and
 // preallocated with fallocate, so a write into a slot never has to find disk
-// space and a full disk shows up at open, not mid-run. It is opened O_DIRECT:
+// space and a full disk shows up at open, not mid-run. The space is counted
+// before it is taken: open() refuses unless the file system keeps
+// keep_free_bytes free after allocating what the file still lacks (its
+// allocated blocks, st_blocks, count as had: reopening a slab of the same
+// size needs nothing). A failed open leaves nothing behind: a file it
+// created is removed, a file that was there goes back to its previous size
+// (fallocate that fails with ENOSPC keeps what it allocated so far; the
+// truncation gives it back). It is opened O_DIRECT:
 // blocks go straight between the caller's buffers and the device without
 // passing through (and evicting) the page cache. Every transfer is one whole
 // slot or, for reads, a kAlignment-aligned range of one (enqueue_read_range),
@@ -45,6 +52,9 @@ struct SlabFileOptions {
   // Requests queued before enqueue() submits them by itself; flush() submits
   // the rest. Larger batches mean fewer system calls, smaller ones less delay.
   int submit_batch = 16;
+  // Bytes the file system must still have free (statvfs f_bavail) once the
+  // file is allocated; 0: it may take every free byte.
+  std::uint64_t keep_free_bytes = 0;
 };
 
 class SlabFile {
@@ -62,9 +72,12 @@ class SlabFile {
   using OnSubmitError = std::function<void(int error)>;
 
   // Opens or creates the file, preallocates it (fallocate) and starts the
-  // completion thread. An error says which step failed (open, fallocate,
-  // io_uring_queue_init) and why. Where the file system refuses O_DIRECT the
-  // file is opened buffered instead and direct() says so.
+  // completion thread. An error says which step failed (open, free space,
+  // fallocate, io_uring_queue_init) and why; a refusal for space names the
+  // bytes needed and the bytes free. On any error the file is as it was
+  // before (or gone, if this call created it). Where the file system
+  // refuses O_DIRECT the file is opened buffered instead and direct() says
+  // so.
   static std::expected<std::unique_ptr<SlabFile>, std::string> open(const SlabFileOptions& options,
                                                                     OnComplete on_complete,
                                                                     OnSubmitError on_submit_error);
@@ -98,6 +111,12 @@ class SlabFile {
   // the page cache, but not the device's write cache, nor the metadata that
   // marks fallocate()d extents written. 0, or the -errno.
   int sync();
+
+  // The bytes fallocate must still find for a file of `bytes` bytes at
+  // `path`: all of them for a missing file, none for one whose allocated
+  // blocks cover them. An error when the file exists but cannot be stat()ed.
+  static std::expected<std::uint64_t, std::string> bytes_to_allocate(const std::string& path,
+                                                                     std::uint64_t bytes);
 
   std::size_t slot_bytes() const { return options_.slot_bytes; }
   std::size_t num_slots() const { return options_.num_slots; }
