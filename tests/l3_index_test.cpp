@@ -1,16 +1,26 @@
 // L3Index against a real RocksDB in a temporary directory: entries survive a
-// reopen, another format discards them, and damaged values are dropped with
-// a warning instead of being trusted.
+// reopen, another format discards them, damaged values are dropped with a
+// warning instead of being trusted, a damaged index is moved aside while one
+// in use or out of reach is refused, and a full disk fails writes without
+// an abort until the index is recovered.
 #include "tiers/l3_index.h"
 
+#include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "tests/small_fs.h"
 #include "tests/test_util.h"
 
 namespace kvtier::tiers {
@@ -159,6 +169,189 @@ TEST(L3Index, UnopenablePathIsAnError) {
   auto opened = L3Index::open((file / "index").string(), 7, 5000);
   ASSERT_FALSE(opened);
   EXPECT_TRUE(contains(opened.error(), "index"));
+}
+
+// An index holding entry(1), closed. Opened twice, so that the second open
+// has moved the entry from the log into a table.
+void make_index(const std::string& path) {
+  {
+    auto opened = L3Index::open(path, 7, 5000);
+    ASSERT_TRUE(opened) << opened.error();
+    ASSERT_TRUE(opened->index->put(entry(1)));
+  }
+  auto opened = L3Index::open(path, 7, 5000);
+  ASSERT_TRUE(opened) << opened.error();
+  ASSERT_EQ(opened->entries.size(), 1u);
+}
+
+TEST(L3Index, DamageOfEveryKindIsMovedAsideAndANewIndexStarts) {
+  using Damage = void (*)(const std::filesystem::path&);
+  const std::vector<std::pair<const char*, Damage>> kinds = {
+      {"CURRENT deleted",
+       [](const std::filesystem::path& p) { std::filesystem::remove(p / "CURRENT"); }},
+      {"the MANIFEST deleted",
+       [](const std::filesystem::path& p) {
+         for (const auto& e : std::filesystem::directory_iterator(p))
+           if (e.path().filename().string().starts_with("MANIFEST-"))
+             std::filesystem::remove(e.path());
+       }},
+      {"a table deleted",
+       [](const std::filesystem::path& p) {
+         for (const auto& e : std::filesystem::directory_iterator(p))
+           if (e.path().extension() == ".sst") std::filesystem::remove(e.path());
+       }},
+      {"every file garbage",
+       [](const std::filesystem::path& p) {
+         for (const auto& e : std::filesystem::directory_iterator(p))
+           if (e.path().filename() != "LOCK") test_util::write_file(e.path(), "garbage\n");
+       }},
+      {"a regular file",
+       [](const std::filesystem::path& p) {
+         std::filesystem::remove_all(p);
+         test_util::write_file(p, "x");
+       }},
+  };
+  for (const auto& [name, damage] : kinds) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    const std::string path = (dir.path() / "index").string();
+    make_index(path);
+    damage(path);
+    auto opened = L3Index::open(path, 7, 5000);
+    ASSERT_TRUE(opened) << opened.error();
+    EXPECT_TRUE(opened->entries.empty());
+    ASSERT_FALSE(opened->warnings.empty());
+    EXPECT_TRUE(contains(opened->warnings[0], "index " + path + " is damaged ("));
+    EXPECT_TRUE(contains(opened->warnings[0], "moved to " + path + ".damaged, L3 starts empty"));
+    EXPECT_TRUE(std::filesystem::exists(path + ".damaged"));
+    ASSERT_TRUE(opened->index->put(entry(2)));
+    opened->index.reset();
+    auto again = L3Index::open(path, 7, 5000);
+    ASSERT_TRUE(again) << again.error();
+    EXPECT_TRUE(again->warnings.empty()) << joined(again->warnings);
+    ASSERT_EQ(again->entries.size(), 1u);
+    EXPECT_EQ(again->entries[0], entry(2));
+  }
+}
+
+TEST(L3Index, InUseOrOutOfReachIsRefusedAndNothingMoves) {
+  TempDir dir;
+  const std::string path = (dir.path() / "index").string();
+  make_index(path);
+  {
+    // By this process.
+    auto first = L3Index::open(path, 7, 5000);
+    ASSERT_TRUE(first) << first.error();
+    auto second = L3Index::open(path, 7, 5000);
+    ASSERT_FALSE(second);
+    EXPECT_TRUE(contains(second.error(), "already open in this process"));
+    EXPECT_TRUE(first->index->put(entry(3))) << "the first one keeps its lock";
+  }
+  {
+    // By another process, holding the lock as its RocksDB would.
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t holder = ::fork();
+    if (holder == 0) {
+      const int fd = ::open((path + "/LOCK").c_str(), O_RDWR);
+      struct flock lock {};
+      lock.l_type = F_WRLCK;
+      lock.l_whence = SEEK_SET;
+      if (fd < 0 || ::fcntl(fd, F_SETLK, &lock) != 0) ::_exit(1);
+      if (::write(ready[1], "r", 1) != 1) ::_exit(2);
+      ::pause();
+      ::_exit(0);
+    }
+    char c = 0;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1);
+    auto opened = L3Index::open(path, 7, 5000);
+    ::kill(holder, SIGKILL);
+    ::waitpid(holder, nullptr, 0);
+    ::close(ready[0]);
+    ::close(ready[1]);
+    ASSERT_FALSE(opened);
+    EXPECT_TRUE(contains(opened.error(), "in use by process " + std::to_string(holder)));
+  }
+  if (::geteuid() == 0) {
+    // Not ours to read: as another user, in a child.
+    ASSERT_EQ(::chmod(path.c_str(), 0700), 0);
+    int msg[2];
+    ASSERT_EQ(::pipe(msg), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      const gid_t nobody = 65534;
+      if (::setgroups(1, &nobody) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+      auto opened = L3Index::open(path, 7, 5000);
+      const std::string text = opened ? "opened" : opened.error();
+      if (::write(msg[1], text.data(), text.size()) < 0) ::_exit(4);
+      ::_exit(0);
+    }
+    ::close(msg[1]);
+    std::string text;
+    char buf[512];
+    for (ssize_t n; (n = ::read(msg[0], buf, sizeof buf)) > 0;) text.append(buf, n);
+    ::close(msg[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_TRUE(contains(text, "Permission denied"));
+    ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
+  }
+  EXPECT_FALSE(std::filesystem::exists(path + ".damaged"));
+  auto opened = L3Index::open(path, 7, 5000);
+  ASSERT_TRUE(opened) << opened.error();
+  EXPECT_TRUE(opened->warnings.empty()) << joined(opened->warnings);
+  EXPECT_EQ(opened->entries.size(), 2u) << "entry(1) and entry(3), untouched";
+}
+
+// The child of AFullDiskFailsWritesUntilRecovered: an index on the small
+// file system mounted at the path it is given, which it fills up.
+TEST(L3IndexChild, AFullDiskFailsWritesUntilRecovered) {
+  const char* mount = test_util::child_argument();
+  if (mount == nullptr) GTEST_SKIP() << "runs only as the child of AFullDiskFails...";
+  const std::string path = (std::filesystem::path(mount) / "index").string();
+  auto opened = L3Index::open(path, 7, 5000, 1 << 20);
+  ASSERT_TRUE(opened) << opened.error();
+  L3Index& index = *opened->index;
+  ASSERT_TRUE(index.put(entry(1)));
+  test_util::fill_leaving(mount, 0);
+  // Until a write fails (the first, or one a little later once the log's
+  // last block is full).
+  std::uint64_t i = 2;
+  while (i < 100000 && index.put(entry(i))) ++i;
+  ASSERT_TRUE(index.failed()) << "every write went through on a full file system";
+  // From now on RocksDB is not asked: SyncWAL on the log that failed would abort.
+  auto put = index.put(entry(1));
+  ASSERT_FALSE(put);
+  EXPECT_TRUE(contains(put.error(), "not tried since an earlier write failed")) << put.error();
+  EXPECT_FALSE(index.sync());
+  EXPECT_FALSE(index.erase(entry(1).record.key));
+  auto recovered = index.recover();
+  ASSERT_FALSE(recovered) << "reopened with the file system full";
+  EXPECT_TRUE(contains(recovered.error(), "bytes free")) << recovered.error();
+
+  test_util::unfill(mount);
+  ASSERT_TRUE(index.recover());
+  EXPECT_FALSE(index.failed());
+  EXPECT_TRUE(index.put(entry(999999)));
+  EXPECT_TRUE(index.sync());
+  opened->index.reset();
+  auto again = L3Index::open(path, 7, 5000);
+  ASSERT_TRUE(again) << again.error();
+  std::map<BlockKey, L3Entry> by_key;
+  for (const auto& e : again->entries) by_key[e.record.key] = e;
+  EXPECT_EQ(by_key.count(entry(1).record.key), 1u);
+  EXPECT_EQ(by_key.count(entry(999999).record.key), 1u);
+}
+
+TEST(L3Index, AFullDiskFailsWritesUntilRecovered) {
+  for (const auto kind : {test_util::SmallFs::Kind::kExt4, test_util::SmallFs::Kind::kTmpfs}) {
+    test_util::SmallFs fs(kind, 32 << 20);
+    SKIP_WITHOUT_SMALL_FS(fs);
+    EXPECT_TRUE(test_util::passes_in_child("L3IndexChild.AFullDiskFailsWritesUntilRecovered",
+                                           fs.path().string()))
+        << (kind == test_util::SmallFs::Kind::kExt4 ? "ext4" : "tmpfs");
+  }
 }
 
 }  // namespace

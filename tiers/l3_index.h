@@ -18,13 +18,39 @@
 // once a write returns), and after a power loss the payload checksums catch
 // an entry whose slot does not hold what it says.
 //
-// Thread-safety: as RocksDB's, i.e. any method from any thread.
+// Damage: an index that cannot be what RocksDB wrote (the path is not a
+// directory; files but no CURRENT; RocksDB says Corruption, or a file CURRENT
+// or the MANIFEST names is missing; corruption met while reading the
+// entries) is moved aside to <dir>.damaged, replacing an older one so that
+// repeated damage cannot fill the disk, and a new, empty index takes its
+// place, said in warnings. What is not damage is refused, nothing moved: an
+// index another process holds (RocksDB's LOCK, seen with fcntl F_GETLK before
+// RocksDB is asked), one this process has open already, a path we may not
+// read, a full disk, any other error.
+//
+// A full disk: Debian's librocksdb is built with assertions, and three of
+// its paths abort the process once a write has failed with ENOSPC: its own
+// info LOG (the next line after a failed one), DB::Resume() or its own
+// automatic recovery when the memtable is empty (the next write goes to the
+// write-ahead log that failed; fixed in RocksDB 9.6, PR #12873), and
+// SyncWAL() on that log. So the index keeps its own LOG (write(2), errors
+// ignored, at most 1 MiB), turns RocksDB's recovery off, and after a failed
+// write stops calling RocksDB at all (put, erase and sync fail at once)
+// until recover() closes the database and opens it again, which starts a
+// new log. open() and recover() first check that the file system has
+// min_free_bytes free, since RocksDB needs room to open at all.
+//
+// Thread-safety: put, erase, sync and failed() from any thread; open's
+// result and recover() REQUIRE that no other call runs at the same time
+// (L3Store makes every call under its mutex).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -71,11 +97,13 @@ class L3Index {
 
   // Opens the RocksDB database in directory `dir`, creating it if missing.
   // An index written with another format_tag or block_bytes, or without a
-  // format record, has its entries discarded (said in warnings); so has one
-  // RocksDB reports as corrupt. An error when the database cannot be created
-  // or opened at all (bad path, locked by another process).
+  // format record, has its entries discarded (said in warnings); a damaged
+  // one is moved aside (above). An error when the file system has fewer
+  // than min_free_bytes free, or the database cannot be created or opened
+  // (locked by another process, no permission, the disk full).
   static std::expected<Opened, std::string> open(const std::string& dir, std::uint64_t format_tag,
-                                                 std::uint64_t block_bytes);
+                                                 std::uint64_t block_bytes,
+                                                 std::uint64_t min_free_bytes = 0);
 
   ~L3Index();
   L3Index(const L3Index&) = delete;
@@ -92,6 +120,15 @@ class L3Index {
   // to its log unsynced, which survives the process, not the machine).
   std::expected<void, std::string> sync();
 
+  // Whether a write has failed since the database was (re)opened: until
+  // recover() succeeds, put, erase and sync fail without touching RocksDB.
+  bool failed() const;
+  // After a failed write: once the file system has min_free_bytes free
+  // again, closes the database and opens it again (what the failed write
+  // did not log is lost, which the store's checksums cover). Nothing to do,
+  // and success, when no write has failed.
+  std::expected<void, std::string> recover();
+
   // The on-disk encodings, public for tests and tools.
   static std::string encode_key(const BlockKey& key);
   static std::optional<BlockKey> decode_key(std::string_view bytes);
@@ -100,8 +137,18 @@ class L3Index {
   static std::optional<L3Entry> decode_value(const BlockKey& key, std::string_view bytes);
 
  private:
-  explicit L3Index(std::unique_ptr<rocksdb::DB> db);
-  std::unique_ptr<rocksdb::DB> db_;
+  L3Index(std::string dir, std::uint64_t min_free_bytes, std::unique_ptr<rocksdb::DB> db);
+  // Records a failed write; returns its message.
+  std::string fail(const std::string& what, const std::string& status);
+  std::expected<void, std::string> refuse_if_failed(const char* what) const;
+
+  std::string dir_;
+  std::string open_as_;  // dir_'s canonical path: this process has it open
+  std::uint64_t min_free_bytes_;
+  std::unique_ptr<rocksdb::DB> db_;  // null after a reopen that failed
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failure_mu_;
+  std::string failure_;  // the first failed write's message; guarded by failure_mu_
 };
 
 }  // namespace kvtier::tiers
