@@ -2,8 +2,10 @@
 // socket in a fresh temporary directory (daemon_test_util.h). Shared
 // prefixes are served from L1, from L2 after a flush, and from L3 after a
 // restart on the same directory, always with the engine's own tokens; an
-// unusable L3 is a warning, not a failure; the cache methods answer, refuse
-// bad settings, and keep their privileged ones to the daemon's uid and root.
+// unusable L3 is a warning, not a failure (a file where the directory should
+// be, a nearly full disk, l3_bytes beyond the free space, a second daemon on
+// the same directory); the cache methods answer, refuse bad settings, and
+// keep their privileged ones to the daemon's uid and root.
 #include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 
 #include "daemon/session.h"
 #include "daemon_test_util.h"
+#include "small_fs.h"
 
 namespace kvtier {
 namespace {
@@ -120,6 +123,68 @@ TEST(DaemonTiersTest, UnusableL3IsAWarningAndTheDaemonRunsOnL1AndL2) {
   EXPECT_EQ(tokens_of(generate_greedy(*c, kShared + "one")),
             reference(kShared + "one", 12, 0.0f, 0).tokens);
   shutdown(d);
+}
+
+// L3 on a file system with 256 KiB left: RocksDB used to abort start-up
+// there (a restart loop under systemd). Now L3 is off, the log says why, and
+// the daemon serves and shuts down cleanly.
+TEST(DaemonTiersTest, NearlyFullDiskTurnsL3OffAndTheDaemonServes) {
+  test_util::SmallFs fs(test_util::SmallFs::Kind::kExt4, 48 << 20);
+  SKIP_WITHOUT_SMALL_FS(fs);
+  const auto l3 = fs.path() / "l3";
+  std::filesystem::create_directories(l3);
+  fs.fill_leaving(256 << 10);
+  Daemon d({"--l3-path", l3.string(), "--l3-bytes", "1M"});
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  EXPECT_TRUE(d.wait_log("L3 disabled: L3: not enough free space in " + l3.string())) << d.log();
+  auto c = d.connect();
+  EXPECT_EQ(call_result(*c, "tiers")["tiers"]["l3"]["available"], false);
+  EXPECT_EQ(tokens_of(generate_greedy(*c, kShared + "one")),
+            reference(kShared + "one", 12, 0.0f, 0).tokens);
+  shutdown(d);
+}
+
+// --l3-bytes far beyond the free space: refused before anything is taken, so
+// no slab (nor directory) is left behind and the free space is what it was.
+TEST(DaemonTiersTest, L3BytesBeyondTheFreeSpaceLeaveNoSlabBehind) {
+  test_util::SmallFs fs(test_util::SmallFs::Kind::kExt4, 32 << 20);
+  SKIP_WITHOUT_SMALL_FS(fs);
+  const auto l3 = fs.path() / "l3";
+  const std::uint64_t free = fs.free_bytes();
+  {
+    Daemon d({"--l3-path", l3.string(), "--l3-bytes", "1T"});
+    ASSERT_TRUE(d.wait_ready()) << d.log();
+    EXPECT_TRUE(d.wait_log("L3 disabled: L3: not enough free space in " + l3.string())) << d.log();
+    // (Its directory, made and removed again, took a block meanwhile.)
+    EXPECT_TRUE(test_util::contains(d.log(), "1099511627776 for the slab"));
+    auto c = d.connect();
+    EXPECT_EQ(call_result(*c, "tiers")["tiers"]["l3"]["available"], false);
+    shutdown(d);
+  }
+  EXPECT_FALSE(std::filesystem::exists(l3));
+  EXPECT_EQ(fs.free_bytes(), free);
+}
+
+// A second daemon on the same l3_path: the index is in use, which is not
+// damage. The second runs without L3 and says who has it; the first keeps
+// its index where it is.
+TEST(DaemonTiersTest, SecondDaemonOnTheSameL3PathRunsWithoutL3) {
+  test_util::TempDir dir;
+  const std::vector<std::string> args = {"--l3-path", (dir.path() / "l3").string(), "--l3-bytes",
+                                         "16M"};
+  Daemon first(args);
+  ASSERT_TRUE(first.wait_ready()) << first.log();
+  Daemon second(args);
+  ASSERT_TRUE(second.wait_ready()) << second.log();
+  EXPECT_TRUE(second.wait_log("is in use by process " + std::to_string(first.pid())))
+      << second.log();
+  auto c = second.connect();
+  EXPECT_EQ(call_result(*c, "tiers")["tiers"]["l3"]["available"], false);
+  auto c1 = first.connect();
+  EXPECT_EQ(call_result(*c1, "tiers")["tiers"]["l3"]["available"], true);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "l3" / "index.damaged"));
+  shutdown(second);
+  shutdown(first);
 }
 
 TEST(DaemonTiersTest, TierSettingsShowInConfigGetAndReadOnly) {

@@ -1,7 +1,9 @@
 // L3Store with its real parts: RocksDB in a temporary directory, io_uring on a
 // real slab file. Round trips, restarts, eviction, corruption, real faults
-// (a path under a file, RLIMIT_FSIZE, a slab truncated under a live store)
-// and a process killed at random moments.
+// (a path under a file, RLIMIT_FSIZE, a slab truncated under a live store),
+// a process killed at random moments, every kind of damage to the index,
+// and a small real file system (tests/small_fs.h) too small for the store,
+// nearly full at start-up, and filling up under a running store.
 #include "tiers/l3_store.h"
 
 #include <fcntl.h>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "tests/io_test_util.h"
+#include "tests/small_fs.h"
 #include "tests/test_util.h"
 
 extern char** environ;
@@ -498,6 +501,233 @@ TEST(L3Store, OpenErrorsAreMessagesNotCrashes) {
   EXPECT_FALSE(L3Store::open(empty));
 }
 
+// ---- a damaged index ----------------------------------------------------------
+
+// Damage done to <dir>/index between two runs, as a disk, a person or a
+// script might.
+struct IndexDamage {
+  const char* name;
+  void (*apply)(const std::filesystem::path& index);
+};
+
+void replace_files_with_garbage(const std::filesystem::path& index) {
+  for (const auto& e : std::filesystem::directory_iterator(index))
+    if (e.is_regular_file() && e.path().filename() != "LOCK")
+      test_util::write_file(e.path(), "garbage, not a RocksDB file\n");
+}
+
+const IndexDamage kIndexDamage[] = {
+    {"the index directory deleted",
+     [](const std::filesystem::path& index) { std::filesystem::remove_all(index); }},
+    {"CURRENT deleted",
+     [](const std::filesystem::path& index) { std::filesystem::remove(index / "CURRENT"); }},
+    {"the MANIFEST deleted",
+     [](const std::filesystem::path& index) {
+       for (const auto& e : std::filesystem::directory_iterator(index))
+         if (e.path().filename().string().starts_with("MANIFEST-"))
+           std::filesystem::remove(e.path());
+     }},
+    {"every file replaced by garbage", replace_files_with_garbage},
+    {"the index path a regular file",
+     [](const std::filesystem::path& index) {
+       std::filesystem::remove_all(index);
+       test_util::write_file(index, "x");
+     }},
+};
+
+TEST(L3Store, EveryKindOfIndexDamageIsMovedAsideAndTheStoreStartsEmpty) {
+  SKIP_WITHOUT_IO_URING();
+  for (const IndexDamage& damage : kIndexDamage) {
+    SCOPED_TRACE(damage.name);
+    TempDir dir;
+    const L3Options o = options_for(dir.path(), 8);
+    const auto index = dir.path() / "index";
+    const auto aside = dir.path() / "index.damaged";
+    {
+      auto store = open_or_die(o);
+      for (int i = 0; i < 3; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+    }
+    const bool deleted = std::string(damage.name) == "the index directory deleted";
+    // Twice: a second damage replaces the first one's copy.
+    for (int round = 0; round < 2; ++round) {
+      damage.apply(index);
+      auto store = L3Store::open(o);
+      ASSERT_TRUE(store) << store.error();
+      const std::string warnings = joined((*store)->warnings());
+      if (deleted) {
+        EXPECT_TRUE(contains(warnings, "index " + index.string() + " is missing")) << warnings;
+        EXPECT_FALSE(std::filesystem::exists(aside));
+      } else {
+        EXPECT_TRUE(contains(warnings, "index " + index.string() + " is damaged")) << warnings;
+        EXPECT_TRUE(contains(warnings, "moved to " + aside.string() + ", L3 starts empty"))
+            << warnings;
+        EXPECT_TRUE(std::filesystem::exists(aside));
+      }
+      EXPECT_TRUE((*store)->keys().empty());
+      ASSERT_EQ(put(**store, 10 + round), L3Status::kOk);
+      bool intact = false;
+      EXPECT_EQ(get(**store, 10 + round, &intact), L3Status::kOk);
+      EXPECT_TRUE(intact);
+    }
+    int beside = 0;  // index, and at most one copy of a damaged one
+    for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+      beside += e.path().filename().string().starts_with("index") ? 1 : 0;
+    EXPECT_EQ(beside, deleted ? 1 : 2);
+    // The new index is an index like any other.
+    auto store = open_or_die(o);
+    EXPECT_FALSE(contains(joined(store->warnings()), "damaged"));
+    EXPECT_EQ(store->keys(), std::vector<BlockKey>{key_of(11)});
+  }
+}
+
+// ---- a small file system, filled (tests/small_fs.h) ----------------------------
+
+using test_util::SmallFs;
+
+std::uint64_t size_of(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+TEST(L3Store, CapacityBeyondTheFreeSpaceIsRefusedAndTakesNothing) {
+  SKIP_WITHOUT_IO_URING();
+  SmallFs fs(SmallFs::Kind::kExt4, 48 << 20);
+  SKIP_WITHOUT_SMALL_FS(fs);
+  // A new store: refused, nothing left behind, not a byte taken.
+  const auto fresh = fs.path() / "fresh";
+  std::filesystem::create_directories(fresh);
+  std::uint64_t free = fs.free_bytes();
+  auto refused = L3Store::open(options_for(fresh, (free + (1 << 20)) / 8192));
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(contains(refused.error(), "not enough free space in " + fresh.string()))
+      << refused.error();
+  EXPECT_TRUE(contains(refused.error(), std::to_string(free) + " bytes are free"));
+  EXPECT_FALSE(std::filesystem::exists(fresh / "slab"));
+  EXPECT_EQ(fs.free_bytes(), free);
+
+  // A store from an earlier run asked to grow past the free space: refused,
+  // and it keeps its size and its blocks.
+  const auto dir = fs.path() / "l3";
+  {
+    auto store = open_or_die(options_for(dir, 32));
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+  }
+  free = fs.free_bytes();
+  refused = L3Store::open(options_for(dir, 32 + (free + (1 << 20)) / 8192));
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(contains(refused.error(), std::to_string(free) + " bytes are free"));
+  EXPECT_EQ(size_of(dir / "slab"), 32u * 8192);
+  EXPECT_EQ(fs.free_bytes(), free);
+  auto store = open_or_die(options_for(dir, 32));
+  for (int i = 0; i < 4; ++i) {
+    bool intact = false;
+    EXPECT_EQ(get(*store, i, &intact), L3Status::kOk) << i;
+    EXPECT_TRUE(intact) << i;
+  }
+}
+
+// The child of NearlyFullFileSystemIsAnErrorNotAnAbort: opens a 1 MiB store
+// in the directory it is given.
+TEST(L3StoreChild, OpenOnANearlyFullFileSystemIsRefused) {
+  const char* dir = test_util::child_argument();
+  if (dir == nullptr) GTEST_SKIP() << "runs only as the child of NearlyFullFileSystem...";
+  auto store = L3Store::open(options_for(dir, 128));
+  ASSERT_FALSE(store) << "opened with " << test_util::free_bytes(dir) << " bytes free";
+  EXPECT_TRUE(contains(store.error(), "not enough free space")) << store.error();
+}
+
+TEST(L3Store, NearlyFullFileSystemIsAnErrorNotAnAbort) {
+  SKIP_WITHOUT_IO_URING();
+  for (const auto kind : {SmallFs::Kind::kExt4, SmallFs::Kind::kTmpfs}) {
+    SmallFs fs(kind, 48 << 20);
+    SKIP_WITHOUT_SMALL_FS(fs);
+    // RocksDB aborted the process with 64 KiB to 4 MiB left on ext4. (The
+    // directories first: with nothing left, not even they can be made.)
+    const std::uint64_t leaves[] = {0 << 10, 64 << 10, 256 << 10, 512 << 10, 4 << 20};
+    for (const std::uint64_t leave : leaves)
+      std::filesystem::create_directories(fs.path() / ("l3-" + std::to_string(leave)));
+    for (const std::uint64_t leave : leaves) {
+      const auto dir = fs.path() / ("l3-" + std::to_string(leave));
+      fs.unfill();
+      fs.fill_leaving(leave);
+      EXPECT_TRUE(test_util::passes_in_child("L3StoreChild.OpenOnANearlyFullFileSystemIsRefused",
+                                             dir.string()))
+          << (kind == SmallFs::Kind::kExt4 ? "ext4" : "tmpfs") << ", " << leave << " bytes left";
+    }
+  }
+}
+
+// The child of FileSystemFillingUpWhileRunning...: a store on the small
+// file system mounted at the path it is given, which it fills up.
+TEST(L3StoreChild, FileSystemFillsUpUnderARunningStore) {
+  const char* mount = test_util::child_argument();
+  if (mount == nullptr) GTEST_SKIP() << "runs only as the child of FileSystemFillingUp...";
+  const auto dir = std::filesystem::path(mount) / "l3";
+  L3Options o = options_for(dir, 64);
+  auto now = std::make_shared<std::chrono::steady_clock::time_point>();
+  o.clock = [now] { return *now; };
+  o.backoff_initial = 5ms;
+  o.backoff_max = 10ms;
+  {
+    auto store = open_or_die(o);
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+  }
+  // Reopened, the index has flushed its log: its memtable is empty when the
+  // disk fills, the case in which RocksDB's own Resume() aborts.
+  auto store = open_or_die(o);
+  ASSERT_EQ(store->keys().size(), 4u);
+  test_util::fill_leaving(mount, 0);
+
+  // The payload lands in the preallocated slab; the index's log cannot grow.
+  int i = 4;
+  L3Status st = L3Status::kOk;
+  while (i < 64 && (st = put(*store, i)) == L3Status::kOk) ++i;
+  EXPECT_EQ(st, L3Status::kIoError) << "writes kept working with the file system full";
+  EXPECT_FALSE(store->stats().available);
+  EXPECT_FALSE(store->contains(key_of(i)));
+  EXPECT_EQ(put(*store, 100), L3Status::kUnavailable);
+  EXPECT_EQ(get(*store, 0), L3Status::kUnavailable);
+  auto synced = store->sync();
+  EXPECT_FALSE(synced) << "synced an index whose write failed";
+  // Still full: the probe finds no room to reopen the index.
+  *now += 5ms;
+  EXPECT_EQ(put(*store, 100), L3Status::kUnavailable);
+  EXPECT_FALSE(store->stats().available);
+
+  // Space again: the next probe reopens the index and goes through.
+  test_util::unfill(mount);
+  *now += 10ms;
+  EXPECT_EQ(put(*store, 100), L3Status::kOk);
+  EXPECT_TRUE(store->stats().available);
+  for (const int k : {0, 1, 2, 3, 100}) {
+    bool intact = false;
+    EXPECT_EQ(get(*store, k, &intact), L3Status::kOk) << k;
+    EXPECT_TRUE(intact) << k;
+  }
+  EXPECT_TRUE(store->sync());
+  const auto before = store->keys().size();
+  store.reset();
+  store = open_or_die(o);
+  EXPECT_EQ(store->keys().size(), before);
+  for (const int k : {0, 3, 100}) {
+    bool intact = false;
+    EXPECT_EQ(get(*store, k, &intact), L3Status::kOk) << k;
+    EXPECT_TRUE(intact) << k;
+  }
+}
+
+TEST(L3Store, FileSystemFillingUpWhileRunningFailsWritesThenRecovers) {
+  SKIP_WITHOUT_IO_URING();
+  for (const auto kind : {SmallFs::Kind::kExt4, SmallFs::Kind::kTmpfs}) {
+    SmallFs fs(kind, 48 << 20);
+    SKIP_WITHOUT_SMALL_FS(fs);
+    EXPECT_TRUE(test_util::passes_in_child("L3StoreChild.FileSystemFillsUpUnderARunningStore",
+                                           fs.path().string()))
+        << (kind == SmallFs::Kind::kExt4 ? "ext4" : "tmpfs");
+  }
+}
+
 // Runs `body` in a forked child and returns its exit status (the child
 // reports what went wrong through it), or -1 if it did not exit normally.
 template <typename Body>
@@ -524,6 +754,7 @@ TEST(L3Store, FileSizeLimitFailsAllocationThenWritesThenOpensTheBreaker) {
     auto refused = L3Store::open(big);
     if (refused) return 10;
     if (refused.error().find("fallocate") == std::string::npos) return 11;
+    if (std::filesystem::exists(dir.path() / "big" / "slab")) return 13;  // nothing left behind
 
     limit.rlim_cur = unlimited;
     if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 4;

@@ -1,9 +1,13 @@
 #include "tiers/l3_store.h"
 
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cassert>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -32,6 +36,14 @@ const char* to_string(L3Status status) {
 L3Store::L3Store(const L3Options& options, std::size_t slot_bytes, std::size_t num_slots)
     : options_(options), slot_bytes_(slot_bytes), num_slots_(num_slots), slots_(num_slots) {}
 
+std::uint64_t L3Store::reserve_bytes(std::uint64_t filesystem_bytes) {
+  return std::min<std::uint64_t>(std::uint64_t{1} << 30, filesystem_bytes / 20);
+}
+
+std::uint64_t L3Store::index_headroom_bytes(std::size_t num_slots) {
+  return (std::uint64_t{8} << 20) + std::uint64_t{1024} * num_slots;
+}
+
 std::expected<std::unique_ptr<L3Store>, std::string> L3Store::open(const L3Options& options) {
   if (options.block_bytes == 0) return std::unexpected("L3: block_bytes must be positive");
   const std::size_t slot_bytes = round_up(options.block_bytes, SlabFile::kAlignment);
@@ -43,36 +55,45 @@ std::expected<std::unique_ptr<L3Store>, std::string> L3Store::open(const L3Optio
 
   const std::filesystem::path dir(options.path);
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  const bool created = std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir, ec))
     return std::unexpected("L3: cannot create directory " + options.path + ": " +
                            (ec ? ec.message() : "not a directory"));
 
+  // Space first: everything this open could take, counted before any of it
+  // is taken.
+  const std::string slab_path = (dir / "slab").string();
+  const std::string index_path = (dir / "index").string();
+  struct statvfs fs {};
+  if (::statvfs(options.path.c_str(), &fs) != 0)
+    return std::unexpected("L3: statvfs " + options.path + ": " + std::strerror(errno));
+  const std::uint64_t free = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+  const std::uint64_t keep_free =
+      index_headroom_bytes(num_slots) +
+      reserve_bytes(static_cast<std::uint64_t>(fs.f_blocks) * fs.f_frsize);
+  const auto slab_needs = SlabFile::bytes_to_allocate(slab_path, num_slots * slot_bytes);
+  if (!slab_needs) return std::unexpected("L3: " + slab_needs.error());
+  if (free < *slab_needs + keep_free) {
+    if (created) std::filesystem::remove(dir, ec);  // not even a directory left behind
+    return std::unexpected("L3: not enough free space in " + options.path + ": it needs " +
+                           std::to_string(*slab_needs + keep_free) + " bytes free (" +
+                           std::to_string(*slab_needs) + " for the slab, " +
+                           std::to_string(keep_free) +
+                           " kept for the index and the rest of the file system), but " +
+                           std::to_string(free) + " bytes are free");
+  }
+
+  struct stat st {};
+  const bool had_slab = ::stat(slab_path.c_str(), &st) == 0;
+  const bool had_index = ::lstat(index_path.c_str(), &st) == 0;
   std::unique_ptr<L3Store> store(new L3Store(options, slot_bytes, num_slots));
-  auto opened = L3Index::open((dir / "index").string(), options.format_tag, options.block_bytes);
+  auto opened = L3Index::open(index_path, options.format_tag, options.block_bytes, keep_free);
   if (!opened) return std::unexpected("L3: " + opened.error());
   store->index_ = std::move(opened->index);
   store->warnings_ = std::move(opened->warnings);
-
-  SlabFileOptions slab_options;
-  slab_options.path = (dir / "slab").string();
-  slab_options.slot_bytes = slot_bytes;
-  slab_options.num_slots = num_slots;
-  slab_options.queue_depth = options.queue_depth;
-  slab_options.submit_batch = std::max(1, options.submit_batch);
-  L3Store* s = store.get();
-  auto slab = SlabFile::open(
-      slab_options,
-      [s](std::uint64_t tag, int result) {
-        s->on_io_complete(tag, result);
-        if (s->options_.on_completion) s->options_.on_completion();
-      },
-      [s](int error) { s->on_submit_error(error); });
-  if (!slab) return std::unexpected("L3: " + slab.error());
-  store->slab_ = std::move(*slab);
-  if (!store->slab_->direct())
-    store->warnings_.push_back("slab " + slab_options.path +
-                               ": the file system refuses O_DIRECT; using the page cache");
+  if (had_slab && !had_index)
+    store->warnings_.push_back("L3: index " + index_path +
+                               " is missing; what the slab holds is not used, L3 starts empty");
 
   // Recover: every entry that names a whole, unclaimed slot in range.
   std::vector<BlockKey> drop;
@@ -112,6 +133,29 @@ std::expected<std::unique_ptr<L3Store>, std::string> L3Store::open(const L3Optio
                                " index entries with no valid slot (first: " + first_drop + ")");
     if (auto r = store->index_->erase(drop); !r) return std::unexpected("L3: " + r.error());
   }
+  // The slab last: nothing after it can fail, and it undoes its own
+  // failures.
+  SlabFileOptions slab_options;
+  slab_options.path = slab_path;
+  slab_options.slot_bytes = slot_bytes;
+  slab_options.num_slots = num_slots;
+  slab_options.queue_depth = options.queue_depth;
+  slab_options.submit_batch = std::max(1, options.submit_batch);
+  slab_options.keep_free_bytes = keep_free;
+  L3Store* s = store.get();
+  auto slab = SlabFile::open(
+      slab_options,
+      [s](std::uint64_t tag, int result) {
+        s->on_io_complete(tag, result);
+        if (s->options_.on_completion) s->options_.on_completion();
+      },
+      [s](int error) { s->on_submit_error(error); });
+  if (!slab) return std::unexpected("L3: " + slab.error());
+  store->slab_ = std::move(*slab);
+  if (!store->slab_->direct())
+    store->warnings_.push_back("slab " + slab_options.path +
+                               ": the file system refuses O_DIRECT; using the page cache");
+
   store->clock_ = max_use + 1;
   for (std::size_t slot = num_slots; slot-- > 0;)  // lowest slots handed out first
     if (!store->slots_[slot].owned) store->free_.push_back(static_cast<std::uint32_t>(slot));
@@ -447,6 +491,12 @@ bool L3Store::admit_locked(bool& probe) {
   probe = false;
   if (!breaker_open_) return true;
   if (probe_in_flight_ || now() < open_until_) return false;
+  // An index whose write failed takes no writes until it is reopened, and
+  // that waits for the space it needs: until then this probe has failed.
+  if (!index_->recover()) {
+    breaker_failure_locked(true);
+    return false;
+  }
   probe_in_flight_ = true;
   probe = true;
   return true;

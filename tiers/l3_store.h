@@ -24,7 +24,19 @@
 // While it is open, write() and read() complete kUnavailable without touching
 // the disk; once the backoff has passed (doubling from backoff_initial up to
 // backoff_max) the next operation goes through as a probe, and its success
-// closes the breaker. Nothing throws on I/O failure.
+// closes the breaker. When an index write failed (a full disk), the probe
+// first reopens the index (L3Index::recover), which waits until the file
+// system has the index's headroom and the reserve free again; until then
+// the probe fails without touching the disk. Nothing throws or aborts on
+// I/O failure.
+//
+// Disk space: open() counts what it would take before taking any of it:
+// what the slab still lacks (nothing for a slab allocated before at this
+// size), index_headroom_bytes() for the index to grow into, and
+// reserve_bytes() that the store never takes, so it cannot leave its file
+// system (often the machine's) with no byte free. Short of that it refuses,
+// saying how many bytes it needs and how many are free, and leaves nothing
+// behind: a slab it created is removed, an older one keeps its size.
 //
 // Threading: write, read, erase, touch, set_protected, take_evicted, flush,
 // poll and drain are called from one thread, the engine's; lookup, contains,
@@ -122,9 +134,25 @@ class L3Store {
   // Opens or creates the store. Recovers used slots and LRU order from the
   // index; entries naming a slot out of range (a smaller capacity than
   // before), of another length, or a slot another entry already claims are
-  // dropped, with a line in warnings(). An error when the directory, slab or
-  // index cannot be created or allocated (e.g. fallocate fails: disk full).
+  // dropped, with a line in warnings(). A damaged index is moved aside and
+  // the store starts empty, with a warning (tiers/l3_index.h); so does a
+  // slab whose index is missing. An error when there is not the space above,
+  // or the directory, slab or index cannot be created, allocated or opened
+  // (another process has the index open, no permission).
   static std::expected<std::unique_ptr<L3Store>, std::string> open(const L3Options& options);
+
+  // What open() keeps free on the file system of `path` beside the slab:
+  // the smaller of 1 GiB and 5% of the file system (ext4 keeps 5% for root
+  // by default; past 20 GiB, 1 GiB is room enough for the logs and
+  // temporary files of a machine), never taken by L3.
+  static std::uint64_t reserve_bytes(std::uint64_t filesystem_bytes);
+  // And the room left for the index to grow into: 8 MiB (its write-ahead
+  // logs for two 1 MiB memtables, the table a flush writes, a MANIFEST of
+  // at most 1 MiB, its 1 MiB LOG) plus 1 KiB a slot (an entry takes about
+  // 200 bytes at page_size 16; compaction briefly holds two copies, and
+  // stale versions wait for it). An estimate: an index that outgrows it
+  // fails writes, which opens the breaker; nothing worse.
+  static std::uint64_t index_headroom_bytes(std::size_t num_slots);
 
   // Drains every operation, persists LRU order, closes.
   ~L3Store();
