@@ -83,24 +83,9 @@ class ProtocolFuzzGen {
   // `text` opens no container.
   std::string deepen(std::string_view text) {
     std::vector<std::size_t> after_open;
-    bool in_string = false;
-    bool escaped = false;
-    for (std::size_t i = 0; i < text.size(); ++i) {
-      const char c = text[i];
-      if (in_string) {
-        if (escaped) {
-          escaped = false;
-        } else if (c == '\\') {
-          escaped = true;
-        } else if (c == '"') {
-          in_string = false;
-        }
-      } else if (c == '"') {
-        in_string = true;
-      } else if (c == '[' || c == '{') {
-        after_open.push_back(i + 1);
-      }
-    }
+    for_each_bracket(text, [&](std::size_t i) {
+      if (text[i] == '[' || text[i] == '{') after_open.push_back(i + 1);
+    });
     if (after_open.empty()) return input();
     const std::size_t at = after_open[rng_.below(after_open.size())];
     const std::string_view head = text.substr(0, at);

@@ -49,11 +49,14 @@ struct JsonTextDepth {
   int open = 0;
 };
 
-inline JsonTextDepth json_text_depth(std::string_view text) {
-  JsonTextDepth d;
+// Calls on_bracket(i) for each '[', '{', ']' or '}' of `text` outside its
+// strings, in order.
+template <typename OnBracket>
+void for_each_bracket(std::string_view text, OnBracket on_bracket) {
   bool in_string = false;
   bool escaped = false;
-  for (const char c : text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
     if (in_string) {
       if (escaped) {
         escaped = false;
@@ -64,12 +67,20 @@ inline JsonTextDepth json_text_depth(std::string_view text) {
       }
     } else if (c == '"') {
       in_string = true;
-    } else if (c == '[' || c == '{') {
-      d.max = std::max(d.max, ++d.open);
-    } else if (c == ']' || c == '}') {
-      --d.open;
+    } else if (c == '[' || c == '{' || c == ']' || c == '}') {
+      on_bracket(i);
     }
   }
+}
+
+inline JsonTextDepth json_text_depth(std::string_view text) {
+  JsonTextDepth d;
+  for_each_bracket(text, [&](std::size_t i) {
+    if (text[i] == '[' || text[i] == '{')
+      d.max = std::max(d.max, ++d.open);
+    else
+      --d.open;
+  });
   return d;
 }
 

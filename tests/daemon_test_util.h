@@ -121,6 +121,22 @@ class Client {
   std::string buf_;
 };
 
+// A one-byte message with room for one descriptor (SCM_RIGHTS).
+struct FdMessage {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
 // A connection to `path` made by a child process running as `uid` and
 // `gid`, handed back to this process: the daemon sees that uid, since
 // SO_PEERCRED is the connecting process's. Lets a root test play another
@@ -142,35 +158,21 @@ inline std::unique_ptr<Client> connect_as(const std::string& path, uid_t uid, gi
     if (::setgroups(1, &gid) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) ::_exit(100);
     const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) ::_exit(101);
-    char byte = 0;
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    FdMessage m;
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&m.msg);
     cmsg->cmsg_level = SOL_SOCKET;
     cmsg->cmsg_type = SCM_RIGHTS;
     cmsg->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-    ::_exit(::sendmsg(pair[1], &msg, 0) == 1 ? 0 : 102);
+    ::_exit(::sendmsg(pair[1], &m.msg, 0) == 1 ? 0 : 102);
   }
   ::close(pair[1]);
   int fd = -1;
   pollfd p{pair[0], POLLIN, 0};
   if (::poll(&p, 1, static_cast<int>(kTimeout.count() * 1000)) == 1) {
-    char byte;
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    if (::recvmsg(pair[0], &msg, MSG_CMSG_CLOEXEC) == 1) {
-      if (cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg && cmsg->cmsg_type == SCM_RIGHTS)
+    FdMessage m;
+    if (::recvmsg(pair[0], &m.msg, MSG_CMSG_CLOEXEC) == 1) {
+      if (cmsghdr* cmsg = CMSG_FIRSTHDR(&m.msg); cmsg && cmsg->cmsg_type == SCM_RIGHTS)
         std::memcpy(&fd, CMSG_DATA(cmsg), sizeof(int));
     }
   }

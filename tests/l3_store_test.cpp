@@ -89,6 +89,18 @@ L3Options options_for(const std::filesystem::path& dir, std::size_t slots) {
   return o;
 }
 
+// options_for() with the breaker's clock at *now, which the test moves by
+// hand, and a backoff of 5 ms doubling to 10.
+L3Options options_on_a_manual_clock(
+    const std::filesystem::path& dir, std::size_t slots,
+    const std::shared_ptr<std::chrono::steady_clock::time_point>& now) {
+  L3Options o = options_for(dir, slots);
+  o.clock = [now] { return *now; };
+  o.backoff_initial = std::chrono::milliseconds(5);
+  o.backoff_max = std::chrono::milliseconds(10);
+  return o;
+}
+
 std::unique_ptr<L3Store> open_or_die(const L3Options& o) {
   auto s = L3Store::open(o);
   if (!s) throw std::runtime_error(s.error());
@@ -664,11 +676,8 @@ TEST(L3StoreChild, FileSystemFillsUpUnderARunningStore) {
   const char* mount = test_util::child_argument();
   if (mount == nullptr) GTEST_SKIP() << "runs only as the child of FileSystemFillingUp...";
   const auto dir = std::filesystem::path(mount) / "l3";
-  L3Options o = options_for(dir, 64);
   auto now = std::make_shared<std::chrono::steady_clock::time_point>();
-  o.clock = [now] { return *now; };
-  o.backoff_initial = 5ms;
-  o.backoff_max = 10ms;
+  const L3Options o = options_on_a_manual_clock(dir, 64, now);
   {
     auto store = open_or_die(o);
     for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
@@ -782,11 +791,8 @@ TEST(L3Store, FileSizeLimitFailsAllocationThenWritesThenOpensTheBreaker) {
 TEST(L3Store, TruncatedSlabOpensTheBreakerAndAProbeClosesIt) {
   SKIP_WITHOUT_IO_URING();
   TempDir dir;
-  L3Options o = options_for(dir.path(), 8);
   auto now = std::make_shared<std::chrono::steady_clock::time_point>();
-  o.clock = [now] { return *now; };
-  o.backoff_initial = 5ms;
-  o.backoff_max = 10ms;
+  const L3Options o = options_on_a_manual_clock(dir.path(), 8, now);
   auto store = open_or_die(o);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
 
