@@ -27,31 +27,29 @@ double CostModel::Window::median() const {
 void CostModel::add_prefill(double seconds, int tokens) {
   if (tokens <= 0 || !(seconds > 0) || pinned_) return;
   prefill_per_token_.add(seconds / tokens);
+  costs_.prefill_per_token_s = prefill_per_token_.median();
+  costs_.prefill_samples = prefill_per_token_.size();
 }
 
 void CostModel::add_l2_block(double seconds) {
-  if (!pinned_) l2_per_block_.add(seconds);
+  if (pinned_) return;
+  l2_per_block_.add(seconds);
+  costs_.l2_per_block_s = l2_per_block_.median();
+  costs_.l2_samples = l2_per_block_.size();
 }
 
 void CostModel::add_l3(double latency_s, double per_block_s) {
   if (!std::isfinite(latency_s) || !std::isfinite(per_block_s) || pinned_) return;
   l3_latency_.add(latency_s);
   l3_per_block_.add(per_block_s);
+  costs_.l3_latency_s = l3_latency_.median();
+  costs_.l3_per_block_s = l3_per_block_.median();
+  costs_.l3_samples = l3_latency_.size();
 }
 
-void CostModel::pin(const TierCosts& costs) { pinned_ = costs; }
-
-TierCosts CostModel::costs() const {
-  if (pinned_) return *pinned_;
-  TierCosts c;
-  c.prefill_per_token_s = prefill_per_token_.median();
-  c.l2_per_block_s = l2_per_block_.median();
-  c.l3_latency_s = l3_latency_.median();
-  c.l3_per_block_s = l3_per_block_.median();
-  c.prefill_samples = prefill_per_token_.size();
-  c.l2_samples = l2_per_block_.size();
-  c.l3_samples = l3_latency_.size();
-  return c;
+void CostModel::pin(const TierCosts& costs) {
+  costs_ = costs;
+  pinned_ = true;
 }
 
 }  // namespace kvtier

@@ -18,7 +18,6 @@
 
 #include <cstddef>
 #include <deque>
-#include <optional>
 
 namespace kvtier {
 
@@ -55,8 +54,9 @@ class CostModel {
   // benches and tests that stage a decision (all zeros: always load).
   void pin(const TierCosts& costs);
 
-  // The medians now.
-  TierCosts costs() const;
+  // The medians now, kept up to date by every add (cheap to ask: the
+  // load-or-recompute decision asks at every admission).
+  const TierCosts& costs() const { return costs_; }
 
  private:
   // The most recent samples of one figure, oldest first.
@@ -71,7 +71,8 @@ class CostModel {
   };
 
   Window prefill_per_token_, l2_per_block_, l3_latency_, l3_per_block_;
-  std::optional<TierCosts> pinned_;
+  TierCosts costs_;  // the windows' medians and sizes, or the pinned figures
+  bool pinned_ = false;
 };
 
 }  // namespace kvtier

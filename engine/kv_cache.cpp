@@ -380,7 +380,7 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
       break;
     }
   }
-  const TierCosts costs = costs_.costs();
+  const TierCosts& costs = costs_.costs();
   if (first_l3 < path.size() && costs.prefill_per_token_s > 0) {
     const double n = static_cast<double>(path.size() - first_l3);
     const double load = costs.l3_latency_s + n * costs.l3_per_block_s;
