@@ -808,13 +808,12 @@ int KvCache::pin(const tiers::BlockKey& root, std::span<const int> tokens, int d
   return changed;
 }
 
-int KvCache::write_down_to_l3(Tier from) {
+int KvCache::write_down_to_l3(const std::function<bool(const CacheNode&)>& wanted) {
   if (!l3_ || !l3_->store->accepting()) return 0;
   int written = 0;
   for (const CacheNode* n : tree_.nodes()) {
     CacheNode* node = const_cast<CacheNode*>(n);  // the tree's nodes are ours to change
-    const bool here = from == Tier::kL1 ? node->usable_l1() : node->l2 >= 0;
-    if (!here || node->l3 || node->l3_writing || node->pins > 0) continue;
+    if (node->l3 || node->l3_writing || !wanted(*node)) continue;
     if (!write_to_l3(node)) break;
     ++written;
   }
@@ -831,7 +830,9 @@ int KvCache::flush(Tier tier) {
       // keep it: with no L2, to L3 first; with one, L2's own blocks go to L3
       // first, so the blocks coming down displace only clean ones. (Between
       // two flushes on an idle daemon no step runs write-back.)
-      write_down_to_l3(l2_ ? Tier::kL2 : Tier::kL1);
+      write_down_to_l3([has_l2 = l2_ != nullptr](const CacheNode& n) {
+        return n.pins == 0 && (has_l2 ? n.l2 >= 0 : n.usable_l1());
+      });
       while (CacheNode* n = tree_.lru(Tier::kL1, [this](const CacheNode& m) {
         return !m.l1_loading && l1_->ref_count(m.l1) == 1 && m.pins == 0;
       })) {
@@ -841,7 +842,7 @@ int KvCache::flush(Tier tier) {
       break;
     case Tier::kL2:
       if (!l2_) break;
-      write_down_to_l3(Tier::kL2);
+      write_down_to_l3([](const CacheNode& n) { return n.pins == 0 && n.l2 >= 0; });
       while (CacheNode* n = tree_.lru(Tier::kL2, [](const CacheNode& m) {
         return m.pins == 0 && m.holds == 0 && !m.l3_writing && !m.l2_copying;
       })) {
@@ -1099,15 +1100,8 @@ int KvCache::persist() {
     drain();
     return 0;
   }
-  int written = 0;
-  for (const CacheNode* n : tree_.nodes()) {
-    CacheNode* node = const_cast<CacheNode*>(n);  // the tree's nodes are ours to change
-    if (node->l3 || node->l3_writing || !(node->l2 >= 0 || node->usable_l1())) continue;
-    if (!write_to_l3(node)) break;
-    ++written;
-  }
-  l3_->store->flush();
-  drain();
+  const int written =
+      write_down_to_l3([](const CacheNode& n) { return n.l2 >= 0 || n.usable_l1(); });
   if (auto synced = l3_->store->sync(); !synced)
     warnings_.push_back("L3 sync: " + synced.error() +
                         "; a power loss may lose blocks written since (their checksums keep "

@@ -378,9 +378,10 @@ class KvCache {
   void account_copy(Tier from, Tier to, std::chrono::nanoseconds took);
   // Starts L3 writes of the L2 blocks L3 lacks (write_back).
   void start_writeback();
-  // Writes the unpinned blocks of `from` (L1 or L2) that L3 lacks to L3 and
-  // waits for them, when L3 accepts writes (flush). Returns the writes.
-  int write_down_to_l3(Tier from);
+  // Writes every cached block L3 lacks and `wanted` picks to L3 (from its
+  // L2 slot, else its L1 block) and waits for them, when L3 accepts writes
+  // (flush, persist). Returns the writes.
+  int write_down_to_l3(const std::function<bool(const CacheNode&)>& wanted);
   // Starts the L3 write of a node from its L2 slot, or from its L1 block
   // (holding a pool reference until the write completes). Bytes other than
   // an L2 slot in L3's format go through a staging buffer first (encoded, or
