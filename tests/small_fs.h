@@ -21,7 +21,6 @@
 #include <spawn.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +37,7 @@
 #include <vector>
 
 #include "tests/test_util.h"
+#include "tiers/disk_space.h"
 
 namespace kvtier::test_util {
 
@@ -49,9 +49,7 @@ namespace kvtier::test_util {
 // What an unprivileged writer may still take on the file system of `dir`
 // (statvfs f_bavail), 0 if it cannot be asked.
 inline std::uint64_t free_bytes(const std::filesystem::path& dir) {
-  struct statvfs fs {};
-  if (::statvfs(dir.c_str(), &fs) != 0) return 0;
-  return static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+  return tiers::disk_space(dir.string()).value_or(tiers::DiskSpace{}).free;
 }
 
 // Takes free space with a new file fill-<n> in `dir` until at most `leave`

@@ -7,7 +7,6 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +17,8 @@
 #include <filesystem>
 #include <set>
 #include <utility>
+
+#include "tiers/disk_space.h"
 
 namespace kvtier::tiers {
 
@@ -184,26 +185,12 @@ std::expected<std::unique_ptr<rocksdb::DB>, rocksdb::Status> open_db(const std::
   return std::unique_ptr<rocksdb::DB>(raw);
 }
 
-// Bytes an unprivileged writer may still take on the file system that holds
-// `path`, or would hold it (the nearest existing parent's).
-std::expected<std::uint64_t, std::string> free_bytes(const std::string& where) {
-  std::error_code ec;
-  std::filesystem::path path = std::filesystem::absolute(where, ec);
-  if (ec) return std::unexpected(ec.message());
-  struct statvfs fs {};
-  while (::statvfs(path.c_str(), &fs) != 0) {
-    if (errno != ENOENT || path == path.parent_path()) return std::unexpected(errno_text(errno));
-    path = path.parent_path();
-  }
-  return static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
-}
-
 std::expected<void, std::string> check_room(const std::string& dir, std::uint64_t min_free) {
   if (min_free == 0) return {};
-  const auto free = free_bytes(dir);
-  if (!free) return std::unexpected("index " + dir + ": statvfs: " + free.error());
-  if (*free < min_free)
-    return std::unexpected("index " + dir + ": the file system has " + std::to_string(*free) +
+  const auto space = disk_space(dir);
+  if (!space) return std::unexpected("index " + dir + ": " + space.error());
+  if (space->free < min_free)
+    return std::unexpected("index " + dir + ": the file system has " + std::to_string(space->free) +
                            " bytes free, fewer than the " + std::to_string(min_free) +
                            " it must have to open");
   return {};

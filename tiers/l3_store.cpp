@@ -1,17 +1,15 @@
 #include "tiers/l3_store.h"
 
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cassert>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <system_error>
 
 #include "tiers/align.h"
+#include "tiers/disk_space.h"
 
 namespace kvtier::tiers {
 
@@ -64,13 +62,10 @@ std::expected<std::unique_ptr<L3Store>, std::string> L3Store::open(const L3Optio
   // is taken.
   const std::string slab_path = (dir / "slab").string();
   const std::string index_path = (dir / "index").string();
-  struct statvfs fs {};
-  if (::statvfs(options.path.c_str(), &fs) != 0)
-    return std::unexpected("L3: statvfs " + options.path + ": " + std::strerror(errno));
-  const std::uint64_t free = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
-  const std::uint64_t keep_free =
-      index_headroom_bytes(num_slots) +
-      reserve_bytes(static_cast<std::uint64_t>(fs.f_blocks) * fs.f_frsize);
+  const auto space = disk_space(options.path);
+  if (!space) return std::unexpected("L3: " + space.error());
+  const std::uint64_t free = space->free;
+  const std::uint64_t keep_free = index_headroom_bytes(num_slots) + reserve_bytes(space->total);
   const auto slab_needs = SlabFile::bytes_to_allocate(slab_path, num_slots * slot_bytes);
   if (!slab_needs) return std::unexpected("L3: " + slab_needs.error());
   if (free < *slab_needs + keep_free) {

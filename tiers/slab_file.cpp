@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cassert>
@@ -10,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 #include <utility>
+
+#include "tiers/disk_space.h"
 
 namespace kvtier::tiers {
 
@@ -87,9 +88,9 @@ std::expected<std::unique_ptr<SlabFile>, std::string> SlabFile::open(
   // free: fallocate alone would take every last byte before it failed.
   const std::uint64_t needed = unallocated(st, static_cast<std::uint64_t>(bytes));
   if (needed > 0) {
-    struct statvfs fs {};
-    if (::fstatvfs(slab->fd_, &fs) != 0) return fail("statvfs: " + errno_text(errno));
-    const std::uint64_t free = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+    const auto space = disk_space(options.path);
+    if (!space) return fail(space.error());
+    const std::uint64_t free = space->free;
     if (free < needed || free - needed < options.keep_free_bytes)
       return fail("needs " + std::to_string(needed) + " more bytes and " +
                   std::to_string(options.keep_free_bytes) +
