@@ -129,7 +129,18 @@ class L3Index {
   // and success, when no write has failed.
   std::expected<void, std::string> recover();
 
-  // The on-disk encodings, public for tests and tools.
+  // The on-disk encodings (l3_index_encoding.cpp), public for tests and
+  // tools. Entries live under kEntryPrefix + their key, the format record
+  // under kMetaKey.
+  static constexpr char kEntryPrefix = 'k';
+  static constexpr const char* kMetaKey = "m";
+  struct Format {
+    std::uint64_t format_tag = 0;
+    std::uint64_t block_bytes = 0;
+  };
+  static std::string encode_meta(const Format& format);
+  // nullopt for any record that is not exactly one well-formed version-1 record.
+  static std::optional<Format> decode_meta(std::string_view bytes);
   static std::string encode_key(const BlockKey& key);
   static std::optional<BlockKey> decode_key(std::string_view bytes);
   static std::string encode_value(const L3Entry& entry);

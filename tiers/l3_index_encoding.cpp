@@ -1,0 +1,148 @@
+// The index's on-disk encodings (declared in l3_index.h): keys, entry
+// values and the format record, each a fixed byte layout independent of the
+// host, values and the record behind a version byte.
+#include <string>
+#include <string_view>
+
+#include "tiers/l3_index.h"
+
+namespace kvtier::tiers {
+
+namespace {
+
+constexpr std::uint8_t kValueVersion = 1;
+constexpr std::uint8_t kMetaVersion = 1;
+// version, offset, length, checksum, parent (2), fingerprint, last_use, token count.
+constexpr std::size_t kValueHeaderBytes = 1 + 8 + 4 + 8 + 16 + 8 + 8 + 4;
+constexpr std::size_t kMetaBytes = 1 + 8 + 8;
+
+// Fixed-width little-endian fields, byte by byte so the format does not
+// depend on the host.
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+void put_u32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+void put_u64_be(std::string& out, std::uint64_t v) {
+  for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+// Reads fields off the front of a byte range; every get checks the length.
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  std::optional<std::uint64_t> u64() { return uint(8); }
+  std::optional<std::uint32_t> u32() {
+    auto v = uint(4);
+    if (!v) return std::nullopt;
+    return static_cast<std::uint32_t>(*v);
+  }
+  std::optional<std::uint8_t> u8() {
+    auto v = uint(1);
+    if (!v) return std::nullopt;
+    return static_cast<std::uint8_t>(*v);
+  }
+  std::size_t left() const { return bytes_.size(); }
+
+ private:
+  // Once a read has failed, every later one fails too: a field read after a
+  // missing one would otherwise come from the bytes the missing one lacked.
+  std::optional<std::uint64_t> uint(int n) {
+    if (failed_ || bytes_.size() < static_cast<std::size_t>(n)) {
+      failed_ = true;
+      return std::nullopt;
+    }
+    std::uint64_t v = 0;
+    for (int i = 0; i < n; ++i)
+      v |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes_[i])) << (8 * i);
+    bytes_.remove_prefix(n);
+    return v;
+  }
+  std::string_view bytes_;
+  bool failed_ = false;
+};
+
+std::uint64_t get_u64_be(std::string_view b) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(b[i]);
+  return v;
+}
+
+}  // namespace
+
+std::string L3Index::encode_key(const BlockKey& key) {
+  std::string out(1, kEntryPrefix);
+  put_u64_be(out, key.hi);
+  put_u64_be(out, key.lo);
+  return out;
+}
+
+std::optional<BlockKey> L3Index::decode_key(std::string_view bytes) {
+  if (bytes.size() != 17 || bytes[0] != kEntryPrefix) return std::nullopt;
+  return BlockKey{get_u64_be(bytes.substr(1)), get_u64_be(bytes.substr(9))};
+}
+
+std::string L3Index::encode_value(const L3Entry& e) {
+  std::string out;
+  out.reserve(kValueHeaderBytes + 4 * e.record.tokens.size());
+  out.push_back(static_cast<char>(kValueVersion));
+  put_u64(out, e.offset);
+  put_u32(out, e.length);
+  put_u64(out, e.checksum);
+  put_u64(out, e.record.parent.hi);
+  put_u64(out, e.record.parent.lo);
+  put_u64(out, e.record.fingerprint);
+  put_u64(out, e.last_use);
+  put_u32(out, static_cast<std::uint32_t>(e.record.tokens.size()));
+  for (std::int32_t t : e.record.tokens) put_u32(out, static_cast<std::uint32_t>(t));
+  return out;
+}
+
+std::optional<L3Entry> L3Index::decode_value(const BlockKey& key, std::string_view bytes) {
+  Reader r(bytes);
+  L3Entry e;
+  e.record.key = key;
+  const auto version = r.u8();
+  if (!version || *version != kValueVersion) return std::nullopt;
+  const auto offset = r.u64();
+  const auto length = r.u32();
+  const auto checksum = r.u64();
+  const auto parent_hi = r.u64();
+  const auto parent_lo = r.u64();
+  const auto fingerprint = r.u64();
+  const auto last_use = r.u64();
+  const auto count = r.u32();
+  if (!count) return std::nullopt;  // a failed read fails the rest: every field is present
+  // Exactly the tokens it announces: nothing missing, nothing trailing. The
+  // check comes before any allocation, so a corrupt count cannot ask for 16 GB.
+  if (r.left() != static_cast<std::size_t>(*count) * 4) return std::nullopt;
+  e.offset = *offset;
+  e.length = *length;
+  e.checksum = *checksum;
+  e.record.parent = {*parent_hi, *parent_lo};
+  e.record.fingerprint = *fingerprint;
+  e.last_use = *last_use;
+  e.record.tokens.resize(*count);
+  for (auto& t : e.record.tokens) t = static_cast<std::int32_t>(*r.u32());
+  return e;
+}
+
+std::string L3Index::encode_meta(const Format& format) {
+  std::string out;
+  out.push_back(static_cast<char>(kMetaVersion));
+  put_u64(out, format.format_tag);
+  put_u64(out, format.block_bytes);
+  return out;
+}
+
+std::optional<L3Index::Format> L3Index::decode_meta(std::string_view bytes) {
+  Reader r(bytes);
+  const auto version = r.u8();
+  const auto format_tag = r.u64();
+  const auto block_bytes = r.u64();
+  if (bytes.size() != kMetaBytes || !version || *version != kMetaVersion) return std::nullopt;
+  return Format{*format_tag, *block_bytes};
+}
+
+}  // namespace kvtier::tiers
