@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/index_damage.h"
 #include "tests/small_fs.h"
 #include "tests/test_util.h"
 
@@ -185,32 +186,11 @@ void make_index(const std::string& path) {
 }
 
 TEST(L3Index, DamageOfEveryKindIsMovedAsideAndANewIndexStarts) {
-  using Damage = void (*)(const std::filesystem::path&);
-  const std::vector<std::pair<const char*, Damage>> kinds = {
-      {"CURRENT deleted",
-       [](const std::filesystem::path& p) { std::filesystem::remove(p / "CURRENT"); }},
-      {"the MANIFEST deleted",
-       [](const std::filesystem::path& p) {
-         for (const auto& e : std::filesystem::directory_iterator(p))
-           if (e.path().filename().string().starts_with("MANIFEST-"))
-             std::filesystem::remove(e.path());
-       }},
-      {"a table deleted",
-       [](const std::filesystem::path& p) {
-         for (const auto& e : std::filesystem::directory_iterator(p))
-           if (e.path().extension() == ".sst") std::filesystem::remove(e.path());
-       }},
-      {"every file garbage",
-       [](const std::filesystem::path& p) {
-         for (const auto& e : std::filesystem::directory_iterator(p))
-           if (e.path().filename() != "LOCK") test_util::write_file(e.path(), "garbage\n");
-       }},
-      {"a regular file",
-       [](const std::filesystem::path& p) {
-         std::filesystem::remove_all(p);
-         test_util::write_file(p, "x");
-       }},
-  };
+  std::vector<test_util::IndexDamage> kinds = test_util::index_damage_kinds();
+  kinds.push_back({"a table deleted", [](const std::filesystem::path& p) {
+                     for (const auto& e : std::filesystem::directory_iterator(p))
+                       if (e.path().extension() == ".sst") std::filesystem::remove(e.path());
+                   }});
   for (const auto& [name, damage] : kinds) {
     SCOPED_TRACE(name);
     TempDir dir;

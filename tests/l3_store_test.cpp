@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tests/index_damage.h"
 #include "tests/io_test_util.h"
 #include "tests/small_fs.h"
 #include "tests/test_util.h"
@@ -515,41 +516,14 @@ TEST(L3Store, OpenErrorsAreMessagesNotCrashes) {
 
 // ---- a damaged index ----------------------------------------------------------
 
-// Damage done to <dir>/index between two runs, as a disk, a person or a
-// script might.
-struct IndexDamage {
-  const char* name;
-  void (*apply)(const std::filesystem::path& index);
-};
-
-void replace_files_with_garbage(const std::filesystem::path& index) {
-  for (const auto& e : std::filesystem::directory_iterator(index))
-    if (e.is_regular_file() && e.path().filename() != "LOCK")
-      test_util::write_file(e.path(), "garbage, not a RocksDB file\n");
-}
-
-const IndexDamage kIndexDamage[] = {
-    {"the index directory deleted",
-     [](const std::filesystem::path& index) { std::filesystem::remove_all(index); }},
-    {"CURRENT deleted",
-     [](const std::filesystem::path& index) { std::filesystem::remove(index / "CURRENT"); }},
-    {"the MANIFEST deleted",
-     [](const std::filesystem::path& index) {
-       for (const auto& e : std::filesystem::directory_iterator(index))
-         if (e.path().filename().string().starts_with("MANIFEST-"))
-           std::filesystem::remove(e.path());
-     }},
-    {"every file replaced by garbage", replace_files_with_garbage},
-    {"the index path a regular file",
-     [](const std::filesystem::path& index) {
-       std::filesystem::remove_all(index);
-       test_util::write_file(index, "x");
-     }},
-};
-
 TEST(L3Store, EveryKindOfIndexDamageIsMovedAsideAndTheStoreStartsEmpty) {
   SKIP_WITHOUT_IO_URING();
-  for (const IndexDamage& damage : kIndexDamage) {
+  // A deleted index directory beside its slab is not damage the index can
+  // see: the store says the index is missing.
+  std::vector<test_util::IndexDamage> kinds = test_util::index_damage_kinds();
+  kinds.push_back({"the index directory deleted",
+                   [](const std::filesystem::path& index) { std::filesystem::remove_all(index); }});
+  for (const test_util::IndexDamage& damage : kinds) {
     SCOPED_TRACE(damage.name);
     TempDir dir;
     const L3Options o = options_for(dir.path(), 8);
