@@ -57,10 +57,6 @@ json cache_stats_to_json(const CacheStats& stats) {
           {"costs", tier_costs_to_json(stats.costs)}};
 }
 
-json per_tier_to_json(const int (&a)[kNumTiers]) {
-  return {{"l1", a[0]}, {"l2", a[1]}, {"l3", a[2]}};
-}
-
 RpcError no_prefix_cache_error() {
   return {rpc_code::kNoPrefixCache, "the prefix cache is off (start kvtierd with --prefix-cache)"};
 }
@@ -100,7 +96,7 @@ std::expected<json, RpcError> cache_lookup(EngineAccess& e, const CachePromptPar
   // pick the first token), so a block holding it is never served.
   const int max_blocks = (static_cast<int>(tokens->size()) - 1) / page;
   const PrefixLookup found = cache->lookup(cache->root(params.cache_salt), *tokens, max_blocks);
-  int cached[kNumTiers];
+  TierCounts cached;
   for (int t = 0; t < kNumTiers; ++t) cached[t] = found.blocks[t] * page;
   return json{{"prompt_tokens", tokens->size()},
               {"cacheable_tokens", max_blocks * page},
@@ -132,14 +128,10 @@ std::expected<json, RpcError> cache_tree(EngineAccess& e) {
                         {"depth", f.depth},
                         {"blocks", per_tier_to_json(f.blocks)}});
   }
-  return json{{"nodes", s.nodes},
-              {"blocks", {{"l1", s.blocks[0]}, {"l2", s.blocks[1]}, {"l3", s.blocks[2]}}},
-              {"leaves", s.leaves},
-              {"max_depth", s.max_depth},
-              {"pinned", s.pinned},
-              {"held", s.held},
-              {"in_flight", s.in_flight},
-              {"largest", std::move(families)}};
+  return json{{"nodes", s.nodes},         {"blocks", per_tier_to_json(s.blocks)},
+              {"leaves", s.leaves},       {"max_depth", s.max_depth},
+              {"pinned", s.pinned},       {"held", s.held},
+              {"in_flight", s.in_flight}, {"largest", std::move(families)}};
 }
 
 std::expected<json, RpcError> cache_flush(EngineAccess& e, const std::vector<Tier>& tiers) {
@@ -148,8 +140,8 @@ std::expected<json, RpcError> cache_flush(EngineAccess& e, const std::vector<Tie
   // Blocks with L3 writes in flight cannot be dropped; waiting for them (a
   // few milliseconds, on an operator's request) makes the flush complete.
   cache->drain();
-  int dropped[kNumTiers] = {0, 0, 0};
-  for (Tier t : tiers) dropped[static_cast<int>(t)] += cache->flush(t);
+  TierCounts dropped;
+  for (Tier t : tiers) dropped[t] += cache->flush(t);
   return json{{"dropped", per_tier_to_json(dropped)}};
 }
 

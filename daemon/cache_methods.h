@@ -30,8 +30,13 @@ nlohmann::json tier_table_to_json(const CacheStats& stats);
 nlohmann::json tier_costs_to_json(const TierCosts& costs);
 // `stats.cache`: the tier table, the cache-wide counters and the costs.
 nlohmann::json cache_stats_to_json(const CacheStats& stats);
-// `{"l1": a[0], "l2": a[1], "l3": a[2]}`.
-nlohmann::json per_tier_to_json(const int (&a)[kNumTiers]);
+// `{"l1": v[L1], "l2": v[L2], "l3": v[L3]}`: every per-tier figure on the wire.
+template <typename T>
+nlohmann::json per_tier_to_json(const PerTier<T>& v) {
+  nlohmann::json out = nlohmann::json::object();
+  for (int t = 0; t < kNumTiers; ++t) out[to_string(static_cast<Tier>(t))] = v[t];
+  return out;
+}
 
 // The error every cache method answers while the prefix cache is off.
 RpcError no_prefix_cache_error();

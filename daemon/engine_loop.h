@@ -62,7 +62,7 @@ struct GenerateResult {
   int prompt_tokens = 0;
   // Prompt tokens served from the prefix cache, by the tier they were found
   // in (L1, L2, L3): Request::cached_tokens() of sample 0.
-  std::array<int, 3> cached_tokens = {0, 0, 0};
+  TierCounts cached_tokens;
   double queue_ms = 0;  // submit -> admitted by the scheduler
   double ttft_ms = 0;   // submit -> first generated token (0 if none)
   double total_ms = 0;  // submit -> finished

@@ -242,18 +242,16 @@ void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent even
   }
   // The top level is sample 0, so an n = 1 client never looks at `samples`.
   const SampleResult& first = r.samples.front();
-  reply(
-      call,
-      {{"id", event.id},
-       {"text", first.text},
-       {"tokens", first.tokens},
-       {"finish_reason", r.finish_reason},
-       {"samples", std::move(samples)},
-       {"prompt_tokens", r.prompt_tokens},
-       {"completion_tokens", completion_tokens},
-       {"cached_tokens",
-        {{"l1", r.cached_tokens[0]}, {"l2", r.cached_tokens[1]}, {"l3", r.cached_tokens[2]}}},
-       {"timings", {{"queue_ms", r.queue_ms}, {"ttft_ms", r.ttft_ms}, {"total_ms", r.total_ms}}}});
+  reply(call, {{"id", event.id},
+               {"text", first.text},
+               {"tokens", first.tokens},
+               {"finish_reason", r.finish_reason},
+               {"samples", std::move(samples)},
+               {"prompt_tokens", r.prompt_tokens},
+               {"completion_tokens", completion_tokens},
+               {"cached_tokens", per_tier_to_json(r.cached_tokens)},
+               {"timings",
+                {{"queue_ms", r.queue_ms}, {"ttft_ms", r.ttft_ms}, {"total_ms", r.total_ms}}}});
 }
 
 void Session::method_cancel(RpcCall& call) {

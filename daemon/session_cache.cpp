@@ -98,11 +98,9 @@ void Session::method_cache_warm(RpcCall& call) {
       if (r.finish_reason == "cancelled") {
         return self->reply_error(call, {rpc_code::kShuttingDown, "cache.warm was cancelled"});
       }
-      const json found = {
-          {"prompt_tokens", r.prompt_tokens},
-          {"cached_tokens",
-           {{"l1", r.cached_tokens[0]}, {"l2", r.cached_tokens[1]}, {"l3", r.cached_tokens[2]}}},
-          {"total_ms", r.total_ms}};
+      const json found = {{"prompt_tokens", r.prompt_tokens},
+                          {"cached_tokens", per_tier_to_json(r.cached_tokens)},
+                          {"total_ms", r.total_ms}};
       self->reply_from_engine(call, [p, found](EngineAccess& e) -> std::expected<json, RpcError> {
         auto now = cache_lookup(e, p);
         if (!now) return std::unexpected(now.error());

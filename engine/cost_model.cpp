@@ -52,4 +52,12 @@ void CostModel::pin(const TierCosts& costs) {
   pinned_ = true;
 }
 
+bool CostModel::worth_loading_from_l3(int blocks, int page_size) const {
+  if (costs_.prefill_per_token_s <= 0) return true;
+  const double n = blocks;
+  const double load = costs_.l3_latency_s + n * costs_.l3_per_block_s;
+  const double recompute = n * page_size * costs_.prefill_per_token_s;
+  return load < recompute;
+}
+
 }  // namespace kvtier

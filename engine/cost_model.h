@@ -6,18 +6,20 @@
 // recompute for the daemon's life, and on a busy machine one measurement of
 // the prefill cost ranged from 15.9 to 50,597 us a token between two starts.
 // So every figure here is the median of its most recent kWindow samples:
-// start-up calibration adds several (Scheduler::calibrate_tier_costs,
-// KvCache::calibrate), and the engine keeps adding the prefill cost of the
-// real passes it runs (Scheduler::step), so a wild sample is outvoted at
-// once and the prefill figure follows the machine as its load changes. The
-// L2 and L3 figures come from calibration alone: a real transfer's time
-// mixes queueing with the per-block cost the decision needs.
+// start-up calibration adds several (engine/cost_calibration.cpp: prefill
+// passes through calibrate_prefill, the tiers through KvCache::calibrate),
+// and the engine keeps adding the prefill cost of the real passes it runs
+// (Scheduler::step), so a wild sample is outvoted at once and the prefill
+// figure follows the machine as its load changes. The L2 and L3 figures come
+// from calibration alone: a real transfer's time mixes queueing with the
+// per-block cost the decision needs.
 //
 // Thread-safety: none; the engine thread owns it.
 #pragma once
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 
 namespace kvtier {
 
@@ -58,6 +60,12 @@ class CostModel {
   // load-or-recompute decision asks at every admission).
   const TierCosts& costs() const { return costs_; }
 
+  // The load-or-recompute cut: whether reading a run of `blocks` blocks of
+  // `page_size` tokens from L3 is cheaper than prefilling their tokens (a
+  // short run may not be: reads have a fixed latency, prefill is per token).
+  // True while prefill has no figure.
+  bool worth_loading_from_l3(int blocks, int page_size) const;
+
  private:
   // The most recent samples of one figure, oldest first.
   class Window {
@@ -74,5 +82,11 @@ class CostModel {
   TierCosts costs_;  // the windows' medians and sizes, or the pinned figures
   bool pinned_ = false;
 };
+
+// Start-up calibration of the prefill figure: runs `pass` (one forward pass
+// of `tokens` rows, false if it failed) `passes` times and adds each
+// successful one's time. The first pass warms caches and faults pages in;
+// the median of the lot shrugs it off, as it does a busy moment.
+void calibrate_prefill(CostModel& costs, int tokens, int passes, const std::function<bool()>& pass);
 
 }  // namespace kvtier

@@ -7,18 +7,6 @@
 
 namespace kvtier {
 
-const char* to_string(Tier tier) {
-  switch (tier) {
-    case Tier::kL1:
-      return "l1";
-    case Tier::kL2:
-      return "l2";
-    case Tier::kL3:
-      return "l3";
-  }
-  return "unknown";
-}
-
 std::vector<CacheNode*> RadixCache::match(const tiers::BlockKey& root, std::span<const int> tokens,
                                           int max_blocks) const {
   std::vector<CacheNode*> path;

@@ -24,8 +24,8 @@
 // their parents (touch() stamps a whole matched path with one time).
 //
 // This class is only the structure and its indexes; the moves between tiers
-// and their policy live in KvCache (engine/kv_cache.h). Not thread-safe: the
-// engine thread owns it.
+// live in KvCache (engine/kv_cache.h), their policy in PlacementPolicy
+// (engine/placement_policy.h). Not thread-safe: the engine thread owns it.
 #pragma once
 
 #include <cstdint>
@@ -35,13 +35,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/tier.h"
 #include "tiers/block_key.h"
 
 namespace kvtier {
-
-enum class Tier { kL1 = 0, kL2 = 1, kL3 = 2 };
-inline constexpr int kNumTiers = 3;
-const char* to_string(Tier tier);
 
 struct CacheNode {
   tiers::BlockKey key;

@@ -48,6 +48,7 @@
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "engine/sequence_kv.h"
+#include "engine/tier.h"
 #include "tiers/block_key.h"
 
 namespace kvtier {
@@ -155,7 +156,7 @@ class Request {
   // and L3 promoted). Counted when the blocks are handed over, so blocks
   // recomputed instead (cheaper than loading, or a load that failed its
   // checksum and was thrown away) are not.
-  const std::array<int, 3>& cached_tokens() const { return cached_tokens_; }
+  const TierCounts& cached_tokens() const { return cached_tokens_; }
 
  private:
   friend class Scheduler;
@@ -207,7 +208,7 @@ class Request {
   int swapped_table_size_ = 0;
   std::vector<tiers::BlockKey> held_keys_;
   std::vector<std::pair<int, int>> stash_;
-  std::array<int, 3> cached_tokens_{};
+  TierCounts cached_tokens_;
   bool cached_counted_ = false;  // cached_tokens_ holds the first hand-out's count
 };
 

@@ -220,19 +220,14 @@ void Scheduler::calibrate_tier_costs() {
   const int n = std::min({64, context_ - 1, max_blocks_ * config_.page_size});
   if (n > 0 && pool_->num_free() * config_.page_size >= n) {
     const std::vector<int> tokens(static_cast<std::size_t>(n), 0);
-    // The first pass warms caches and faults pages in; the median of the
-    // lot (the cost model's) shrugs it off, as it does a busy moment.
-    for (int i = 0; i < 5; ++i) {
+    calibrate_prefill(cache_->cost_model(), n, 5, [&] {
       SequenceKv kv(config_.page_size);
-      if (!kv.reserve(*pool_, n)) break;
+      if (!kv.reserve(*pool_, n)) return false;
       const Model::Chunk chunk{&kv, tokens, false};
-      const auto start = std::chrono::steady_clock::now();
       const bool ok = forward_.run(std::span(&chunk, 1), *pool_, {}).has_value();
-      const double took =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       kv.release(*pool_);
-      if (ok) cache_->cost_model().add_prefill(took, n);
-    }
+      return ok;
+    });
   }
   (void)cache_->calibrate();
 }

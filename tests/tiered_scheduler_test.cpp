@@ -324,7 +324,7 @@ TEST_F(TieredSchedulerTest, ACorruptBlockLoadingByLayerThrowsThePassAwayAndIsRec
   EXPECT_EQ(s->stats().discarded_passes, 1);
   // What the request computed from: the one block before the damage, not
   // every block the first look found (as was once reported).
-  EXPECT_EQ(s->find(ids[0])->cached_tokens(), (std::array<int, 3>{0, 0, 16}));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens(), (TierCounts{{0, 0, 16}}));
 }
 
 // The same damage, found while the request waits behind another's prefill
@@ -742,7 +742,7 @@ TEST_F(TieredSchedulerTest, LoadOrRecomputeFollowsTheMeasuredCosts) {
   EXPECT_GT(st.skipped_loads, 0);
   EXPECT_EQ(st.tier[2].promotions, 0);
   // Recomputed, so not reported as served from L3.
-  EXPECT_EQ(s->find(ids[0])->cached_tokens(), (std::array<int, 3>{0, 0, 0}));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens(), (TierCounts{{0, 0, 0}}));
 }
 
 // On an idle daemon no step runs write-back: `cache.flush l1` then

@@ -1,0 +1,112 @@
+// Start-up calibration of the cost model (engine/cost_model.h): what a
+// prefill pass, a promotion from L2 and reads from L3 cost on this machine.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "engine/cost_model.h"
+#include "engine/kv_cache.h"
+#include "engine/kv_cache_l3.h"
+
+namespace kvtier {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+constexpr int kReads = 8;   // L3 reads at once in a measurement
+constexpr int kRounds = 5;  // samples of each tier figure: their median rules
+
+}  // namespace
+
+void calibrate_prefill(CostModel& costs, int tokens, int passes,
+                       const std::function<bool()>& pass) {
+  for (int i = 0; i < passes; ++i) {
+    const auto start = Clock::now();
+    const bool ok = pass();
+    const double took = seconds_since(start);
+    if (ok) costs.add_prefill(took, tokens);
+  }
+}
+
+TierCosts KvCache::calibrate() {
+  // The measurement takes the store's completions for its own reads and
+  // writes: nothing else may be in flight to have its own taken too.
+  drain();
+  std::vector<int> blocks;
+  for (int i = 0; i < kReads; ++i) {
+    auto b = alloc_l1();
+    if (!b) break;
+    blocks.push_back(*b);
+  }
+  if (blocks.size() == kReads) {
+    // Defined contents to move: free blocks hold leftovers, and the int8
+    // encoding needs finite floats. (What a decode costs does not depend on
+    // the values.)
+    const std::vector<std::byte> zeros(plan_.block_bytes);
+    l1_->copy(l1_->data(blocks[0]), zeros.data(), plan_.block_bytes);
+    if (l2_ && l2_->num_free() > 0) calibrate_l2(blocks[0], blocks[1]);
+    if (l3_ && l3_->store->stats().available) calibrate_l3(blocks);
+  }  // else no room to measure: nothing added
+  for (int b : blocks) l1_->release(b);
+  return costs_.costs();
+}
+
+void KvCache::calibrate_l2(int l1_source, int l1_target) {
+  // A promotion: the slot's bytes up into L1 (a copy, or a decode). Into one
+  // block each time: an untimed first run faults its pages in, the rest are
+  // what a promotion into a block in use costs.
+  const int slot = *l2_->allocate();
+  plan_.to_l2(l2_->data(slot), l1_->data(l1_source));
+  for (int i = 0; i <= kRounds; ++i) {
+    const auto start = Clock::now();
+    plan_.from_l2(l1_->data(l1_target), l2_->data(slot));
+    if (i > 0) costs_.add_l2_block(seconds_since(start));
+  }
+  l2_->release(slot);
+}
+
+void KvCache::calibrate_l3(const std::vector<int>& blocks) {
+  // A staged store reads into staging and decodes, as poll_l3() does.
+  std::vector<int> staged;
+  if (l3_->staging) {
+    for (int i = 0; i < kReads; ++i) staged.push_back(l3_->staging->allocate().value());
+    plan_.l3_encode(l3_->staging->data(staged[0]), l1_->data(blocks[0]));
+  }
+  auto read_buffer = [&](int i) {
+    return staged.empty() ? l1_->data(blocks[i]) : l3_->staging->data(staged[i]);
+  };
+  tiers::L3Record probe;
+  probe.key = {0xFFFFFFFFFFFFFFFFULL, 0x6b76746965722d70ULL};  // on no chain
+  probe.fingerprint = fingerprint_;
+  l3_->store->write(probe, read_buffer(0));
+  l3_->store->drain();
+  (void)l3_->store->poll();
+  // One read, then kReads at once: latency + n * per_block fits both.
+  auto timed_reads = [&](int n) {
+    const auto start = Clock::now();
+    for (int i = 0; i < n; ++i) l3_->store->read(probe.key, fingerprint_, read_buffer(i));
+    l3_->store->drain();
+    bool ok = true;
+    for (const tiers::L3Completion& done : l3_->store->poll())
+      ok = ok && done.status == tiers::L3Status::kOk;
+    for (int i = 0; ok && !staged.empty() && i < n; ++i)
+      plan_.l3_decode(l1_->data(blocks[i]), read_buffer(i));
+    return ok ? seconds_since(start) : -1.0;
+  };
+  for (int i = 0; i < kRounds; ++i) {
+    const double one = timed_reads(1);
+    const double many = timed_reads(kReads);
+    if (one <= 0 || many <= 0) continue;
+    const double per_block = std::max(0.0, (many - one) / (kReads - 1));
+    costs_.add_l3(std::max(0.0, one - per_block), per_block);
+  }
+  l3_->store->erase(probe.key);
+  for (int b : staged) l3_->staging->release(b);
+}
+
+}  // namespace kvtier

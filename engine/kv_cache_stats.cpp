@@ -1,0 +1,107 @@
+// KvCache's reports: stats, the tree summary, references and invariants.
+#include <algorithm>
+#include <unordered_map>
+
+#include "engine/kv_cache.h"
+#include "engine/kv_cache_l3.h"
+
+namespace kvtier {
+
+void KvCache::count(const LayerLoad::Counted& c, int sign) {
+  stats_.lookups += sign;
+  for (int t = 0; t < kNumTiers; ++t) stats_.tier[t].hits += sign * c.hits[t];
+  stats_.missed_blocks += sign * c.missed;
+  stats_.skipped_loads += sign * c.skipped;
+  stats_.recompute_tokens_avoided += sign * c.tokens;
+}
+
+std::vector<int> KvCache::l1_ref_counts() const {
+  std::vector<int> refs = l1_io_refs_;
+  for (const CacheNode* n : tree_.nodes())
+    if (n->l1 >= 0) ++refs[static_cast<std::size_t>(n->l1)];
+  return refs;
+}
+
+CacheStats KvCache::stats() const {
+  CacheStats s = stats_;
+  s.nodes = tree_.size();
+  s.costs = costs_.costs();
+  s.tier[Tier::kL1].capacity_blocks = static_cast<std::size_t>(l1_->num_blocks());
+  s.tier[Tier::kL1].used_blocks = static_cast<std::size_t>(l1_->num_blocks() - l1_->num_free());
+  if (l2_) {
+    s.tier[Tier::kL2].capacity_blocks = static_cast<std::size_t>(l2_->num_blocks());
+    s.tier[Tier::kL2].used_blocks = static_cast<std::size_t>(l2_->num_blocks() - l2_->num_free());
+  } else {
+    s.tier[Tier::kL2].available = false;
+  }
+  if (l3_) {
+    const tiers::L3Stats s3 = l3_->store->stats();
+    s.tier[Tier::kL3].capacity_blocks = s3.capacity_blocks;
+    s.tier[Tier::kL3].used_blocks = s3.used_blocks;
+    s.tier[Tier::kL3].available = s3.available;
+    s.tier[Tier::kL3].io_errors = s3.io_errors;
+    s.tier[Tier::kL3].checksum_failures = s3.checksum_failures;
+  } else {
+    s.tier[Tier::kL3].available = false;
+  }
+  for (int t = 0; t < kNumTiers; ++t) {
+    s.tier[t].transfer = latency_[t].summary();
+    s.tier[t].block_bytes = plan_.stored_bytes(static_cast<Tier>(t));
+  }
+  s.tier[Tier::kL2].format = config_.l2_format;
+  s.tier[Tier::kL3].format = config_.l3_format;
+  return s;
+}
+
+TreeSummary KvCache::summarize(int top) const {
+  TreeSummary s;
+  std::unordered_map<const CacheNode*, TreeSummary::Family> families;
+  for (const CacheNode* n : tree_.nodes()) {
+    ++s.nodes;
+    const bool in[kNumTiers] = {n->l1 >= 0, n->l2 >= 0, n->l3};
+    const CacheNode* first = n;
+    while (first->parent != nullptr) first = first->parent;
+    TreeSummary::Family& f = families[first];
+    ++f.nodes;
+    f.depth = std::max(f.depth, n->depth);
+    for (int t = 0; t < kNumTiers; ++t) {
+      s.blocks[t] += in[t];
+      f.blocks[t] += in[t];
+    }
+    s.leaves += n->children == 0;
+    s.max_depth = std::max(s.max_depth, n->depth);
+    s.pinned += n->pins > 0;
+    s.held += n->holds > 0;
+    s.in_flight += n->l1_loading || n->l3_writing;
+  }
+  for (auto& [first, f] : families) {
+    f.first_key = tiers::to_hex(first->key);
+    f.first_tokens = first->tokens;
+    s.largest.push_back(std::move(f));
+  }
+  std::sort(s.largest.begin(), s.largest.end(), [](const auto& a, const auto& b) {
+    return a.nodes != b.nodes ? a.nodes > b.nodes : a.first_key < b.first_key;
+  });
+  if (static_cast<int>(s.largest.size()) > top) s.largest.resize(static_cast<std::size_t>(top));
+  return s;
+}
+
+std::expected<void, std::string> KvCache::check_invariants() const {
+  std::vector<int> l2_owners(l2_ ? static_cast<std::size_t>(l2_->num_blocks()) : 0, 0);
+  for (const CacheNode* n : tree_.nodes()) {
+    const std::string name = "cache block " + tiers::to_hex(n->key);
+    if (n->l1 >= 0 && !l1_->is_allocated(n->l1))
+      return std::unexpected(name + " names free L1 block " + std::to_string(n->l1));
+    if (n->l2 >= 0) {
+      if (!l2_ || !l2_->is_allocated(n->l2))
+        return std::unexpected(name + " names free L2 slot " + std::to_string(n->l2));
+      if (++l2_owners[n->l2] > 1)
+        return std::unexpected("L2 slot " + std::to_string(n->l2) + " belongs to two blocks");
+    }
+    if (!n->resident() && n->children == 0 && !n->l3_writing && n->pins == 0 && n->holds == 0)
+      return std::unexpected(name + " holds nothing and should have been erased");
+  }
+  return {};
+}
+
+}  // namespace kvtier
