@@ -1,0 +1,123 @@
+// The placement policy's victim queries on their own, over a real tree and
+// real pools: LRU order, what each query passes over (requests' references,
+// loads, pins, holds, moves in flight, the admission being protected) and
+// the order of the L2 victims' costs.
+#include "engine/placement_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "engine/block_hash.h"
+
+namespace kvtier {
+namespace {
+
+constexpr int P = 4;
+
+class PlacementPolicyTest : public ::testing::Test {
+ protected:
+  PlacementPolicyTest() : tree_(P), l1_(64, 8), l2_(64, 4), policy_(tree_, l1_, &l2_) {}
+
+  // A first block of its own (tokens {id, id, id, id}), in L1 with the
+  // cache's one reference, used at the next time.
+  CacheNode* cached_l1(int id) {
+    const std::vector<int> tokens(P, id);
+    CacheNode* n = tree_.insert(root_, nullptr, tokens);
+    tree_.set_l1(n, *l1_.allocate());
+    tree_.touch(std::vector<CacheNode*>{n});
+    return n;
+  }
+  // The same, in L2 only.
+  CacheNode* cached_l2(int id) {
+    const std::vector<int> tokens(P, id);
+    CacheNode* n = tree_.insert(root_, nullptr, tokens);
+    tree_.set_l2(n, *l2_.allocate());
+    tree_.touch(std::vector<CacheNode*>{n});
+    return n;
+  }
+
+  tiers::BlockKey root_ = root_key(7, "");
+  RadixCache tree_;
+  tiers::BlockPool l1_, l2_;
+  PlacementPolicy policy_;
+};
+
+TEST_F(PlacementPolicyTest, TheL1VictimIsTheLeastRecentlyUsedBlockNoOneElseHolds) {
+  CacheNode* a = cached_l1(1);
+  CacheNode* b = cached_l1(2);
+  CacheNode* c = cached_l1(3);
+  EXPECT_EQ(policy_.l1_victim(), a);
+  l1_.add_ref(a->l1);  // a request shares it
+  EXPECT_EQ(policy_.l1_victim(), b);
+  b->l1_loading = true;  // its bytes are on the way up
+  EXPECT_EQ(policy_.l1_victim(), c);
+  EXPECT_EQ(policy_.demotable_l1(), 1);
+  EXPECT_EQ(policy_.l1_next_victims(8), (std::vector<CacheNode*>{c}));
+  l1_.release(a->l1);
+  b->l1_loading = false;
+  EXPECT_EQ(policy_.l1_next_victims(2), (std::vector<CacheNode*>{a, b}));
+}
+
+TEST_F(PlacementPolicyTest, TheAdmissionInProgressIsNotDemotedForItself) {
+  CacheNode* a = cached_l1(1);
+  CacheNode* b = cached_l1(2);
+  tree_.touch(std::vector<CacheNode*>{a});  // matched by the admission now running
+  policy_.protect(tree_.now());
+  EXPECT_EQ(policy_.l1_victim(), b);
+  tree_.touch(std::vector<CacheNode*>{b});
+  policy_.protect(tree_.now());
+  EXPECT_EQ(policy_.l1_victim(), a);
+  policy_.unprotect();
+  EXPECT_EQ(policy_.l1_victim(), a);
+}
+
+TEST_F(PlacementPolicyTest, APinnedBlockLeavesL1OnlyForL2) {
+  CacheNode* a = cached_l1(1);
+  a->pins = 1;
+  EXPECT_EQ(policy_.l1_victim(), a);  // L2 has free slots
+  std::vector<CacheNode*> full;
+  for (int i = 0; i < 4; ++i) full.push_back(cached_l2(10 + i));
+  for (CacheNode* n : full) n->pins = 1;  // and none may leave
+  EXPECT_EQ(policy_.l1_victim(), nullptr);
+  full[2]->pins = 0;
+  EXPECT_EQ(policy_.l1_victim(), a);
+  EXPECT_EQ(policy_.flushable(Tier::kL1), nullptr);  // flush keeps pins
+}
+
+TEST_F(PlacementPolicyTest, L2VictimsGoCheapestLossFirst) {
+  CacheNode* only_l2 = cached_l2(1);
+  CacheNode* also_l3 = cached_l2(2);
+  tree_.set_l3(also_l3, true);
+  CacheNode* also_l1 = cached_l2(3);
+  tree_.set_l1(also_l1, *l1_.allocate());
+  using enum PlacementPolicy::L2Victims;
+  EXPECT_EQ(policy_.l2_victim(kOnL3), also_l3);
+  EXPECT_EQ(policy_.l2_victim(kWithCopy), also_l3);
+  also_l3->l3_writing = true;  // a write from its slot is in flight
+  EXPECT_EQ(policy_.l2_victim(kOnL3), nullptr);
+  EXPECT_EQ(policy_.l2_victim(kWithCopy), also_l1);
+  EXPECT_EQ(policy_.l2_clean_victim(), nullptr);
+  EXPECT_EQ(policy_.l2_last_resort(), only_l2);
+  only_l2->holds = 1;  // a swapped request waits for it
+  EXPECT_EQ(policy_.l2_last_resort(), also_l1);
+  also_l1->l2_copying = true;
+  EXPECT_EQ(policy_.l2_last_resort(), only_l2);  // held, but the only one left
+  EXPECT_EQ(policy_.flushable(Tier::kL2), nullptr);
+}
+
+TEST_F(PlacementPolicyTest, WriteBackTakesL2BlocksNotOnL3InLruOrder) {
+  CacheNode* a = cached_l2(1);
+  CacheNode* b = cached_l2(2);
+  EXPECT_EQ(policy_.l2_unwritten(), a);
+  a->l3_writing = true;
+  EXPECT_EQ(policy_.l2_unwritten(), b);
+  tree_.set_l3(b, true);
+  EXPECT_EQ(policy_.l2_unwritten(), nullptr);
+  EXPECT_EQ(policy_.flushable(Tier::kL3), b);
+  b->holds = 1;
+  EXPECT_EQ(policy_.flushable(Tier::kL3), nullptr);
+}
+
+}  // namespace
+}  // namespace kvtier
