@@ -27,8 +27,8 @@
 namespace {
 
 using kvtier::tiers::BlockKey;
-using kvtier::tiers::L3Status;
 using kvtier::tiers::L3Store;
+using kvtier::tiers::StoreStatus;
 
 constexpr std::size_t kBlockBytes = 12 * 2 * 768 * 16 * 4;
 constexpr int kPasses = 3;
@@ -130,21 +130,20 @@ int main(int argc, char** argv) {
     keys.clear();
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < args.blocks; ++i) {
-      kvtier::tiers::L3Record r;
+      kvtier::tiers::BlockRecord r;
       r.key = {static_cast<std::uint64_t>(pass) + 1, static_cast<std::uint64_t>(i)};
-      r.fingerprint = 1;
       keys.push_back(r.key);
       store.write(r, buffers[i].get());
     }
     store.drain();
     best_write = std::max(best_write, static_cast<double>(total) / seconds_since(t0));
-    for (const auto& c : store.poll()) failures += c.status != L3Status::kOk;
+    for (const auto& c : store.poll()) failures += c.status != StoreStatus::kOk;
 
     t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < args.blocks; ++i) store.read(keys[i], 1, buffers[i].get());
+    for (int i = 0; i < args.blocks; ++i) store.read(keys[i], {}, buffers[i].get());
     store.drain();
     best_read = std::max(best_read, static_cast<double>(total) / seconds_since(t0));
-    for (const auto& c : store.poll()) failures += c.status != L3Status::kOk;
+    for (const auto& c : store.poll()) failures += c.status != StoreStatus::kOk;
   }
   const auto stats = store.stats();
   opened->reset();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "engine/block_meta.h"
 #include "engine/cost_model.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_cache_l3.h"
@@ -80,20 +81,20 @@ void KvCache::calibrate_l3(const std::vector<int>& blocks) {
   auto read_buffer = [&](int i) {
     return staged.empty() ? l1_->data(blocks[i]) : l3_->staging->data(staged[i]);
   };
-  tiers::L3Record probe;
+  tiers::BlockRecord probe;
   probe.key = {0xFFFFFFFFFFFFFFFFULL, 0x6b76746965722d70ULL};  // on no chain
-  probe.fingerprint = fingerprint_;
+  probe.meta = encode_block_meta({}, fingerprint_, {});
   l3_->store->write(probe, read_buffer(0));
   l3_->store->drain();
   (void)l3_->store->poll();
   // One read, then kReads at once: latency + n * per_block fits both.
   auto timed_reads = [&](int n) {
     const auto start = Clock::now();
-    for (int i = 0; i < n; ++i) l3_->store->read(probe.key, fingerprint_, read_buffer(i));
+    for (int i = 0; i < n; ++i) l3_->store->read(probe.key, probe.meta, read_buffer(i));
     l3_->store->drain();
     bool ok = true;
-    for (const tiers::L3Completion& done : l3_->store->poll())
-      ok = ok && done.status == tiers::L3Status::kOk;
+    for (const tiers::StoreCompletion& done : l3_->store->poll())
+      ok = ok && done.status == tiers::StoreStatus::kOk;
     for (int i = 0; ok && !staged.empty() && i < n; ++i)
       plan_.l3_decode(l1_->data(blocks[i]), read_buffer(i));
     return ok ? seconds_since(start) : -1.0;

@@ -75,8 +75,8 @@
 #include "tiers/latency_stats.h"
 
 namespace kvtier::tiers {
-class L3Store;
-struct L3Completion;
+class BlockStore;
+struct StoreCompletion;
 }  // namespace kvtier::tiers
 
 namespace kvtier {
@@ -286,7 +286,7 @@ class KvCache {
   void start_l3_read(CacheNode* node);
   void poll_l3();
   // Handles one completed L3 read or write.
-  void finish_l3(const tiers::L3Completion& c);
+  void finish_l3(const tiers::StoreCompletion& c);
   // Starts L3 writes of the L2 blocks L3 lacks (write_back).
   void start_writeback();
   // Writes every cached block L3 lacks and `wanted` picks to L3 (from its
@@ -307,7 +307,9 @@ class KvCache {
   bool device_failed();
   bool l3_accepting() const;  // false without L3
   // The store. REQUIRES: l3_.
-  tiers::L3Store& l3_store() const;
+  tiers::BlockStore& l3_store() const;
+  // What a node's block is stored with (engine/block_meta.h).
+  std::vector<std::byte> meta_of(const CacheNode& node) const;
   std::size_t l3_in_flight() const;             // reads and writes; 0 without L3
   bool l3_pending(std::uint64_t ticket) const;  // the L3 operation has not been handled yet
   // The ticket of the read by layer bringing up `key`, if there is one.

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "engine/block_hash.h"
+#include "engine/block_meta.h"
 #include "engine/kv_cache.h"
 #include "tiers/l3_store.h"
 
@@ -53,7 +54,12 @@ void KvCache::open_l3() {
   for (const std::string& w : l3_->store->warnings()) warnings_.push_back(w);
 }
 
-tiers::L3Store& KvCache::l3_store() const { return *l3_->store; }
+tiers::BlockStore& KvCache::l3_store() const { return *l3_->store; }
+
+std::vector<std::byte> KvCache::meta_of(const CacheNode& node) const {
+  const tiers::BlockKey parent = node.parent == nullptr ? tiers::BlockKey{} : node.parent->key;
+  return encode_block_meta(parent, fingerprint_, node.tokens);
+}
 
 bool KvCache::l3_accepting() const { return l3_ && l3_->store->accepting(); }
 
@@ -79,13 +85,14 @@ void KvCache::adopt_l3_entries(const tiers::BlockKey& root, std::span<const int>
   tiers::BlockKey key = root;
   for (int i = 0; i < blocks; ++i) {
     const auto block = tokens.subspan(static_cast<std::size_t>(i) * page_size, page_size);
+    const tiers::BlockKey parent_key = i == 0 ? tiers::BlockKey{} : key;
     key = chain_key(key, block);
     CacheNode* node = tree_.find(key);
     if (node == nullptr || !node->resident()) {
+      // Served only when it is what the key promises: this model, these
+      // tokens, after this block.
       const auto record = l3_->store->lookup(key);
-      if (!record || record->fingerprint != fingerprint_ ||
-          !std::equal(block.begin(), block.end(), record->tokens.begin(), record->tokens.end()))
-        return;
+      if (!record || record->meta != encode_block_meta(parent_key, fingerprint_, block)) return;
       node = tree_.insert(root, parent, block);
       tree_.set_l3(node, true);
     } else if (node->l3 && !l3_->store->contains(key)) {
@@ -107,13 +114,13 @@ void KvCache::start_l3_read(CacheNode* node) {
     staging = l3_->staging->allocate().value();  // never empty: see L3Parts
     dst = l3_->staging->data(staging);
   }
-  const std::uint64_t ticket = l3_->store->read(node->key, fingerprint_, dst, plan_.l3_parts);
+  const std::uint64_t ticket = l3_->store->read(node->key, meta_of(*node), dst, plan_.l3_parts);
   l3_->pending[ticket] = {node->key, false, -1, staging, Clock::now()};
   if (plan_.l3_parts > 1) l3_->reads_by_layer[node->key] = ticket;
 }
 
 void KvCache::poll_l3() {
-  for (const tiers::L3Completion& c : l3_->store->poll()) finish_l3(c);
+  for (const tiers::StoreCompletion& c : l3_->store->poll()) finish_l3(c);
   // Entries the store let go to make room: the tree forgets them too, or
   // their nodes would linger as ghosts that no lookup can serve (a soak saw
   // the tree grow by a node a request). After the completions: the store
@@ -128,7 +135,7 @@ void KvCache::poll_l3() {
   }
 }
 
-void KvCache::finish_l3(const tiers::L3Completion& c) {
+void KvCache::finish_l3(const tiers::StoreCompletion& c) {
   auto it = l3_->pending.find(c.ticket);
   if (it == l3_->pending.end()) return;
   const L3Parts::Pending p = it->second;
@@ -137,13 +144,13 @@ void KvCache::finish_l3(const tiers::L3Completion& c) {
       b != l3_->reads_by_layer.end() && b->second == c.ticket)
     l3_->reads_by_layer.erase(b);
   TierStats& t3 = stats_.tier[Tier::kL3];
-  if (c.status == tiers::L3Status::kChecksumMismatch) ++t3.checksum_failures;
-  if (c.status == tiers::L3Status::kIoError) ++t3.io_errors;
+  if (c.status == tiers::StoreStatus::kChecksumMismatch) ++t3.checksum_failures;
+  if (c.status == tiers::StoreStatus::kIoError) ++t3.io_errors;
   CacheNode* node = tree_.find(p.key);
   // A staged read lands in staging: decoding it into the L1 block is part
   // of the promotion's time.
   std::chrono::nanoseconds latency = c.latency;
-  if (!p.is_write && p.staging >= 0 && node != nullptr && c.status == tiers::L3Status::kOk) {
+  if (!p.is_write && p.staging >= 0 && node != nullptr && c.status == tiers::StoreStatus::kOk) {
     const auto start = Clock::now();
     plan_.l3_decode(l1_->data(node->l1), l3_->staging->data(p.staging));
     latency += Clock::now() - start;
@@ -157,7 +164,7 @@ void KvCache::finish_l3(const tiers::L3Completion& c) {
     }
     if (node == nullptr) return;
     node->l3_writing = false;
-    if (c.status != tiers::L3Status::kOk) {
+    if (c.status != tiers::StoreStatus::kOk) {
       tree_.prune(node);
       return;
     }
@@ -169,7 +176,7 @@ void KvCache::finish_l3(const tiers::L3Completion& c) {
   }
   if (node == nullptr) return;  // cannot happen: a loading node holds its L1 block
   node->l1_loading = false;
-  if (c.status == tiers::L3Status::kOk) {
+  if (c.status == tiers::StoreStatus::kOk) {
     ++t3.promotions;
     t3.bytes_out += static_cast<long>(plan_.l3_block_bytes);
     return;
@@ -178,7 +185,8 @@ void KvCache::finish_l3(const tiers::L3Completion& c) {
   // from the store; forget it here too. Still resident in L1 here, so
   // neither call can erase the node early.
   const int block = node->l1;
-  if (c.status == tiers::L3Status::kChecksumMismatch || c.status == tiers::L3Status::kNotFound)
+  if (c.status == tiers::StoreStatus::kChecksumMismatch ||
+      c.status == tiers::StoreStatus::kNotFound)
     tree_.set_l3(node, false);
   l1_->release(block);
   tree_.set_l1(node, -1);
@@ -232,11 +240,7 @@ bool KvCache::write_to_l3(CacheNode* node) {
     if (staging >= 0) l3_->staging->release(staging);
     return false;
   }
-  tiers::L3Record record;
-  record.key = node->key;
-  record.parent = node->parent == nullptr ? tiers::BlockKey{} : node->parent->key;
-  record.fingerprint = fingerprint_;
-  record.tokens.assign(node->tokens.begin(), node->tokens.end());
+  const tiers::BlockRecord record{node->key, meta_of(*node)};
   node->l3_writing = true;
   int l1_source = -1;
   if (!from_l2) {

@@ -10,7 +10,7 @@
 
 #include "engine/kv_cache.h"
 #include "tiers/block_pool.h"
-#include "tiers/l3_store.h"
+#include "tiers/block_store.h"
 
 namespace kvtier {
 
@@ -25,7 +25,7 @@ struct KvCache::L3Parts {
   // there is one buffer per L1 block and L2 slot. Declared before the store,
   // so it outlives the store's final drain.
   std::unique_ptr<tiers::BlockPool> staging;
-  std::unique_ptr<tiers::L3Store> store;
+  std::unique_ptr<tiers::BlockStore> store;  // an L3Store
   struct Pending {
     tiers::BlockKey key;
     bool is_write = false;

@@ -35,7 +35,7 @@ CacheStats KvCache::stats() const {
     s.tier[Tier::kL2].available = false;
   }
   if (l3_) {
-    const tiers::L3Stats s3 = l3_->store->stats();
+    const tiers::StoreStats s3 = l3_->store->stats();
     s.tier[Tier::kL3].capacity_blocks = s3.capacity_blocks;
     s.tier[Tier::kL3].used_blocks = s3.used_blocks;
     s.tier[Tier::kL3].available = s3.available;

@@ -33,9 +33,8 @@ using test_util::TempDir;
 L3Entry entry(std::uint64_t i) {
   L3Entry e;
   e.record.key = {i * 0x9E3779B97F4A7C15ull, i + 1};
-  e.record.parent = {i, i * 3};
-  e.record.fingerprint = 0xF00D;
-  e.record.tokens = {static_cast<std::int32_t>(i), -1, 50256, 7};
+  // The owner's metadata: opaque bytes, of any length.
+  for (std::uint64_t b = 0; b < 8 + i % 5; ++b) e.record.meta.push_back(std::byte(b * 37 + i));
   e.offset = i * 8192;
   e.length = 5000;
   e.checksum = 0xC0FFEE ^ i;
@@ -52,14 +51,14 @@ std::string joined(const std::vector<std::string>& lines) {
 TEST(L3Index, ValueEncodingRoundTripsAndRejectsDamage) {
   const L3Entry e = entry(42);
   const std::string v = L3Index::encode_value(e);
-  EXPECT_EQ(v.size(), 57u + 4 * e.record.tokens.size());
+  EXPECT_EQ(v.size(), 33u + e.record.meta.size());
   const auto back = L3Index::decode_value(e.record.key, v);
   ASSERT_TRUE(back);
   EXPECT_EQ(*back, e);
 
   EXPECT_FALSE(L3Index::decode_value(e.record.key, ""));
   // Cut anywhere. (The checksum's low half is zero so that a cut inside it
-  // leaves what could pass for an empty token list.)
+  // leaves what could pass for empty metadata.)
   L3Entry zeros = e;
   zeros.checksum = 0x1234567800000000ull;
   const std::string z = L3Index::encode_value(zeros);
@@ -67,11 +66,11 @@ TEST(L3Index, ValueEncodingRoundTripsAndRejectsDamage) {
     EXPECT_FALSE(L3Index::decode_value(e.record.key, z.substr(0, n))) << "cut to " << n << " bytes";
   EXPECT_FALSE(L3Index::decode_value(e.record.key, v + "x")) << "trailing byte";
   std::string other_version = v;
-  other_version[0] = 2;
+  other_version[0] = 3;
   EXPECT_FALSE(L3Index::decode_value(e.record.key, other_version));
   std::string huge_count = v;
-  huge_count[53] = '\xFF';  // token count's low byte
-  huge_count[56] = '\x7F';  // and high byte: ~2^31 tokens announced in a short value
+  huge_count[29] = '\xFF';  // metadata length's low byte
+  huge_count[32] = '\x7F';  // and high byte: ~2 GiB announced in a short value
   EXPECT_FALSE(L3Index::decode_value(e.record.key, huge_count));
 
   const BlockKey k{0x0102030405060708ull, 0x1112131415161718ull};

@@ -42,7 +42,7 @@ using namespace std::chrono_literals;
 using test_util::contains;
 using test_util::TempDir;
 
-constexpr std::uint64_t kFingerprint = 0xF1A9;
+constexpr std::uint64_t kOwner = 0xF1A9;
 constexpr std::uint64_t kFormat = 0x7A6;
 constexpr std::size_t kBlockBytes = 5000;  // slots round it up to 8192
 
@@ -52,14 +52,22 @@ BlockKey key_of(std::uint64_t i) {
   return {0xB10C000000000000ull ^ (i * 0x9E3779B97F4A7C15ull), i + 1};
 }
 
-L3Record record_of(std::uint64_t i) {
-  L3Record r;
-  r.key = key_of(i);
-  if (i > 0) r.parent = key_of(i - 1);
-  r.fingerprint = kFingerprint;
-  for (int t = 0; t < 16; ++t) r.tokens.push_back(static_cast<std::int32_t>(i * 16 + t));
-  return r;
+// The owner's metadata for block i (opaque to the store): the block's id,
+// then the owner's tag.
+std::vector<std::byte> meta_of(std::uint64_t i, std::uint64_t owner = kOwner) {
+  std::vector<std::byte> meta;
+  for (std::uint64_t v : {i, owner})
+    for (int b = 0; b < 8; ++b) meta.push_back(static_cast<std::byte>((v >> (8 * b)) & 0xFF));
+  return meta;
 }
+
+std::uint64_t id_of(const BlockRecord& record) {
+  std::uint64_t id = 0;
+  for (int b = 0; b < 8; ++b) id |= std::to_integer<std::uint64_t>(record.meta.at(b)) << (8 * b);
+  return id;
+}
+
+BlockRecord record_of(std::uint64_t i) { return {key_of(i), meta_of(i)}; }
 
 // Bytes that only this key's block holds.
 void fill_for(const BlockKey& key, std::byte* dst, std::size_t n) {
@@ -115,33 +123,33 @@ std::string joined(const std::vector<std::string>& lines) {
 }
 
 // Waits for everything in flight and returns the completions by ticket.
-std::map<std::uint64_t, L3Completion> finish_all(L3Store& s) {
+std::map<std::uint64_t, StoreCompletion> finish_all(L3Store& s) {
   s.drain();
-  std::map<std::uint64_t, L3Completion> out;
+  std::map<std::uint64_t, StoreCompletion> out;
   for (const auto& c : s.poll()) out[c.ticket] = c;
   return out;
 }
 
-L3Status finish(L3Store& s, std::uint64_t ticket) {
+StoreStatus finish(L3Store& s, std::uint64_t ticket) {
   auto all = finish_all(s);
   auto it = all.find(ticket);
   if (it == all.end()) {
     ADD_FAILURE() << "no completion for ticket " << ticket;
-    return L3Status::kIoError;
+    return StoreStatus::kIoError;
   }
   return it->second.status;
 }
 
-L3Status put(L3Store& s, std::uint64_t i) {
+StoreStatus put(L3Store& s, std::uint64_t i) {
   AlignedBuffer b;
   fill_for(key_of(i), b.bytes, kBlockBytes);
   return finish(s, s.write(record_of(i), b.bytes));
 }
 
 // Reads block i; *intact says whether it holds block i's bytes.
-L3Status get(L3Store& s, std::uint64_t i, bool* intact = nullptr) {
+StoreStatus get(L3Store& s, std::uint64_t i, bool* intact = nullptr) {
   AlignedBuffer b;
-  const L3Status st = finish(s, s.read(key_of(i), kFingerprint, b.bytes));
+  const StoreStatus st = finish(s, s.read(key_of(i), meta_of(i), b.bytes));
   if (intact) *intact = holds(key_of(i), b.bytes, kBlockBytes);
   return st;
 }
@@ -163,7 +171,7 @@ TEST(L3Store, RoundTripsManyBlocksBitForBit) {
   auto done = finish_all(*store);
   ASSERT_EQ(done.size(), static_cast<std::size_t>(kN));
   for (const auto& [ticket, c] : done) {
-    EXPECT_EQ(c.status, L3Status::kOk) << to_string(c.status);
+    EXPECT_EQ(c.status, StoreStatus::kOk) << to_string(c.status);
     EXPECT_TRUE(c.is_write);
     EXPECT_EQ(c.key, key_of(tickets.at(ticket)));
   }
@@ -173,17 +181,17 @@ TEST(L3Store, RoundTripsManyBlocksBitForBit) {
   }
 
   tickets.clear();
-  for (int i = 0; i < kN; ++i) tickets[store->read(key_of(i), kFingerprint, in[i].bytes)] = i;
+  for (int i = 0; i < kN; ++i) tickets[store->read(key_of(i), meta_of(i), in[i].bytes)] = i;
   done = finish_all(*store);
   ASSERT_EQ(done.size(), static_cast<std::size_t>(kN));
   for (const auto& [ticket, c] : done) {
     const int i = tickets.at(ticket);
-    EXPECT_EQ(c.status, L3Status::kOk) << to_string(c.status);
+    EXPECT_EQ(c.status, StoreStatus::kOk) << to_string(c.status);
     EXPECT_FALSE(c.is_write);
     EXPECT_EQ(std::memcmp(in[i].bytes, out[i].bytes, kBlockBytes), 0) << "block " << i;
   }
 
-  L3Stats st = store->stats();
+  StoreStats st = store->stats();
   EXPECT_EQ(st.capacity_blocks, 64u);
   EXPECT_EQ(st.used_blocks, static_cast<std::size_t>(kN));
   EXPECT_EQ(st.writes, kN);
@@ -196,13 +204,14 @@ TEST(L3Store, RoundTripsManyBlocksBitForBit) {
   EXPECT_GE(st.p99_write_us, st.mean_write_us * 0) << "p99 is a number";
 
   // A stored key is not written again.
-  EXPECT_EQ(put(*store, 3), L3Status::kOk);
+  EXPECT_EQ(put(*store, 3), StoreStatus::kOk);
   EXPECT_EQ(store->stats().writes, kN);
-  // A key never written, and one read for another model.
+  // A key never written, and one read expecting another owner's metadata.
   AlignedBuffer b;
-  EXPECT_EQ(finish(*store, store->read(key_of(999), kFingerprint, b.bytes)), L3Status::kNotFound);
-  EXPECT_EQ(finish(*store, store->read(key_of(4), kFingerprint + 1, b.bytes)),
-            L3Status::kChecksumMismatch);
+  EXPECT_EQ(finish(*store, store->read(key_of(999), meta_of(999), b.bytes)),
+            StoreStatus::kNotFound);
+  EXPECT_EQ(finish(*store, store->read(key_of(4), meta_of(4, kOwner + 1), b.bytes)),
+            StoreStatus::kChecksumMismatch);
   EXPECT_FALSE(store->contains(key_of(4)));
   EXPECT_EQ(store->stats().checksum_failures, 1);
 }
@@ -213,10 +222,10 @@ TEST(L3Store, ReopenRecoversEntriesFreeSlotsAndLruOrder) {
   const L3Options o = options_for(dir.path(), 8);
   {
     auto store = open_or_die(o);
-    for (int i = 0; i < 6; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+    for (int i = 0; i < 6; ++i) ASSERT_EQ(put(*store, i), StoreStatus::kOk);
     store->erase(key_of(5));
     store->touch(key_of(0));
-    ASSERT_EQ(get(*store, 1), L3Status::kOk);
+    ASSERT_EQ(get(*store, 1), StoreStatus::kOk);
     // Least recently used first: 2 3 4 0 1.
     const auto synced = store->sync();  // what a persist() does last
     EXPECT_TRUE(synced.has_value()) << synced.error();
@@ -229,7 +238,7 @@ TEST(L3Store, ReopenRecoversEntriesFreeSlotsAndLruOrder) {
   EXPECT_FALSE(store->contains(key_of(5)));
   for (int i = 0; i < 5; ++i) {
     bool intact = false;
-    EXPECT_EQ(get(*store, i, &intact), L3Status::kOk) << i;
+    EXPECT_EQ(get(*store, i, &intact), StoreStatus::kOk) << i;
     EXPECT_TRUE(intact) << i;
     EXPECT_EQ(store->lookup(key_of(i)), record_of(i));
   }
@@ -237,11 +246,11 @@ TEST(L3Store, ReopenRecoversEntriesFreeSlotsAndLruOrder) {
   // so the recovered order matters: 2 3 4 0 1.
   store->touch(key_of(0));
   store->touch(key_of(1));
-  for (int i = 5; i < 8; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+  for (int i = 5; i < 8; ++i) ASSERT_EQ(put(*store, i), StoreStatus::kOk);
   EXPECT_EQ(store->stats().evictions, 0) << "the three free slots were found again";
-  ASSERT_EQ(put(*store, 8), L3Status::kOk);
+  ASSERT_EQ(put(*store, 8), StoreStatus::kOk);
   EXPECT_FALSE(store->contains(key_of(2)));
-  ASSERT_EQ(put(*store, 9), L3Status::kOk);
+  ASSERT_EQ(put(*store, 9), StoreStatus::kOk);
   EXPECT_FALSE(store->contains(key_of(3)));
   EXPECT_EQ(store->stats().evictions, 2);
   for (int i : {0, 1, 4, 5, 6, 7, 8, 9}) EXPECT_TRUE(store->contains(key_of(i))) << i;
@@ -253,14 +262,14 @@ TEST(L3Store, LruOrderSurvivesARestart) {
   const L3Options o = options_for(dir.path(), 4);
   {
     auto store = open_or_die(o);
-    for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
-    store->touch(key_of(0));                   // persisted at close
-    ASSERT_EQ(get(*store, 1), L3Status::kOk);  // persisted with the read
-  }                                            // order: 2 3 0 1
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), StoreStatus::kOk);
+    store->touch(key_of(0));                      // persisted at close
+    ASSERT_EQ(get(*store, 1), StoreStatus::kOk);  // persisted with the read
+  }                                               // order: 2 3 0 1
   auto store = open_or_die(o);
-  ASSERT_EQ(put(*store, 4), L3Status::kOk);
+  ASSERT_EQ(put(*store, 4), StoreStatus::kOk);
   EXPECT_FALSE(store->contains(key_of(2)));
-  ASSERT_EQ(put(*store, 5), L3Status::kOk);
+  ASSERT_EQ(put(*store, 5), StoreStatus::kOk);
   EXPECT_FALSE(store->contains(key_of(3)));
   EXPECT_TRUE(store->contains(key_of(0)));
   EXPECT_TRUE(store->contains(key_of(1)));
@@ -272,7 +281,7 @@ TEST(L3Store, AnotherFormatTagBlockSizeOrCapacityDiscardsWhatNoLongerFits) {
   L3Options o = options_for(dir.path(), 8);
   {
     auto store = open_or_die(o);
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(put(*store, i), StoreStatus::kOk);
   }
   o.format_tag = kFormat + 1;
   {
@@ -280,7 +289,7 @@ TEST(L3Store, AnotherFormatTagBlockSizeOrCapacityDiscardsWhatNoLongerFits) {
     EXPECT_TRUE(contains(joined(store->warnings()), "format_tag")) << joined(store->warnings());
     EXPECT_EQ(store->stats().used_blocks, 0u);
     EXPECT_FALSE(store->contains(key_of(0)));
-    for (int i = 0; i < 8; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+    for (int i = 0; i < 8; ++i) ASSERT_EQ(put(*store, i), StoreStatus::kOk);
   }
   // Half the capacity: the entries in slots 4..7 have nowhere to be.
   L3Options half = o;
@@ -292,7 +301,7 @@ TEST(L3Store, AnotherFormatTagBlockSizeOrCapacityDiscardsWhatNoLongerFits) {
     EXPECT_EQ(store->stats().used_blocks, 4u);
     for (const BlockKey& k : store->keys()) {
       AlignedBuffer b;
-      EXPECT_EQ(finish(*store, store->read(k, kFingerprint, b.bytes)), L3Status::kOk);
+      EXPECT_EQ(finish(*store, store->read(k, store->lookup(k)->meta, b.bytes)), StoreStatus::kOk);
       EXPECT_TRUE(holds(k, b.bytes, kBlockBytes));
     }
   }
@@ -309,12 +318,12 @@ TEST(L3Store, EvictsLeastRecentlyUsedButNeverProtectedOrBeingRead) {
   L3Options o = options_for(dir.path(), 4);
   o.submit_batch = 64;  // nothing reaches the kernel before flush/poll/drain
   auto store = open_or_die(o);
-  for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), StoreStatus::kOk);
   store->set_protected(key_of(0), true);
   const auto slot_of_1 = store->slot_offset(key_of(1));
   ASSERT_TRUE(slot_of_1);
 
-  ASSERT_EQ(put(*store, 4), L3Status::kOk);  // LRU is 0, but 0 is protected
+  ASSERT_EQ(put(*store, 4), StoreStatus::kOk);  // LRU is 0, but 0 is protected
   EXPECT_TRUE(store->contains(key_of(0)));
   EXPECT_FALSE(store->contains(key_of(1)));
   EXPECT_EQ(store->slot_offset(key_of(4)), slot_of_1) << "the victim's slot is reused";
@@ -339,23 +348,23 @@ TEST(L3Store, EvictsLeastRecentlyUsedButNeverProtectedOrBeingRead) {
     EXPECT_TRUE(db->Get({}, L3Index::encode_key(key_of(5)), &value).IsNotFound())
         << "committed only after its write";
   }
-  ASSERT_EQ(finish(*store, t5), L3Status::kOk);
+  ASSERT_EQ(finish(*store, t5), StoreStatus::kOk);
 
   // Left: 0 (protected), 3, 4, 5. Protect 3 and 4, and pin 5 with a read.
   store->set_protected(key_of(3), true);
   store->set_protected(key_of(4), true);
   AlignedBuffer r5, b6;
-  const auto read5 = store->read(key_of(5), kFingerprint, r5.bytes);
+  const auto read5 = store->read(key_of(5), meta_of(5), r5.bytes);
   fill_for(key_of(6), b6.bytes, kBlockBytes);
   const auto t6 = store->write(record_of(6), b6.bytes);
   auto done = finish_all(*store);
-  EXPECT_EQ(done.at(t6).status, L3Status::kNoSpace);
-  EXPECT_EQ(done.at(read5).status, L3Status::kOk);
+  EXPECT_EQ(done.at(t6).status, StoreStatus::kNoSpace);
+  EXPECT_EQ(done.at(read5).status, StoreStatus::kOk);
   EXPECT_TRUE(holds(key_of(5), r5.bytes, kBlockBytes));
   EXPECT_EQ(store->stats().dropped_writes, 1);
 
   store->set_protected(key_of(3), false);
-  ASSERT_EQ(put(*store, 6), L3Status::kOk);
+  ASSERT_EQ(put(*store, 6), StoreStatus::kOk);
   EXPECT_FALSE(store->contains(key_of(3)));
   EXPECT_EQ(store->take_evicted(), (std::vector<BlockKey>{key_of(2), key_of(3)}));
   for (int i : {0, 4, 5, 6}) EXPECT_TRUE(store->contains(key_of(i))) << i;
@@ -367,7 +376,7 @@ TEST(L3Store, EraseFreesTheSlotAndAWriteInFlightIsDropped) {
   L3Options o = options_for(dir.path(), 2);
   o.submit_batch = 64;
   auto store = open_or_die(o);
-  ASSERT_EQ(put(*store, 0), L3Status::kOk);
+  ASSERT_EQ(put(*store, 0), StoreStatus::kOk);
   store->erase(key_of(0));
   EXPECT_FALSE(store->contains(key_of(0)));
   EXPECT_EQ(store->stats().used_blocks, 0u);
@@ -378,14 +387,14 @@ TEST(L3Store, EraseFreesTheSlotAndAWriteInFlightIsDropped) {
   const auto again = store->write(record_of(1), b1.bytes);  // already being written
   store->erase(key_of(1));
   auto done = finish_all(*store);
-  EXPECT_EQ(done.at(t1).status, L3Status::kOk);
-  EXPECT_EQ(done.at(again).status, L3Status::kOk);
+  EXPECT_EQ(done.at(t1).status, StoreStatus::kOk);
+  EXPECT_EQ(done.at(again).status, StoreStatus::kOk);
   EXPECT_EQ(store->stats().writes, 2) << "one transfer for block 0, one for block 1";
   EXPECT_FALSE(store->contains(key_of(1)));
   EXPECT_EQ(store->stats().used_blocks, 0u);
 
-  ASSERT_EQ(put(*store, 2), L3Status::kOk);
-  ASSERT_EQ(put(*store, 3), L3Status::kOk);
+  ASSERT_EQ(put(*store, 2), StoreStatus::kOk);
+  ASSERT_EQ(put(*store, 3), StoreStatus::kOk);
   EXPECT_EQ(store->stats().evictions, 0) << "both slots came back";
   store->erase(key_of(42));  // unknown: ignored
 }
@@ -396,8 +405,8 @@ TEST(L3Store, CorruptedPayloadIsAMissCountedAndRemoved) {
   const L3Options o = options_for(dir.path(), 4);
   {
     auto store = open_or_die(o);
-    ASSERT_EQ(put(*store, 0), L3Status::kOk);
-    ASSERT_EQ(put(*store, 1), L3Status::kOk);
+    ASSERT_EQ(put(*store, 0), StoreStatus::kOk);
+    ASSERT_EQ(put(*store, 1), StoreStatus::kOk);
     const auto offset = store->slot_offset(key_of(1));
     ASSERT_TRUE(offset);
     const int fd = ::open((dir.path() / "slab").c_str(), O_WRONLY);
@@ -407,19 +416,19 @@ TEST(L3Store, CorruptedPayloadIsAMissCountedAndRemoved) {
     ::close(fd);
 
     bool intact = true;
-    EXPECT_EQ(get(*store, 1, &intact), L3Status::kChecksumMismatch);
+    EXPECT_EQ(get(*store, 1, &intact), StoreStatus::kChecksumMismatch);
     EXPECT_FALSE(intact);
     EXPECT_EQ(store->stats().checksum_failures, 1);
     EXPECT_FALSE(store->contains(key_of(1)));
-    EXPECT_EQ(get(*store, 1), L3Status::kNotFound);
-    EXPECT_EQ(get(*store, 0, &intact), L3Status::kOk);
+    EXPECT_EQ(get(*store, 1), StoreStatus::kNotFound);
+    EXPECT_EQ(get(*store, 0, &intact), StoreStatus::kOk);
     EXPECT_TRUE(intact);
     // Its slot is free once, not twice: the next two writes get a slot each.
-    ASSERT_EQ(put(*store, 2), L3Status::kOk);
-    ASSERT_EQ(put(*store, 3), L3Status::kOk);
+    ASSERT_EQ(put(*store, 2), StoreStatus::kOk);
+    ASSERT_EQ(put(*store, 3), StoreStatus::kOk);
     EXPECT_NE(store->slot_offset(key_of(2)), store->slot_offset(key_of(3)));
     for (int i : {2, 3}) {
-      EXPECT_EQ(get(*store, i, &intact), L3Status::kOk) << i;
+      EXPECT_EQ(get(*store, i, &intact), StoreStatus::kOk) << i;
       EXPECT_TRUE(intact) << i;
     }
     EXPECT_EQ(store->stats().used_blocks, 3u);
@@ -444,7 +453,7 @@ TEST(L3Store, ReadInPartsLandsEveryPieceAndChecksTheWholeBlock) {
   for (int i = 0; i < kBlocks; ++i) {
     AlignedBuffer b(kBytes);
     fill_for(key_of(i), b.bytes, kBytes);
-    ASSERT_EQ(finish(*store, store->write(record_of(i), b.bytes)), L3Status::kOk);
+    ASSERT_EQ(finish(*store, store->write(record_of(i), b.bytes)), StoreStatus::kOk);
   }
   // Damage the third piece of the last block.
   const auto offset = store->slot_offset(key_of(kBlocks - 1));
@@ -460,7 +469,7 @@ TEST(L3Store, ReadInPartsLandsEveryPieceAndChecksTheWholeBlock) {
   for (int i = 0; i < kBlocks; ++i) {
     bufs.emplace_back(kBytes);
     std::memset(bufs.back().bytes, 0, kBytes);
-    tickets.push_back(store->read(key_of(i), kFingerprint, bufs.back().bytes, kParts));
+    tickets.push_back(store->read(key_of(i), meta_of(i), bufs.back().bytes, kParts));
     // Held back until flush(): nothing of it has landed.
     ASSERT_EQ(store->landed(tickets.back()), std::optional<int>(0));
   }
@@ -484,9 +493,9 @@ TEST(L3Store, ReadInPartsLandsEveryPieceAndChecksTheWholeBlock) {
     const auto it = done.find(tickets[static_cast<std::size_t>(i)]);
     ASSERT_NE(it, done.end()) << "block " << i;
     if (i == kBlocks - 1) {
-      EXPECT_EQ(it->second.status, L3Status::kChecksumMismatch);
+      EXPECT_EQ(it->second.status, StoreStatus::kChecksumMismatch);
     } else {
-      EXPECT_EQ(it->second.status, L3Status::kOk) << "block " << i;
+      EXPECT_EQ(it->second.status, StoreStatus::kOk) << "block " << i;
       EXPECT_TRUE(holds(key_of(i), bufs[static_cast<std::size_t>(i)].bytes, kBytes)) << i;
     }
   }
@@ -531,7 +540,7 @@ TEST(L3Store, EveryKindOfIndexDamageIsMovedAsideAndTheStoreStartsEmpty) {
     const auto aside = dir.path() / "index.damaged";
     {
       auto store = open_or_die(o);
-      for (int i = 0; i < 3; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+      for (int i = 0; i < 3; ++i) ASSERT_EQ(put(*store, i), StoreStatus::kOk);
     }
     const bool deleted = std::string(damage.name) == "the index directory deleted";
     // Twice: a second damage replaces the first one's copy.
@@ -550,9 +559,9 @@ TEST(L3Store, EveryKindOfIndexDamageIsMovedAsideAndTheStoreStartsEmpty) {
         EXPECT_TRUE(std::filesystem::exists(aside));
       }
       EXPECT_TRUE((*store)->keys().empty());
-      ASSERT_EQ(put(**store, 10 + round), L3Status::kOk);
+      ASSERT_EQ(put(**store, 10 + round), StoreStatus::kOk);
       bool intact = false;
-      EXPECT_EQ(get(**store, 10 + round, &intact), L3Status::kOk);
+      EXPECT_EQ(get(**store, 10 + round, &intact), StoreStatus::kOk);
       EXPECT_TRUE(intact);
     }
     int beside = 0;  // index, and at most one copy of a damaged one
@@ -597,7 +606,7 @@ TEST(L3Store, CapacityBeyondTheFreeSpaceIsRefusedAndTakesNothing) {
   const auto dir = fs.path() / "l3";
   {
     auto store = open_or_die(options_for(dir, 32));
-    for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), StoreStatus::kOk);
   }
   free = fs.free_bytes();
   refused = L3Store::open(options_for(dir, 32 + (free + (1 << 20)) / 8192));
@@ -608,7 +617,7 @@ TEST(L3Store, CapacityBeyondTheFreeSpaceIsRefusedAndTakesNothing) {
   auto store = open_or_die(options_for(dir, 32));
   for (int i = 0; i < 4; ++i) {
     bool intact = false;
-    EXPECT_EQ(get(*store, i, &intact), L3Status::kOk) << i;
+    EXPECT_EQ(get(*store, i, &intact), StoreStatus::kOk) << i;
     EXPECT_TRUE(intact) << i;
   }
 }
@@ -654,7 +663,7 @@ TEST(L3StoreChild, FileSystemFillsUpUnderARunningStore) {
   const L3Options o = options_on_a_manual_clock(dir, 64, now);
   {
     auto store = open_or_die(o);
-    for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), StoreStatus::kOk);
   }
   // Reopened, the index has flushed its log: its memtable is empty when the
   // disk fills, the case in which RocksDB's own Resume() aborts.
@@ -664,28 +673,28 @@ TEST(L3StoreChild, FileSystemFillsUpUnderARunningStore) {
 
   // The payload lands in the preallocated slab; the index's log cannot grow.
   int i = 4;
-  L3Status st = L3Status::kOk;
-  while (i < 64 && (st = put(*store, i)) == L3Status::kOk) ++i;
-  EXPECT_EQ(st, L3Status::kIoError) << "writes kept working with the file system full";
+  StoreStatus st = StoreStatus::kOk;
+  while (i < 64 && (st = put(*store, i)) == StoreStatus::kOk) ++i;
+  EXPECT_EQ(st, StoreStatus::kIoError) << "writes kept working with the file system full";
   EXPECT_FALSE(store->stats().available);
   EXPECT_FALSE(store->contains(key_of(i)));
-  EXPECT_EQ(put(*store, 100), L3Status::kUnavailable);
-  EXPECT_EQ(get(*store, 0), L3Status::kUnavailable);
+  EXPECT_EQ(put(*store, 100), StoreStatus::kUnavailable);
+  EXPECT_EQ(get(*store, 0), StoreStatus::kUnavailable);
   auto synced = store->sync();
   EXPECT_FALSE(synced) << "synced an index whose write failed";
   // Still full: the probe finds no room to reopen the index.
   *now += 5ms;
-  EXPECT_EQ(put(*store, 100), L3Status::kUnavailable);
+  EXPECT_EQ(put(*store, 100), StoreStatus::kUnavailable);
   EXPECT_FALSE(store->stats().available);
 
   // Space again: the next probe reopens the index and goes through.
   test_util::unfill(mount);
   *now += 10ms;
-  EXPECT_EQ(put(*store, 100), L3Status::kOk);
+  EXPECT_EQ(put(*store, 100), StoreStatus::kOk);
   EXPECT_TRUE(store->stats().available);
   for (const int k : {0, 1, 2, 3, 100}) {
     bool intact = false;
-    EXPECT_EQ(get(*store, k, &intact), L3Status::kOk) << k;
+    EXPECT_EQ(get(*store, k, &intact), StoreStatus::kOk) << k;
     EXPECT_TRUE(intact) << k;
   }
   EXPECT_TRUE(store->sync());
@@ -695,7 +704,7 @@ TEST(L3StoreChild, FileSystemFillsUpUnderARunningStore) {
   EXPECT_EQ(store->keys().size(), before);
   for (const int k : {0, 3, 100}) {
     bool intact = false;
-    EXPECT_EQ(get(*store, k, &intact), L3Status::kOk) << k;
+    EXPECT_EQ(get(*store, k, &intact), StoreStatus::kOk) << k;
     EXPECT_TRUE(intact) << k;
   }
 }
@@ -748,13 +757,13 @@ TEST(L3Store, FileSizeLimitFailsAllocationThenWritesThenOpensTheBreaker) {
     limit.rlim_cur = 64 << 10;  // now only the first 8 slots can be written
     if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 5;
     for (int i = 0; i < 8; ++i)
-      if (put(**store, i) != L3Status::kOk) return 20 + i;
-    if (put(**store, 8) != L3Status::kIoError) return 40;
-    L3Stats st = (*store)->stats();
+      if (put(**store, i) != StoreStatus::kOk) return 20 + i;
+    if (put(**store, 8) != StoreStatus::kIoError) return 40;
+    StoreStats st = (*store)->stats();
     if (st.io_errors != 1 || st.available) return 41;
     if ((*store)->contains(key_of(8))) return 42;
-    if (put(**store, 9) != L3Status::kUnavailable) return 43;
-    if (get(**store, 0) != L3Status::kUnavailable) return 44;
+    if (put(**store, 9) != StoreStatus::kUnavailable) return 43;
+    if (get(**store, 0) != StoreStatus::kUnavailable) return 44;
     st = (*store)->stats();
     if (st.dropped_writes != 1 || st.io_errors != 1) return 45;
     return 0;
@@ -768,39 +777,39 @@ TEST(L3Store, TruncatedSlabOpensTheBreakerAndAProbeClosesIt) {
   auto now = std::make_shared<std::chrono::steady_clock::time_point>();
   const L3Options o = options_on_a_manual_clock(dir.path(), 8, now);
   auto store = open_or_die(o);
-  for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), L3Status::kOk);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(put(*store, i), StoreStatus::kOk);
 
   const std::string slab = (dir.path() / "slab").string();
   ASSERT_EQ(::truncate(slab.c_str(), 0), 0);  // reads now come back short
-  EXPECT_EQ(get(*store, 0), L3Status::kIoError);
-  L3Stats st = store->stats();
+  EXPECT_EQ(get(*store, 0), StoreStatus::kIoError);
+  StoreStats st = store->stats();
   EXPECT_EQ(st.io_errors, 1);
   EXPECT_FALSE(st.available);
   EXPECT_TRUE(store->contains(key_of(0))) << "an I/O error says nothing about the bytes";
 
   // Open: nothing touches the disk.
-  EXPECT_EQ(get(*store, 1), L3Status::kUnavailable);
-  EXPECT_EQ(put(*store, 4), L3Status::kUnavailable);
+  EXPECT_EQ(get(*store, 1), StoreStatus::kUnavailable);
+  EXPECT_EQ(put(*store, 4), StoreStatus::kUnavailable);
   st = store->stats();
   EXPECT_EQ(st.dropped_writes, 1);
   EXPECT_EQ(st.io_errors, 1);
 
   // After the backoff one probe goes through; it fails, and the wait doubles.
   *now += 5ms;
-  EXPECT_EQ(get(*store, 1), L3Status::kIoError);
+  EXPECT_EQ(get(*store, 1), StoreStatus::kIoError);
   EXPECT_EQ(store->stats().io_errors, 2);
   *now += 5ms;
-  EXPECT_EQ(get(*store, 1), L3Status::kUnavailable) << "backoff is 10 ms now";
+  EXPECT_EQ(get(*store, 1), StoreStatus::kUnavailable) << "backoff is 10 ms now";
   *now += 5ms;
 
   // The file is back (its old bytes are not): the next probe succeeds.
   ASSERT_EQ(::truncate(slab.c_str(), 8 * 8192), 0);
-  EXPECT_EQ(put(*store, 4), L3Status::kOk);
+  EXPECT_EQ(put(*store, 4), StoreStatus::kOk);
   EXPECT_TRUE(store->stats().available);
   bool intact = false;
-  EXPECT_EQ(get(*store, 4, &intact), L3Status::kOk);
+  EXPECT_EQ(get(*store, 4, &intact), StoreStatus::kOk);
   EXPECT_TRUE(intact);
-  EXPECT_EQ(get(*store, 0), L3Status::kChecksumMismatch) << "zeros where block 0 was";
+  EXPECT_EQ(get(*store, 0), StoreStatus::kChecksumMismatch) << "zeros where block 0 was";
 }
 
 // ---- killed at random moments ------------------------------------------------
@@ -841,7 +850,7 @@ TEST(L3StoreCrashChild, WritesUntilKilled) {
   for (int b = 0; b < kBuffers; ++b) idle.push_back(b);
   std::unordered_map<std::uint64_t, int> busy;  // ticket -> buffer
   for (std::uint64_t n = 0;; ++n) {
-    for (const L3Completion& c : store.poll()) {
+    for (const StoreCompletion& c : store.poll()) {
       if (auto it = busy.find(c.ticket); it != busy.end()) {
         idle.push_back(it->second);
         busy.erase(it);
@@ -855,7 +864,7 @@ TEST(L3StoreCrashChild, WritesUntilKilled) {
     idle.pop_back();
     std::uint64_t ticket = 0;
     if (n % 7 == 3) {
-      ticket = store.read(key_of(base + n - 2), kFingerprint, buffers[b].bytes);
+      ticket = store.read(key_of(base + n - 2), meta_of(base + n - 2), buffers[b].bytes);
     } else {
       fill_for(key_of(base + n), buffers[b].bytes, kBlockBytes);
       ticket = store.write(record_of(base + n), buffers[b].bytes);
@@ -912,12 +921,12 @@ TEST(L3Store, KilledAtRandomMomentsLeavesOnlyEntriesThatReadBackIntact) {
     for (const BlockKey& key : (*store)->keys()) {
       const auto record = (*store)->lookup(key);
       ASSERT_TRUE(record);
-      ASSERT_FALSE(record->tokens.empty());
-      const std::uint64_t id = static_cast<std::uint64_t>(record->tokens[0]) / 16;
+      ASSERT_EQ(record->meta.size(), 16u);
+      const std::uint64_t id = id_of(*record);
       EXPECT_EQ(*record, record_of(id)) << "round " << round;
       AlignedBuffer b;
-      const L3Status st = finish(**store, (*store)->read(key, kFingerprint, b.bytes));
-      EXPECT_EQ(st, L3Status::kOk) << "round " << round << " block " << id;
+      const StoreStatus st = finish(**store, (*store)->read(key, meta_of(id), b.bytes));
+      EXPECT_EQ(st, StoreStatus::kOk) << "round " << round << " block " << id;
       EXPECT_TRUE(holds(key, b.bytes, kBlockBytes)) << "round " << round << " block " << id;
       ++verified;
     }

@@ -4,8 +4,8 @@
 //
 // One RocksDB key per block: 'k' + the 128-bit key, big-endian. Its value is a
 // small fixed binary encoding with a version byte (see encode_value) holding
-// the slot's byte offset, the payload length and checksum, the parent key,
-// the model fingerprint, the block's tokens and its last-use clock. One more
+// the slot's byte offset, the payload length and checksum, its last-use clock
+// and the owner's metadata (opaque bytes, tiers/block_store.h). One more
 // key, 'm', records the format the entries were written in (format_tag and
 // block_bytes); an index written in another format is discarded at open,
 // never served.
@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "tiers/block_key.h"
+#include "tiers/block_store.h"
 
 namespace rocksdb {
 class DB;
@@ -65,19 +66,9 @@ class DB;
 
 namespace kvtier::tiers {
 
-// What the index stores about a block beside its location; all opaque to tiers.
-struct L3Record {
-  BlockKey key;
-  BlockKey parent;                // the previous block's key (zero for a first block)
-  std::uint64_t fingerprint = 0;  // model fingerprint; a read expecting another is refused
-  std::vector<std::int32_t> tokens;
-
-  bool operator==(const L3Record&) const = default;
-};
-
 // One index entry: the record plus where and what its payload is.
 struct L3Entry {
-  L3Record record;
+  BlockRecord record;
   std::uint64_t offset = 0;    // byte offset of its slot in the slab file
   std::uint32_t length = 0;    // payload bytes (block_bytes when written)
   std::uint64_t checksum = 0;  // XXH3_64bits of those bytes

@@ -10,10 +10,19 @@ namespace kvtier::tiers {
 
 namespace {
 
-constexpr std::uint8_t kValueVersion = 1;
+// Version 2: version, offset, length, checksum, last_use, metadata length,
+// then the metadata. Version 1 (read, never written) had, where 2 has the
+// metadata, the fields the engine's metadata now holds (engine/block_meta.h):
+// parent key and fingerprint before last_use, token count and tokens after
+// it; read back, they are the same bytes in the same order, so entries of
+// either version name the same blocks.
+constexpr std::uint8_t kValueVersion = 2;
+constexpr std::uint8_t kValueVersion1 = 1;
+constexpr std::size_t kValueHeaderBytes = 1 + 8 + 4 + 8 + 8 + 4;
+// Far above any owner's metadata (the engine's: 28 bytes + 4 a token), so a
+// corrupt length cannot ask for gigabytes.
+constexpr std::size_t kMaxMetaBytes = 1 << 20;
 constexpr std::uint8_t kMetaVersion = 1;
-// version, offset, length, checksum, parent (2), fingerprint, last_use, token count.
-constexpr std::size_t kValueHeaderBytes = 1 + 8 + 4 + 8 + 16 + 8 + 8 + 4;
 constexpr std::size_t kMetaBytes = 1 + 8 + 8;
 
 // Fixed-width little-endian fields, byte by byte so the format does not
@@ -44,6 +53,16 @@ class Reader {
     return static_cast<std::uint8_t>(*v);
   }
   std::size_t left() const { return bytes_.size(); }
+  // The next n bytes, as they are.
+  std::optional<std::string_view> bytes(std::size_t n) {
+    if (failed_ || bytes_.size() < n) {
+      failed_ = true;
+      return std::nullopt;
+    }
+    const std::string_view out = bytes_.substr(0, n);
+    bytes_.remove_prefix(n);
+    return out;
+  }
 
  private:
   // Once a read has failed, every later one fails too: a field read after a
@@ -85,46 +104,70 @@ std::optional<BlockKey> L3Index::decode_key(std::string_view bytes) {
 
 std::string L3Index::encode_value(const L3Entry& e) {
   std::string out;
-  out.reserve(kValueHeaderBytes + 4 * e.record.tokens.size());
+  out.reserve(kValueHeaderBytes + e.record.meta.size());
   out.push_back(static_cast<char>(kValueVersion));
   put_u64(out, e.offset);
   put_u32(out, e.length);
   put_u64(out, e.checksum);
-  put_u64(out, e.record.parent.hi);
-  put_u64(out, e.record.parent.lo);
-  put_u64(out, e.record.fingerprint);
   put_u64(out, e.last_use);
-  put_u32(out, static_cast<std::uint32_t>(e.record.tokens.size()));
-  for (std::int32_t t : e.record.tokens) put_u32(out, static_cast<std::uint32_t>(t));
+  put_u32(out, static_cast<std::uint32_t>(e.record.meta.size()));
+  for (std::byte b : e.record.meta) out.push_back(static_cast<char>(b));
   return out;
 }
+
+namespace {
+
+void append(std::vector<std::byte>& out, std::string_view bytes) {
+  for (char c : bytes) out.push_back(static_cast<std::byte>(c));
+}
+
+// A version 1 value after its version byte (see kValueVersion).
+std::optional<L3Entry> decode_value_v1(Reader& r, L3Entry e) {
+  const auto offset = r.u64();
+  const auto length = r.u32();
+  const auto checksum = r.u64();
+  const auto parent_and_fingerprint = r.bytes(24);
+  const auto last_use = r.u64();
+  const auto count_bytes = r.bytes(4);
+  if (!count_bytes) return std::nullopt;  // a failed read fails the rest: every field is present
+  // Exactly the tokens it announces: nothing missing, nothing trailing.
+  const std::uint32_t count = *Reader(*count_bytes).u32();
+  if (r.left() != static_cast<std::size_t>(count) * 4 || r.left() > kMaxMetaBytes)
+    return std::nullopt;
+  e.offset = *offset;
+  e.length = *length;
+  e.checksum = *checksum;
+  e.last_use = *last_use;
+  append(e.record.meta, *parent_and_fingerprint);
+  append(e.record.meta, *count_bytes);
+  append(e.record.meta, *r.bytes(r.left()));
+  return e;
+}
+
+}  // namespace
 
 std::optional<L3Entry> L3Index::decode_value(const BlockKey& key, std::string_view bytes) {
   Reader r(bytes);
   L3Entry e;
   e.record.key = key;
   const auto version = r.u8();
+  if (version && *version == kValueVersion1) return decode_value_v1(r, std::move(e));
   if (!version || *version != kValueVersion) return std::nullopt;
   const auto offset = r.u64();
   const auto length = r.u32();
   const auto checksum = r.u64();
-  const auto parent_hi = r.u64();
-  const auto parent_lo = r.u64();
-  const auto fingerprint = r.u64();
   const auto last_use = r.u64();
-  const auto count = r.u32();
-  if (!count) return std::nullopt;  // a failed read fails the rest: every field is present
-  // Exactly the tokens it announces: nothing missing, nothing trailing. The
-  // check comes before any allocation, so a corrupt count cannot ask for 16 GB.
-  if (r.left() != static_cast<std::size_t>(*count) * 4) return std::nullopt;
+  const auto meta_bytes = r.u32();
+  if (!meta_bytes) return std::nullopt;  // a failed read fails the rest: every field is present
+  // Exactly the metadata it announces: nothing missing, nothing trailing. The
+  // check comes before any allocation, so a corrupt length cannot ask for
+  // gigabytes.
+  if (r.left() != *meta_bytes || *meta_bytes > kMaxMetaBytes) return std::nullopt;
   e.offset = *offset;
   e.length = *length;
   e.checksum = *checksum;
-  e.record.parent = {*parent_hi, *parent_lo};
-  e.record.fingerprint = *fingerprint;
   e.last_use = *last_use;
-  e.record.tokens.resize(*count);
-  for (auto& t : e.record.tokens) t = static_cast<std::int32_t>(*r.u32());
+  append(e.record.meta, *r.bytes(*meta_bytes));
   return e;
 }
 

@@ -8,24 +8,6 @@
 
 namespace kvtier::tiers {
 
-const char* to_string(L3Status status) {
-  switch (status) {
-    case L3Status::kOk:
-      return "ok";
-    case L3Status::kNotFound:
-      return "not found";
-    case L3Status::kChecksumMismatch:
-      return "checksum mismatch";
-    case L3Status::kIoError:
-      return "I/O error";
-    case L3Status::kNoSpace:
-      return "no space";
-    case L3Status::kUnavailable:
-      return "unavailable";
-  }
-  return "?";
-}
-
 L3Store::~L3Store() {
   if (slab_) drain();
   slab_.reset();  // joins the completion thread before the index closes
@@ -37,7 +19,7 @@ std::chrono::steady_clock::time_point L3Store::now() const {
 
 // ---- engine thread ---------------------------------------------------------
 
-std::uint64_t L3Store::write(const L3Record& record, const std::byte* src) {
+std::uint64_t L3Store::write(const BlockRecord& record, const std::byte* src) {
   const std::uint64_t ticket = next_ticket_++;
   const auto start = std::chrono::steady_clock::now();
   std::uint32_t slot = 0;
@@ -45,13 +27,13 @@ std::uint64_t L3Store::write(const L3Record& record, const std::byte* src) {
     std::lock_guard lock(mu_);
     if (auto it = entries_.find(record.key); it != entries_.end()) {
       use_locked(it->second);
-      complete_locked(ticket, record.key, true, L3Status::kOk);
+      complete_locked(ticket, record.key, true, StoreStatus::kOk);
       return ticket;
     }
     bool probe = false;
     if (!admit_locked(probe)) {
       ++stats_.dropped_writes;
-      complete_locked(ticket, record.key, true, L3Status::kUnavailable);
+      complete_locked(ticket, record.key, true, StoreStatus::kUnavailable);
       return ticket;
     }
     bool index_error = false;
@@ -59,11 +41,11 @@ std::uint64_t L3Store::write(const L3Record& record, const std::byte* src) {
     if (!taken) {
       if (index_error) {
         breaker_failure_locked(probe);
-        complete_locked(ticket, record.key, true, L3Status::kIoError);
+        complete_locked(ticket, record.key, true, StoreStatus::kIoError);
       } else {
         if (probe) probe_in_flight_ = false;  // nothing was tried: the next one probes
         ++stats_.dropped_writes;
-        complete_locked(ticket, record.key, true, L3Status::kNoSpace);
+        complete_locked(ticket, record.key, true, StoreStatus::kNoSpace);
       }
       return ticket;
     }
@@ -80,8 +62,8 @@ std::uint64_t L3Store::write(const L3Record& record, const std::byte* src) {
   return ticket;
 }
 
-std::uint64_t L3Store::read(const BlockKey& key, std::uint64_t expected_fingerprint, std::byte* dst,
-                            int parts) {
+std::uint64_t L3Store::read(const BlockKey& key, std::span<const std::byte> expected_meta,
+                            std::byte* dst, int parts) {
   assert(parts >= 1 && parts <= kMaxParts);
   assert(options_.block_bytes % (static_cast<std::size_t>(parts) * SlabFile::kAlignment) == 0 ||
          parts == 1);
@@ -92,20 +74,22 @@ std::uint64_t L3Store::read(const BlockKey& key, std::uint64_t expected_fingerpr
     std::lock_guard lock(mu_);
     auto it = entries_.find(key);
     if (it == entries_.end() || it->second.state != EntryState::kStored) {
-      complete_locked(ticket, key, false, L3Status::kNotFound);
+      complete_locked(ticket, key, false, StoreStatus::kNotFound);
       return ticket;
     }
-    if (it->second.record.fingerprint != expected_fingerprint) {
-      // Another model's block under this key: a hash collision or a damaged
-      // entry. Either way it must never be served.
+    const std::vector<std::byte>& meta = it->second.record.meta;
+    if (!std::equal(meta.begin(), meta.end(), expected_meta.begin(), expected_meta.end())) {
+      // Another owner's block under this key (another model's, other tokens):
+      // a hash collision or a damaged entry. Either way it must never be
+      // served.
       ++stats_.checksum_failures;
       remove_stored_locked(key);
-      complete_locked(ticket, key, false, L3Status::kChecksumMismatch);
+      complete_locked(ticket, key, false, StoreStatus::kChecksumMismatch);
       return ticket;
     }
     bool probe = false;
     if (!admit_locked(probe)) {
-      complete_locked(ticket, key, false, L3Status::kUnavailable);
+      complete_locked(ticket, key, false, StoreStatus::kUnavailable);
       return ticket;
     }
     Entry& entry = it->second;
@@ -147,9 +131,9 @@ void L3Store::flush() {
   slab_->flush();
 }
 
-std::vector<L3Completion> L3Store::poll() {
+std::vector<StoreCompletion> L3Store::poll() {
   flush();
-  std::vector<L3Completion> out;
+  std::vector<StoreCompletion> out;
   std::lock_guard lock(mu_);
   out.swap(completions_);
   return out;
@@ -194,7 +178,7 @@ void L3Store::set_protected(const BlockKey& key, bool is_protected) {
 
 // ---- any thread ------------------------------------------------------------
 
-std::optional<L3Record> L3Store::lookup(const BlockKey& key) const {
+std::optional<BlockRecord> L3Store::lookup(const BlockKey& key) const {
   std::lock_guard lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.state != EntryState::kStored) return std::nullopt;
@@ -228,9 +212,9 @@ bool L3Store::accepting() const {
   return !breaker_open_ || (!probe_in_flight_ && now() >= open_until_);
 }
 
-L3Stats L3Store::stats() const {
+StoreStats L3Store::stats() const {
   std::lock_guard lock(mu_);
-  L3Stats s = stats_;
+  StoreStats s = stats_;
   s.used_blocks = entries_.size();
   s.available = !breaker_open_;
   const LatencySummary r = read_latency_.summary(), w = write_latency_.summary();
@@ -279,7 +263,7 @@ void L3Store::on_io_complete(std::uint64_t tag, int result) {
       breaker_failure_locked(op.probe);
       if (still_wanted) entries_.erase(it);
       release_slot_locked(op.slot);
-      complete_locked(ticket, op.key, true, L3Status::kIoError, latency);
+      complete_locked(ticket, op.key, true, StoreStatus::kIoError, latency);
       return;
     }
     breaker_success_locked(op.probe);
@@ -288,7 +272,7 @@ void L3Store::on_io_complete(std::uint64_t tag, int result) {
     write_latency_.record(latency);
     if (!still_wanted) {  // erased while in flight: nothing to commit
       release_slot_locked(op.slot);
-      complete_locked(ticket, op.key, true, L3Status::kOk, latency);
+      complete_locked(ticket, op.key, true, StoreStatus::kOk, latency);
       return;
     }
     Entry& entry = it->second;
@@ -300,12 +284,12 @@ void L3Store::on_io_complete(std::uint64_t tag, int result) {
       breaker_failure_locked(false);
       entries_.erase(it);
       release_slot_locked(op.slot);
-      complete_locked(ticket, op.key, true, L3Status::kIoError, latency);
+      complete_locked(ticket, op.key, true, StoreStatus::kIoError, latency);
       return;
     }
     entry.state = EntryState::kStored;
     lru_.insert({entry.last_use, op.key});
-    complete_locked(ticket, op.key, true, L3Status::kOk, latency);
+    complete_locked(ticket, op.key, true, StoreStatus::kOk, latency);
     return;
   }
 
@@ -316,16 +300,16 @@ void L3Store::on_io_complete(std::uint64_t tag, int result) {
   const bool orphaned = !slots_[op.slot].owned;
   const bool same_entry = it != entries_.end() && it->second.state == EntryState::kStored &&
                           it->second.slot == op.slot && it->second.checksum == op.checksum;
-  L3Status status = L3Status::kOk;
+  StoreStatus status = StoreStatus::kOk;
   if (!transferred) {
     ++stats_.io_errors;
     breaker_failure_locked(op.probe);
-    status = L3Status::kIoError;  // the entry stays: the bytes may be fine
+    status = StoreStatus::kIoError;  // the entry stays: the bytes may be fine
   } else if (checksum != op.checksum) {
     breaker_success_locked(op.probe);  // the disk answered; the bytes are wrong
     ++stats_.checksum_failures;
     if (same_entry) remove_stored_locked(op.key);
-    status = L3Status::kChecksumMismatch;
+    status = StoreStatus::kChecksumMismatch;
   } else {
     breaker_success_locked(op.probe);
     ++stats_.reads;
@@ -389,7 +373,7 @@ std::vector<BlockKey> L3Store::take_evicted() {
 }
 
 void L3Store::complete_locked(std::uint64_t ticket, const BlockKey& key, bool is_write,
-                              L3Status status, std::chrono::nanoseconds latency) {
+                              StoreStatus status, std::chrono::nanoseconds latency) {
   completions_.push_back({ticket, key, is_write, status, latency});
 }
 

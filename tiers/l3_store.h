@@ -12,7 +12,7 @@
 //    successfully: the entry is committed after the write, never before.
 //  * An entry is deleted from the index before its slot is written again
 //    (eviction, erase), so no entry ever names bytes it did not checksum.
-//  * Bytes are served only after their checksum and fingerprint match the
+//  * Bytes are served only after their checksum and metadata match the
 //    entry's; a mismatch removes the entry and counts it. Wrong KV is a miss,
 //    never a result.
 //  * Each slot is free, owned by exactly one entry (being written or stored),
@@ -56,6 +56,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -63,6 +64,7 @@
 #include <vector>
 
 #include "tiers/block_key.h"
+#include "tiers/block_store.h"
 #include "tiers/l3_index.h"
 #include "tiers/latency_stats.h"
 #include "tiers/slab_file.h"
@@ -99,37 +101,7 @@ struct L3Options {
   std::function<void()> on_completion;
 };
 
-enum class L3Status {
-  kOk,
-  kNotFound,          // no stored entry (or only one still being written)
-  kChecksumMismatch,  // the bytes or the fingerprint did not match: entry removed
-  kIoError,           // the disk or the index failed this operation: breaker opened
-  kNoSpace,           // every slot is protected, being read or being written
-  kUnavailable,       // the breaker is open: nothing was tried
-};
-const char* to_string(L3Status status);
-
-struct L3Completion {
-  std::uint64_t ticket = 0;  // what write()/read() returned
-  BlockKey key;
-  bool is_write = false;
-  L3Status status = L3Status::kOk;
-  std::chrono::nanoseconds latency{0};  // from write()/read() to the end of the completion
-};
-
-struct L3Stats {
-  std::size_t capacity_blocks = 0, used_blocks = 0;  // used: stored or being written
-  long reads = 0, writes = 0;                        // completed kOk with a transfer
-  long read_bytes = 0, write_bytes = 0;              // payload bytes of those
-  long checksum_failures = 0, io_errors = 0, evictions = 0;
-  long dropped_writes = 0;  // writes refused: kUnavailable, kNoSpace
-  bool available = true;    // the breaker is closed
-  // Over the transfers above: the mean of all, the 99th percentile of the
-  // most recent (LatencyStats::kWindow).
-  double mean_read_us = 0, p99_read_us = 0, mean_write_us = 0, p99_write_us = 0;
-};
-
-class L3Store {
+class L3Store final : public BlockStore {
  public:
   // Opens or creates the store. Recovers used slots and LRU order from the
   // index; entries naming a slot out of range (a smaller capacity than
@@ -155,7 +127,7 @@ class L3Store {
   static std::uint64_t index_headroom_bytes(std::size_t num_slots);
 
   // Drains every operation, persists LRU order, closes.
-  ~L3Store();
+  ~L3Store() override;
   L3Store(const L3Store&) = delete;
   L3Store& operator=(const L3Store&) = delete;
 
@@ -170,15 +142,15 @@ class L3Store {
   //    reused. Without one the write completes kNoSpace.
   //  * The index entry is committed only after the payload write succeeded;
   //    until then lookup() and read() do not see the key.
-  std::uint64_t write(const L3Record& record, const std::byte* src);
+  std::uint64_t write(const BlockRecord& record, const std::byte* src) override;
 
   // Starts reading the block stored under `key` into dst. REQUIRES: dst is
   // 4096-aligned, slot_bytes() long, and valid until the completion is
   // polled; its contents are unspecified unless the completion says kOk.
-  // kOk only when the payload's checksum and the stored fingerprint (equal
-  // to expected_fingerprint) match; otherwise kChecksumMismatch, and the
-  // entry is removed and counted. The entry cannot be evicted while the read
-  // is in flight; a read counts as a use.
+  // kOk only when the payload's checksum matches and the stored metadata is
+  // expected_meta; otherwise kChecksumMismatch, and the entry is removed and
+  // counted. The entry cannot be evicted while the read is in flight; a read
+  // counts as a use.
   //
   // parts > 1 reads the block in `parts` equal pieces (block_bytes / parts
   // bytes, a multiple of 4096), for an owner that uses a block piece by
@@ -189,68 +161,69 @@ class L3Store {
   // still covers the whole block, so the completion, which comes once the
   // last piece has landed, is the only word on whether the bytes are right.
   // REQUIRES: 1 <= parts <= kMaxParts, and block_bytes divides as above.
-  std::uint64_t read(const BlockKey& key, std::uint64_t expected_fingerprint, std::byte* dst,
-                     int parts = 1);
+  std::uint64_t read(const BlockKey& key, std::span<const std::byte> expected_meta, std::byte* dst,
+                     int parts = 1) override;
+  int max_parts() const override { return kMaxParts; }
   static constexpr int kMaxParts = 64;
 
   // How many leading pieces of read `ticket` (one made in parts) are in its
   // buffer, unverified; nullopt once the last one has landed (or for a
   // ticket not in flight): the completion, queued for poll() right after,
   // says how the read ended.
-  std::optional<int> landed(std::uint64_t ticket) const;
+  std::optional<int> landed(std::uint64_t ticket) const override;
 
   // Submits every queued operation now (write/read batch them).
-  void flush();
+  void flush() override;
   // Completions since the last call, in completion order; flushes first and
   // never blocks on I/O.
-  std::vector<L3Completion> poll();
+  std::vector<StoreCompletion> poll() override;
   // Blocks until every submitted operation has completed (its completion is
   // then waiting for poll()) and persists LRU order.
-  void drain();
+  void drain() override;
   // drain(), then makes what is stored durable against a power loss, not
   // only a crash of the process: the slab's data, then the index. Costs a
   // device cache flush: for a shutdown or an explicit persist, not per write.
-  std::expected<void, std::string> sync();
+  std::expected<void, std::string> sync() override;
 
   // The record of a stored entry (not of one still being written). Served
   // from memory.
-  std::optional<L3Record> lookup(const BlockKey& key) const;
-  bool contains(const BlockKey& key) const;
+  std::optional<BlockRecord> lookup(const BlockKey& key) const override;
+  bool contains(const BlockKey& key) const override;
   // Removes the entry from the index, then frees its slot (once no read is
   // in flight on it). An entry still being written is dropped when its write
   // completes. Unknown keys are ignored.
-  void erase(const BlockKey& key);
+  void erase(const BlockKey& key) override;
   // Marks the entry used now, for LRU. Persisted lazily: with the next read
   // of it, drain() or close.
   void touch(const BlockKey& key);
   // Protected entries are never evicted (the engine's swapped-out requests).
   // Kept in memory only: after a restart nothing is protected.
-  void set_protected(const BlockKey& key, bool is_protected);
+  void set_protected(const BlockKey& key, bool is_protected) override;
   // The keys of the entries write() evicted to make room since the last
   // call, oldest first: an owner that mirrors what the store holds forgets
   // them here (erase() and checksum failures it knows of already).
-  std::vector<BlockKey> take_evicted();
+  std::vector<BlockKey> take_evicted() override;
 
-  std::size_t slot_bytes() const { return slot_bytes_; }
-  std::size_t block_bytes() const { return options_.block_bytes; }
+  std::size_t slot_bytes() const override { return slot_bytes_; }
+  std::size_t block_bytes() const override { return options_.block_bytes; }
   std::size_t capacity_blocks() const { return num_slots_; }
   // Every stored key, in no particular order: what a restart found, for
   // tools and tests (lookup() is the cheap question).
   std::vector<BlockKey> keys() const;
   // Where a stored entry's payload lies in <path>/slab, for tests and tools.
   std::optional<std::uint64_t> slot_offset(const BlockKey& key) const;
-  L3Stats stats() const;
+  StoreStats stats() const override;
   // Whether an operation submitted now would reach the disk: the breaker is
   // closed, or it is open but due for its probe. Cheap (callers ask per
   // request: while it is false, L3 is skipped rather than waited on).
-  bool accepting() const;
+  bool accepting() const override;
   // What open() recovered and discarded, one line each.
-  std::vector<std::string> warnings() const { return warnings_; }
+  std::vector<std::string> warnings() const override { return warnings_; }
 
  private:
   enum class EntryState { kWriting, kStored };
   struct Entry {
-    L3Record record;
+    BlockRecord record;
     std::uint32_t slot = 0;
     std::uint64_t checksum = 0;  // valid once kStored
     std::uint64_t last_use = 0;  // key into lru_ while kStored
@@ -294,7 +267,7 @@ class L3Store {
   bool admit_locked(bool& probe);
   void breaker_failure_locked(bool probe);
   void breaker_success_locked(bool probe);
-  void complete_locked(std::uint64_t ticket, const BlockKey& key, bool is_write, L3Status status,
+  void complete_locked(std::uint64_t ticket, const BlockKey& key, bool is_write, StoreStatus status,
                        std::chrono::nanoseconds latency = {});
   // A free slot, evicting the LRU victim if need be: nullopt (with *error
   // set when the index refused the delete) if none can be had.
@@ -330,9 +303,9 @@ class L3Store {
   std::vector<Slot> slots_;
   std::vector<std::uint32_t> free_;            // slots with no owner and no reads; lowest last
   std::unordered_map<std::uint64_t, Op> ops_;  // ticket -> operation in flight
-  std::vector<L3Completion> completions_;      // waiting for poll()
+  std::vector<StoreCompletion> completions_;   // waiting for poll()
   std::vector<BlockKey> evicted_;              // waiting for take_evicted()
-  L3Stats stats_;
+  StoreStats stats_;
   LatencyStats read_latency_, write_latency_;
   // The breaker: closed, open until open_until_, or half open with one probe
   // in flight.
