@@ -1,7 +1,8 @@
 // kvtierd's settings: one struct holding every setting with its default and
-// trade-off, and one table (name, whether it may change at run time, how it
-// reads and writes as JSON) from which `config.get`, `config.set` and the
-// SIGHUP reload are all generated, so no list of settings is kept twice.
+// trade-off, and one table with a row per setting (name, type, range or
+// choices, description, whether it may change at run time, and how it reads
+// and writes as JSON), from which `config.get`, `config.set` and the SIGHUP
+// reload are generated. The rows live in settings_table.cpp.
 //
 // A setting's name is its command-line flag and config-file key with '_' for
 // '-' (`--max-batch-size`, `max-batch-size = 8`, "max_batch_size").
@@ -13,10 +14,11 @@
 // fixed at start-up: config.get shows it as read-only, and changing it takes
 // a restart. That includes the prefix cache and its tiers (prefix_cache,
 // l1_bytes, l2_bytes, l3_path, l3_bytes, write_policy, l2_format,
-// l3_format), preemption and the
-// default eviction policy: the pools are sized and the L3 store opened once.
+// l3_format, load_by_layer), preemption and the default eviction policy:
+// the pools are sized and the L3 store opened once.
 //
-// Thread-safety: the functions are pure; a DaemonConfig is a plain value.
+// Thread-safety: the functions are pure; a DaemonConfig is a plain value
+// and the table is constant.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/log.h"
@@ -39,9 +42,9 @@ struct Limit {
   constexpr bool contains(T v) const { return v >= min && v <= max; }
 };
 
-// Every numeric setting's range: the one table that the command line and
-// the config file (cli.cpp, so SIGHUP's re-read too) and config.set
-// (config.cpp) check against. Whether sizes fit the machine (memory, disk)
+// Every numeric setting's range, which its row in the settings table
+// carries: the command line, the config file (so SIGHUP's re-read too) and
+// config.set check against it. Whether sizes fit the machine (memory, disk)
 // is checked where the pools and the L3 slab are made, against what the
 // machine has.
 namespace limits {
@@ -109,20 +112,74 @@ struct DaemonConfig {
   double drain_timeout = 10;
 };
 
-struct Setting {
-  const char* name;
-  bool runtime;
-  const char* summary;
-  nlohmann::json (*get)(const DaemonConfig&);
-  // Type- and range-checks `value` and stores it; null for a setting that is
-  // not runtime. The error names the setting and what it accepts.
-  std::expected<void, std::string> (*set)(DaemonConfig&, const nlohmann::json& value);
+// How a setting's value reads in JSON (config.get, config.set), and so on
+// the command line and in the config file.
+enum class SettingType {
+  kBool,       // true | false; the flags --x and --no-x
+  kInt,        // an integer in the row's range
+  kBytes,      // an integer in the row's range; a flag or file key also takes
+               // a suffix in powers of 1024 (256M, 4GiB)
+  kSeconds,    // a number in the row's range
+  kText,       // any string
+  kDirectory,  // the path of a directory, which must exist at start-up
+  kChoice,     // one of the row's choices
 };
 
-// Every setting, in the order config.get and `kvtierctl config get` list them.
+// Where `kvtierd --help` lists a setting: with the general options, under
+// "server" or under "tiers".
+enum class SettingGroup { kGeneral, kServer, kTiers };
+
+// A numeric setting's range (`limits`), as doubles: every limit is an
+// integer far below 2^53, so each end is exact.
+struct SettingRange {
+  double min = 0, max = 0;
+};
+
+// One row of the settings table. Its default is DaemonConfig{}'s value, read
+// through `get`: the struct above states each default once, with its
+// trade-off.
+struct Setting {
+  const char* name;  // config.get's key; the flag and file key use '-' for '_'
+  SettingType type;
+  SettingGroup group;
+  bool runtime;                                 // config.set and SIGHUP may change it
+  const char* description;                      // for --help and config.get
+  SettingRange range{};                         // kInt, kBytes, kSeconds
+  std::span<const std::string_view> choices{};  // kChoice
+  // model and socket: main finds their defaults at start (cli.h), so
+  // DaemonConfig{}'s empty value is none.
+  bool default_found_at_start = false;
+  nlohmann::json (*get)(const DaemonConfig&) = nullptr;
+  // Stores a value setting_store() has checked against the row's type and
+  // range or choices. Fails only where the row parses further (eviction).
+  std::expected<void, std::string> (*set)(DaemonConfig&, const nlohmann::json&) = nullptr;
+};
+
+// Every setting, in the order `kvtierd --help` lists them.
 std::span<const Setting> settings();
 
-// {"<name>": {"value": ..., "runtime": bool}, ...} for every setting.
+// The row named `name` ("max_batch_size"), or null.
+const Setting* setting_find(std::string_view name);
+
+// The row's flag: "--max-batch-size" for max_batch_size.
+std::string setting_flag(const Setting& s);
+
+// What the row accepts, for messages: "an integer in [1, 1048576]".
+std::string setting_accepts(const Setting& s);
+
+// Checks `value` against the row's type and range or choices, then stores
+// it in `config`. The error says what the row accepts and what it got
+// ("must be an integer in [1, 1048576], got 0") without naming the setting:
+// config.set names it 'max_pending', the command line --max-pending. The
+// command line, the config file and config.set all store through here, so
+// they accept the same values.
+std::expected<void, std::string> setting_store(const Setting& s, DaemonConfig& config,
+                                               const nlohmann::json& value);
+
+// {"<name>": {"value": ..., "runtime": bool, "description": "...",
+// "default": ..., "range": [min, max] | "choices": [...]}, ...} for every
+// setting. "default" is absent where main finds it at start (model,
+// socket); "range" only for numbers, "choices" only for choices.
 nlohmann::json config_to_json(const DaemonConfig& config);
 
 // `current` with the settings `changes` names ({"token_budget": 32, ...})
