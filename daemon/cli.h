@@ -1,6 +1,7 @@
-// kvtierd's command line and config file (CLI11): every DaemonConfig setting
-// (config.h) as a flag and as a key of the --config file, plus the one-shot
-// flags (oneshot.h). `kvtierd --help` is the reference.
+// kvtierd's command line and config file (CLI11): every setting of the
+// settings table (config.h) as a flag and as a key of the --config file
+// (setting_flags.h), plus the one-shot flags (oneshot.h). `kvtierd --help`
+// is the reference.
 //
 // Config-file keys are the long flag names without the dashes in front
 // (`max-kv-tokens = 8192`); flags on the command line override the file.

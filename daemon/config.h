@@ -1,8 +1,10 @@
 // kvtierd's settings: one struct holding every setting with its default and
 // trade-off, and one table with a row per setting (name, type, range or
 // choices, description, whether it may change at run time, and how it reads
-// and writes as JSON), from which `config.get`, `config.set` and the SIGHUP
-// reload are generated. The rows live in settings_table.cpp.
+// and writes as JSON). Everything that lists settings is generated from the
+// table, so none is kept twice: the flags, the config file's keys and
+// `kvtierd --help` (setting_flags.h), `config.get`, `config.set` and the
+// SIGHUP reload. The rows live in settings_table.cpp.
 //
 // A setting's name is its command-line flag and config-file key with '_' for
 // '-' (`--max-batch-size`, `max-batch-size = 8`, "max_batch_size").
