@@ -19,6 +19,7 @@
 namespace {
 
 using kvtier::CacheNode;
+using kvtier::Presence;
 using kvtier::RadixCache;
 using kvtier::Tier;
 
@@ -36,7 +37,7 @@ struct Fixture {
     CacheNode* parent = nullptr;
     for (std::size_t i = 0; (i + 1) * kPage <= tokens.size(); ++i) {
       CacheNode* n = tree.insert(root, parent, std::span(tokens).subspan(i * kPage, kPage));
-      if (n->l1 < 0) tree.set_l1(n, next_block++);
+      if (!n->in(Tier::kL1)) tree.set(n, Tier::kL1, {Presence::kStored, next_block++});
       path.push_back(n);
       parent = n;
     }
@@ -49,8 +50,8 @@ struct Fixture {
   Fixture() {
     for (int i = 0; i < kOtherPrefixes; ++i)
       for (CacheNode* n : insert(kvtier::bench::random_tokens(8 * kPage, 50257, 1000 + i))) {
-        tree.set_l2(n, n->l1);
-        tree.set_l1(n, -1);
+        tree.set(n, Tier::kL2, {Presence::kStored, n->slot(Tier::kL1)});
+        tree.set(n, Tier::kL1, {});
       }
   }
 };
@@ -77,7 +78,7 @@ void BM_InsertAndEvict(benchmark::State& state) {
     f.insert(tokens);
     for (int i = 0; i < blocks; ++i) {
       CacheNode* victim = f.tree.lru(Tier::kL1, [](const CacheNode& n) { return n.children == 0; });
-      f.tree.set_l1(victim, -1);
+      f.tree.set(victim, Tier::kL1, {});
     }
   }
   state.counters["blocks"] = blocks;

@@ -59,8 +59,8 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
 KvCache::~KvCache() {
   persist();
   for (const CacheNode* n : tree_.nodes()) {
-    if (n->l1 >= 0) l1_->release(n->l1);
-    if (n->l2 >= 0) l2_->release(n->l2);
+    if (n->state(Tier::kL1) != Presence::kNone) l1_->release(n->slot(Tier::kL1));
+    if (n->state(Tier::kL2) != Presence::kNone) l2_->release(n->slot(Tier::kL2));
   }
 }
 
@@ -81,7 +81,7 @@ std::vector<CacheNode*> KvCache::prefix_worth_loading(const tiers::BlockKey& roo
                                                       long* skipped) {
   adopt_l3_entries(root, tokens, max_blocks);
   std::vector<CacheNode*> path = tree_.match(root, tokens, max_blocks);
-  auto l3_only = [](const CacheNode* n) { return n->best_tier() == Tier::kL3 && !n->l1_loading; };
+  auto l3_only = [](const CacheNode* n) { return n->best_tier() == Tier::kL3 && !n->loading(); };
   auto first_l3 = std::find_if(path.begin(), path.end(), l3_only);
   // With L3 failing (its breaker open), a block only L3 has is a miss: the
   // request is prefilled instead of waiting for the disk to come back.
@@ -122,7 +122,8 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
         // A write that completed meanwhile protected its L3 entry for this
         // hold (poll_l3); with no swapped request left holding the node,
         // nothing else would ever let the entry go.
-        if (--node->holds == 0 && node->l3) cache->l3_store().set_protected(node->key, false);
+        if (--node->holds == 0 && node->stored(Tier::kL3))
+          cache->l3_store().set_protected(node->key, false);
         cache->tree_.prune(node);
       }
     }
@@ -146,7 +147,7 @@ bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allo
   for (std::size_t i = 0; i < path.size(); ++i) {
     CacheNode* node = path[i];
     if (node->usable_l1()) continue;
-    if (node->l1_loading) {
+    if (node->loading()) {
       pending = true;
       continue;
     }
@@ -157,21 +158,20 @@ bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allo
     }
     ++taken;
     pending = true;
-    node->l1_loading = true;
-    node->hit_tier = node->l2 >= 0 ? Tier::kL2 : Tier::kL3;
-    tree_.set_l1(node, *block);
-    if (node->l2 < 0) {
+    // Loading from L2 is a move out of its slot (CacheNode::moving_l2).
+    node->hit_tier = node->stored(Tier::kL2) ? Tier::kL2 : Tier::kL3;
+    tree_.set(node, Tier::kL1, {Presence::kLoading, *block});
+    if (node->hit_tier == Tier::kL3) {
       start_l3_read(node);
       continue;
     }
-    node->l2_copying = true;
     if (plan_.l2_layers > 1) {
       up_by_layer.push_back(node);
       continue;
     }
-    const std::uint64_t ticket =
-        start_move(l1_->data(*block), l2_->data(node->l2), plan_.block_bytes, plan_.from_l2);
-    moves_[ticket] = {node->key, /*up=*/true, *block, node->l2};
+    const std::uint64_t ticket = start_move(l1_->data(*block), l2_->data(node->slot(Tier::kL2)),
+                                            plan_.block_bytes, plan_.from_l2);
+    moves_[ticket] = {node->key, /*up=*/true, *block, node->slot(Tier::kL2)};
   }
   start_layer_copies(up_by_layer);
   // Making room may have handled completions: a block that failed meanwhile
@@ -182,8 +182,8 @@ bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allo
 
 bool KvCache::all_by_layer(const std::vector<CacheNode*>& path) const {
   return std::all_of(path.begin(), path.end(), [&](const CacheNode* node) {
-    return node->usable_l1() || (node->l1_loading && ((l3_ && l3_reads_by_layer(node->key)) ||
-                                                      copies_by_layer_.contains(node->key)));
+    return node->usable_l1() || (node->loading() && ((l3_ && l3_reads_by_layer(node->key)) ||
+                                                     copies_by_layer_.contains(node->key)));
   });
 }
 
@@ -193,17 +193,18 @@ std::vector<int> KvCache::hand_out(const std::vector<CacheNode*>& path, int want
   blocks.reserve(path.size());
   LayerLoad::Counted counted;
   for (CacheNode* node : path) {
-    l1_->add_ref(node->l1);
-    blocks.push_back(node->l1);
+    const int block = node->slot(Tier::kL1);
+    l1_->add_ref(block);
+    blocks.push_back(block);
     ++counted.hits[node->hit_tier];
     // A block still landing stays its tier's until settle() says it landed
     // whole: a failed pass takes its count back and looks again.
-    if (!node->l1_loading) {
+    if (!node->loading()) {
       node->hit_tier = Tier::kL1;
       continue;
     }
     load->keys.push_back(node->key);
-    load->blocks.push_back(node->l1);
+    load->blocks.push_back(block);
     if (auto m = copies_by_layer_.find(node->key); m != copies_by_layer_.end())
       load->copies.push_back(m->second.tickets);
     else
@@ -226,13 +227,13 @@ std::vector<CacheNode*> KvCache::insert(const tiers::BlockKey& root, std::span<c
   const std::size_t P = static_cast<std::size_t>(layout_.page_size);
   for (std::size_t i = 0; i < blocks.size() && (i + 1) * P <= tokens.size(); ++i) {
     CacheNode* node = tree_.insert(root, parent, tokens.subspan(i * P, P));
-    if (node->l1 < 0) {
+    if (!node->in(Tier::kL1)) {
       l1_->add_ref(blocks[i]);
-      tree_.set_l1(node, blocks[i]);
+      tree_.set(node, Tier::kL1, {Presence::kStored, blocks[i]});
       node->hit_tier = Tier::kL1;  // computed here, whatever a failed promotion left
     }
-    if (config_.write_policy == WritePolicy::kWriteThrough && !node->l3 && !node->l3_writing &&
-        node->usable_l1() && l3_accepting()) {
+    if (config_.write_policy == WritePolicy::kWriteThrough &&
+        node->state(Tier::kL3) == Presence::kNone && node->usable_l1() && l3_accepting()) {
       write_to_l3(node);
     }
     path.push_back(node);
@@ -260,21 +261,21 @@ bool KvCache::make_free_l1(int n) {
 int KvCache::demotable_l1() const { return policy_->demotable_l1(); }
 
 void KvCache::demote_l1(CacheNode* node) {
-  const int block = node->l1;
-  if (node->l2 < 0) {
+  const int block = node->slot(Tier::kL1);
+  if (!node->stored(Tier::kL2)) {
     // A block L3 already has may take a free or clean slot, never push out a
     // block that exists only in L2.
     using enum PlacementPolicy::L2Victims;
-    if (auto slot = alloc_l2(node->l3 ? kWithCopy : kAny)) {
+    if (auto slot = alloc_l2(node->stored(Tier::kL3) ? kWithCopy : kAny)) {
       move_block(l2_->data(*slot), l1_->data(block), plan_.to_l2, Tier::kL1, Tier::kL2);
-      tree_.set_l2(node, *slot);
+      tree_.set(node, Tier::kL2, {Presence::kStored, *slot});
       ++stats_.tier[Tier::kL2].demotions;
-    } else if (!node->l3) {
+    } else if (!node->stored(Tier::kL3)) {
       ++stats_.tier[Tier::kL1].dropped;
     }
   }
   l1_->release(block);
-  tree_.set_l1(node, -1);  // may erase the node
+  tree_.set(node, Tier::kL1, {});  // may erase the node
 }
 
 std::optional<int> KvCache::alloc_l2(PlacementPolicy::L2Victims victims) {
@@ -299,9 +300,10 @@ std::optional<int> KvCache::alloc_l2(PlacementPolicy::L2Victims victims) {
 }
 
 void KvCache::drop_l2(CacheNode* node) {
-  if (!node->l3 && node->l1 < 0) ++stats_.tier[Tier::kL2].dropped;  // gone from the cache
-  l2_->release(node->l2);
-  tree_.set_l2(node, -1);
+  if (!node->stored(Tier::kL3) && !node->in(Tier::kL1))
+    ++stats_.tier[Tier::kL2].dropped;  // gone from the cache
+  l2_->release(node->slot(Tier::kL2));
+  tree_.set(node, Tier::kL2, {});
 }
 
 void KvCache::hold(std::span<const tiers::BlockKey> keys, int delta) {
@@ -309,7 +311,7 @@ void KvCache::hold(std::span<const tiers::BlockKey> keys, int delta) {
     CacheNode* node = tree_.find(key);
     if (node == nullptr) continue;
     node->holds = std::max(0, node->holds + delta);
-    if (l3_ && node->l3) l3_store().set_protected(key, node->holds > 0);
+    if (l3_ && node->stored(Tier::kL3)) l3_store().set_protected(key, node->holds > 0);
     tree_.prune(node);
   }
 }
@@ -335,20 +337,20 @@ int KvCache::flush(Tier tier) {
       // first, so the blocks coming down displace only clean ones. (Between
       // two flushes on an idle daemon no step runs write-back.)
       write_down_to_l3([has_l2 = l2_ != nullptr](const CacheNode& n) {
-        return n.pins == 0 && (has_l2 ? n.l2 >= 0 : n.usable_l1());
+        return n.pins == 0 && (has_l2 ? n.stored(Tier::kL2) : n.usable_l1());
       });
       for (; CacheNode* n = policy_->flushable(Tier::kL1); ++dropped) demote_l1(n);
       break;
     case Tier::kL2:
       if (!l2_) break;
-      write_down_to_l3([](const CacheNode& n) { return n.pins == 0 && n.l2 >= 0; });
+      write_down_to_l3([](const CacheNode& n) { return n.pins == 0 && n.stored(Tier::kL2); });
       for (; CacheNode* n = policy_->flushable(Tier::kL2); ++dropped) drop_l2(n);
       break;
     case Tier::kL3:
       if (!l3_) break;
       for (; CacheNode* n = policy_->flushable(Tier::kL3); ++dropped) {
         l3_store().erase(n->key);
-        tree_.set_l3(n, false);
+        tree_.set(n, Tier::kL3, {});
         ++stats_.tier[Tier::kL3].dropped;
       }
       break;

@@ -94,10 +94,10 @@ void KvCache::adopt_l3_entries(const tiers::BlockKey& root, std::span<const int>
       const auto record = l3_->store->lookup(key);
       if (!record || record->meta != encode_block_meta(parent_key, fingerprint_, block)) return;
       node = tree_.insert(root, parent, block);
-      tree_.set_l3(node, true);
-    } else if (node->l3 && !l3_->store->contains(key)) {
+      tree_.set(node, Tier::kL3, {Presence::kStored});
+    } else if (node->stored(Tier::kL3) && !l3_->store->contains(key)) {
       // The store evicted it on its own; the tree learns it here.
-      tree_.set_l3(node, false);
+      tree_.set(node, Tier::kL3, {});
       return;
     }
     parent = node;
@@ -107,9 +107,9 @@ void KvCache::adopt_l3_entries(const tiers::BlockKey& root, std::span<const int>
 void KvCache::start_l3_read(CacheNode* node) {
   // Straight into the new L1 block, or into a staging buffer that poll_l3()
   // decodes into it.
-  assert(node->l3 && l3_);
+  assert(node->stored(Tier::kL3) && l3_);
   int staging = -1;
-  std::byte* dst = l1_->data(node->l1);
+  std::byte* dst = l1_->data(node->slot(Tier::kL1));
   if (l3_->staging) {
     staging = l3_->staging->allocate().value();  // never empty: see L3Parts
     dst = l3_->staging->data(staging);
@@ -129,8 +129,8 @@ void KvCache::poll_l3() {
   // find the node not yet on L3, and the completion then mark it there.
   for (const tiers::BlockKey& key : l3_->store->take_evicted()) {
     CacheNode* node = tree_.find(key);
-    if (node == nullptr || !node->l3) continue;
-    tree_.set_l3(node, false);  // may erase the node
+    if (node == nullptr || !node->stored(Tier::kL3)) continue;
+    tree_.set(node, Tier::kL3, {});  // may erase the node
     ++stats_.tier[Tier::kL3].dropped;
   }
 }
@@ -152,7 +152,7 @@ void KvCache::finish_l3(const tiers::StoreCompletion& c) {
   std::chrono::nanoseconds latency = c.latency;
   if (!p.is_write && p.staging >= 0 && node != nullptr && c.status == tiers::StoreStatus::kOk) {
     const auto start = Clock::now();
-    plan_.l3_decode(l1_->data(node->l1), l3_->staging->data(p.staging));
+    plan_.l3_decode(l1_->data(node->slot(Tier::kL1)), l3_->staging->data(p.staging));
     latency += Clock::now() - start;
   }
   if (p.staging >= 0) l3_->staging->release(p.staging);
@@ -163,20 +163,20 @@ void KvCache::finish_l3(const tiers::StoreCompletion& c) {
       l1_->release(p.l1_source);
     }
     if (node == nullptr) return;
-    node->l3_writing = false;
     if (c.status != tiers::StoreStatus::kOk) {
-      tree_.prune(node);
+      tree_.set(node, Tier::kL3, {});  // may erase the node
       return;
     }
-    tree_.set_l3(node, true);
+    tree_.set(node, Tier::kL3, {Presence::kStored});
     ++t3.demotions;
     t3.bytes_in += static_cast<long>(plan_.l3_block_bytes);
     if (node->holds > 0) l3_->store->set_protected(node->key, true);
     return;
   }
   if (node == nullptr) return;  // cannot happen: a loading node holds its L1 block
-  node->l1_loading = false;
+  const int block = node->slot(Tier::kL1);
   if (c.status == tiers::StoreStatus::kOk) {
+    tree_.set(node, Tier::kL1, {Presence::kStored, block});
     ++t3.promotions;
     t3.bytes_out += static_cast<long>(plan_.l3_block_bytes);
     return;
@@ -184,12 +184,11 @@ void KvCache::finish_l3(const tiers::StoreCompletion& c) {
   // A miss: the tokens will be prefilled. A corrupt entry is already gone
   // from the store; forget it here too. Still resident in L1 here, so
   // neither call can erase the node early.
-  const int block = node->l1;
   if (c.status == tiers::StoreStatus::kChecksumMismatch ||
       c.status == tiers::StoreStatus::kNotFound)
-    tree_.set_l3(node, false);
+    tree_.set(node, Tier::kL3, {});
   l1_->release(block);
-  tree_.set_l1(node, -1);
+  tree_.set(node, Tier::kL1, {});
 }
 
 void KvCache::start_writeback() {
@@ -211,7 +210,7 @@ int KvCache::write_down_to_l3(const std::function<bool(const CacheNode&)>& wante
   int written = 0;
   for (const CacheNode* n : tree_.nodes()) {
     CacheNode* node = const_cast<CacheNode*>(n);  // the tree's nodes are ours to change
-    if (node->l3 || node->l3_writing || !wanted(*node)) continue;
+    if (node->state(Tier::kL3) != Presence::kNone || !wanted(*node)) continue;
     if (!write_to_l3(node)) break;
     ++written;
   }
@@ -222,8 +221,9 @@ int KvCache::write_down_to_l3(const std::function<bool(const CacheNode&)>& wante
 
 bool KvCache::write_to_l3(CacheNode* node) {
   if (device_failed_) return false;
-  const bool from_l2 = node->l2 >= 0;
-  const std::byte* src = from_l2 ? l2_->data(node->l2) : l1_->data(node->l1);
+  const bool from_l2 = node->stored(Tier::kL2);
+  const std::byte* src =
+      from_l2 ? l2_->data(node->slot(Tier::kL2)) : l1_->data(node->slot(Tier::kL1));
   // An L2 slot in L3's format is written as it is (host memory, its slot
   // page-aligned); anything else (L1, or an exact slot for an int8 L3) is
   // encoded or copied into a staging buffer that lives until the write
@@ -241,12 +241,12 @@ bool KvCache::write_to_l3(CacheNode* node) {
     return false;
   }
   const tiers::BlockRecord record{node->key, meta_of(*node)};
-  node->l3_writing = true;
+  tree_.set(node, Tier::kL3, {Presence::kWriting});
   int l1_source = -1;
   if (!from_l2) {
     // The extra reference keeps the block in L1 until the write completes
     // (and, with staging, bounds the buffers in use: see L3Parts).
-    l1_source = node->l1;
+    l1_source = node->slot(Tier::kL1);
     l1_->add_ref(l1_source);
     ++l1_io_refs_[static_cast<std::size_t>(l1_source)];
   }
@@ -274,7 +274,7 @@ int KvCache::persist() {
     return 0;
   }
   const int written =
-      write_down_to_l3([](const CacheNode& n) { return n.l2 >= 0 || n.usable_l1(); });
+      write_down_to_l3([](const CacheNode& n) { return n.stored(Tier::kL2) || n.usable_l1(); });
   if (auto synced = l3_->store->sync(); !synced)
     warnings_.push_back("L3 sync: " + synced.error() +
                         "; a power loss may lose blocks written since (their checksums keep "

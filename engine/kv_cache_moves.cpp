@@ -68,9 +68,10 @@ void KvCache::start_layer_copies(const std::vector<CacheNode*>& nodes) {
     for (CacheNode* node : nodes) {
       const std::size_t offset = static_cast<std::size_t>(l) * layer_bytes;
       const std::uint64_t ticket =
-          start_move(l1_->data(node->l1) + offset, l2_->data(node->l2) + offset, layer_bytes,
-                     plan_.layer_copy);
-      moves_[ticket] = {node->key, /*up=*/true, node->l1, node->l2, /*by_layer=*/true};
+          start_move(l1_->data(node->slot(Tier::kL1)) + offset,
+                     l2_->data(node->slot(Tier::kL2)) + offset, layer_bytes, plan_.layer_copy);
+      moves_[ticket] = {node->key, /*up=*/true, node->slot(Tier::kL1), node->slot(Tier::kL2),
+                        /*by_layer=*/true};
       LayeredMove& m = copies_by_layer_[node->key];
       m.tickets.push_back(ticket);
       m.left = plan_.l2_layers;
@@ -90,17 +91,16 @@ void KvCache::fail_queue_moves() {
     // A block moved by layer fails once, at the first of its layers met.
     if (move.by_layer && copies_by_layer_.erase(move.key) == 0) continue;
     CacheNode* node = tree_.find(move.key);
-    assert(node != nullptr && node->l1 == move.l1_block);
-    node->l2_copying = false;
+    assert(node != nullptr && node->slot(Tier::kL1) == move.l1_block);
     if (move.up) {
       // What reached the L1 block is unknown: it leaves the cache (a request
       // that holds it by layer has its pass thrown away by settle()); the
       // L2 copy stays.
-      node->l1_loading = false;
-      tree_.set_l1(node, -1);
+      tree_.set(node, Tier::kL1, {});
       l1_->release(move.l1_block);
     } else {
       // Cleaning: the L2 slot's bytes are unknown; the L1 block stays.
+      tree_.set(node, Tier::kL2, {});
       l2_->release(move.l2_slot);
       --l1_io_refs_[static_cast<std::size_t>(move.l1_block)];
       l1_->release(move.l1_block);
@@ -119,17 +119,18 @@ void KvCache::start_cleaning() {
   if (!l2_ || l1_->num_free() >= clean_window_) return;
   // The next demotion candidates, in the order make_free_l1 takes them.
   for (CacheNode* node : policy_->l1_next_victims(static_cast<std::size_t>(clean_window_))) {
-    if (node->l2 >= 0 || node->l2_copying) continue;
+    if (node->stored(Tier::kL2) || node->moving_l2()) continue;
     const auto slot = alloc_l2(PlacementPolicy::L2Victims::kOnL3);
     if (!slot) return;
     // The extra reference keeps the block (and so the node) in L1 until the
     // copy is done; the policy passes it over meanwhile.
-    l1_->add_ref(node->l1);
-    ++l1_io_refs_[static_cast<std::size_t>(node->l1)];
-    node->l2_copying = true;
+    const int block = node->slot(Tier::kL1);
+    l1_->add_ref(block);
+    ++l1_io_refs_[static_cast<std::size_t>(block)];
+    tree_.set(node, Tier::kL2, {Presence::kWriting, *slot});
     const std::uint64_t ticket =
-        start_move(l2_->data(*slot), l1_->data(node->l1), plan_.block_bytes, plan_.to_l2);
-    moves_[ticket] = {node->key, /*up=*/false, node->l1, *slot};
+        start_move(l2_->data(*slot), l1_->data(block), plan_.block_bytes, plan_.to_l2);
+    moves_[ticket] = {node->key, /*up=*/false, block, *slot};
   }
 }
 
@@ -146,16 +147,15 @@ void KvCache::finish_move(std::uint64_t ticket, std::chrono::nanoseconds latency
   // Both kinds hold the node in L1 (loading, or an extra reference), so it
   // is still there.
   CacheNode* node = tree_.find(move.key);
-  assert(node != nullptr && node->l1 == move.l1_block);
-  node->l2_copying = false;
+  assert(node != nullptr && node->slot(Tier::kL1) == move.l1_block);
   if (move.up) {
     account_copy(Tier::kL2, Tier::kL1, latency);
-    node->l1_loading = false;
+    tree_.set(node, Tier::kL1, {Presence::kStored, move.l1_block});
     ++stats_.tier[Tier::kL2].promotions;
     return;
   }
   account_copy(Tier::kL1, Tier::kL2, latency);
-  tree_.set_l2(node, move.l2_slot);
+  tree_.set(node, Tier::kL2, {Presence::kStored, move.l2_slot});
   ++stats_.tier[Tier::kL2].demotions;
   ++stats_.cleaned;
   --l1_io_refs_[static_cast<std::size_t>(move.l1_block)];
@@ -249,7 +249,7 @@ bool KvCache::settle(const LayerLoad& load) {
   std::vector<CacheNode*> landed;
   for (std::size_t i = 0; i < load.keys.size(); ++i) {
     CacheNode* node = tree_.find(load.keys[i]);
-    if (node == nullptr || node->l1 != load.blocks[i] || node->l1_loading) {
+    if (node == nullptr || node->slot(Tier::kL1) != load.blocks[i] || node->loading()) {
       count(load.counted, -1);
       return false;
     }

@@ -18,7 +18,7 @@ void KvCache::count(const LayerLoad::Counted& c, int sign) {
 std::vector<int> KvCache::l1_ref_counts() const {
   std::vector<int> refs = l1_io_refs_;
   for (const CacheNode* n : tree_.nodes())
-    if (n->l1 >= 0) ++refs[static_cast<std::size_t>(n->l1)];
+    if (n->in(Tier::kL1)) ++refs[static_cast<std::size_t>(n->slot(Tier::kL1))];
   return refs;
 }
 
@@ -58,21 +58,20 @@ TreeSummary KvCache::summarize(int top) const {
   std::unordered_map<const CacheNode*, TreeSummary::Family> families;
   for (const CacheNode* n : tree_.nodes()) {
     ++s.nodes;
-    const bool in[kNumTiers] = {n->l1 >= 0, n->l2 >= 0, n->l3};
     const CacheNode* first = n;
     while (first->parent != nullptr) first = first->parent;
     TreeSummary::Family& f = families[first];
     ++f.nodes;
     f.depth = std::max(f.depth, n->depth);
     for (int t = 0; t < kNumTiers; ++t) {
-      s.blocks[t] += in[t];
-      f.blocks[t] += in[t];
+      s.blocks[t] += n->in(static_cast<Tier>(t));
+      f.blocks[t] += n->in(static_cast<Tier>(t));
     }
     s.leaves += n->children == 0;
     s.max_depth = std::max(s.max_depth, n->depth);
     s.pinned += n->pins > 0;
     s.held += n->holds > 0;
-    s.in_flight += n->l1_loading || n->l3_writing;
+    s.in_flight += n->loading() || n->writing(Tier::kL3);
   }
   for (auto& [first, f] : families) {
     f.first_key = tiers::to_hex(first->key);
@@ -90,15 +89,16 @@ std::expected<void, std::string> KvCache::check_invariants() const {
   std::vector<int> l2_owners(l2_ ? static_cast<std::size_t>(l2_->num_blocks()) : 0, 0);
   for (const CacheNode* n : tree_.nodes()) {
     const std::string name = "cache block " + tiers::to_hex(n->key);
-    if (n->l1 >= 0 && !l1_->is_allocated(n->l1))
-      return std::unexpected(name + " names free L1 block " + std::to_string(n->l1));
-    if (n->l2 >= 0) {
-      if (!l2_ || !l2_->is_allocated(n->l2))
-        return std::unexpected(name + " names free L2 slot " + std::to_string(n->l2));
-      if (++l2_owners[n->l2] > 1)
-        return std::unexpected("L2 slot " + std::to_string(n->l2) + " belongs to two blocks");
+    const int block = n->slot(Tier::kL1), slot = n->slot(Tier::kL2);
+    if (n->in(Tier::kL1) && !l1_->is_allocated(block))
+      return std::unexpected(name + " names free L1 block " + std::to_string(block));
+    if (n->state(Tier::kL2) != Presence::kNone) {  // stored, or a cleaning copy's
+      if (!l2_ || !l2_->is_allocated(slot))
+        return std::unexpected(name + " names free L2 slot " + std::to_string(slot));
+      if (++l2_owners[slot] > 1)
+        return std::unexpected("L2 slot " + std::to_string(slot) + " belongs to two blocks");
     }
-    if (!n->resident() && n->children == 0 && !n->l3_writing && n->pins == 0 && n->holds == 0)
+    if (!n->resident() && n->children == 0 && !n->writing_any() && n->pins == 0 && n->holds == 0)
       return std::unexpected(name + " holds nothing and should have been erased");
   }
   return {};

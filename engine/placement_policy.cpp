@@ -3,13 +3,13 @@
 namespace kvtier {
 
 bool PlacementPolicy::unused_l1(const CacheNode& n) const {
-  return !n.l1_loading && l1_->ref_count(n.l1) == 1;
+  return !n.loading() && l1_->ref_count(n.slot(Tier::kL1)) == 1;
 }
 
 bool PlacementPolicy::can_demote(const CacheNode& n) const {
   if (!unused_l1(n)) return false;  // a request, a load or a write holds it
   if (protected_stamp_ && n.last_use == *protected_stamp_) return false;
-  if (n.pins == 0 || n.l2 >= 0) return true;
+  if (n.pins == 0 || n.stored(Tier::kL2)) return true;
   // A pinned block may leave L1 only for L2.
   return l2_ && (l2_->num_free() > 0 || tree_->lru(Tier::kL2, movable_l2) != nullptr);
 }
@@ -25,21 +25,24 @@ std::vector<CacheNode*> PlacementPolicy::l1_next_victims(std::size_t n) const {
 int PlacementPolicy::demotable_l1() const {
   int n = 0;
   for (const CacheNode* node : tree_->nodes())
-    if (node->l1 >= 0 && unused_l1(*node)) ++n;
+    if (node->in(Tier::kL1) && unused_l1(*node)) ++n;
   return n;
 }
 
 CacheNode* PlacementPolicy::l2_victim(L2Victims victims) const {
   // Cheapest loss first: a block L3 (or L1) also has.
   if (victims == L2Victims::kOnL3)
-    return tree_->lru(Tier::kL2,
-                      [](const CacheNode& m) { return movable_l2(m) && m.l3 && m.l1 < 0; });
-  return tree_->lru(Tier::kL2,
-                    [](const CacheNode& m) { return movable_l2(m) && (m.l3 || m.l1 >= 0); });
+    return tree_->lru(Tier::kL2, [](const CacheNode& m) {
+      return movable_l2(m) && m.stored(Tier::kL3) && !m.in(Tier::kL1);
+    });
+  return tree_->lru(Tier::kL2, [](const CacheNode& m) {
+    return movable_l2(m) && (m.stored(Tier::kL3) || m.in(Tier::kL1));
+  });
 }
 
 CacheNode* PlacementPolicy::l2_clean_victim() const {
-  return tree_->lru(Tier::kL2, [](const CacheNode& m) { return movable_l2(m) && m.l3; });
+  return tree_->lru(Tier::kL2,
+                    [](const CacheNode& m) { return movable_l2(m) && m.stored(Tier::kL3); });
 }
 
 CacheNode* PlacementPolicy::l2_last_resort() const {
@@ -50,7 +53,8 @@ CacheNode* PlacementPolicy::l2_last_resort() const {
 }
 
 CacheNode* PlacementPolicy::l2_unwritten() const {
-  return tree_->lru(Tier::kL2, [](const CacheNode& m) { return !m.l3 && !m.l3_writing; });
+  return tree_->lru(
+      Tier::kL2, [](const CacheNode& m) { return !m.stored(Tier::kL3) && !m.writing(Tier::kL3); });
 }
 
 CacheNode* PlacementPolicy::flushable(Tier tier) const {
@@ -62,8 +66,7 @@ CacheNode* PlacementPolicy::flushable(Tier tier) const {
       return tree_->lru(Tier::kL2,
                         [](const CacheNode& m) { return movable_l2(m) && m.holds == 0; });
     case Tier::kL3:
-      return tree_->lru(Tier::kL3,
-                        [](const CacheNode& m) { return m.holds == 0 && !m.l1_loading; });
+      return tree_->lru(Tier::kL3, [](const CacheNode& m) { return m.holds == 0 && !m.loading(); });
   }
   return nullptr;
 }

@@ -99,7 +99,7 @@ class PlacementPolicy {
   bool can_demote(const CacheNode& n) const;
   // An L2 block that may leave its slot: unpinned, nothing moving it.
   static bool movable_l2(const CacheNode& n) {
-    return n.pins == 0 && !n.l3_writing && !n.l2_copying;
+    return n.pins == 0 && !n.writing(Tier::kL3) && !n.moving_l2();
   }
 
   const RadixCache* tree_;

@@ -59,52 +59,25 @@ void RadixCache::touch(std::span<CacheNode* const> path) {
   }
 }
 
-bool RadixCache::in_tier(const CacheNode& n, Tier tier) const {
-  switch (tier) {
-    case Tier::kL1:
-      return n.l1 >= 0;
-    case Tier::kL2:
-      return n.l2 >= 0;
-    case Tier::kL3:
-      return n.l3;
-  }
-  return false;
-}
-
 void RadixCache::index(CacheNode& n) {
   for (int t = 0; t < kNumTiers; ++t)
-    if (in_tier(n, static_cast<Tier>(t))) lru_[t].insert(lru_key(n));
+    if (n.in(static_cast<Tier>(t))) lru_[t].insert(lru_key(n));
 }
 
 void RadixCache::unindex(CacheNode& n) {
   for (int t = 0; t < kNumTiers; ++t)
-    if (in_tier(n, static_cast<Tier>(t))) lru_[t].erase(lru_key(n));
+    if (n.in(static_cast<Tier>(t))) lru_[t].erase(lru_key(n));
 }
 
-void RadixCache::set_l1(CacheNode* node, int block) {
+void RadixCache::set(CacheNode* node, Tier tier, Location where) {
   unindex(*node);
-  node->l1 = block;
-  if (block < 0) node->l1_loading = false;
-  index(*node);
-  erase_if_empty(node);
-}
-
-void RadixCache::set_l2(CacheNode* node, int slot) {
-  unindex(*node);
-  node->l2 = slot;
-  index(*node);
-  erase_if_empty(node);
-}
-
-void RadixCache::set_l3(CacheNode* node, bool stored) {
-  unindex(*node);
-  node->l3 = stored;
+  node->at[tier] = where;
   index(*node);
   erase_if_empty(node);
 }
 
 void RadixCache::erase_if_empty(CacheNode* n) {
-  while (n != nullptr && n->children == 0 && !n->resident() && !n->l3_writing && n->pins == 0 &&
+  while (n != nullptr && n->children == 0 && !n->resident() && !n->writing_any() && n->pins == 0 &&
          n->holds == 0) {
     CacheNode* parent = n->parent;
     if (parent != nullptr) --parent->children;

@@ -9,15 +9,15 @@
 // radix tree with compressed edges would save nothing here: every edge is
 // exactly one block.
 //
-// Where a node's bytes are (several at once is normal: a block read back from
-// L2 keeps its L2 copy until L2 needs the slot):
-//   l1  an L1 pool block; the cache holds one pool reference on it, requests
+// Where a node's bytes are: a Location per tier (several at once is normal:
+// a block read back from L2 keeps its L2 copy until L2 needs the slot).
+//   L1  an L1 pool block; the cache holds one pool reference on it, requests
 //       that share it hold theirs;
-//   l2  an L2 pool slot, the cache's;
-//   l3  a committed entry under `key` in the L3 store.
-// A node with none of these (a "ghost") is kept only while it has children,
-// since match() walks from the root and must pass through it; a ghost stops
-// the match.
+//   L2  an L2 pool slot, the cache's;
+//   L3  an entry under `key` in the L3 store (no slot: the store finds it).
+// A node that holds no tier's bytes (a "ghost") is kept only while it has
+// children, since match() walks from the root and must pass through it; a
+// ghost stops the match.
 //
 // LRU: each tier keeps its nodes ordered by (last_use, deeper first, key), so
 // the least recently used block of a tier is found in O(log N), leaves before
@@ -40,6 +40,21 @@
 
 namespace kvtier {
 
+// Where a node's block stands in one tier.
+enum class Presence : std::uint8_t {
+  kNone,     // not there
+  kWriting,  // coming in from above (a cleaning copy into L2, a write to L3): its
+             // place is reserved, and it is not there until the move completes
+  kStored,   // there, whole
+  kLoading,  // coming in from below (a promotion into L1): its block is
+             // reserved and held, its bytes are not usable yet
+};
+
+struct Location {
+  Presence state = Presence::kNone;
+  int slot = -1;  // the pool block (L1) or slot (L2) unless kNone; -1 in a store
+};
+
 struct CacheNode {
   tiers::BlockKey key;
   CacheNode* parent = nullptr;  // null for the first block of a chain
@@ -47,26 +62,43 @@ struct CacheNode {
   int depth = 1;                // 1 for a first block
   int children = 0;
 
-  int l1 = -1;              // L1 pool block, or -1
-  bool l1_loading = false;  // a copy from L2 or a read from L3 into l1 is in flight
-  int l2 = -1;              // L2 pool slot, or -1
-  // An L1<->L2 copy is in flight: from the l2 slot up, or from the l1 block
-  // into a slot it will own. Its slot must not be given away meanwhile.
-  bool l2_copying = false;
-  bool l3 = false;          // committed in the L3 store
-  bool l3_writing = false;  // a write to L3 is in flight
-  // Where the bytes in l1 came from, until a request is handed them: whose
-  // hit that is (kL1 once handed out, and for blocks computed in L1).
+  // Set only through RadixCache::set, which keeps the LRU indexes.
+  PerTier<Location> at;
+  // Where the bytes in L1 came from, until a request is handed them: whose
+  // hit that is (kL1 once handed out, and for blocks computed in L1). While
+  // L1 is loading, the tier it loads from.
   Tier hit_tier = Tier::kL1;
 
   int pins = 0;   // cache.pin: kept in L1 or L2, never only on L3 or nowhere
   int holds = 0;  // swapped-out requests waiting for it: dropped only as a last resort
   std::uint64_t last_use = 0;
 
-  bool usable_l1() const { return l1 >= 0 && !l1_loading; }
-  bool resident() const { return l1 >= 0 || l2 >= 0 || l3; }
+  Presence state(Tier t) const { return at[t].state; }
+  int slot(Tier t) const { return at[t].slot; }
+  bool stored(Tier t) const { return state(t) == Presence::kStored; }
+  bool writing(Tier t) const { return state(t) == Presence::kWriting; }
+  // Holds a place in the tier, with its bytes or for them: stored or loading
+  // (what the tier's LRU index lists).
+  bool in(Tier t) const { return stored(t) || state(t) == Presence::kLoading; }
+  bool loading() const { return state(Tier::kL1) == Presence::kLoading; }
+  bool usable_l1() const { return stored(Tier::kL1); }
+  // An L1<->L2 move is under way: a cleaning copy into its L2 slot, or a
+  // promotion out of it. The slot must not be given away meanwhile.
+  bool moving_l2() const { return writing(Tier::kL2) || (loading() && hit_tier == Tier::kL2); }
+  bool resident() const {
+    for (int t = 0; t < kNumTiers; ++t)
+      if (in(static_cast<Tier>(t))) return true;
+    return false;
+  }
+  bool writing_any() const {
+    for (int t = 0; t < kNumTiers; ++t)
+      if (writing(static_cast<Tier>(t))) return true;
+    return false;
+  }
   // The fastest tier holding usable bytes; kL3 also for an L3-only node.
-  Tier best_tier() const { return usable_l1() ? Tier::kL1 : l2 >= 0 ? Tier::kL2 : Tier::kL3; }
+  Tier best_tier() const {
+    return usable_l1() ? Tier::kL1 : stored(Tier::kL2) ? Tier::kL2 : Tier::kL3;
+  }
 };
 
 class RadixCache {
@@ -93,16 +125,15 @@ class RadixCache {
   // Stamps the nodes with the next time (one time for the whole path).
   void touch(std::span<CacheNode* const> path);
 
-  // Location setters: the only way to change l1/l2/l3, so the LRU indexes
-  // follow. -1 / false clears. A node left with no location and no children
-  // is erased (and so is each ancestor that becomes such a leaf); the
-  // pointer is then dangling, so callers must not use it after a clear.
-  void set_l1(CacheNode* node, int block);
-  void set_l2(CacheNode* node, int slot);
-  void set_l3(CacheNode* node, bool stored);
+  // Moves a node in or out of a tier: the only way to change a Location, so
+  // the LRU indexes follow ({} clears). A node left holding nothing, writing
+  // nowhere and with no children, pins or holds is erased (and so is each
+  // ancestor that becomes such a leaf); the pointer is then dangling, so
+  // callers must not use it after a clear.
+  void set(CacheNode* node, Tier tier, Location where);
 
   // Erases the node if it holds no bytes and has no children, pins, holds or
-  // write in flight, and then each ancestor that becomes such a leaf. Call
+  // move in flight, and then each ancestor that becomes such a leaf. Call
   // after dropping a pin or a hold. The pointer may dangle afterwards.
   void prune(CacheNode* node) { erase_if_empty(node); }
 
@@ -149,7 +180,6 @@ class RadixCache {
   static LruKey lru_key(const CacheNode& n) {
     return {n.last_use, -n.depth, n.key, const_cast<CacheNode*>(&n)};
   }
-  bool in_tier(const CacheNode& n, Tier tier) const;
   void index(CacheNode& n);
   void unindex(CacheNode& n);
   // Erases n if it is an empty leaf, then its parent if that became one.

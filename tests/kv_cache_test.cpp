@@ -256,10 +256,10 @@ TEST_F(KvCacheTest, ABlockEvictedBeforeItsWriteIsPolledIsNotCountedOnL3) {
       const auto path = tree.match((*cache)->root(""), block_tokens(seed), 1);
       return path.empty() ? nullptr : path[0];
     };
-    evicted = node_of(2) != nullptr && node_of(2)->l3;
+    evicted = node_of(2) != nullptr && node_of(2)->stored(Tier::kL3);
     if (!evicted) continue;
     ASSERT_NE(node_of(1), nullptr) << "still in L1";
-    EXPECT_FALSE(node_of(1)->l3) << "evicted from L3";
+    EXPECT_FALSE(node_of(1)->stored(Tier::kL3)) << "evicted from L3";
     EXPECT_EQ(tree.count(Tier::kL3), (*cache)->stats().tier[2].used_blocks);
     EXPECT_EQ((*cache)->stats().tier[2].dropped, 1);
     EXPECT_TRUE((*cache)->check_invariants());
@@ -286,7 +286,7 @@ TEST_F(KvCacheTest, CalibratingWithAWriteInFlightLosesNoCompletion) {
   ASSERT_EQ(cache->transfers_in_flight(), 0u) << "a completion was lost";
   const auto path = cache->tree().match(cache->root(""), block_tokens(1), 1);
   ASSERT_EQ(path.size(), 1u);
-  EXPECT_TRUE(path[0]->l3);
+  EXPECT_TRUE(path[0]->stored(Tier::kL3));
 }
 
 // L3 moves host L1 blocks in place with O_DIRECT: an L1 pool that does not

@@ -24,7 +24,7 @@ class PlacementPolicyTest : public ::testing::Test {
   CacheNode* cached_l1(int id) {
     const std::vector<int> tokens(P, id);
     CacheNode* n = tree_.insert(root_, nullptr, tokens);
-    tree_.set_l1(n, *l1_.allocate());
+    tree_.set(n, Tier::kL1, {Presence::kStored, *l1_.allocate()});
     tree_.touch(std::vector<CacheNode*>{n});
     return n;
   }
@@ -32,7 +32,7 @@ class PlacementPolicyTest : public ::testing::Test {
   CacheNode* cached_l2(int id) {
     const std::vector<int> tokens(P, id);
     CacheNode* n = tree_.insert(root_, nullptr, tokens);
-    tree_.set_l2(n, *l2_.allocate());
+    tree_.set(n, Tier::kL2, {Presence::kStored, *l2_.allocate()});
     tree_.touch(std::vector<CacheNode*>{n});
     return n;
   }
@@ -48,14 +48,14 @@ TEST_F(PlacementPolicyTest, TheL1VictimIsTheLeastRecentlyUsedBlockNoOneElseHolds
   CacheNode* b = cached_l1(2);
   CacheNode* c = cached_l1(3);
   EXPECT_EQ(policy_.l1_victim(), a);
-  l1_.add_ref(a->l1);  // a request shares it
+  l1_.add_ref(a->slot(Tier::kL1));  // a request shares it
   EXPECT_EQ(policy_.l1_victim(), b);
-  b->l1_loading = true;  // its bytes are on the way up
+  tree_.set(b, Tier::kL1, {Presence::kLoading, b->slot(Tier::kL1)});  // bytes on the way up
   EXPECT_EQ(policy_.l1_victim(), c);
   EXPECT_EQ(policy_.demotable_l1(), 1);
   EXPECT_EQ(policy_.l1_next_victims(8), (std::vector<CacheNode*>{c}));
-  l1_.release(a->l1);
-  b->l1_loading = false;
+  l1_.release(a->slot(Tier::kL1));
+  tree_.set(b, Tier::kL1, {Presence::kStored, b->slot(Tier::kL1)});
   EXPECT_EQ(policy_.l1_next_victims(2), (std::vector<CacheNode*>{a, b}));
 }
 
@@ -88,20 +88,21 @@ TEST_F(PlacementPolicyTest, APinnedBlockLeavesL1OnlyForL2) {
 TEST_F(PlacementPolicyTest, L2VictimsGoCheapestLossFirst) {
   CacheNode* only_l2 = cached_l2(1);
   CacheNode* also_l3 = cached_l2(2);
-  tree_.set_l3(also_l3, true);
+  tree_.set(also_l3, Tier::kL3, {Presence::kStored});
   CacheNode* also_l1 = cached_l2(3);
-  tree_.set_l1(also_l1, *l1_.allocate());
+  tree_.set(also_l1, Tier::kL1, {Presence::kStored, *l1_.allocate()});
   using enum PlacementPolicy::L2Victims;
   EXPECT_EQ(policy_.l2_victim(kOnL3), also_l3);
   EXPECT_EQ(policy_.l2_victim(kWithCopy), also_l3);
-  also_l3->l3_writing = true;  // a write from its slot is in flight
+  tree_.set(also_l3, Tier::kL3, {Presence::kWriting});  // a write from its slot in flight
   EXPECT_EQ(policy_.l2_victim(kOnL3), nullptr);
   EXPECT_EQ(policy_.l2_victim(kWithCopy), also_l1);
   EXPECT_EQ(policy_.l2_clean_victim(), nullptr);
   EXPECT_EQ(policy_.l2_last_resort(), only_l2);
   only_l2->holds = 1;  // a swapped request waits for it
   EXPECT_EQ(policy_.l2_last_resort(), also_l1);
-  also_l1->l2_copying = true;
+  also_l1->hit_tier = Tier::kL2;  // a promotion out of its slot in flight
+  tree_.set(also_l1, Tier::kL1, {Presence::kLoading, also_l1->slot(Tier::kL1)});
   EXPECT_EQ(policy_.l2_last_resort(), only_l2);  // held, but the only one left
   EXPECT_EQ(policy_.flushable(Tier::kL2), nullptr);
 }
@@ -110,9 +111,9 @@ TEST_F(PlacementPolicyTest, WriteBackTakesL2BlocksNotOnL3InLruOrder) {
   CacheNode* a = cached_l2(1);
   CacheNode* b = cached_l2(2);
   EXPECT_EQ(policy_.l2_unwritten(), a);
-  a->l3_writing = true;
+  tree_.set(a, Tier::kL3, {Presence::kWriting});
   EXPECT_EQ(policy_.l2_unwritten(), b);
-  tree_.set_l3(b, true);
+  tree_.set(b, Tier::kL3, {Presence::kStored});
   EXPECT_EQ(policy_.l2_unwritten(), nullptr);
   EXPECT_EQ(policy_.flushable(Tier::kL3), b);
   b->holds = 1;

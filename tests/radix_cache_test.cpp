@@ -27,7 +27,7 @@ std::vector<CacheNode*> insert_all(RadixCache& tree, const tiers::BlockKey& root
   CacheNode* parent = nullptr;
   for (std::size_t i = 0; (i + 1) * P <= tokens.size(); ++i) {
     CacheNode* n = tree.insert(root, parent, std::span(tokens).subspan(i * P, P));
-    if (n->l1 < 0) tree.set_l1(n, base + static_cast<int>(i));
+    if (!n->in(Tier::kL1)) tree.set(n, Tier::kL1, {Presence::kStored, base + static_cast<int>(i)});
     path.push_back(n);
     parent = n;
   }
@@ -82,7 +82,7 @@ TEST(RadixCacheTest, LruIsPerTierOldestFirstLeavesBeforeParents) {
   tree.touch(old_path);
   EXPECT_EQ(tree.lru(Tier::kL1, any), new_path[1]);
   EXPECT_EQ(tree.lru(Tier::kL2, any), nullptr);
-  tree.set_l2(new_path[1], 7);
+  tree.set(new_path[1], Tier::kL2, {Presence::kStored, 7});
   EXPECT_EQ(tree.count(Tier::kL2), 1u);
   EXPECT_EQ(tree.lru(Tier::kL2, any), new_path[1]);
   // The predicate skips nodes.
@@ -96,12 +96,12 @@ TEST(RadixCacheTest, NodesHoldingNothingAreErasedLeafFirst) {
   const std::vector<int> prompt = seq(8);
   auto path = insert_all(tree, root, prompt, 0);
   // A parent without bytes but with a child stays, as a ghost that stops matches.
-  tree.set_l1(path[0], -1);
+  tree.set(path[0], Tier::kL1, {});
   EXPECT_EQ(tree.size(), 2u);
   EXPECT_TRUE(tree.match(root, prompt, 100).empty());
   // A held leaf stays until the hold goes.
   path[1]->holds = 1;
-  tree.set_l1(path[1], -1);
+  tree.set(path[1], Tier::kL1, {});
   EXPECT_EQ(tree.size(), 2u);
   path[1]->holds = 0;
   tree.prune(path[1]);  // the leaf and then its empty parent go
@@ -114,17 +114,49 @@ TEST(RadixCacheTest, L3OnlyNodesMatchAndMoveBetweenTierIndexes) {
   const auto root = root_key(1, "");
   const std::vector<int> prompt = seq(8);
   auto path = insert_all(tree, root, prompt, 0);
-  tree.set_l3(path[0], true);
-  tree.set_l3(path[1], true);
-  tree.set_l1(path[1], -1);
-  tree.set_l1(path[0], -1);
+  tree.set(path[0], Tier::kL3, {Presence::kStored});
+  tree.set(path[1], Tier::kL3, {Presence::kStored});
+  tree.set(path[1], Tier::kL1, {});
+  tree.set(path[0], Tier::kL1, {});
   EXPECT_EQ(tree.count(Tier::kL1), 0u);
   EXPECT_EQ(tree.count(Tier::kL3), 2u);
   const auto m = tree.match(root, prompt, 100);
   ASSERT_EQ(m.size(), 2u);
   EXPECT_EQ(m[0]->best_tier(), Tier::kL3);
-  tree.set_l3(path[1], false);
+  tree.set(path[1], Tier::kL3, {});
   EXPECT_EQ(tree.size(), 1u);
+}
+
+TEST(RadixCacheTest, ATierListsWhatItHoldsOrLoadsNotWhatIsOnItsWayIn) {
+  RadixCache tree(P);
+  const auto root = root_key(1, "");
+  const auto tokens = seq(P);
+  CacheNode* n = tree.insert(root, nullptr, tokens);
+  // A write to L3 in flight: not in L3 yet, and it keeps the node.
+  tree.set(n, Tier::kL3, {Presence::kWriting});
+  EXPECT_TRUE(n->writing(Tier::kL3));
+  EXPECT_FALSE(n->resident());
+  EXPECT_EQ(tree.count(Tier::kL3), 0u);
+  EXPECT_EQ(tree.size(), 1u);
+  EXPECT_TRUE(tree.match(root, tokens, 1).empty());  // nothing to serve
+  // A promotion into L1: the block is the node's, its bytes not yet usable.
+  n->hit_tier = Tier::kL2;
+  tree.set(n, Tier::kL1, {Presence::kLoading, 5});
+  EXPECT_EQ(tree.count(Tier::kL1), 1u);
+  EXPECT_TRUE(n->in(Tier::kL1));
+  EXPECT_FALSE(n->usable_l1());
+  EXPECT_TRUE(n->moving_l2());
+  tree.set(n, Tier::kL1, {Presence::kStored, 5});
+  EXPECT_TRUE(n->usable_l1());
+  EXPECT_FALSE(n->moving_l2());
+  EXPECT_EQ(n->best_tier(), Tier::kL1);
+  // The write lands: in L3's index too.
+  tree.set(n, Tier::kL3, {Presence::kStored});
+  EXPECT_EQ(tree.count(Tier::kL3), 1u);
+  tree.set(n, Tier::kL1, {});
+  EXPECT_EQ(n->best_tier(), Tier::kL3);
+  tree.set(n, Tier::kL3, {});  // holds nothing now: erased
+  EXPECT_EQ(tree.size(), 0u);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@
 //    the engine, idle while its request waits for promotions, lends its
 //    core instead of sleeping. Moves that overlap must not share a
 //    destination, nor read what another writes; the owner's flags on each
-//    block in transit (KvCache's l1_loading, l2_copying) already rule it out.
+//    block in transit (a CacheNode's Presence in each tier) already rule it out.
 //  * poll() returns the tickets completed since the last call, each with its
 //    latency from copy() to the end of the copy; drain() waits until no copy
 //    is queued or running (their completions still come from poll()).
