@@ -70,17 +70,15 @@ tiers::BlockKey KvCache::root(std::string_view cache_salt) const {
 
 PrefixLookup KvCache::lookup(const tiers::BlockKey& root, std::span<const int> tokens,
                              int max_blocks) {
-  adopt_l3_entries(root, tokens, max_blocks);
   PrefixLookup out;
-  for (const CacheNode* n : tree_.match(root, tokens, max_blocks)) ++out.blocks[n->best_tier()];
+  for (const CacheNode* n : match(root, tokens, max_blocks)) ++out.blocks[n->best_tier()];
   return out;
 }
 
 std::vector<CacheNode*> KvCache::prefix_worth_loading(const tiers::BlockKey& root,
                                                       std::span<const int> tokens, int max_blocks,
                                                       long* skipped) {
-  adopt_l3_entries(root, tokens, max_blocks);
-  std::vector<CacheNode*> path = tree_.match(root, tokens, max_blocks);
+  std::vector<CacheNode*> path = match(root, tokens, max_blocks);
   auto l3_only = [](const CacheNode* n) { return n->best_tier() == Tier::kL3 && !n->loading(); };
   auto first_l3 = std::find_if(path.begin(), path.end(), l3_only);
   // With L3 failing (its breaker open), a block only L3 has is a miss: the
@@ -100,10 +98,9 @@ std::vector<CacheNode*> KvCache::prefix_worth_loading(const tiers::BlockKey& roo
   return path;
 }
 
-std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& root,
-                                                        std::span<const int> tokens, int max_blocks,
-                                                        int l1_blocks_allowed, LayerLoad* load,
-                                                        PrefixLookup* served) {
+std::optional<PrefixLease> KvCache::acquire_prefix(const tiers::BlockKey& root,
+                                                   std::span<const int> tokens, int max_blocks,
+                                                   int l1_blocks_allowed, bool by_layer) {
   long skipped = 0;
   std::vector<CacheNode*> path = prefix_worth_loading(root, tokens, max_blocks, &skipped);
   tree_.touch(path);
@@ -134,10 +131,10 @@ std::optional<std::vector<int>> KvCache::acquire_prefix(const tiers::BlockKey& r
   // can be handed out now.
   if (start_promotions(path, l1_blocks_allowed)) {
     if (l3_) l3_store().flush();  // start the reads now, not at the next poll()
-    if (load == nullptr || !all_by_layer(path)) return std::nullopt;
+    if (!by_layer || !all_by_layer(path)) return std::nullopt;
   }
   const int wanted = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / layout_.page_size);
-  return hand_out(path, wanted, skipped, load, served);
+  return hand_out(path, wanted, skipped);
 }
 
 bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allowed) {
@@ -187,15 +184,16 @@ bool KvCache::all_by_layer(const std::vector<CacheNode*>& path) const {
   });
 }
 
-std::vector<int> KvCache::hand_out(const std::vector<CacheNode*>& path, int wanted, long skipped,
-                                   LayerLoad* load, PrefixLookup* served) {
-  std::vector<int> blocks;
-  blocks.reserve(path.size());
+PrefixLease KvCache::hand_out(const std::vector<CacheNode*>& path, int wanted, long skipped) {
+  PrefixLease lease;
+  lease.cache_ = this;
+  lease.blocks_.reserve(path.size());
+  LayerLoad& load = lease.load_;
   LayerLoad::Counted counted;
   for (CacheNode* node : path) {
     const int block = node->slot(Tier::kL1);
     l1_->add_ref(block);
-    blocks.push_back(block);
+    lease.blocks_.push_back(block);
     ++counted.hits[node->hit_tier];
     // A block still landing stays its tier's until settle() says it landed
     // whole: a failed pass takes its count back and looks again.
@@ -203,21 +201,25 @@ std::vector<int> KvCache::hand_out(const std::vector<CacheNode*>& path, int want
       node->hit_tier = Tier::kL1;
       continue;
     }
-    load->keys.push_back(node->key);
-    load->blocks.push_back(block);
+    load.keys.push_back(node->key);
+    load.blocks.push_back(block);
     if (auto m = copies_by_layer_.find(node->key); m != copies_by_layer_.end())
-      load->copies.push_back(m->second.tickets);
+      load.copies.push_back(m->second.tickets);
     else
-      load->reads.push_back(*l3_reads_by_layer(node->key));
+      load.reads.push_back(*l3_reads_by_layer(node->key));
   }
-  counted.missed = wanted - static_cast<long>(blocks.size());
+  const long handed = static_cast<long>(path.size());
+  counted.missed = wanted - handed;
   counted.skipped = skipped;
-  counted.tokens = static_cast<long>(blocks.size()) * layout_.page_size;
+  counted.tokens = handed * layout_.page_size;
   count(counted, +1);
-  if (load != nullptr && !load->empty()) load->counted = counted;
-  if (served != nullptr)
-    for (int t = 0; t < kNumTiers; ++t) served->blocks[t] = static_cast<int>(counted.hits[t]);
-  return blocks;
+  if (!load.empty()) load.counted = counted;
+  for (int t = 0; t < kNumTiers; ++t) lease.served_.blocks[t] = static_cast<int>(counted.hits[t]);
+  return lease;
+}
+
+void KvCache::give_back(std::span<const int> blocks) {
+  for (int b : blocks) l1_->release(b);
 }
 
 std::vector<CacheNode*> KvCache::insert(const tiers::BlockKey& root, std::span<const int> tokens,

@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "engine/cache_config.h"
+#include "engine/cache_handles.h"
 #include "engine/cache_stats.h"
 #include "engine/cost_model.h"
 #include "engine/kv_layout.h"
@@ -106,45 +107,18 @@ class KvCache {
   // Looks in the L3 index too, so it sees blocks from before a restart.
   PrefixLookup lookup(const tiers::BlockKey& root, std::span<const int> tokens, int max_blocks);
 
-  // Moves still landing, a layer at a time, in L1 blocks a request already
-  // holds: L3 reads and L2 copies of the blocks of its prefix whose bytes
-  // are on the way. The request may compute on layer l of them once
-  // await_layer(l) returns. An L3 block is verified only when the whole of
-  // it is in, so nothing computed from the load may be used before settle()
-  // says it was right. Checksums stay per block: what a corrupt block
-  // touched is thrown away, never sent.
-  struct LayerLoad {
-    std::vector<tiers::BlockKey> keys;  // every block on its way up
-    std::vector<int> blocks;            // and their L1 ids
-    std::vector<std::uint64_t> reads;   // L3 tickets, a read each
-    // L2 promotions, a copy per layer: copies[i][l] is one block's layer l.
-    std::vector<std::vector<std::uint64_t>> copies;
-    // What acquire_prefix counted for the run (its lookup, hits, misses,
-    // skipped loads and recompute_tokens_avoided); a failed settle() takes
-    // it back (the request looks again, and counts what it then finds).
-    struct Counted {
-      PerTier<long> hits;
-      long missed = 0, skipped = 0, tokens = 0;
-    } counted;
-    bool empty() const { return reads.empty() && copies.empty(); }
-  };
-
   // For admission: makes the cached run of the first full blocks of tokens
   // (at most max_blocks, and cut where recomputing is cheaper than loading)
-  // usable in L1, and when it is, takes one pool reference on each block for
-  // the caller and returns them in order (possibly none). Returns nullopt
-  // while copies or L3 reads for it are in flight: try again after a later
-  // poll(). With `load` (and load_by_layer on, see CacheConfig), a run whose
-  // only missing blocks are on their way up by layer is returned at once,
-  // its blocks referenced like the others, and those moves are listed in
-  // *load.
-  // Takes at most `l1_blocks_allowed` free L1 blocks for promotions. With
-  // `served`, says how many of the returned blocks came from each tier (what
-  // the cache counts as each tier's hits).
-  std::optional<std::vector<int>> acquire_prefix(const tiers::BlockKey& root,
-                                                 std::span<const int> tokens, int max_blocks,
-                                                 int l1_blocks_allowed, LayerLoad* load = nullptr,
-                                                 PrefixLookup* served = nullptr);
+  // usable in L1, and when it is, leases it: a pool reference on each block,
+  // in order (possibly none; see PrefixLease). Returns nullopt while copies
+  // or L3 reads for it are in flight: try again after a later poll(). With
+  // by_layer (and load_by_layer on, see CacheConfig), a run whose only
+  // missing blocks are on their way up by layer is leased at once, its
+  // blocks referenced like the others, and those moves are the lease's
+  // load(). Takes at most `l1_blocks_allowed` free L1 blocks for promotions.
+  std::optional<PrefixLease> acquire_prefix(const tiers::BlockKey& root,
+                                            std::span<const int> tokens, int max_blocks,
+                                            int l1_blocks_allowed, bool by_layer = false);
   // Returns once layer `layer` of every block of `load` is in L1
   // (unverified; see LayerLoad).
   void await_layer(const LayerLoad& load, int layer);
@@ -167,18 +141,23 @@ class KvCache {
   // L1 blocks the cache could free right now (cached, held by no request).
   int demotable_l1() const;
 
-  // A swapped-out request's last partial block: copied (encoded, with an
-  // int8 L2) into an L2 slot the request owns. nullopt without L2 or when no
-  // slot can be freed.
-  std::optional<int> stash_partial(int l1_block);
-  // Copies (decodes) a stashed block back into a fresh L1 block (the
-  // caller's reference) and frees the slot unless keep_slot; nullopt if L1
-  // has no free block.
-  std::optional<int> unstash_partial(int l2_slot, bool keep_slot = false);
-  void drop_stash(int l2_slot);
+  // Swap-out of a request whose blocks may be shared: `cached` are the nodes
+  // insert() returned for its full blocks, held until the ticket goes;
+  // `partial` (or -1) is its last, partial block, at block-table index
+  // `partial_index`, copied (encoded, with an int8 L2) into an L2 slot of its
+  // own, when L2 can free one (else it will be recomputed).
+  SwapTicket swap_out(std::span<CacheNode* const> cached, int partial, int partial_index,
+                      int length, int table_size);
+  // Swap-out of a private block table (an eviction policy's KV is not
+  // shared): every resident block into an L2 slot of its own; nullopt,
+  // keeping nothing, when L2 cannot take them all.
+  std::optional<SwapTicket> swap_out_private(std::span<const int> table, int length);
+  // Copies (decodes) the ticket's stashed blocks back into fresh L1 blocks,
+  // each with a reference for the caller, as (block-table index, block), and
+  // frees their slots; nullopt, changing nothing, when L1 has no room for
+  // them all. The ticket keeps its holds.
+  std::optional<std::vector<std::pair<int, int>>> swap_in(SwapTicket& ticket);
 
-  // Holds and pins by key (nodes may move or go; keys stay valid).
-  void hold(std::span<const tiers::BlockKey> keys, int delta);
   // Pins the cached prefix of tokens (delta +1) or unpins it (-1); returns
   // how many blocks it changed.
   int pin(const tiers::BlockKey& root, std::span<const int> tokens, int delta);
@@ -233,8 +212,16 @@ class KvCache {
  private:
   KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
           const CacheConfig& config, TransferPlan plan);
+  friend class PrefixLease;
+  friend class SwapTicket;
+
   // --- kv_cache.cpp
   std::optional<int> alloc_l1();
+  // Holds by key (nodes may move or go; keys stay valid): a held block is
+  // the last choice for dropping.
+  void hold(std::span<const tiers::BlockKey> keys, int delta);
+  // A lease's references on blocks it did not hand over.
+  void give_back(std::span<const int> blocks);
   // A free L2 slot, freeing one as `victims` allows when none is.
   std::optional<int> alloc_l2(PlacementPolicy::L2Victims victims);
   void demote_l1(CacheNode* node);
@@ -251,8 +238,17 @@ class KvCache {
   bool start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allowed);
   // Whether every block of path still on its way up is coming by layer.
   bool all_by_layer(const std::vector<CacheNode*>& path) const;
-  std::vector<int> hand_out(const std::vector<CacheNode*>& path, int wanted, long skipped,
-                            LayerLoad* load, PrefixLookup* served);
+  PrefixLease hand_out(const std::vector<CacheNode*>& path, int wanted, long skipped);
+
+  // --- kv_cache_swap.cpp
+  // A block copied (encoded) into an L2 slot of its own; nullopt without L2
+  // or when no slot can be freed.
+  std::optional<int> stash(int l1_block);
+  // A stashed block copied (decoded) into a fresh L1 block, the caller's
+  // reference; the slot stays. nullopt if L1 has no free block.
+  std::optional<int> unstash(int l2_slot);
+  // What a ticket kept: its holds and stashed slots go.
+  void drop(SwapTicket& ticket);
 
   // --- kv_cache_moves.cpp
   // Makes L2, in the device's host memory when L1 offers it, and the copy
@@ -279,9 +275,12 @@ class KvCache {
 
   // --- kv_cache_l3.cpp
   void open_l3();
-  // Brings L3 entries under a path into the tree: after a restart the tree
-  // is empty but the store still knows every block by its key.
-  void adopt_l3_entries(const tiers::BlockKey& root, std::span<const int> tokens, int max_blocks);
+  // The tree's match (RadixCache::match) of the first full blocks of tokens,
+  // adopting L3 entries on the way, in one walk: after a restart the tree is
+  // empty but the store still knows every block by its key. Adoption stops
+  // at the first block L3 cannot give; the match goes on through the tree.
+  std::vector<CacheNode*> match(const tiers::BlockKey& root, std::span<const int> tokens,
+                                int max_blocks);
   // Starts the read of an L3-only node into its new L1 block.
   void start_l3_read(CacheNode* node);
   void poll_l3();

@@ -76,32 +76,38 @@ std::optional<std::uint64_t> KvCache::l3_reads_by_layer(const tiers::BlockKey& k
   return it->second;
 }
 
-void KvCache::adopt_l3_entries(const tiers::BlockKey& root, std::span<const int> tokens,
-                               int max_blocks) {
-  if (!l3_) return;
+std::vector<CacheNode*> KvCache::match(const tiers::BlockKey& root, std::span<const int> tokens,
+                                       int max_blocks) {
   const int page_size = layout_.page_size;
   const int blocks = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / page_size);
-  CacheNode* parent = nullptr;
+  std::vector<CacheNode*> path;
+  bool adopting = l3_ != nullptr;
   tiers::BlockKey key = root;
   for (int i = 0; i < blocks; ++i) {
     const auto block = tokens.subspan(static_cast<std::size_t>(i) * page_size, page_size);
     const tiers::BlockKey parent_key = i == 0 ? tiers::BlockKey{} : key;
     key = chain_key(key, block);
     CacheNode* node = tree_.find(key);
-    if (node == nullptr || !node->resident()) {
+    if (adopting && (node == nullptr || !node->resident())) {
       // Served only when it is what the key promises: this model, these
       // tokens, after this block.
       const auto record = l3_->store->lookup(key);
-      if (!record || record->meta != encode_block_meta(parent_key, fingerprint_, block)) return;
-      node = tree_.insert(root, parent, block);
-      tree_.set(node, Tier::kL3, {Presence::kStored});
-    } else if (node->stored(Tier::kL3) && !l3_->store->contains(key)) {
+      if (record && record->meta == encode_block_meta(parent_key, fingerprint_, block)) {
+        node = tree_.insert(root, path.empty() ? nullptr : path.back(), block);
+        tree_.set(node, Tier::kL3, {Presence::kStored});
+      } else {
+        adopting = false;
+      }
+    } else if (adopting && node->stored(Tier::kL3) && !l3_->store->contains(key)) {
       // The store evicted it on its own; the tree learns it here.
-      tree_.set(node, Tier::kL3, {});
-      return;
+      tree_.set(node, Tier::kL3, {});  // may erase the node
+      node = tree_.find(key);
+      adopting = false;
     }
-    parent = node;
+    if (node == nullptr || !node->resident()) break;  // a ghost stops the match
+    path.push_back(node);
   }
+  return path;
 }
 
 void KvCache::start_l3_read(CacheNode* node) {

@@ -162,25 +162,6 @@ void KvCache::finish_move(std::uint64_t ticket, std::chrono::nanoseconds latency
   l1_->release(move.l1_block);
 }
 
-std::optional<int> KvCache::stash_partial(int l1_block) {
-  auto slot = alloc_l2(PlacementPolicy::L2Victims::kAny);
-  if (!slot) return std::nullopt;
-  move_block(l2_->data(*slot), l1_->data(l1_block), plan_.to_l2, Tier::kL1, Tier::kL2);
-  ++stats_.tier[Tier::kL2].demotions;
-  return slot;
-}
-
-std::optional<int> KvCache::unstash_partial(int l2_slot, bool keep_slot) {
-  auto block = alloc_l1();
-  if (!block) return std::nullopt;
-  move_block(l1_->data(*block), l2_->data(l2_slot), plan_.from_l2, Tier::kL2, Tier::kL1);
-  ++stats_.tier[Tier::kL2].promotions;
-  if (!keep_slot) l2_->release(l2_slot);
-  return block;
-}
-
-void KvCache::drop_stash(int l2_slot) { l2_->release(l2_slot); }
-
 void KvCache::poll() {
   collect();
   start_cleaning();

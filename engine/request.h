@@ -44,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/cache_handles.h"
 #include "engine/eviction_policy.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
@@ -198,16 +199,10 @@ class Request {
   // prefilling them again is recompute.
   int computed_before_ = 0;
 
-  // Prefix cache: the chain root (from the salt), and while swapped out, the
-  // KV length to restore, its block-table size, the keys of the full blocks
-  // held for it in the cache, and the blocks stashed in L2 slots of its own
-  // as (table index, slot): the partial last block, or, for a request with
-  // an eviction policy (whose KV must not be shared), every resident block.
+  // Prefix cache: the chain root (from the salt), and while swapped out,
+  // what the cache keeps for it (its holds and stashed blocks, its length).
   tiers::BlockKey cache_root_;
-  int swapped_length_ = 0;
-  int swapped_table_size_ = 0;
-  std::vector<tiers::BlockKey> held_keys_;
-  std::vector<std::pair<int, int>> stash_;
+  std::optional<SwapTicket> swap_;
   TierCounts cached_tokens_;
   bool cached_counted_ = false;  // cached_tokens_ holds the first hand-out's count
 };

@@ -233,9 +233,9 @@ void Scheduler::calibrate_tier_costs() {
 }
 
 Scheduler::~Scheduler() {
+  // Requests' swap tickets give their stashes back to the cache as the
+  // requests go (requests_ goes before cache_).
   for (Request* r : admitted_) r->kv_.release(*pool_);
-  for (auto& [id, r] : requests_)
-    for (const auto& [index, slot] : r->stash_) cache_->drop_stash(slot);
 }
 
 int Scheduler::blocks_for(long positions) const {
@@ -345,7 +345,7 @@ std::expected<void, std::string> Scheduler::cancel(RequestId id) {
     if (is_terminal(m->status_)) continue;
     if (m->status_ == RequestStatus::kWaiting || m->status_ == RequestStatus::kSwapped) {
       waiting_.erase(queue_key(*m));
-      release_swap_state(*m);
+      m->swap_.reset();
       m->status_ = RequestStatus::kCancelled;
     } else {
       retire(*m, RequestStatus::kCancelled);
@@ -370,7 +370,7 @@ void Scheduler::sort_admitted_by_urgency() {
 }
 
 int Scheduler::blocks_to_admit(const Request& r) const {
-  if (r.eviction().evicts() && !r.stash_.empty()) return static_cast<int>(r.stash_.size()) + 1;
+  if (r.eviction().evicts() && r.swap_ && r.swap_->stashed() > 0) return r.swap_->stashed() + 1;
   return blocks_for(static_cast<long>(r.tokens_.size()));
 }
 
@@ -409,7 +409,7 @@ void Scheduler::admit(StepOutput& out) {
                  std::to_string(max_blocks_ * P) +
                  "; preemption swap (with an L2) keeps such a request";
       it = waiting_.erase(it);
-      release_swap_state(r);
+      r.swap_.reset();
       r.status_ = RequestStatus::kFailed;
       RequestEvent event = event_for(r);
       event.error = r.error_;
@@ -438,7 +438,7 @@ void Scheduler::admit(StepOutput& out) {
     }
     it = waiting_.erase(it);
     if (r.status_ == RequestStatus::kSwapped) {
-      release_swap_state(r);
+      r.swap_.reset();
       ++swapped_in_;
     }
     r.status_ = resumes ? RequestStatus::kRunning : RequestStatus::kPrefilling;
@@ -449,66 +449,53 @@ void Scheduler::admit(StepOutput& out) {
 Scheduler::Restore Scheduler::restore_from_cache(Request& r, int budget_blocks) {
   const int tokens = static_cast<int>(r.tokens_.size());
   const int P = config_.page_size;
-  std::vector<int> blocks;
-  int length = 0;
   // A swapped request comes back only when L1 can take all of it now: a
   // restore cut short, or a reserve that fails after it, would drop blocks
   // swap kept and recompute them. Blocks still in transit cannot make room;
   // the requests running will, so it waits for them (with none running,
   // everything but transfers is free or demotable, and it goes).
-  const bool swapped = r.num_generated() > 0 || !r.stash_.empty();
+  const bool stashed = r.swap_ && r.swap_->stashed() > 0;
+  const bool swapped = r.num_generated() > 0 || stashed;
   if (swapped && !admitted_.empty() && pool_->num_free() + cache_->demotable_l1() < budget_blocks)
     return Restore::kNoRoom;
+  PrefixLease lease;
   if (!r.eviction().evicts()) {
     // At least the last token is always fed: its logits pick the next token.
-    const int max_match = (tokens - 1) / P;
     // A fresh request may start while the last of its prefix is still
     // landing from L3, a layer at a time; a swapped one waits for its
     // blocks (they return beside the blocks it owns).
-    KvCache::LayerLoad load;
-    const bool fresh = !swapped;
-    PrefixLookup served;
-    auto shared = cache_->acquire_prefix(r.cache_root_, r.tokens_, max_match, budget_blocks,
-                                         fresh ? &load : nullptr, &served);
-    if (!shared) return Restore::kLoading;
+    auto leased = cache_->acquire_prefix(r.cache_root_, r.tokens_, (tokens - 1) / P, budget_blocks,
+                                         /*by_layer=*/!swapped);
+    if (!leased) return Restore::kLoading;
+    lease = std::move(*leased);
     if (!r.cached_counted_) {
-      for (int t = 0; t < kNumTiers; ++t) r.cached_tokens_[t] = served.blocks[t] * P;
+      for (int t = 0; t < kNumTiers; ++t) r.cached_tokens_[t] = lease.served().blocks[t] * P;
       r.cached_counted_ = true;
     }
-    if (!load.empty()) layer_loads_[&r] = std::move(load);
-    blocks = std::move(*shared);
-    length = static_cast<int>(blocks.size()) * P;
   }
+  int length = static_cast<int>(lease.blocks().size()) * P;
   // A swapped request's own blocks come back when the shared part reaches
   // them: its partial block after its full ones, or (with an eviction
-  // policy) its whole table, holes included.
+  // policy) its whole table, holes included. Without room for them, the
+  // lease gives back what it lent.
   const bool own_table = r.eviction().evicts();
-  if (!r.stash_.empty() && (own_table || length == r.swapped_length_ / P * P)) {
-    if (own_table)
-      blocks.assign(static_cast<std::size_t>(r.swapped_table_size_), SequenceKv::kEvictedBlock);
-    std::vector<int> restored;
-    for (const auto& [index, slot] : r.stash_) {
-      auto block = cache_->unstash_partial(slot, /*keep_slot=*/true);
-      if (!block) {
-        for (int b : restored) pool_->release(b);
-        // And the shared prefix acquire_prefix lent, which comes before the
-        // restored blocks (an own table holds nothing else).
-        if (!own_table)
-          for (std::size_t i = 0; i + restored.size() < blocks.size(); ++i)
-            pool_->release(blocks[i]);
-        return Restore::kNoRoom;
-      }
-      restored.push_back(*block);
-      if (own_table) {
-        blocks[static_cast<std::size_t>(index)] = *block;
-      } else {
-        blocks.push_back(*block);
-      }
-    }
-    for (const auto& [index, slot] : r.stash_) cache_->drop_stash(slot);
-    r.stash_.clear();
-    length = r.swapped_length_;
+  std::vector<std::pair<int, int>> restored;
+  if (stashed && (own_table || length == r.swap_->length() / P * P)) {
+    auto back = cache_->swap_in(*r.swap_);
+    if (!back) return Restore::kNoRoom;
+    restored = std::move(*back);
+    length = r.swap_->length();
   }
+  std::vector<int> blocks = lease.take_blocks();
+  if (own_table && !restored.empty())
+    blocks.assign(static_cast<std::size_t>(r.swap_->table_size()), SequenceKv::kEvictedBlock);
+  for (const auto& [index, block] : restored) {
+    if (own_table)
+      blocks[static_cast<std::size_t>(index)] = block;
+    else
+      blocks.push_back(block);
+  }
+  if (lease.loading()) layer_loads_[&r] = std::move(lease);
   r.kv_ = SequenceKv::adopt(P, std::move(blocks), length);
   return Restore::kDone;
 }
@@ -524,21 +511,12 @@ std::vector<CacheNode*> Scheduler::insert_into_cache(const Request& r) {
   // Only the blocks before the load are offered (a touch, for them).
   if (const auto it = layer_loads_.find(&r); it != layer_loads_.end()) {
     const auto table = r.kv_.block_ids().first(static_cast<std::size_t>(full));
-    full = static_cast<int>(std::find(table.begin(), table.end(), it->second.blocks.front()) -
-                            table.begin());
+    full = static_cast<int>(
+        std::find(table.begin(), table.end(), it->second.load().blocks.front()) - table.begin());
   }
   const auto tokens =
       std::span(r.tokens_).first(static_cast<std::size_t>(full) * config_.page_size);
   return cache_->insert(r.cache_root_, tokens, r.kv_.block_ids().first(full));
-}
-
-void Scheduler::release_swap_state(Request& r) {
-  if (!cache_) return;
-  cache_->hold(r.held_keys_, -1);
-  r.held_keys_.clear();
-  for (const auto& [index, slot] : r.stash_) cache_->drop_stash(slot);
-  r.stash_.clear();
-  r.swapped_length_ = 0;
 }
 
 bool Scheduler::reserve(Request& r, int n) {
@@ -608,27 +586,17 @@ void Scheduler::preempt_swap(Request& victim) {
   const int P = config_.page_size;
   const auto table = victim.kv_.block_ids();
   if (victim.eviction().evicts()) {
-    for (std::size_t i = 0; i < table.size(); ++i) {
-      if (table[i] == SequenceKv::kEvictedBlock) continue;
-      auto slot = cache_->stash_partial(table[i]);
-      if (!slot) {
-        for (const auto& [index, s] : victim.stash_) cache_->drop_stash(s);
-        victim.stash_.clear();
-        preempt_recompute(victim);
-        return;
-      }
-      victim.stash_.emplace_back(static_cast<int>(i), *slot);
+    victim.swap_ = cache_->swap_out_private(table, length);
+    if (!victim.swap_) {
+      preempt_recompute(victim);
+      return;
     }
   } else {
-    for (const CacheNode* node : insert_into_cache(victim)) victim.held_keys_.push_back(node->key);
-    cache_->hold(victim.held_keys_, +1);
-    if (length % P != 0) {
-      const int tail = table[static_cast<std::size_t>(length / P)];
-      if (auto slot = cache_->stash_partial(tail)) victim.stash_.emplace_back(length / P, *slot);
-    }
+    const bool partial = length % P != 0;
+    victim.swap_ = cache_->swap_out(insert_into_cache(victim),
+                                    partial ? table[static_cast<std::size_t>(length / P)] : -1,
+                                    length / P, length, static_cast<int>(table.size()));
   }
-  victim.swapped_length_ = length;
-  victim.swapped_table_size_ = static_cast<int>(table.size());
   victim.computed_before_ = std::max(victim.computed_before_, length);
   victim.kv_.release(*pool_);
   std::erase(admitted_, &victim);
@@ -733,8 +701,8 @@ StepOutput Scheduler::step() {
   if (out.prefill_tokens > 0 && layer_loads_.contains(rows.back())) loading = rows.back();
   std::function<void(int)> await_layer;
   if (loading != nullptr) {
-    await_layer = [this, load = &layer_loads_.at(loading)](int layer) {
-      cache_->await_layer(*load, layer);
+    await_layer = [this, lease = &layer_loads_.at(loading)](int layer) {
+      cache_->await_layer(lease->load(), layer);
     };
   }
   const auto pass_start = std::chrono::steady_clock::now();
@@ -753,9 +721,9 @@ StepOutput Scheduler::step() {
     // prefix without that block and prefill the rest. (A failed forward
     // computed nothing: the request fails with the batch below, its load
     // unsettled.)
-    const KvCache::LayerLoad load = std::move(layer_loads_.at(loading));
+    const PrefixLease lease = std::move(layer_loads_.at(loading));
     layer_loads_.erase(loading);
-    if (!cache_->settle(load)) {
+    if (!cache_->settle(lease.load())) {
       ++discarded_passes_;
       // Nothing it was handed is used: it counts what it finds next time.
       loading->cached_tokens_ = {};

@@ -352,8 +352,6 @@ class Scheduler {
   // The cache's share of a finished or swapped request: its full blocks, up
   // to the first of a prefix still landing for it (layer_loads_).
   std::vector<CacheNode*> insert_into_cache(const Request& r);
-  // Lets go of what a swapped-out request kept in the cache (holds, stash).
-  void release_swap_state(Request& r);
   // Samples r's next token from `logits` and checks the stop conditions.
   void sample_and_append(Request& r, std::span<const float> logits, RequestEvent& event);
   // Moves a request out of the batch into a terminal state and frees its KV.
@@ -396,7 +394,7 @@ class Scheduler {
   // Admitted requests whose prefix is still landing from L3 a layer at a
   // time: their prefill waits for each layer and is kept only if settle()
   // finds every block intact (see KvCache::LayerLoad).
-  std::unordered_map<const Request*, KvCache::LayerLoad> layer_loads_;
+  std::unordered_map<const Request*, PrefixLease> layer_loads_;
   RequestId next_id_ = 1;
   std::uint64_t next_arrival_ = 0;
   mutable std::vector<char> seen_;  // used_blocks()'s scratch, one entry per pool block

@@ -82,12 +82,11 @@ class KvCacheTest : public ::testing::Test {
   // its bytes; empty if it never arrives.
   std::vector<std::byte> fetch(KvCache& cache, const std::vector<int>& tokens) {
     for (int attempt = 0; attempt < 1000; ++attempt) {
-      auto blocks = cache.acquire_prefix(cache.root(""), tokens, 1, 1);
-      if (blocks && blocks->size() == 1) {
+      auto lease = cache.acquire_prefix(cache.root(""), tokens, 1, 1);
+      if (lease && lease->blocks().size() == 1) {
         std::vector<std::byte> out(kLayout.block_bytes());
-        l1_.copy(out.data(), l1_.data((*blocks)[0]), out.size());
-        l1_.release((*blocks)[0]);
-        return out;
+        l1_.copy(out.data(), l1_.data(lease->blocks()[0]), out.size());
+        return out;  // the lease gives its reference back
       }
       cache.wait(std::chrono::milliseconds(10));
       cache.poll();
@@ -113,17 +112,17 @@ TEST_F(KvCacheTest, ExactPromotionsRunOnTheDevicesCopyQueue) {
       EXPECT_EQ(fetch(*cache, block_tokens(1)), want);
       EXPECT_EQ(device_.queued - queued, 1);
     } else {
-      KvCache::LayerLoad load;
-      auto blocks = cache->acquire_prefix(cache->root(""), block_tokens(1), 1, 1, &load);
-      ASSERT_TRUE(blocks.has_value()) << "a prefix loading by layer is handed out at once";
+      auto lease = cache->acquire_prefix(cache->root(""), block_tokens(1), 1, 1, /*by_layer=*/true);
+      ASSERT_TRUE(lease.has_value()) << "a prefix loading by layer is handed out at once";
+      const LayerLoad& load = lease->load();
       ASSERT_EQ(load.copies.size(), 1u);
       EXPECT_EQ(device_.queued - queued, kLayout.n_layer);
       for (int l = 0; l < kLayout.n_layer; ++l) cache->await_layer(load, l);
       EXPECT_TRUE(cache->settle(load));
       std::vector<std::byte> got(want.size());
-      l1_.copy(got.data(), l1_.data((*blocks)[0]), got.size());
+      l1_.copy(got.data(), l1_.data(lease->blocks()[0]), got.size());
       EXPECT_EQ(got, want);
-      l1_.release((*blocks)[0]);
+      lease.reset();  // gives its reference back
     }
     const CacheStats st = cache->stats();
     EXPECT_EQ(st.tier[1].promotions, 1);
@@ -148,16 +147,14 @@ TEST_F(KvCacheTest, ALostCopyQueueThrowsItsMovesAwayAndTheWorkerTakesOver) {
       const std::vector<std::byte> want = random_block(in_flight * 2 + by_layer);
       cache_in_l2(*cache, block_tokens(1), want);
       device_.lose_after = device_.queued + (in_flight ? (by_layer ? kLayout.n_layer : 1) : 0);
-      KvCache::LayerLoad load;
-      auto blocks =
-          cache->acquire_prefix(cache->root(""), block_tokens(1), 1, 1, by_layer ? &load : nullptr);
+      auto lease = cache->acquire_prefix(cache->root(""), block_tokens(1), 1, 1, by_layer);
       if (by_layer) {
-        ASSERT_TRUE(blocks.has_value());
-        for (int l = 0; l < kLayout.n_layer; ++l) cache->await_layer(load, l);
-        EXPECT_FALSE(cache->settle(load)) << "a pass on copies that never landed was kept";
-        l1_.release((*blocks)[0]);
+        ASSERT_TRUE(lease.has_value());
+        for (int l = 0; l < kLayout.n_layer; ++l) cache->await_layer(lease->load(), l);
+        EXPECT_FALSE(cache->settle(lease->load())) << "a pass on copies that never landed was kept";
+        lease.reset();
       } else {
-        EXPECT_FALSE(blocks.has_value());
+        EXPECT_FALSE(lease.has_value());
         cache->drain();  // ends, though the lost queue never reports its copy
       }
       const long queued = device_.queued;

@@ -87,13 +87,11 @@ void cache_block(KvCache& cache, tiers::BlockPool& l1, const std::vector<int>& t
 // it) and returns its floats; empty if it never arrives.
 std::vector<float> fetch(KvCache& cache, tiers::BlockPool& l1, const std::vector<int>& tokens) {
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    auto blocks = cache.acquire_prefix(cache.root(""), tokens, 1, 1);
-    if (blocks) {
-      if (blocks->size() != 1) return {};
-      const float* data = reinterpret_cast<const float*>(l1.data((*blocks)[0]));
-      std::vector<float> out(data, data + kLayout.shape().floats_per_block());
-      l1.release((*blocks)[0]);
-      return out;
+    auto lease = cache.acquire_prefix(cache.root(""), tokens, 1, 1);
+    if (lease) {
+      if (lease->blocks().size() != 1) return {};
+      const float* data = reinterpret_cast<const float*>(l1.data(lease->blocks()[0]));
+      return std::vector<float>(data, data + kLayout.shape().floats_per_block());
     }
     cache.wait(std::chrono::milliseconds(10));
     cache.poll();
@@ -236,14 +234,19 @@ TEST(KvQuantTiersTest, StashedBlockComesBackWithinTheInt8Bound) {
   ASSERT_NE(cache, nullptr);
   const int block = l1.allocate().value();
   std::memcpy(l1.data(block), kv.data(), kv.size() * sizeof(float));
-  const auto slot = cache->stash_partial(block);
+  const int table[] = {block};
+  auto ticket = cache->swap_out_private(table, kLayout.page_size);
   l1.release(block);
-  ASSERT_TRUE(slot.has_value());
-  const auto back_block = cache->unstash_partial(*slot);
-  ASSERT_TRUE(back_block.has_value());
-  const float* data = reinterpret_cast<const float*>(l1.data(*back_block));
+  ASSERT_TRUE(ticket.has_value());
+  EXPECT_EQ(ticket->stashed(), 1);
+  const auto back = cache->swap_in(*ticket);
+  ASSERT_TRUE(back.has_value());
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ(ticket->stashed(), 0);
+  const int back_block = back->front().second;
+  const float* data = reinterpret_cast<const float*>(l1.data(back_block));
   EXPECT_TRUE(within_int8_bound(kv, std::vector<float>(data, data + kv.size())));
-  l1.release(*back_block);
+  l1.release(back_block);
 }
 
 // Through an int8 L3 and a restart: written from L1 (exact L2: encoded into
