@@ -1,0 +1,40 @@
+#include "engine/device.h"
+
+#if defined(KVTIER_HAVE_CUDA)
+#include "engine/cuda/cuda_device_open.h"
+#include "kernels/cuda/cuda_device.h"
+#endif
+
+namespace kvtier {
+
+std::expected<Device, std::string> open_device([[maybe_unused]] const Model& model,
+                                               [[maybe_unused]] const SchedulerConfig& scheduler,
+                                               const DeviceOptions& options) {
+  const std::string& kind = options.kind;
+  if (kind != "auto" && kind != "cpu" && kind != "cuda")
+    return std::unexpected("device must be auto, cpu or cuda, got '" + kind + "'");
+#if defined(KVTIER_HAVE_CUDA)
+  auto say = [&options](const std::string& line) {
+    if (options.on_info) options.on_info(line);
+  };
+  const std::string missing = kernels::cuda_device_missing();
+  if (kind == "cuda" && !missing.empty()) return std::unexpected("device cuda: " + missing);
+  if (kind == "cpu" || !missing.empty()) {
+    if (kind == "auto") say("device: cpu (" + missing + ")");
+    return Device{};
+  }
+  if (kind == "auto" && scheduler.eviction.needs_scores()) {
+    say("device: cpu (eviction h2o needs attention scores, which the GPU does not gather)");
+    return Device{};
+  }
+  return cuda_device_open(model, scheduler, options);
+#else
+  if (kind == "cuda")
+    return std::unexpected(
+        "device cuda: this kvtierd was built without CUDA (no nvcc at build time, or "
+        "KVTIER_CUDA=OFF)");
+  return Device{};
+#endif
+}
+
+}  // namespace kvtier
