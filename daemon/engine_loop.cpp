@@ -6,13 +6,6 @@
 
 #include "daemon/log.h"
 
-#if defined(KVTIER_HAVE_CUDA)
-#include "engine/cuda/cuda_kv_codec.h"
-#include "engine/cuda/cuda_model.h"
-#include "kernels/cuda/cuda_device.h"
-#include "tiers/cuda/cuda_memory.h"
-#endif
-
 namespace kvtier::daemon {
 
 namespace {
@@ -55,23 +48,17 @@ void cache_start(Scheduler& scheduler) {
            std::to_string(k.l3_samples) + " samples; the prefill figure keeps learning)");
 }
 
-#if defined(KVTIER_HAVE_CUDA)
-// int8 tiers under an L1 on the GPU encode and decode there, so that only
-// the int8 bytes cross the bus. Without the codec (it could not be made) the
-// cache encodes on the host.
-DeviceKvCodec device_kv_codec(const Model& model, const EngineLoopOptions& options) {
-  const CacheConfig& c = options.scheduler.cache;
-  if (c.l2_format != KvFormat::kInt8 && c.l3_format != KvFormat::kInt8) return {};
-  auto codec = CudaKvCodec::create(model.kv_layout(options.scheduler.page_size).shape());
-  if (!codec) {
-    log_warning("int8 tiers encode on the host: " + codec.error());
-    return {};
-  }
-  return device_kv_codec(std::move(*codec), [](const std::string& why) {
-    log_error("int8 KV codec on the GPU: " + why);
-  });
+// The device's lines go to the log: which one runs and why, what it could
+// not make, and its int8 codec's failures later (from any thread: log_write
+// is thread-safe).
+DeviceOptions device_options(const EngineLoopOptions& options) {
+  DeviceOptions d;
+  d.kind = options.device;
+  d.on_info = [](const std::string& line) { log_info(line); };
+  d.on_warning = [](const std::string& line) { log_warning(line); };
+  d.on_error = [](const std::string& line) { log_error(line); };
+  return d;
 }
-#endif
 
 double ms_between(std::chrono::steady_clock::time_point a,
                   std::chrono::steady_clock::time_point b) {
@@ -88,73 +75,15 @@ std::expected<std::unique_ptr<EngineLoop>, std::string> EngineLoop::create(
   auto owned_model = std::make_unique<Model>(std::move(*model));
   auto tokenizer = Tokenizer::load(owned_model->config().tokenizer);
   if (!tokenizer) return std::unexpected(tokenizer.error());
-  auto device = open_device(*owned_model, options);
+  auto device = open_device(*owned_model, options.scheduler, device_options(options));
   if (!device) return std::unexpected(device.error());
-  ForwardPass forward;
-#if defined(KVTIER_HAVE_CUDA)
-  if (device->forward) {
-    auto* gpu = static_cast<CudaModel*>(device->forward.get());
-    forward.run = [gpu](std::span<const Model::Chunk> chunks, tiers::BlockPool& pool,
-                        const std::function<void(int)>& before_attention) {
-      return gpu->forward(chunks, pool, before_attention);
-    };
-    forward.gathers_scores = false;
-    forward.kv_tag = CudaModel::kKvTag;
-    forward.kv_codec = device_kv_codec(*owned_model, options);
-  }
-#endif
   auto scheduler = Scheduler::create(*owned_model, tokenizer->get(), options.scheduler,
-                                     device->l1.get(), std::move(forward));
+                                     device->l1.get(), device->forward);
   if (!scheduler) return std::unexpected(scheduler.error());
   cache_start(**scheduler);  // no thread runs yet: this one may use the scheduler
   return std::unique_ptr<EngineLoop>(new EngineLoop(std::move(owned_model), std::move(*device),
                                                     std::move(*tokenizer), std::move(*scheduler),
                                                     options));
-}
-
-std::expected<EngineLoop::Device, std::string> EngineLoop::open_device(
-    [[maybe_unused]] const Model& model, const EngineLoopOptions& options) {
-  if (options.device != "auto" && options.device != "cpu" && options.device != "cuda")
-    return std::unexpected("device must be auto, cpu or cuda, got '" + options.device + "'");
-#if defined(KVTIER_HAVE_CUDA)
-  const std::string missing = kernels::cuda_device_missing();
-  if (options.device == "cuda" && !missing.empty())
-    return std::unexpected("device cuda: " + missing);
-  if (options.device == "cpu" || !missing.empty()) {
-    if (options.device == "auto") log_info("device: cpu (" + missing + ")");
-    return Device{};
-  }
-  if (options.device == "auto" && options.scheduler.eviction.needs_scores()) {
-    log_info("device: cpu (eviction h2o needs attention scores, which the GPU does not gather)");
-    return Device{};
-  }
-  auto gpu = CudaModel::create(model);
-  if (!gpu) return std::unexpected("device cuda: " + gpu.error());
-  // L1 as the scheduler would size it on the host.
-  const auto [block_bytes, blocks] =
-      Scheduler::l1_shape(model.kv_layout(options.scheduler.page_size), options.scheduler);
-  if (blocks <= 0) return std::unexpected("device cuda: max_kv_tokens holds no block");
-  auto region = tiers::cuda_device_region(block_bytes * static_cast<std::size_t>(blocks));
-  if (!region)
-    return std::unexpected("device cuda: L1 of " + std::to_string(blocks) +
-                           " blocks: " + region.error());
-  cudaDeviceProp prop{};
-  (void)cudaGetDeviceProperties(&prop, 0);
-  log_info("device: cuda (" + std::string(prop.name) + "): weights " +
-           std::to_string((*gpu)->weight_bytes() >> 20) + " MiB, L1 " + std::to_string(blocks) +
-           " blocks (" + std::to_string((block_bytes * blocks) >> 20) + " MiB) in device memory");
-  Device d;
-  d.l1 = std::make_unique<tiers::BlockPool>(block_bytes, blocks, std::move(*region));
-  d.forward = std::shared_ptr<CudaModel>(std::move(*gpu));
-  d.name = "cuda (" + std::string(prop.name) + ")";
-  return d;
-#else
-  if (options.device == "cuda")
-    return std::unexpected(
-        "device cuda: this kvtierd was built without CUDA (no nvcc at build time, or "
-        "KVTIER_CUDA=OFF)");
-  return Device{};
-#endif
 }
 
 EngineLoop::EngineLoop(std::unique_ptr<Model> model, Device device,

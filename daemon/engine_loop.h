@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "daemon/access.h"
+#include "engine/device.h"
 #include "engine/model.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -112,7 +113,8 @@ struct EngineLoopOptions {
   // more so a flood of requests cannot grow the queue without bound.
   int max_pending = 256;
   // Where the forward runs: "cpu", "cuda" (fails without a usable device or
-  // a CUDA build) or "auto" (cuda when it can be, else cpu).
+  // a CUDA build) or "auto" (cuda when it can be, else cpu): open_device's
+  // kind (engine/device.h), which says what each picks.
   std::string device = "cpu";
 };
 
@@ -225,16 +227,6 @@ class EngineLoop {
     int samples = 1;           // RequestParams::n
     int samples_finished = 0;  // the request is final when this reaches `samples`
   };
-
-  // The GPU's share: the forward's weights and state, and L1 in device
-  // memory. Empty on the CPU.
-  struct Device {
-    std::shared_ptr<void> forward;  // the CudaModel, type-erased: no CUDA header here
-    std::unique_ptr<tiers::BlockPool> l1;
-    std::string name = "cpu";  // or "cuda (<device name>)"
-  };
-  static std::expected<Device, std::string> open_device(const Model& model,
-                                                        const EngineLoopOptions& options);
 
   EngineLoop(std::unique_ptr<Model> model, Device device, std::unique_ptr<Tokenizer> tokenizer,
              std::unique_ptr<Scheduler> scheduler, EngineLoopOptions options);
