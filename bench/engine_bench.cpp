@@ -4,7 +4,7 @@
 //   cached tail:    16 tokens after a cached 1008 (the floor of a cached TTFT)
 //   prefill 1024:   achieved GFLOP/s / OpenBLAS sgemm GFLOP/s on the same shapes
 // and peak resident memory against weights, their packed copy and KV. Built with the CUDA side, it
-// then runs the same steps through the GPU forward (engine/cuda/cuda_model.h)
+// then runs the same steps through the GPU forward (engine/device.h's cuda)
 // when a device is present, against the CPU figures of the same run.
 // Prints figures; asserts nothing.
 //
@@ -21,13 +21,8 @@
 #include "bench/bench_util.h"
 #include "bench/machine_peaks.h"
 #include "bench/recording_reporter.h"
+#include "engine/device.h"
 #include "engine/model.h"
-
-#if defined(KVTIER_HAVE_CUDA)
-#include "engine/cuda/cuda_model.h"
-#include "kernels/cuda/cuda_device.h"
-#include "tiers/cuda/cuda_memory.h"
-#endif
 
 namespace {
 
@@ -136,38 +131,30 @@ struct CpuFigures {
 };
 
 void gpu_figures(const Model& model, const CpuFigures& cpu) {
-  if (const std::string missing = kvtier::kernels::cuda_device_missing(); !missing.empty()) {
-    std::printf("\nGPU forward: %s; GPU figures skipped\n", missing.c_str());
-    return;
-  }
-  auto created = kvtier::CudaModel::create(model);
-  if (!created) {
-    std::printf("\nGPU forward: %s; GPU figures skipped\n", created.error().c_str());
-    return;
-  }
-  kvtier::CudaModel& gpu = **created;
   const auto& config = model.config();
   const int V = config.vocab_size, ctx = config.block_size;
   constexpr int kGpuBatch = 64;
-  const int per_seq = ctx / kPage + 1;
-  const std::size_t block_bytes = model.kv_layout(kPage).block_bytes();
-  const int blocks = (kGpuBatch + 1) * per_seq;
-  auto region = kvtier::tiers::cuda_device_region(block_bytes * blocks);
-  if (!region) {
-    std::printf("\nGPU forward: %s; GPU figures skipped\n", region.error().c_str());
+  // L1 for kGpuBatch + 1 sequences of a whole context each.
+  kvtier::SchedulerConfig l1;
+  l1.page_size = kPage;
+  l1.max_kv_tokens = (kGpuBatch + 1) * (ctx / kPage + 1) * kPage;
+  auto device = kvtier::open_device(model, l1, {.kind = "cuda"});
+  if (!device) {
+    std::printf("\nGPU forward: %s; GPU figures skipped\n", device.error().c_str());
     return;
   }
-  kvtier::tiers::BlockPool pool(block_bytes, blocks, std::move(*region));
+  kvtier::tiers::BlockPool& pool = *device->l1;
+  const std::size_t block_bytes = pool.block_bytes();
   auto run = [&](std::span<const Model::Chunk> batch) {
-    auto logits = gpu.forward(batch, pool);
+    auto logits = device->forward.run(batch, pool, {});
     if (!logits) std::printf("GPU forward failed: %s\n", logits.error().c_str());
   };
   auto copy_blocks = [&](const SequenceKv& from, const SequenceKv& to) {
     for (std::size_t b = 0; b < from.block_ids().size() && b < to.block_ids().size(); ++b)
       pool.copy(pool.data(to.block_ids()[b]), pool.data(from.block_ids()[b]), block_bytes);
   };
-  std::printf("\n== GPU forward (%s), GPT-2 124M shapes; weights %.0f MB on the device\n", "CUDA",
-              gpu.weight_bytes() / 1e6);
+  std::printf("\n== GPU forward (%s), GPT-2 124M shapes; weights %.0f MB on the device\n",
+              device->name.c_str(), device->weight_bytes / 1e6);
 
   const auto tokens = random_tokens(ctx, V, 5);
   double prefill1024_s = 0;
