@@ -12,13 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/cuda_kv_codec.h"
-#include "engine/cuda/cuda_model.h"
+#include "engine/device.h"
 #include "engine/scheduler.h"
 #include "scheduler_test_util.h"
 #include "test_util.h"
 #include "tests/cuda_test_util.h"
-#include "tiers/cuda/cuda_memory.h"
 
 namespace kvtier {
 namespace {
@@ -30,10 +28,10 @@ const std::string kShared =
     "Q: What is the difference between a duck? A: One of its legs is both the same. "
     "And the other";
 
-// A scheduler over an L1 in device memory, with the pool it lends it
+// A scheduler over the GPU's device (engine/device.h), whose L1 it uses
 // (declared first: the scheduler goes first).
 struct GpuScheduler {
-  std::unique_ptr<tiers::BlockPool> l1;
+  Device device;
   std::unique_ptr<Scheduler> scheduler;
   Scheduler* operator->() const { return scheduler.get(); }
 };
@@ -45,34 +43,19 @@ class CudaKvCacheTest : public cuda_test_util::CudaDeviceTest {
     if (IsSkipped()) return;
     model_ = &test_util::bundled_model().model;
     tokenizer_ = test_util::bundled_model().tokenizer.get();
-    auto gpu = CudaModel::create(*model_);
-    ASSERT_TRUE(gpu.has_value()) << gpu.error();
-    gpu_ = std::move(*gpu);
   }
 
-  // With `codec`, int8 tiers encode and decode on the GPU (CudaKvCodec).
+  // With `codec`, int8 tiers encode and decode on the GPU (CudaKvCodec);
+  // without, on the host. A codec that cannot be made or fails fails the test.
   GpuScheduler make(const SchedulerConfig& c, bool codec = false) {
     GpuScheduler g;
-    const auto shape = Scheduler::l1_shape(model_->kv_layout(c.page_size), c);
-    auto region = tiers::cuda_device_region(shape.block_bytes * shape.blocks);
-    EXPECT_TRUE(region.has_value()) << region.error();
-    if (!region) return g;
-    g.l1 = std::make_unique<tiers::BlockPool>(shape.block_bytes, shape.blocks, std::move(*region));
-    ForwardPass forward;
-    forward.run = [gpu = gpu_.get()](std::span<const Model::Chunk> chunks, tiers::BlockPool& pool,
-                                     const std::function<void(int)>& before_attention) {
-      return gpu->forward(chunks, pool, before_attention);
-    };
-    forward.gathers_scores = false;
-    forward.kv_tag = CudaModel::kKvTag;
-    if (codec) {
-      auto made = CudaKvCodec::create(model_->kv_layout(c.page_size).shape());
-      EXPECT_TRUE(made.has_value()) << made.error();
-      if (!made) return g;
-      forward.kv_codec = device_kv_codec(
-          std::move(*made), [](const std::string& why) { ADD_FAILURE() << "codec: " << why; });
-    }
-    auto s = Scheduler::create(*model_, tokenizer_, c, g.l1.get(), std::move(forward));
+    DeviceOptions options{.kind = "cuda", .int8_on_device = codec};
+    options.on_warning = options.on_error = [](const std::string& why) { ADD_FAILURE() << why; };
+    auto device = open_device(*model_, c, options);
+    EXPECT_TRUE(device.has_value()) << device.error();
+    if (!device) return g;
+    g.device = std::move(*device);
+    auto s = Scheduler::create(*model_, tokenizer_, c, g.device.l1.get(), g.device.forward);
     EXPECT_TRUE(s.has_value()) << s.error();
     if (s) g.scheduler = std::move(*s);
     return g;
@@ -128,14 +111,13 @@ class CudaKvCacheTest : public cuda_test_util::CudaDeviceTest {
 
   Model* model_ = nullptr;
   Tokenizer* tokenizer_ = nullptr;
-  std::unique_ptr<CudaModel> gpu_;
 };
 
 TEST_F(CudaKvCacheTest, HeavyPressureMovesDeviceBlocksThroughL2AndL3WithoutChangingTokens) {
   test_util::TempDir dir;
   GpuScheduler s = make(tiered(dir.path() / "l3"));
   ASSERT_NE(s.scheduler, nullptr);
-  EXPECT_FALSE(s.l1->host_addressable());
+  EXPECT_FALSE(s.device.l1->host_addressable());
   const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
                                           "It is a truth universally ", "A bird in the hand "};
   for (int round = 0; round < 3; ++round) {

@@ -15,10 +15,10 @@
 #include <random>
 #include <vector>
 
+#include "engine/device.h"
 #include "kernels/cuda/cuda_device.h"
 #include "tests/cuda_test_util.h"
 #include "tests/forward_test_util.h"
-#include "tiers/cuda/cuda_memory.h"
 
 namespace kvtier {
 namespace {
@@ -30,21 +30,27 @@ using forward_test_util::same_bits;
 using forward_test_util::tiny_variants;
 using forward_test_util::variant_name;
 
-// A model on both devices, each with its own KV pool of the same shape.
+// A model on both devices, each with its own KV pool of the same shape: the
+// GPU's forward and L1 as open_device (engine/device.h) makes them.
 struct Twin {
   static constexpr int kPage = 16;
   static constexpr int kBlocks = 256;
   explicit Twin(Model m)
       : model(std::move(m)), cpu_pool(model.kv_layout(kPage).block_bytes(), kBlocks) {
-    const std::size_t bytes = model.kv_layout(kPage).block_bytes();
-    auto region = tiers::cuda_device_region(bytes * kBlocks);
-    EXPECT_TRUE(region.has_value()) << region.error();
-    if (region) gpu_pool = std::make_unique<tiers::BlockPool>(bytes, kBlocks, std::move(*region));
-    auto created = CudaModel::create(model);
-    EXPECT_TRUE(created.has_value()) << created.error();
-    if (created) gpu = std::move(*created);
+    SchedulerConfig l1;
+    l1.page_size = kPage;
+    l1.max_kv_tokens = kBlocks * kPage;
+    auto opened = open_device(model, l1, {.kind = "cuda"});
+    EXPECT_TRUE(opened.has_value()) << opened.error();
+    if (opened) gpu = std::move(*opened);
   }
-  bool ready() const { return gpu_pool && gpu; }
+  bool ready() const { return gpu.l1 != nullptr; }
+  tiers::BlockPool& gpu_pool() { return *gpu.l1; }
+  // CudaModel::forward, as the scheduler calls it.
+  std::expected<std::span<const float>, std::string> gpu_forward(
+      std::span<const Model::Chunk> batch, tiers::BlockPool& pool) {
+    return gpu.forward.run(batch, pool, {});
+  }
 
   // One chunk alone on the CPU or the GPU; its logits rows.
   std::vector<float> cpu_run(SequenceKv& kv, std::span<const int> tokens, bool all_logits) {
@@ -55,17 +61,16 @@ struct Twin {
     return logits ? std::vector<float>(logits->begin(), logits->end()) : std::vector<float>{};
   }
   std::vector<float> gpu_run(SequenceKv& kv, std::span<const int> tokens, bool all_logits) {
-    EXPECT_TRUE(kv.reserve(*gpu_pool, kv.length() + static_cast<int>(tokens.size())));
+    EXPECT_TRUE(kv.reserve(gpu_pool(), kv.length() + static_cast<int>(tokens.size())));
     const Model::Chunk chunk{&kv, tokens, all_logits};
-    auto logits = gpu->forward(std::span(&chunk, 1), *gpu_pool);
+    auto logits = gpu_forward(std::span(&chunk, 1), gpu_pool());
     EXPECT_TRUE(logits.has_value()) << logits.error();
     return logits ? std::vector<float>(logits->begin(), logits->end()) : std::vector<float>{};
   }
 
   Model model;
   tiers::BlockPool cpu_pool;
-  std::unique_ptr<tiers::BlockPool> gpu_pool;
-  std::unique_ptr<CudaModel> gpu;
+  Device gpu;
 };
 
 // Largest |a - b| relative to the largest |a|.
@@ -98,7 +103,7 @@ void expect_gpu_follows_cpu(Twin& t, const std::vector<int>& prompt, int decode_
     EXPECT_EQ(argmax(got), argmax(want)) << "decode step " << step;
   }
   cpu_kv.release(t.cpu_pool);
-  gpu_kv.release(*t.gpu_pool);
+  gpu_kv.release(t.gpu_pool());
 }
 
 TEST_F(CudaModelTest, FollowsTheCpuForwardOnEveryVariant) {
@@ -107,7 +112,7 @@ TEST_F(CudaModelTest, FollowsTheCpuForwardOnEveryVariant) {
     ASSERT_TRUE(t.ready());
     std::mt19937 rng(7);
     expect_gpu_follows_cpu(t, random_tokens(rng, 77, config.vocab_size), 12);
-    EXPECT_EQ(t.gpu_pool->num_free(), t.gpu_pool->num_blocks());
+    EXPECT_EQ(t.gpu_pool().num_free(), t.gpu_pool().num_blocks());
   }
 }
 
@@ -147,9 +152,9 @@ TEST_F(CudaModelTest, ChunkingDoesNotChangeTheBits) {
         begin += n;
       }
       EXPECT_TRUE(same_bits(expected, got)) << "trial " << trial;
-      kv.release(*t.gpu_pool);
+      kv.release(t.gpu_pool());
     }
-    whole.release(*t.gpu_pool);
+    whole.release(t.gpu_pool());
   }
 }
 
@@ -160,13 +165,13 @@ TEST_F(CudaModelTest, BatchCompositionDoesNotChangeTheBits) {
     Twin t(Model(config, ModelWeights::random(config, 5)));
     ASSERT_TRUE(t.ready());
     auto forward = [&t](std::span<const Model::Chunk> batch) {
-      return t.gpu->forward(batch, *t.gpu_pool);
+      return t.gpu_forward(batch, t.gpu_pool());
     };
     for (unsigned seed : {1u, 2u})
-      EXPECT_TRUE(forward_test_util::batch_mixes_match_alone(forward, *t.gpu_pool, Twin::kPage,
+      EXPECT_TRUE(forward_test_util::batch_mixes_match_alone(forward, t.gpu_pool(), Twin::kPage,
                                                              config.vocab_size, seed, 8))
           << variant_name(config) << " seed " << seed;
-    EXPECT_EQ(t.gpu_pool->num_free(), t.gpu_pool->num_blocks());
+    EXPECT_EQ(t.gpu_pool().num_free(), t.gpu_pool().num_blocks());
   }
 }
 
@@ -175,33 +180,33 @@ TEST_F(CudaModelTest, RefusesBadBatchesWithTheReason) {
   Twin t(Model(config, ModelWeights::random(config, 5)));
   ASSERT_TRUE(t.ready());
   SequenceKv kv(Twin::kPage);
-  ASSERT_TRUE(kv.reserve(*t.gpu_pool, 8));
+  ASSERT_TRUE(kv.reserve(t.gpu_pool(), 8));
   const std::vector<int> tokens = {1, 2, 3};
   // What the CPU refuses, with the CPU's message.
   const std::vector<int> bad = {1, config.vocab_size};
   const Model::Chunk bad_chunk{&kv, bad, false};
-  auto refused = t.gpu->forward(std::span(&bad_chunk, 1), *t.gpu_pool);
+  auto refused = t.gpu_forward(std::span(&bad_chunk, 1), t.gpu_pool());
   ASSERT_FALSE(refused.has_value());
-  EXPECT_EQ(refused.error(), t.model.check(std::span(&bad_chunk, 1), *t.gpu_pool).error());
+  EXPECT_EQ(refused.error(), t.model.check(std::span(&bad_chunk, 1), t.gpu_pool()).error());
   // Attention scores, and a KV pool in host memory.
   std::vector<kernels::AttentionScore> scores(8);
   Model::Chunk scored{&kv, tokens, false};
   scored.scores = scores.data();
-  refused = t.gpu->forward(std::span(&scored, 1), *t.gpu_pool);
+  refused = t.gpu_forward(std::span(&scored, 1), t.gpu_pool());
   ASSERT_FALSE(refused.has_value());
   EXPECT_NE(refused.error().find("attention scores"), std::string::npos) << refused.error();
   SequenceKv host_kv(Twin::kPage);
   ASSERT_TRUE(host_kv.reserve(t.cpu_pool, 8));
   const Model::Chunk host_chunk{&host_kv, tokens, false};
-  refused = t.gpu->forward(std::span(&host_chunk, 1), t.cpu_pool);
+  refused = t.gpu_forward(std::span(&host_chunk, 1), t.cpu_pool);
   ASSERT_FALSE(refused.has_value());
   EXPECT_NE(refused.error().find("not in device memory"), std::string::npos) << refused.error();
   // Nothing advanced; a good batch then runs.
   EXPECT_EQ(kv.length(), 0);
   const Model::Chunk good{&kv, tokens, false};
-  EXPECT_TRUE(t.gpu->forward(std::span(&good, 1), *t.gpu_pool).has_value());
+  EXPECT_TRUE(t.gpu_forward(std::span(&good, 1), t.gpu_pool()).has_value());
   EXPECT_EQ(kv.length(), 3);
-  kv.release(*t.gpu_pool);
+  kv.release(t.gpu_pool());
   host_kv.release(t.cpu_pool);
 }
 
