@@ -13,14 +13,17 @@ std::expected<Device, std::string> open_device([[maybe_unused]] const Model& mod
   const std::string& kind = options.kind;
   if (kind != "auto" && kind != "cpu" && kind != "cuda")
     return std::unexpected("device must be auto, cpu or cuda, got '" + kind + "'");
+  // cpu asks nothing of the CUDA runtime: probing whether the kernels run
+  // creates a context on the GPU, which takes its memory and start-up time
+  // for a device that will not be used.
+  if (kind == "cpu") return Device{};
 #if defined(KVTIER_HAVE_CUDA)
   auto say = [&options](const std::string& line) {
     if (options.on_info) options.on_info(line);
   };
-  const std::string missing = kernels::cuda_device_missing();
-  if (kind == "cuda" && !missing.empty()) return std::unexpected("device cuda: " + missing);
-  if (kind == "cpu" || !missing.empty()) {
-    if (kind == "auto") say("device: cpu (" + missing + ")");
+  if (const std::string missing = kernels::cuda_device_missing(); !missing.empty()) {
+    if (kind == "cuda") return std::unexpected("device cuda: " + missing);
+    say("device: cpu (" + missing + ")");
     return Device{};
   }
   if (kind == "auto" && scheduler.eviction.needs_scores()) {
