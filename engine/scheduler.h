@@ -321,6 +321,9 @@ class Scheduler {
     auto operator<=>(const QueueKey&) const = default;
   };
   QueueKey queue_key(const Request& r) const;
+  // An event about r, for its group's client: the fields the caller sets say
+  // what happened.
+  static RequestEvent event_for(const Request& r);
 
   // Admits waiting requests in queue order while they fit; fails (with an
   // event in out) one that never can.
@@ -352,6 +355,23 @@ class Scheduler {
   // The cache's share of a finished or swapped request: its full blocks, up
   // to the first of a prefix still landing for it (layer_loads_).
   std::vector<CacheNode*> insert_into_cache(const Request& r);
+  // step()'s parts. The forward batch: the running requests' decodes, then
+  // one prefill chunk in the token budget left.
+  struct Batch {
+    std::vector<Model::Chunk> chunks;
+    std::vector<Request*> rows;
+  };
+  // Gives every running request a page for its next token, preempting the
+  // least urgent when pages run short.
+  void reserve_decode_pages(StepOutput& out);
+  Batch build_batch(StepOutput& out);
+  // Settles the layer-by-layer load r's pass computed on: true when every
+  // block was right; false, queueing r again, when the pass is thrown away.
+  bool settle_layer_load(Request& r);
+  // Evicts, samples and emits what the pass's logits give each row (but the
+  // discarded one's).
+  void finish_pass(const std::vector<Request*>& rows, std::span<const float> logits,
+                   const Request* discarded, StepOutput& out);
   // Samples r's next token from `logits` and checks the stop conditions.
   void sample_and_append(Request& r, std::span<const float> logits, RequestEvent& event);
   // Moves a request out of the batch into a terminal state and frees its KV.
