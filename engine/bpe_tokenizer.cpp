@@ -244,10 +244,18 @@ std::expected<std::unique_ptr<BpeTokenizer>, std::string> BpeTokenizer::parse(
   }
 
   std::unique_ptr<BpeTokenizer> tok(new BpeTokenizer());
+  if (auto ok = tok->read_vocabulary(doc, enc_where); !ok) return std::unexpected(ok.error());
+  if (auto ok = tok->read_merges(vocab_bpe_text, vocab_bpe_name, enc_where); !ok)
+    return std::unexpected(ok.error());
+  return tok;
+}
+
+std::expected<void, std::string> BpeTokenizer::read_vocabulary(const nlohmann::json& doc,
+                                                               const std::string& enc_where) {
   const std::size_t vocab_size = doc.size();
-  tok->id_to_bytes_.resize(vocab_size);
+  id_to_bytes_.resize(vocab_size);
   std::vector<bool> id_seen(vocab_size, false);
-  tok->id_by_bytes_.reserve(vocab_size);
+  id_by_bytes_.reserve(vocab_size);
   for (const auto& [spelled, value] : doc.items()) {
     const std::string entry = enc_where + ": token " + in_quotes(spelled);
     if (!value.is_number_integer()) return std::unexpected(entry + ": id is not an integer");
@@ -265,14 +273,14 @@ std::expected<std::unique_ptr<BpeTokenizer>, std::string> BpeTokenizer::parse(
     if (!bytes || bytes->empty()) {
       return std::unexpected(entry + ": " + (bytes ? "empty token" : bytes.error()));
     }
-    if (!tok->id_by_bytes_.emplace(*bytes, static_cast<int>(id)).second) {
+    if (!id_by_bytes_.emplace(*bytes, static_cast<int>(id)).second) {
       return std::unexpected(entry + ": spells the same bytes as another token");
     }
-    tok->id_to_bytes_[id] = std::move(*bytes);
+    id_to_bytes_[id] = std::move(*bytes);
   }
   for (int b = 0; b < 256; ++b) {
     const char byte = static_cast<char>(b);
-    const int id = tok->token_id(std::string_view(&byte, 1));
+    const int id = token_id(std::string_view(&byte, 1));
     if (id < 0) {
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%02X", b);
@@ -280,14 +288,21 @@ std::expected<std::unique_ptr<BpeTokenizer>, std::string> BpeTokenizer::parse(
                              in_quotes(bytes_to_alphabet(std::string(1, static_cast<char>(b)))) +
                              "); byte-level BPE needs all 256");
     }
-    tok->byte_ids_[b] = id;
+    byte_ids_[b] = id;
   }
 
+  return {};
+}
+
+std::expected<void, std::string> BpeTokenizer::read_merges(std::string_view vocab_bpe_text,
+                                                           std::string_view vocab_bpe_name,
+                                                           const std::string& enc_where) {
+  const std::size_t vocab_size = id_to_bytes_.size();
   // vocab.bpe: produced[id] marks the tokens merges may use so far: the bytes,
   // then each merge's result as its line is read.
   const std::string bpe_where(vocab_bpe_name);
   std::vector<bool> produced(vocab_size, false);
-  for (const int id : tok->byte_ids_) produced[id] = true;
+  for (const int id : byte_ids_) produced[id] = true;
   int rank = 0;
   std::size_t line_no = 0;
   for (std::size_t pos = 0; pos < vocab_bpe_text.size();) {
@@ -311,14 +326,14 @@ std::expected<std::unique_ptr<BpeTokenizer>, std::string> BpeTokenizer::parse(
     for (int s = 0; s < 2; ++s) {
       auto bytes = alphabet_to_bytes(sides[s]);
       if (!bytes) return std::unexpected(where + ": " + in_quotes(sides[s]) + ": " + bytes.error());
-      side_ids[s] = tok->token_id(*bytes);
+      side_ids[s] = token_id(*bytes);
       if (side_ids[s] < 0 || !produced[side_ids[s]]) {
         return std::unexpected(where + ": unknown symbol " + in_quotes(sides[s]) +
                                ": neither a byte nor the result of an earlier merge");
       }
     }
-    const std::string merged = tok->id_to_bytes_[side_ids[0]] + tok->id_to_bytes_[side_ids[1]];
-    const int merged_id = tok->token_id(merged);
+    const std::string merged = id_to_bytes_[side_ids[0]] + id_to_bytes_[side_ids[1]];
+    const int merged_id = token_id(merged);
     if (merged_id < 0) {
       return std::unexpected(where + ": the merge's result " +
                              in_quotes(bytes_to_alphabet(merged)) + " is not in " + enc_where);
@@ -328,9 +343,9 @@ std::expected<std::unique_ptr<BpeTokenizer>, std::string> BpeTokenizer::parse(
                              " is already a byte or an earlier merge's result");
     }
     produced[merged_id] = true;
-    tok->merges_.emplace(pair_key(side_ids[0], side_ids[1]), Merge{rank++, merged_id});
+    merges_.emplace(pair_key(side_ids[0], side_ids[1]), Merge{rank++, merged_id});
   }
-  return tok;
+  return {};
 }
 
 int BpeTokenizer::token_id(std::string_view bytes) const {

@@ -37,6 +37,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -74,6 +75,13 @@ class BpeTokenizer final : public Tokenizer {
   int token_id(std::string_view bytes) const;
 
  private:
+  // parse()'s parts: encoder.json's tokens (and the 256 byte tokens), then
+  // vocab.bpe's merges, each checked against what came before.
+  std::expected<void, std::string> read_vocabulary(const nlohmann::json& doc,
+                                                   const std::string& enc_where);
+  std::expected<void, std::string> read_merges(std::string_view vocab_bpe_text,
+                                               std::string_view vocab_bpe_name,
+                                               const std::string& enc_where);
   struct StringHash {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }

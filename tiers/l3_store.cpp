@@ -254,45 +254,54 @@ void L3Store::on_io_complete(std::uint64_t tag, int result) {
   const auto latency = std::chrono::steady_clock::now() - op.start;
 
   std::lock_guard lock(mu_);
+  if (op.is_write)
+    finish_write_locked(ticket, op, transferred, checksum, latency);
+  else
+    finish_read_locked(ticket, op, transferred, checksum, latency);
+}
+
+void L3Store::finish_write_locked(std::uint64_t ticket, const Op& op, bool transferred,
+                                  std::uint64_t checksum, std::chrono::nanoseconds latency) {
   auto it = entries_.find(op.key);
-  if (op.is_write) {
-    const bool still_wanted = it != entries_.end() && it->second.state == EntryState::kWriting &&
-                              it->second.slot == op.slot;
-    if (!transferred) {
-      ++stats_.io_errors;
-      breaker_failure_locked(op.probe);
-      if (still_wanted) entries_.erase(it);
-      release_slot_locked(op.slot);
-      complete_locked(ticket, op.key, true, StoreStatus::kIoError, latency);
-      return;
-    }
-    breaker_success_locked(op.probe);
-    ++stats_.writes;
-    stats_.write_bytes += static_cast<long>(options_.block_bytes);
-    write_latency_.record(latency);
-    if (!still_wanted) {  // erased while in flight: nothing to commit
-      release_slot_locked(op.slot);
-      complete_locked(ticket, op.key, true, StoreStatus::kOk, latency);
-      return;
-    }
-    Entry& entry = it->second;
-    entry.checksum = checksum;
-    entry.last_use = clock_++;
-    // The payload is on the device; only now may the index point at it.
-    if (auto r = index_->put(index_entry_locked(entry)); !r) {
-      ++stats_.io_errors;
-      breaker_failure_locked(false);
-      entries_.erase(it);
-      release_slot_locked(op.slot);
-      complete_locked(ticket, op.key, true, StoreStatus::kIoError, latency);
-      return;
-    }
-    entry.state = EntryState::kStored;
-    lru_.insert({entry.last_use, op.key});
+  const bool still_wanted = it != entries_.end() && it->second.state == EntryState::kWriting &&
+                            it->second.slot == op.slot;
+  if (!transferred) {
+    ++stats_.io_errors;
+    breaker_failure_locked(op.probe);
+    if (still_wanted) entries_.erase(it);
+    release_slot_locked(op.slot);
+    complete_locked(ticket, op.key, true, StoreStatus::kIoError, latency);
+    return;
+  }
+  breaker_success_locked(op.probe);
+  ++stats_.writes;
+  stats_.write_bytes += static_cast<long>(options_.block_bytes);
+  write_latency_.record(latency);
+  if (!still_wanted) {  // erased while in flight: nothing to commit
+    release_slot_locked(op.slot);
     complete_locked(ticket, op.key, true, StoreStatus::kOk, latency);
     return;
   }
+  Entry& entry = it->second;
+  entry.checksum = checksum;
+  entry.last_use = clock_++;
+  // The payload is on the device; only now may the index point at it.
+  if (auto r = index_->put(index_entry_locked(entry)); !r) {
+    ++stats_.io_errors;
+    breaker_failure_locked(false);
+    entries_.erase(it);
+    release_slot_locked(op.slot);
+    complete_locked(ticket, op.key, true, StoreStatus::kIoError, latency);
+    return;
+  }
+  entry.state = EntryState::kStored;
+  lru_.insert({entry.last_use, op.key});
+  complete_locked(ticket, op.key, true, StoreStatus::kOk, latency);
+}
 
+void L3Store::finish_read_locked(std::uint64_t ticket, const Op& op, bool transferred,
+                                 std::uint64_t checksum, std::chrono::nanoseconds latency) {
+  auto it = entries_.find(op.key);
   --slots_[op.slot].reads;
   // Erased or evicted while this read was in flight: the slot waited for it.
   // (Otherwise the slot is still owned, and a mismatch below releases it

@@ -259,6 +259,16 @@ class L3Store final : public BlockStore {
     std::uint64_t tag;
   };
   L3Store(const L3Options& options, std::size_t slot_bytes, std::size_t num_slots);
+  // open()'s parts (l3_store_open.cpp). The bytes to keep free beside the
+  // slab, or why the file system cannot hold the store.
+  static std::expected<std::uint64_t, std::string> check_space(const std::string& path,
+                                                               const std::string& slab_path,
+                                                               std::size_t num_slots,
+                                                               std::size_t slot_bytes);
+  // Takes the index's entries that name a whole, unclaimed slot in range;
+  // the others are dropped from the index, with a warning.
+  std::expected<void, std::string> recover(std::vector<L3Entry>& entries);
+  std::expected<void, std::string> open_slab(const std::string& path, std::uint64_t keep_free);
   std::chrono::steady_clock::time_point now() const;
 
   // The rest REQUIRE mu_ held.
@@ -282,6 +292,12 @@ class L3Store final : public BlockStore {
   // Completion-thread callbacks from the slab. A slab tag is ticket *
   // kMaxParts + piece (0 for a whole block).
   void on_io_complete(std::uint64_t tag, int result);
+  // A whole write or read has landed (`transferred`: every byte; `checksum`:
+  // the buffer's hash then): commits, verifies and completes it.
+  void finish_write_locked(std::uint64_t ticket, const Op& op, bool transferred,
+                           std::uint64_t checksum, std::chrono::nanoseconds latency);
+  void finish_read_locked(std::uint64_t ticket, const Op& op, bool transferred,
+                          std::uint64_t checksum, std::chrono::nanoseconds latency);
   void on_submit_error(int error);
 
   L3Options options_;

@@ -154,10 +154,38 @@ std::expected<void, std::string> CudaModel::run(
     std::span<const Model::Chunk> chunks, tiers::BlockPool& pool,
     const std::function<void(int layer)>& before_attention) {
   const ModelConfig& config = model_.config();
-  const int C = config.n_embd, V = config.vocab_size, W = C + 2 * config.kv_dim();
+  const int C = config.n_embd, V = config.vocab_size;
   const kernels::KvShape shape{config.n_layer, config.n_kv_head, config.head_dim(),
                                chunks[0].kv->page_size()};
+  if (auto ok = stage(chunks, pool); !ok) return ok;
+  const int M = static_cast<int>(tokens_.size()), R = static_cast<int>(logit_rows_.size());
+  cudaStream_t s = stream_;
+  const float eps = config.layer_norm_eps;
+  KVTIER_CUDA_TRY(
+      kernels::embedding_cuda(x_.data, d_tokens_.data, d_positions_.data, wte_, wpe_, M, C, s));
+  for (int l = 0; l < config.n_layer; ++l)
+    if (auto ok = run_layer(l, M, shape, before_attention); !ok) return ok;
 
+  // Final LayerNorm and the tied LM head, only for the rows that want logits.
+  for (int i = 0; i < R; ++i)
+    KVTIER_CUDA_TRY(cudaMemcpyAsync(logits_in_.data + static_cast<long>(i) * C,
+                                    x_.data + static_cast<long>(logit_rows_[i]) * C,
+                                    C * sizeof(float), cudaMemcpyDeviceToDevice, s));
+  KVTIER_CUDA_TRY(
+      kernels::layernorm_cuda(logits_in_.data, logits_in_.data, ln_f_w_, ln_f_b_, R, C, eps, s));
+  KVTIER_CUDA_TRY(kernels::matmul_cuda(logits_.data, logits_in_.data, wte_, nullptr, R, C, V,
+                                       kernels::WeightLayout::kOutIn, s));
+  host_logits_.resize(static_cast<std::size_t>(R) * V);
+  KVTIER_CUDA_TRY(cudaMemcpyAsync(host_logits_.data(), logits_.data,
+                                  host_logits_.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
+  KVTIER_CUDA_TRY(cudaStreamSynchronize(s));
+  return {};
+}
+
+std::expected<void, std::string> CudaModel::stage(std::span<const Model::Chunk> chunks,
+                                                  tiers::BlockPool& pool) {
+  const ModelConfig& config = model_.config();
+  const int C = config.n_embd, V = config.vocab_size, W = C + 2 * config.kv_dim();
   // Rows in chunk order, each with its chunk's block table.
   tokens_.clear();
   positions_.clear();
@@ -199,56 +227,45 @@ std::expected<void, std::string> CudaModel::run(
   KVTIER_CUDA_TRY(upload(d_positions_.data, positions_));
   KVTIER_CUDA_TRY(upload(d_row_table_.data, row_table_));
   KVTIER_CUDA_TRY(upload(d_blocks_.data, blocks_));
+  return {};
+}
 
+std::expected<void, std::string> CudaModel::run_layer(
+    int l, int M, const kernels::KvShape& shape,
+    const std::function<void(int layer)>& before_attention) {
+  const ModelConfig& config = model_.config();
+  const int C = config.n_embd, W = C + 2 * config.kv_dim();
   cudaStream_t s = stream_;
   const float eps = config.layer_norm_eps;
   const auto layout = config.weight_layout;
   const long activations = static_cast<long>(M) * C;
+  const DeviceLayer& w = layers_[l];
+  KVTIER_CUDA_TRY(kernels::layernorm_cuda(ln_.data, x_.data, w.ln_1_w, w.ln_1_b, M, C, eps, s));
   KVTIER_CUDA_TRY(
-      kernels::embedding_cuda(x_.data, d_tokens_.data, d_positions_.data, wte_, wpe_, M, C, s));
-  for (int l = 0; l < config.n_layer; ++l) {
-    const DeviceLayer& w = layers_[l];
-    KVTIER_CUDA_TRY(kernels::layernorm_cuda(ln_.data, x_.data, w.ln_1_w, w.ln_1_b, M, C, eps, s));
-    KVTIER_CUDA_TRY(
-        kernels::matmul_cuda(qkv_.data, ln_.data, w.attn_qkv_w, w.attn_qkv_b, M, C, W, layout, s));
-    KVTIER_CUDA_TRY(kernels::kv_write_rows_cuda(d_blocks_.data, d_row_table_.data,
-                                                d_positions_.data, M, shape, l, qkv_.data + C,
-                                                qkv_.data + C + config.kv_dim(), W, s));
-    // Attention takes q as (M, H, D): the first C floats of each qkv row.
-    KVTIER_CUDA_TRY(cudaMemcpy2DAsync(q_.data, C * sizeof(float), qkv_.data, W * sizeof(float),
-                                      C * sizeof(float), M, cudaMemcpyDeviceToDevice, s));
-    if (before_attention) before_attention(l);
-    const auto attention_rows = kernels::paged_attention_rows(
-        shape, l, config.n_head, d_blocks_.data, d_row_table_.data, d_positions_.data, M);
-    KVTIER_CUDA_TRY(kernels::paged_attention_cuda(att_.data, q_.data, attention_rows, s));
-    KVTIER_CUDA_TRY(kernels::matmul_cuda(ln_.data, att_.data, w.attn_proj_w, w.attn_proj_b, M, C, C,
-                                         layout, s));
-    KVTIER_CUDA_TRY(kernels::residual_add_cuda(x_.data, x_.data, ln_.data, activations, s));
-
-    KVTIER_CUDA_TRY(kernels::layernorm_cuda(ln_.data, x_.data, w.ln_2_w, w.ln_2_b, M, C, eps, s));
-    KVTIER_CUDA_TRY(
-        kernels::matmul_cuda(fc_.data, ln_.data, w.mlp_fc_w, w.mlp_fc_b, M, C, 4 * C, layout, s));
-    KVTIER_CUDA_TRY(config.gelu == Gelu::kErf
-                        ? kernels::gelu_erf_cuda(fc_.data, 4 * activations, s)
-                        : kernels::gelu_tanh_cuda(fc_.data, 4 * activations, s));
-    KVTIER_CUDA_TRY(kernels::matmul_cuda(ln_.data, fc_.data, w.mlp_proj_w, w.mlp_proj_b, M, 4 * C,
-                                         C, layout, s));
-    KVTIER_CUDA_TRY(kernels::residual_add_cuda(x_.data, x_.data, ln_.data, activations, s));
-  }
-
-  // Final LayerNorm and the tied LM head, only for the rows that want logits.
-  for (int i = 0; i < R; ++i)
-    KVTIER_CUDA_TRY(cudaMemcpyAsync(logits_in_.data + static_cast<long>(i) * C,
-                                    x_.data + static_cast<long>(logit_rows_[i]) * C,
-                                    C * sizeof(float), cudaMemcpyDeviceToDevice, s));
+      kernels::matmul_cuda(qkv_.data, ln_.data, w.attn_qkv_w, w.attn_qkv_b, M, C, W, layout, s));
+  KVTIER_CUDA_TRY(kernels::kv_write_rows_cuda(d_blocks_.data, d_row_table_.data, d_positions_.data,
+                                              M, shape, l, qkv_.data + C,
+                                              qkv_.data + C + config.kv_dim(), W, s));
+  // Attention takes q as (M, H, D): the first C floats of each qkv row.
+  KVTIER_CUDA_TRY(cudaMemcpy2DAsync(q_.data, C * sizeof(float), qkv_.data, W * sizeof(float),
+                                    C * sizeof(float), M, cudaMemcpyDeviceToDevice, s));
+  if (before_attention) before_attention(l);
+  const auto attention_rows = kernels::paged_attention_rows(
+      shape, l, config.n_head, d_blocks_.data, d_row_table_.data, d_positions_.data, M);
+  KVTIER_CUDA_TRY(kernels::paged_attention_cuda(att_.data, q_.data, attention_rows, s));
   KVTIER_CUDA_TRY(
-      kernels::layernorm_cuda(logits_in_.data, logits_in_.data, ln_f_w_, ln_f_b_, R, C, eps, s));
-  KVTIER_CUDA_TRY(kernels::matmul_cuda(logits_.data, logits_in_.data, wte_, nullptr, R, C, V,
-                                       kernels::WeightLayout::kOutIn, s));
-  host_logits_.resize(static_cast<std::size_t>(R) * V);
-  KVTIER_CUDA_TRY(cudaMemcpyAsync(host_logits_.data(), logits_.data,
-                                  host_logits_.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
-  KVTIER_CUDA_TRY(cudaStreamSynchronize(s));
+      kernels::matmul_cuda(ln_.data, att_.data, w.attn_proj_w, w.attn_proj_b, M, C, C, layout, s));
+  KVTIER_CUDA_TRY(kernels::residual_add_cuda(x_.data, x_.data, ln_.data, activations, s));
+
+  KVTIER_CUDA_TRY(kernels::layernorm_cuda(ln_.data, x_.data, w.ln_2_w, w.ln_2_b, M, C, eps, s));
+  KVTIER_CUDA_TRY(
+      kernels::matmul_cuda(fc_.data, ln_.data, w.mlp_fc_w, w.mlp_fc_b, M, C, 4 * C, layout, s));
+  KVTIER_CUDA_TRY(config.gelu == Gelu::kErf
+                      ? kernels::gelu_erf_cuda(fc_.data, 4 * activations, s)
+                      : kernels::gelu_tanh_cuda(fc_.data, 4 * activations, s));
+  KVTIER_CUDA_TRY(
+      kernels::matmul_cuda(ln_.data, fc_.data, w.mlp_proj_w, w.mlp_proj_b, M, 4 * C, C, layout, s));
+  KVTIER_CUDA_TRY(kernels::residual_add_cuda(x_.data, x_.data, ln_.data, activations, s));
   return {};
 }
 

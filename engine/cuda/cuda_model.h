@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "kernels/kv_shape.h"
 
 namespace kvtier {
 
@@ -86,6 +87,13 @@ class CudaModel {
   std::expected<void, std::string> upload_weights();
   std::expected<void, std::string> run(std::span<const Model::Chunk> chunks, tiers::BlockPool& pool,
                                        const std::function<void(int layer)>& before_attention);
+  // run()'s parts: the rows, block tables and buffers on the device, then
+  // one transformer layer of the M rows.
+  std::expected<void, std::string> stage(std::span<const Model::Chunk> chunks,
+                                         tiers::BlockPool& pool);
+  std::expected<void, std::string> run_layer(
+      int l, int M, const kernels::KvShape& shape,
+      const std::function<void(int layer)>& before_attention);
 
   const Model& model_;
   cudaStream_t stream_ = nullptr;
