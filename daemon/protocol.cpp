@@ -361,13 +361,14 @@ std::expected<std::vector<Tier>, RpcError> cache_flush_params_parse(const json& 
       !params["tier"].is_string()) {
     return std::unexpected(usage);
   }
-  const std::string tier = params["tier"].get<std::string>();
-  if (tier == "l1") return std::vector<Tier>{Tier::kL1};
-  if (tier == "l2") return std::vector<Tier>{Tier::kL2};
-  if (tier == "l3") return std::vector<Tier>{Tier::kL3};
-  // Top down: L1's blocks are demoted into L2 before L2 is emptied.
-  if (tier == "all") return std::vector<Tier>{Tier::kL1, Tier::kL2, Tier::kL3};
-  return std::unexpected(usage);
+  const std::string name = params["tier"].get<std::string>();
+  // "all" goes top down: L1's blocks are demoted into L2 before L2 is emptied.
+  std::vector<Tier> tiers;
+  for (int t = 0; t < kNumTiers; ++t)
+    if (name == "all" || name == to_string(static_cast<Tier>(t)))
+      tiers.push_back(static_cast<Tier>(t));
+  if (tiers.empty()) return std::unexpected(usage);
+  return tiers;
 }
 
 std::expected<std::uint64_t, RpcError> cancel_params_parse(const json& params) {
