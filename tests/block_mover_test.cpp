@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "stand_in_device.h"
+#include "tiers/block_pool.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -54,8 +55,9 @@ TEST(BlockMoverTest, WithoutAQueueMovesRunOnTheWorkerAndWakeTheOwner) {
 TEST(BlockMoverTest, QueueTicketsNeverMeetTheWorkersAndEveryMoveLands) {
   test_util::StandInDevice device;
   BlockMover mover({});
-  auto link = device.region(kBytes, /*with_link=*/true).link;
-  mover.use_queue(link->copy_queue(mover.waker()).value());
+  // The link a device L1 offers (the pool owns the region and frees it).
+  BlockPool l1(kBytes, 1, device.region(kBytes, /*with_link=*/true));
+  mover.use_queue(l1.link()->copy_queue(mover.waker()).value());
   const CopyWorker::Transfer copy = plain_copy();
   std::vector<std::vector<std::byte>> src, dst;
   for (int i = 0; i < 8; ++i) {
@@ -78,8 +80,9 @@ TEST(BlockMoverTest, ALostQueueIsSaidOnceAndItsMovesAreTheOwnersToFail) {
   device.lose_after = 2;
   std::vector<std::string> losses;
   BlockMover mover([&](const std::string& why) { losses.push_back(why); });
-  auto link = device.region(kBytes, /*with_link=*/true).link;
-  mover.use_queue(link->copy_queue(mover.waker()).value());
+  // The link a device L1 offers (the pool owns the region and frees it).
+  BlockPool l1(kBytes, 1, device.region(kBytes, /*with_link=*/true));
+  mover.use_queue(l1.link()->copy_queue(mover.waker()).value());
   const CopyWorker::Transfer copy = plain_copy();
   const auto src = pattern(3);
   std::vector<std::vector<std::byte>> dst(4, std::vector<std::byte>(kBytes));
