@@ -46,7 +46,7 @@ struct CacheConfig {
   std::chrono::milliseconds l3_backoff{1000};
   // Bring blocks up from L2 and L3 a layer at a time and let a new
   // request's prefill start on the first layers while the rest are on the
-  // way (LMCache's layerwise retrieval; see KvCache::LayerLoad). Needs exact
+  // way (LMCache's layerwise retrieval; see LayerLoad, cache_handles.h). Needs exact
   // blocks, and for L3 layers of whole 4 KiB pages (GPT-2 124M: 96 KiB);
   // otherwise, or when false, a request waits until its whole blocks are in
   // L1. From L2 only into an L1 in device memory, where a copy engine moves

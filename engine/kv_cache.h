@@ -13,12 +13,14 @@
 //   kv_cache.cpp          making the cache, lookup and promotion, insert,
 //                         demotion, pins, holds and flush;
 //   kv_cache_moves.cpp    L1<->L2 moves in the background (tiers/block_mover.h)
-//                         and on the engine thread, stashes, waiting;
+//                         and on the engine thread, waiting for them;
 //   kv_cache_l3.cpp       L3: reads, writes, write-back, persist, adoption of
 //                         entries from before a restart;
+//   kv_cache_swap.cpp     what swapped-out requests keep (SwapTicket);
 //   cost_calibration.cpp  measuring the tiers for the cost model;
 //   kv_cache_stats.cpp    stats, the tree summary and the invariants;
-//   transfer_plan.h       how bytes change on their way (formats, staging).
+//   transfer_plan.h       how bytes change on their way (formats, staging);
+//   cache_handles.h       what the scheduler holds: leases and swap tickets.
 //
 // Promotion: acquire_prefix() starts copies of L2 blocks up (on the copy
 // worker, tiers/copy_worker.h, or a device's copy queue) and L3 reads, both

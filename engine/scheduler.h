@@ -413,7 +413,7 @@ class Scheduler {
   std::vector<Request*> admitted_;  // prefilling + running
   // Admitted requests whose prefix is still landing from L3 a layer at a
   // time: their prefill waits for each layer and is kept only if settle()
-  // finds every block intact (see KvCache::LayerLoad).
+  // finds every block intact (see LayerLoad, cache_handles.h).
   std::unordered_map<const Request*, PrefixLease> layer_loads_;
   RequestId next_id_ = 1;
   std::uint64_t next_arrival_ = 0;
