@@ -138,7 +138,10 @@ class EngineLoop {
 
   void start();
   // Cancels every live request (each sink gets its final event), then joins
-  // the thread. Idempotent; later submit() calls fail with kStopping.
+  // the thread. Idempotent; later submit() calls fail with kStopping. The
+  // final events come from the engine thread: on a loop never start()ed
+  // there is none, and what was submitted is dropped with its sink uncalled
+  // (kvtierd starts the loop before it accepts a connection).
   void stop();
 
   // Thread-safe. The first half of a graceful stop: from now on submit()
