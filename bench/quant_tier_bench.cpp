@@ -63,7 +63,7 @@ Pass run_pass(Model& model, const Tokenizer* tokenizer, KvFormat format) {
   Scheduler& s = **made;
   s.calibrate_tier_costs();
   Pass pass;
-  pass.promote_s = s.cache()->stats().costs.l2_per_block_s;
+  pass.promote_s = s.cache()->stats().costs.load[Tier::kL2].per_block_s;
   // Warm: the prefix's blocks enter the cache (computed, exact, in L1).
   RequestParams warm;
   warm.prompt = tokenizer->encode(kPrefix + "!").value();
@@ -96,7 +96,7 @@ double promotion_s(const KvLayout& layout, KvFormat format) {
   c.l2_bytes = 4 * bytes;
   c.l2_format = format;
   auto cache = KvCache::create(layout, 1, l1, c);
-  return cache ? (*cache)->calibrate().l2_per_block_s : 0;
+  return cache ? (*cache)->calibrate().load[Tier::kL2].per_block_s : 0;
 }
 
 }  // namespace

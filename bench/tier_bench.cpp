@@ -110,8 +110,8 @@ int main(int argc, char** argv) {
   std::printf(
       "calibrated: prefill %.1f us/token; L2 copy %.1f us/block; L3 read %.1f us + %.1f "
       "us/block\n",
-      costs.prefill_per_token_s * 1e6, costs.l2_per_block_s * 1e6, costs.l3_latency_s * 1e6,
-      costs.l3_per_block_s * 1e6);
+      costs.prefill_per_token_s * 1e6, costs.load[Tier::kL2].per_block_s * 1e6,
+      costs.load[Tier::kL3].latency_s * 1e6, costs.load[Tier::kL3].per_block_s * 1e6);
   // The decision is printed, not applied: this table measures every tier.
   s.cache()->cost_model().pin({});
 

@@ -37,13 +37,16 @@ json tier_table_to_json(const CacheStats& stats) {
 }
 
 json tier_costs_to_json(const TierCosts& costs) {
-  return {
-      {"prefill_per_token_us", costs.prefill_per_token_s * 1e6},
-      {"l2_per_block_us", costs.l2_per_block_s * 1e6},
-      {"l3_latency_us", costs.l3_latency_s * 1e6},
-      {"l3_per_block_us", costs.l3_per_block_s * 1e6},
-      {"samples",
-       {{"prefill", costs.prefill_samples}, {"l2", costs.l2_samples}, {"l3", costs.l3_samples}}}};
+  json out = {{"prefill_per_token_us", costs.prefill_per_token_s * 1e6}};
+  json samples = {{"prefill", costs.prefill_samples}};
+  for (int t = 1; t < kNumTiers; ++t) {  // L1 has nothing to load
+    const std::string name = to_string(static_cast<Tier>(t));
+    out[name + "_latency_us"] = costs.load[t].latency_s * 1e6;
+    out[name + "_per_block_us"] = costs.load[t].per_block_s * 1e6;
+    samples[name] = costs.load[t].samples;
+  }
+  out["samples"] = std::move(samples);
+  return out;
 }
 
 json cache_stats_to_json(const CacheStats& stats) {

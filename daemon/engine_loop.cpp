@@ -41,11 +41,15 @@ void cache_start(Scheduler& scheduler) {
            "; preemption " + std::string(to_string(scheduler.config().preemption)));
   scheduler.calibrate_tier_costs();
   const TierCosts k = cache->stats().costs;
-  log_info("tier costs: prefill " + micros(k.prefill_per_token_s) + " per token; L2 load " +
-           micros(k.l2_per_block_s) + " per block; L3 load " + micros(k.l3_latency_s) + " + " +
-           micros(k.l3_per_block_s) + " per block (medians of " +
-           std::to_string(k.prefill_samples) + ", " + std::to_string(k.l2_samples) + " and " +
-           std::to_string(k.l3_samples) + " samples; the prefill figure keeps learning)");
+  std::string line = "tier costs: prefill " + micros(k.prefill_per_token_s) + " per token (" +
+                     std::to_string(k.prefill_samples) + " samples)";
+  for (int t = 1; t < kNumTiers; ++t) {
+    const LoadCost& load = k.load[t];
+    line += std::string("; ") + label(static_cast<Tier>(t)) + " load " + micros(load.latency_s) +
+            " + " + micros(load.per_block_s) + " per block (" + std::to_string(load.samples) +
+            " samples)";
+  }
+  log_info(line + "; medians, the prefill figure keeps learning");
 }
 
 // The device's lines go to the log: which one runs and why, what it could

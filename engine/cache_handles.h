@@ -25,16 +25,20 @@ namespace kvtier {
 class KvCache;
 
 // Moves still landing, a layer at a time, in L1 blocks a request already
-// holds: L3 reads and L2 copies of the blocks of its prefix whose bytes are
+// holds: store reads (L3's) and L2 copies of the blocks of its prefix whose bytes are
 // on the way. The request may compute on layer l of them once
-// KvCache::await_layer(l) returns. An L3 block is verified only when the
+// KvCache::await_layer(l) returns. A stored block is verified only when the
 // whole of it is in, so nothing computed from the load may be used before
 // KvCache::settle() says it was right. Checksums stay per block: what a
 // corrupt block touched is thrown away, never sent.
 struct LayerLoad {
   std::vector<tiers::BlockKey> keys;  // every block on its way up
   std::vector<int> blocks;            // and their L1 ids
-  std::vector<std::uint64_t> reads;   // L3 tickets, a read each
+  struct Read {
+    Tier tier;  // the store tier it comes from
+    std::uint64_t ticket;
+  };
+  std::vector<Read> reads;  // a read each
   // L2 promotions, a copy per layer: copies[i][l] is one block's layer l.
   std::vector<std::vector<std::uint64_t>> copies;
   // What acquire_prefix counted for the run (its lookup, hits, misses,

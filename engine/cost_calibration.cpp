@@ -1,5 +1,6 @@
 // Start-up calibration of the cost model (engine/cost_model.h): what a
-// prefill pass, a promotion from L2 and reads from L3 cost on this machine.
+// prefill pass, a promotion from L2 and reads from each store tier (L3, ...)
+// cost on this machine.
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -7,7 +8,7 @@
 #include "engine/block_meta.h"
 #include "engine/cost_model.h"
 #include "engine/kv_cache.h"
-#include "engine/kv_cache_l3.h"
+#include "engine/kv_cache_stores.h"
 
 namespace kvtier {
 
@@ -19,7 +20,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-constexpr int kReads = 8;   // L3 reads at once in a measurement
+constexpr int kReads = 8;   // store reads at once in a measurement
 constexpr int kRounds = 5;  // samples of each tier figure: their median rules
 
 }  // namespace
@@ -51,7 +52,8 @@ TierCosts KvCache::calibrate() {
     const std::vector<std::byte> zeros(plan_.block_bytes);
     l1_->copy(l1_->data(blocks[0]), zeros.data(), plan_.block_bytes);
     if (l2_ && l2_->num_free() > 0) calibrate_l2(blocks[0], blocks[1]);
-    if (l3_ && l3_->store->stats().available) calibrate_l3(blocks);
+    for (const auto& s : stores_)
+      if (s->store->stats().available) calibrate_store(*s, blocks);
   }  // else no room to measure: nothing added
   for (int b : blocks) l1_->release(b);
   return costs_.costs();
@@ -66,37 +68,37 @@ void KvCache::calibrate_l2(int l1_source, int l1_target) {
   for (int i = 0; i <= kRounds; ++i) {
     const auto start = Clock::now();
     plan_.from_l2(l1_->data(l1_target), l2_->data(slot));
-    if (i > 0) costs_.add_l2_block(seconds_since(start));
+    if (i > 0) costs_.add_load(Tier::kL2, 0, seconds_since(start));
   }
   l2_->release(slot);
 }
 
-void KvCache::calibrate_l3(const std::vector<int>& blocks) {
-  // A staged store reads into staging and decodes, as poll_l3() does.
+void KvCache::calibrate_store(StoreTier& s, const std::vector<int>& blocks) {
+  // A staged store reads into staging and decodes, as finish_store_op() does.
   std::vector<int> staged;
-  if (l3_->staging) {
-    for (int i = 0; i < kReads; ++i) staged.push_back(l3_->staging->allocate().value());
-    plan_.l3_encode(l3_->staging->data(staged[0]), l1_->data(blocks[0]));
+  if (s.staging) {
+    for (int i = 0; i < kReads; ++i) staged.push_back(s.staging->allocate().value());
+    s.leg->encode(s.staging->data(staged[0]), l1_->data(blocks[0]));
   }
   auto read_buffer = [&](int i) {
-    return staged.empty() ? l1_->data(blocks[i]) : l3_->staging->data(staged[i]);
+    return staged.empty() ? l1_->data(blocks[i]) : s.staging->data(staged[i]);
   };
   tiers::BlockRecord probe;
   probe.key = {0xFFFFFFFFFFFFFFFFULL, 0x6b76746965722d70ULL};  // on no chain
   probe.meta = encode_block_meta({}, fingerprint_, {});
-  l3_->store->write(probe, read_buffer(0));
-  l3_->store->drain();
-  (void)l3_->store->poll();
+  s.store->write(probe, read_buffer(0));
+  s.store->drain();
+  (void)s.store->poll();
   // One read, then kReads at once: latency + n * per_block fits both.
   auto timed_reads = [&](int n) {
     const auto start = Clock::now();
-    for (int i = 0; i < n; ++i) l3_->store->read(probe.key, probe.meta, read_buffer(i));
-    l3_->store->drain();
+    for (int i = 0; i < n; ++i) s.store->read(probe.key, probe.meta, read_buffer(i));
+    s.store->drain();
     bool ok = true;
-    for (const tiers::StoreCompletion& done : l3_->store->poll())
+    for (const tiers::StoreCompletion& done : s.store->poll())
       ok = ok && done.status == tiers::StoreStatus::kOk;
     for (int i = 0; ok && !staged.empty() && i < n; ++i)
-      plan_.l3_decode(l1_->data(blocks[i]), read_buffer(i));
+      s.leg->decode(l1_->data(blocks[i]), read_buffer(i));
     return ok ? seconds_since(start) : -1.0;
   };
   for (int i = 0; i < kRounds; ++i) {
@@ -104,10 +106,10 @@ void KvCache::calibrate_l3(const std::vector<int>& blocks) {
     const double many = timed_reads(kReads);
     if (one <= 0 || many <= 0) continue;
     const double per_block = std::max(0.0, (many - one) / (kReads - 1));
-    costs_.add_l3(std::max(0.0, one - per_block), per_block);
+    costs_.add_load(s.tier, std::max(0.0, one - per_block), per_block);
   }
-  l3_->store->erase(probe.key);
-  for (int b : staged) l3_->staging->release(b);
+  s.store->erase(probe.key);
+  for (int b : staged) s.staging->release(b);
 }
 
 }  // namespace kvtier

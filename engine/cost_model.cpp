@@ -31,20 +31,15 @@ void CostModel::add_prefill(double seconds, int tokens) {
   costs_.prefill_samples = prefill_per_token_.size();
 }
 
-void CostModel::add_l2_block(double seconds) {
-  if (pinned_) return;
-  l2_per_block_.add(seconds);
-  costs_.l2_per_block_s = l2_per_block_.median();
-  costs_.l2_samples = l2_per_block_.size();
-}
-
-void CostModel::add_l3(double latency_s, double per_block_s) {
-  if (!std::isfinite(latency_s) || !std::isfinite(per_block_s) || pinned_) return;
-  l3_latency_.add(latency_s);
-  l3_per_block_.add(per_block_s);
-  costs_.l3_latency_s = l3_latency_.median();
-  costs_.l3_per_block_s = l3_per_block_.median();
-  costs_.l3_samples = l3_latency_.size();
+void CostModel::add_load(Tier tier, double latency_s, double per_block_s) {
+  // Both or neither, so the two windows stay in step.
+  if (!(latency_s >= 0 && per_block_s >= 0) || !std::isfinite(latency_s) ||
+      !std::isfinite(per_block_s) || pinned_)
+    return;
+  load_latency_[tier].add(latency_s);
+  load_per_block_[tier].add(per_block_s);
+  costs_.load[tier] = {load_latency_[tier].median(), load_per_block_[tier].median(),
+                       load_latency_[tier].size()};
 }
 
 void CostModel::pin(const TierCosts& costs) {
@@ -52,10 +47,10 @@ void CostModel::pin(const TierCosts& costs) {
   pinned_ = true;
 }
 
-bool CostModel::worth_loading_from_l3(int blocks, int page_size) const {
+bool CostModel::worth_loading(Tier tier, int blocks, int page_size) const {
   if (costs_.prefill_per_token_s <= 0) return true;
   const double n = blocks;
-  const double load = costs_.l3_latency_s + n * costs_.l3_per_block_s;
+  const double load = costs_.load[tier].latency_s + n * costs_.load[tier].per_block_s;
   const double recompute = n * page_size * costs_.prefill_per_token_s;
   return load < recompute;
 }

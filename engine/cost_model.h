@@ -10,7 +10,7 @@
 // passes through calibrate_prefill, the tiers through KvCache::calibrate),
 // and the engine keeps adding the prefill cost of the real passes it runs
 // (Scheduler::step), so a wild sample is outvoted at once and the prefill
-// figure follows the machine as its load changes. The L2 and L3 figures come
+// figure follows the machine as its load changes. The tiers' figures come
 // from calibration alone: a real transfer's time mixes queueing with the
 // per-block cost the decision needs.
 //
@@ -21,20 +21,25 @@
 #include <deque>
 #include <functional>
 
+#include "engine/tier.h"
+
 namespace kvtier {
 
 // The load-or-recompute figures: loading a run of n blocks from a tier costs
 // latency + n * per_block; recomputing it costs n * page_size *
 // prefill_per_token. Zeros mean "always load" (no measurement yet).
+struct LoadCost {
+  double latency_s = 0;
+  double per_block_s = 0;
+  int samples = 0;  // how many measurements the figures are the medians of
+};
+
 struct TierCosts {
   double prefill_per_token_s = 0;
-  double l2_per_block_s = 0;
-  double l3_latency_s = 0;
-  double l3_per_block_s = 0;
-  // How many samples each figure is the median of (0: none, the figure is 0).
-  int prefill_samples = 0;
-  int l2_samples = 0;
-  int l3_samples = 0;
+  int prefill_samples = 0;  // 0: none, the figure is 0
+  // Bringing a block up from each tier below L1 (L1's stays zero): from L2
+  // a copy or a decode (no fixed latency), from a store its reads.
+  PerTier<LoadCost> load;
 };
 
 class CostModel {
@@ -47,10 +52,9 @@ class CostModel {
   // A forward pass that took `seconds` for `tokens` rows. Ignored unless
   // both are positive and finite.
   void add_prefill(double seconds, int tokens);
-  // One block brought up from L2 (a copy, or an int8 decode).
-  void add_l2_block(double seconds);
-  // One measurement of L3 reads: the fixed latency and the cost per block.
-  void add_l3(double latency_s, double per_block_s);
+  // One measurement of loads from `tier`: the fixed latency and the cost
+  // per block (from L2, one block brought up: latency 0).
+  void add_load(Tier tier, double latency_s, double per_block_s);
 
   // Every figure fixed at `costs` from now on, later samples ignored: for
   // benches and tests that stage a decision (all zeros: always load).
@@ -60,11 +64,11 @@ class CostModel {
   // load-or-recompute decision asks at every admission).
   const TierCosts& costs() const { return costs_; }
 
-  // The load-or-recompute cut: whether reading a run of `blocks` blocks of
-  // `page_size` tokens from L3 is cheaper than prefilling their tokens (a
-  // short run may not be: reads have a fixed latency, prefill is per token).
-  // True while prefill has no figure.
-  bool worth_loading_from_l3(int blocks, int page_size) const;
+  // The load-or-recompute cut: whether loading a run of `blocks` blocks of
+  // `page_size` tokens from `tier` is cheaper than prefilling their tokens
+  // (a short run may not be: reads have a fixed latency, prefill is per
+  // token). True while prefill has no figure.
+  bool worth_loading(Tier tier, int blocks, int page_size) const;
 
  private:
   // The most recent samples of one figure, oldest first.
@@ -78,7 +82,8 @@ class CostModel {
     std::deque<double> samples_;
   };
 
-  Window prefill_per_token_, l2_per_block_, l3_latency_, l3_per_block_;
+  Window prefill_per_token_;
+  PerTier<Window> load_latency_, load_per_block_;
   TierCosts costs_;  // the windows' medians and sizes, or the pinned figures
   bool pinned_ = false;
 };

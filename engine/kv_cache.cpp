@@ -4,7 +4,7 @@
 #include <cassert>
 
 #include "engine/block_hash.h"
-#include "engine/kv_cache_l3.h"
+#include "engine/kv_cache_stores.h"
 #include "tiers/align.h"
 
 namespace kvtier {
@@ -18,22 +18,28 @@ std::expected<std::unique_ptr<KvCache>, std::string> KvCache::create(const KvLay
     return std::unexpected("L1 blocks have " + std::to_string(l1.block_bytes()) +
                            " bytes but the KV layout needs " +
                            std::to_string(layout.block_bytes()));
-  if (!config.l3_path.empty() && l1.block_bytes() % 4096 != 0)
-    return std::unexpected("L3 needs L1 blocks that are a multiple of 4096 bytes");
-  // Host L1 blocks are L3's O_DIRECT buffers, which the kernel refuses
-  // unless page-aligned: every transfer would fail and open the breaker.
-  if (!config.l3_path.empty() && l1.host_addressable() &&
-      reinterpret_cast<std::uintptr_t>(l1.data(0)) % 4096 != 0)
-    return std::unexpected(
-        "L3 reads and writes L1 blocks in place, so L1 must start on a 4096-byte boundary "
-        "(tiers::Memory::kPageAligned)");
+  const std::vector<StoreTierSpec> stores = store_tiers(config);
+  for (const StoreTierSpec& spec : stores) {
+    const std::string alignment = std::to_string(spec.alignment);
+    if (l1.block_bytes() % spec.alignment != 0)
+      return std::unexpected(std::string(label(spec.tier)) +
+                             " needs L1 blocks that are a multiple of " + alignment + " bytes");
+    // Host L1 blocks are the store's buffers (O_DIRECT's, for L3), which it
+    // refuses unless aligned: every transfer would fail and open the breaker.
+    if (l1.host_addressable() && reinterpret_cast<std::uintptr_t>(l1.data(0)) % spec.alignment != 0)
+      return std::unexpected(std::string(label(spec.tier)) +
+                             " reads and writes L1 blocks in place, so L1 must start on a " +
+                             alignment + "-byte boundary (tiers::Memory::kPageAligned)");
+  }
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
-  TransferPlan plan = make_transfer_plan(layout, l1, config, codec);
-  return std::unique_ptr<KvCache>(new KvCache(layout, fingerprint, l1, config, std::move(plan)));
+  TransferPlan plan = make_transfer_plan(layout, l1, config, stores, codec);
+  return std::unique_ptr<KvCache>(
+      new KvCache(layout, fingerprint, l1, config, std::move(plan), stores));
 }
 
 KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
-                 const CacheConfig& config, TransferPlan plan)
+                 const CacheConfig& config, TransferPlan plan,
+                 const std::vector<StoreTierSpec>& stores)
     : layout_(layout),
       plan_(std::move(plan)),
       fingerprint_(fingerprint),
@@ -50,10 +56,11 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
                             "on a thread from now on");
         ++stats_.tier[Tier::kL2].io_errors;
       }) {
-  // Page-sized slots: L3 writes go straight from them (O_DIRECT).
+  // Page-sized slots: store writes go straight from them (L3's O_DIRECT).
   open_l2(tiers::round_up(plan_.l2_block_bytes, 4096));
+  stats_.tier[Tier::kL2].format = config_.l2_format;
   policy_ = std::make_unique<PlacementPolicy>(tree_, *l1_, l2_.get());
-  if (!config.l3_path.empty()) open_l3();
+  open_stores(stores);
 }
 
 KvCache::~KvCache() {
@@ -79,21 +86,27 @@ std::vector<CacheNode*> KvCache::prefix_worth_loading(const tiers::BlockKey& roo
                                                       std::span<const int> tokens, int max_blocks,
                                                       long* skipped) {
   std::vector<CacheNode*> path = match(root, tokens, max_blocks);
-  auto l3_only = [](const CacheNode* n) { return n->best_tier() == Tier::kL3 && !n->loading(); };
-  auto first_l3 = std::find_if(path.begin(), path.end(), l3_only);
-  // With L3 failing (its breaker open), a block only L3 has is a miss: the
-  // request is prefilled instead of waiting for the disk to come back.
-  if (!l3_accepting()) {
-    path.erase(first_l3, path.end());
-    return path;
+  auto store_only = [](const CacheNode* n) {
+    return is_store_tier(n->best_tier()) && !n->loading();
+  };
+  const auto first =
+      static_cast<std::size_t>(std::find_if(path.begin(), path.end(), store_only) - path.begin());
+  // With a store failing (its breaker open), a block only it has is a miss:
+  // the request is prefilled instead of waiting for the store to come back.
+  for (std::size_t i = first; i < path.size(); ++i) {
+    if (store_only(path[i]) && !accepting(path[i]->best_tier())) {
+      path.resize(i);
+      break;
+    }
   }
-  // Load or recompute: a tail of L3-only blocks is loaded only when reading it
-  // is cheaper than prefilling its tokens (a short run may not be: reads have
-  // a fixed latency, prefill is per token).
-  const int tail = static_cast<int>(path.end() - first_l3);
-  if (tail > 0 && !costs_.worth_loading_from_l3(tail, layout_.page_size)) {
+  // Load or recompute: a tail from the first store-only block is loaded only
+  // when reading it is cheaper than prefilling its tokens (a short run may
+  // not be: reads have a fixed latency, prefill is per token); the first
+  // block's store stands for the run.
+  const int tail = static_cast<int>(path.size()) - static_cast<int>(first);
+  if (tail > 0 && !costs_.worth_loading(path[first]->best_tier(), tail, layout_.page_size)) {
     *skipped = tail;
-    path.erase(first_l3, path.end());
+    path.resize(first);
   }
   return path;
 }
@@ -104,7 +117,7 @@ std::optional<PrefixLease> KvCache::acquire_prefix(const tiers::BlockKey& root,
   long skipped = 0;
   std::vector<CacheNode*> path = prefix_worth_loading(root, tokens, max_blocks, &skipped);
   tree_.touch(path);
-  // While this runs, making room may wait for L3 and handle completions; the
+  // While this runs, making room may wait for stores and handle completions; the
   // path's nodes must neither be demoted to make room for each other (the
   // stamp) nor vanish (a hold each).
   policy_->protect(tree_.now());
@@ -116,11 +129,10 @@ std::optional<PrefixLease> KvCache::acquire_prefix(const tiers::BlockKey& root,
       cache->policy_->unprotect();
       for (auto it = path.rbegin(); it != path.rend(); ++it) {
         CacheNode* node = *it;
-        // A write that completed meanwhile protected its L3 entry for this
-        // hold (poll_l3); with no swapped request left holding the node,
-        // nothing else would ever let the entry go.
-        if (--node->holds == 0 && node->stored(Tier::kL3))
-          cache->l3_store().set_protected(node->key, false);
+        // A write that completed meanwhile protected its store entry for
+        // this hold (finish_store_op); with no swapped request left holding
+        // the node, nothing else would ever let the entry go.
+        if (--node->holds == 0) cache->protect_in_stores(*node);
         cache->tree_.prune(node);
       }
     }
@@ -130,7 +142,7 @@ std::optional<PrefixLease> KvCache::acquire_prefix(const tiers::BlockKey& root,
   // (the next match stops before it). Blocks on their way up only by layer
   // can be handed out now.
   if (start_promotions(path, l1_blocks_allowed)) {
-    if (l3_) l3_store().flush();  // start the reads now, not at the next poll()
+    flush_stores();  // start the reads now, not at the next poll()
     if (!by_layer || !all_by_layer(path)) return std::nullopt;
   }
   const int wanted = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / layout_.page_size);
@@ -156,10 +168,10 @@ bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allo
     ++taken;
     pending = true;
     // Loading from L2 is a move out of its slot (CacheNode::moving_l2).
-    node->hit_tier = node->stored(Tier::kL2) ? Tier::kL2 : Tier::kL3;
+    node->hit_tier = node->best_tier();
     tree_.set(node, Tier::kL1, {Presence::kLoading, *block});
-    if (node->hit_tier == Tier::kL3) {
-      start_l3_read(node);
+    if (is_store_tier(node->hit_tier)) {
+      start_store_read(node);
       continue;
     }
     if (plan_.l2_layers > 1) {
@@ -179,7 +191,7 @@ bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allo
 
 bool KvCache::all_by_layer(const std::vector<CacheNode*>& path) const {
   return std::all_of(path.begin(), path.end(), [&](const CacheNode* node) {
-    return node->usable_l1() || (node->loading() && ((l3_ && l3_reads_by_layer(node->key)) ||
+    return node->usable_l1() || (node->loading() && (read_by_layer(node->key).has_value() ||
                                                      copies_by_layer_.contains(node->key)));
   });
 }
@@ -206,7 +218,7 @@ PrefixLease KvCache::hand_out(const std::vector<CacheNode*>& path, int wanted, l
     if (auto m = copies_by_layer_.find(node->key); m != copies_by_layer_.end())
       load.copies.push_back(m->second.tickets);
     else
-      load.reads.push_back(*l3_reads_by_layer(node->key));
+      load.reads.push_back(*read_by_layer(node->key));
   }
   const long handed = static_cast<long>(path.size());
   counted.missed = wanted - handed;
@@ -234,9 +246,10 @@ std::vector<CacheNode*> KvCache::insert(const tiers::BlockKey& root, std::span<c
       tree_.set(node, Tier::kL1, {Presence::kStored, blocks[i]});
       node->hit_tier = Tier::kL1;  // computed here, whatever a failed promotion left
     }
-    if (config_.write_policy == WritePolicy::kWriteThrough &&
-        node->state(Tier::kL3) == Presence::kNone && node->usable_l1() && l3_accepting()) {
-      write_to_l3(node);
+    for (const auto& s : stores_) {
+      if (s->write_policy == WritePolicy::kWriteThrough &&
+          node->state(s->tier) == Presence::kNone && node->usable_l1() && s->store->accepting())
+        write_to_store(node, *s);
     }
     path.push_back(node);
     parent = node;
@@ -265,14 +278,14 @@ int KvCache::demotable_l1() const { return policy_->demotable_l1(); }
 void KvCache::demote_l1(CacheNode* node) {
   const int block = node->slot(Tier::kL1);
   if (!node->stored(Tier::kL2)) {
-    // A block L3 already has may take a free or clean slot, never push out a
-    // block that exists only in L2.
+    // A block a store already has may take a free or clean slot, never push
+    // out a block that exists only in L2.
     using enum PlacementPolicy::L2Victims;
-    if (auto slot = alloc_l2(node->stored(Tier::kL3) ? kWithCopy : kAny)) {
+    if (auto slot = alloc_l2(node->in_store() ? kWithCopy : kAny)) {
       move_block(l2_->data(*slot), l1_->data(block), plan_.to_l2, Tier::kL1, Tier::kL2);
       tree_.set(node, Tier::kL2, {Presence::kStored, *slot});
       ++stats_.tier[Tier::kL2].demotions;
-    } else if (!node->stored(Tier::kL3)) {
+    } else if (!node->in_store()) {
       ++stats_.tier[Tier::kL1].dropped;
     }
   }
@@ -285,12 +298,12 @@ std::optional<int> KvCache::alloc_l2(PlacementPolicy::L2Victims victims) {
   if (l2_->num_free() > 0) return l2_->allocate();
   CacheNode* victim = policy_->l2_victim(victims);
   if (victim == nullptr && victims != PlacementPolicy::L2Victims::kAny) return std::nullopt;
-  // Every candidate is still on its way to L3: waiting for the first of
-  // those writes to land (a millisecond or so) is cheaper than dropping a
+  // Every candidate is still on its way to a store: waiting for the first
+  // of those writes to land (a millisecond or so) is cheaper than dropping a
   // block and recomputing it; waiting for all of them (up to 256 in flight)
   // stalled the engine for tens of milliseconds.
-  while (victim == nullptr && l3_in_flight() > 0) {
-    l3_store().flush();
+  while (victim == nullptr && store_ops_in_flight() > 0) {
+    flush_stores();
     wait(std::chrono::milliseconds(10));
     collect();
     victim = policy_->l2_clean_victim();
@@ -302,7 +315,7 @@ std::optional<int> KvCache::alloc_l2(PlacementPolicy::L2Victims victims) {
 }
 
 void KvCache::drop_l2(CacheNode* node) {
-  if (!node->stored(Tier::kL3) && !node->in(Tier::kL1))
+  if (!node->in_store() && !node->in(Tier::kL1))
     ++stats_.tier[Tier::kL2].dropped;  // gone from the cache
   l2_->release(node->slot(Tier::kL2));
   tree_.set(node, Tier::kL2, {});
@@ -313,7 +326,7 @@ void KvCache::hold(std::span<const tiers::BlockKey> keys, int delta) {
     CacheNode* node = tree_.find(key);
     if (node == nullptr) continue;
     node->holds = std::max(0, node->holds + delta);
-    if (l3_ && node->stored(Tier::kL3)) l3_store().set_protected(key, node->holds > 0);
+    protect_in_stores(*node);
     tree_.prune(node);
   }
 }
@@ -332,30 +345,35 @@ int KvCache::pin(const tiers::BlockKey& root, std::span<const int> tokens, int d
 
 int KvCache::flush(Tier tier) {
   int dropped = 0;
+  // What L1 and L2 let go of goes down, never dropped while a lower tier can
+  // keep it: into the fastest store first (L1 with no L2, or L2's own
+  // blocks, so the blocks coming down from L1 displace only clean ones).
+  // Between two flushes on an idle daemon no step runs write-back.
+  StoreTier* below = stores_.empty() ? nullptr : stores_.front().get();
   switch (tier) {
     case Tier::kL1:
-      // What L1 lets go of goes down, never dropped while a lower tier can
-      // keep it: with no L2, to L3 first; with one, L2's own blocks go to L3
-      // first, so the blocks coming down displace only clean ones. (Between
-      // two flushes on an idle daemon no step runs write-back.)
-      write_down_to_l3([has_l2 = l2_ != nullptr](const CacheNode& n) {
-        return n.pins == 0 && (has_l2 ? n.stored(Tier::kL2) : n.usable_l1());
-      });
+      if (below != nullptr)
+        write_down(*below, [has_l2 = l2_ != nullptr](const CacheNode& n) {
+          return n.pins == 0 && (has_l2 ? n.stored(Tier::kL2) : n.usable_l1());
+        });
       for (; CacheNode* n = policy_->flushable(Tier::kL1); ++dropped) demote_l1(n);
       break;
     case Tier::kL2:
       if (!l2_) break;
-      write_down_to_l3([](const CacheNode& n) { return n.pins == 0 && n.stored(Tier::kL2); });
+      if (below != nullptr)
+        write_down(*below, [](const CacheNode& n) { return n.pins == 0 && n.stored(Tier::kL2); });
       for (; CacheNode* n = policy_->flushable(Tier::kL2); ++dropped) drop_l2(n);
       break;
-    case Tier::kL3:
-      if (!l3_) break;
-      for (; CacheNode* n = policy_->flushable(Tier::kL3); ++dropped) {
-        l3_store().erase(n->key);
-        tree_.set(n, Tier::kL3, {});
-        ++stats_.tier[Tier::kL3].dropped;
+    default: {  // a store tier: dropped
+      StoreTier* s = store_at(tier);
+      if (s == nullptr) break;
+      for (; CacheNode* n = policy_->flushable(tier); ++dropped) {
+        s->store->erase(n->key);
+        tree_.set(n, tier, {});
+        ++stats_.tier[tier].dropped;
       }
       break;
+    }
   }
   return dropped;
 }

@@ -7,15 +7,18 @@
 //       shared by a new request at once;
 //   L2  a pinned host pool (tiers::BlockPool, Memory::kPinned, or the host
 //       memory a device L1's link offers), optional;
-//   L3  the SSD store (tiers::L3Store), optional.
+//   L3  the SSD store (tiers::L3Store), optional; like every store tier
+//       (engine/store_tiers.h says which a configuration opens) a
+//       tiers::BlockStore, driven through one set of paths.
 //
 // Where each job lives:
 //   kv_cache.cpp          making the cache, lookup and promotion, insert,
 //                         demotion, pins, holds and flush;
 //   kv_cache_moves.cpp    L1<->L2 moves in the background (tiers/block_mover.h)
 //                         and on the engine thread, waiting for them;
-//   kv_cache_l3.cpp       L3: reads, writes, write-back, persist, adoption of
-//                         entries from before a restart;
+//   kv_cache_stores.cpp   the store tiers (L3 and below, store_tiers.h), one
+//                         path for all: reads, writes, write-back, persist,
+//                         adoption of entries from before a restart;
 //   kv_cache_swap.cpp     what swapped-out requests keep (SwapTicket);
 //   cost_calibration.cpp  measuring the tiers for the cost model;
 //   kv_cache_stats.cpp    stats, the tree summary and the invariants;
@@ -23,14 +26,15 @@
 //   cache_handles.h       what the scheduler holds: leases and swap tickets.
 //
 // Promotion: acquire_prefix() starts copies of L2 blocks up (on the copy
-// worker, tiers/copy_worker.h, or a device's copy queue) and L3 reads, both
-// into fresh L1 blocks (an int8 L3 reads into a staging buffer, decoded into
-// the L1 block by poll()); the request waits (the engine does not) until
+// worker, tiers/copy_worker.h, or a device's copy queue) and store reads
+// (from the fastest store that has the block), both into fresh L1 blocks (an
+// int8 store reads into a staging buffer, decoded into the L1 block by
+// poll()); the request waits (the engine does not) until
 // they complete, and then shares the blocks.
 //
 // L1 in device memory (a pool whose blocks the host cannot address, such as
-// tiers::cuda_device_region's): L3 reads, and writes from L1, go through host
-// staging buffers, and the int8 codec runs on the device when create() is
+// tiers::cuda_device_region's): store reads, and writes from L1, go through
+// host staging buffers, and the int8 codec runs on the device when create() is
 // given one (DeviceKvCodec), else on the host, which reads and writes such a
 // block through a host buffer of the calling thread's. When the pool offers a
 // DeviceLink (tiers/block_pool.h), L2 lies in the host memory it offers
@@ -43,11 +47,11 @@
 // on the engine thread (demotions, stashes) are the pool's own copies.
 //
 // Reference counting in L1: the cache holds one pool reference per node in
-// L1 and one per block being read by a transfer in flight (an L3 write from
-// L1, a cleaning copy to L2); requests hold theirs. So a node is demotable
+// L1 and one per block being read by a transfer in flight (a store write
+// from L1, a cleaning copy to L2); requests hold theirs. So a node is demotable
 // exactly when the pool's count is 1.
 //
-// Not thread-safe: the engine thread calls everything; L2 copy and L3
+// Not thread-safe: the engine thread calls everything; L2 copy and store
 // completions arrive through poll().
 #pragma once
 
@@ -72,6 +76,7 @@
 #include "engine/kv_layout.h"
 #include "engine/placement_policy.h"
 #include "engine/radix_cache.h"
+#include "engine/store_tiers.h"
 #include "engine/transfer_plan.h"
 #include "tiers/block_mover.h"
 #include "tiers/block_pool.h"
@@ -87,13 +92,14 @@ namespace kvtier {
 class KvCache {
  public:
   // `l1` is the engine's pool (shared with the scheduler, outliving the
-  // cache). Blocks must be a multiple of 4096 bytes when L3 is used (O_DIRECT
-  // straight from and into L1). Fails with a message for a pool whose blocks
-  // are too small for the layout and for formats config.validate() refuses;
-  // an L3 that cannot be opened is not an error: the cache runs on L1 + L2,
-  // warnings() says why and the L3 tier reports available = false. With
-  // l3_format int8 the store's tag includes the format, so a store written
-  // exact (or the other way round) starts empty, with a warning. `codec`
+  // cache). Blocks must be a multiple of each store's alignment (L3: 4096
+  // bytes, O_DIRECT straight from and into L1). Fails with a message for a
+  // pool whose blocks are too small for the layout or misaligned, and for
+  // formats config.validate() refuses; a store that cannot be opened is not
+  // an error: the cache runs without it, warnings() says why and its tier
+  // reports available = false. An int8 store's tag includes the format, so
+  // a store written exact (or the other way round) starts empty, with a
+  // warning. `codec`
   // serves int8 tiers when l1 is device memory (see DeviceKvCodec).
   static std::expected<std::unique_ptr<KvCache>, std::string> create(
       const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
@@ -106,14 +112,15 @@ class KvCache {
   tiers::BlockKey root(std::string_view cache_salt) const;
 
   // Which tiers hold the first full blocks of tokens (at most max_blocks).
-  // Looks in the L3 index too, so it sees blocks from before a restart.
+  // Looks in the stores too (L3's index), so it sees blocks from before a
+  // restart.
   PrefixLookup lookup(const tiers::BlockKey& root, std::span<const int> tokens, int max_blocks);
 
   // For admission: makes the cached run of the first full blocks of tokens
   // (at most max_blocks, and cut where recomputing is cheaper than loading)
   // usable in L1, and when it is, leases it: a pool reference on each block,
   // in order (possibly none; see PrefixLease). Returns nullopt while copies
-  // or L3 reads for it are in flight: try again after a later poll(). With
+  // or store reads for it are in flight: try again after a later poll(). With
   // by_layer (and load_by_layer on, see CacheConfig), a run whose only
   // missing blocks are on their way up by layer is leased at once, its
   // blocks referenced like the others, and those moves are the lease's
@@ -166,33 +173,35 @@ class KvCache {
 
   // Empties a tier of every unheld, unpinned block. What the tier below can
   // keep goes there first, whatever the write policy: L1's blocks to L2 (as
-  // make_free_l1 would demote them), or to L3 without an L2; L2's blocks to
-  // L3 (waiting for the writes). Only what no lower tier can take, and all
-  // of L3, is dropped. Returns the blocks that left the tier.
+  // make_free_l1 would demote them), or to the fastest store (L3) without an
+  // L2; L2's blocks to that store (waiting for the writes). Only what no
+  // lower tier can take, and all of a store tier, is dropped. Returns the
+  // blocks that left the tier.
   int flush(Tier tier);
 
-  // Handles L2 copy and L3 completions, then starts cleaning and
+  // Handles L2 copy and store completions, then starts cleaning and
   // background writeback. Call once per engine step.
   void poll();
-  // Waits for every L2 copy and L3 operation in flight (shutdown, tests).
+  // Waits for every L2 copy and store operation in flight (shutdown, tests).
   void drain();
   // For an engine with nothing to compute but requests waiting for blocks:
   // runs the queued L1<->L2 copies itself, beside the copy worker, and when
   // none is queued but a transfer is in flight, sleeps until one completes
   // (or timeout).
   void wait(std::chrono::milliseconds timeout);
-  // L2 copies and L3 operations in flight.
+  // L2 copies and store operations in flight.
   std::size_t transfers_in_flight() const;
-  // Writes every cached block L3 lacks (from L2, or straight from L1), waits
-  // and syncs L3 (L3Store::sync): after it, a restart on the same l3_path,
-  // even after a power loss, finds everything this cache held. The
+  // Writes every cached block each store lacks (from L2, or straight from
+  // L1), waits and syncs it (L3Store::sync): after it, a restart on the same
+  // l3_path, even after a power loss, finds everything this cache held. The
   // destructor calls it, so a clean shutdown loses nothing (write_back
   // included). Returns the blocks written.
   int persist();
 
   // Measures what a block costs to bring up from L2 (a copy, or a decode
-  // from an int8 L2) and to read from L3 (one read, then several at once:
-  // the fixed latency and the per-block part; an int8 L3's decode included),
+  // from an int8 L2) and to read from each store (one read, then several at
+  // once: the fixed latency and the per-block part; an int8 store's decode
+  // included),
   // several times each, and adds every measurement to the cost model.
   // Returns the cost model's figures then (prefill is not measured here:
   // the scheduler adds its passes). Call at start-up while L1 has free blocks; takes a few
@@ -213,7 +222,7 @@ class KvCache {
 
  private:
   KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::BlockPool& l1,
-          const CacheConfig& config, TransferPlan plan);
+          const CacheConfig& config, TransferPlan plan, const std::vector<StoreTierSpec>& stores);
   friend class PrefixLease;
   friend class SwapTicket;
 
@@ -275,59 +284,73 @@ class KvCache {
                   Tier from, Tier to);
   void account_copy(Tier from, Tier to, std::chrono::nanoseconds took);
 
-  // --- kv_cache_l3.cpp
-  void open_l3();
+  // --- kv_cache_stores.cpp: the store tiers (L3 and below), one path for all
+  struct StoreTier;  // a store, its staging buffers and what is in flight on it
+  // Opens the stores `specs` name (engine/store_tiers.h), fastest first; one
+  // that cannot be opened is left out, said in warnings() and its stats.
+  void open_stores(const std::vector<StoreTierSpec>& specs);
+  // The open store of `tier`, or null.
+  StoreTier* store_at(Tier tier) const;
   // The tree's match (RadixCache::match) of the first full blocks of tokens,
-  // adopting L3 entries on the way, in one walk: after a restart the tree is
-  // empty but the store still knows every block by its key. Adoption stops
-  // at the first block L3 cannot give; the match goes on through the tree.
+  // adopting store entries on the way, in one walk: after a restart the tree
+  // is empty but the stores still know every block by its key. Adoption
+  // stops at the first block no store can give; the match goes on through
+  // the tree.
   std::vector<CacheNode*> match(const tiers::BlockKey& root, std::span<const int> tokens,
                                 int max_blocks);
-  // Starts the read of an L3-only node into its new L1 block.
-  void start_l3_read(CacheNode* node);
-  void poll_l3();
-  // Handles one completed L3 read or write.
-  void finish_l3(const tiers::StoreCompletion& c);
-  // Starts L3 writes of the L2 blocks L3 lacks (write_back).
+  // Forgets the store copies of a node the stores evicted on their own;
+  // whether there were any (the node may be gone then).
+  bool forget_evicted(CacheNode* node);
+  // A node for `key` from the first store whose entry is this block, or null.
+  CacheNode* adopt(const tiers::BlockKey& root, CacheNode* parent,
+                   const tiers::BlockKey& parent_key, const tiers::BlockKey& key,
+                   std::span<const int> block);
+  // Starts the read of a node from its hit_tier's store into its new L1 block.
+  void start_store_read(CacheNode* node);
+  void poll_stores();
+  // Handles one completed read or write of store `s`.
+  void finish_store_op(StoreTier& s, const tiers::StoreCompletion& c);
+  // Starts writes of the L2 blocks a write_back store lacks.
   void start_writeback();
-  // Writes every cached block L3 lacks and `wanted` picks to L3 (from its
-  // L2 slot, else its L1 block) and waits for them, when L3 accepts writes
-  // (flush, persist). Returns the writes.
-  int write_down_to_l3(const std::function<bool(const CacheNode&)>& wanted);
-  // Starts the L3 write of a node from its L2 slot, or from its L1 block
+  // Writes every cached block `s` lacks and `wanted` picks (from its L2 slot,
+  // else its L1 block) and waits for them, when `s` accepts writes (flush,
+  // persist). Returns the writes.
+  int write_down(StoreTier& s, const std::function<bool(const CacheNode&)>& wanted);
+  // Starts the write of a node to `s` from its L2 slot, or from its L1 block
   // (holding a pool reference until the write completes). Bytes other than
-  // an L2 slot in L3's format go through a staging buffer first (encoded, or
-  // copied off the device). False, starting nothing, once device_failed().
-  bool write_to_l3(CacheNode* node);
+  // an L2 slot in the store's format go through a staging buffer first
+  // (encoded, or copied off the device). False, starting nothing, once
+  // device_failed().
+  bool write_to_store(CacheNode* node, StoreTier& s);
   // Whether the device that holds L1 has failed (DeviceLink::failure; said
   // once, in warnings() and L1's io_errors). What came off it since is
-  // garbage that an L3 checksum would vouch for, and a restart on a working
-  // device would serve: L3 takes no more writes. Bytes that left the device
-  // before the failure are sound, and a failure is seen by the first write
-  // after it, so checking before each write is enough.
+  // garbage that a store's checksum would vouch for, and a restart on a
+  // working device would serve: the stores take no more writes. Bytes that
+  // left the device before the failure are sound, and a failure is seen by
+  // the first write after it, so checking before each write is enough.
   bool device_failed();
-  bool l3_accepting() const;  // false without L3
-  // The store. REQUIRES: l3_.
-  tiers::BlockStore& l3_store() const;
+  bool accepting(Tier tier) const;  // false for a tier with no open store
   // What a node's block is stored with (engine/block_meta.h).
   std::vector<std::byte> meta_of(const CacheNode& node) const;
-  std::size_t l3_in_flight() const;             // reads and writes; 0 without L3
-  bool l3_pending(std::uint64_t ticket) const;  // the L3 operation has not been handled yet
-  // The ticket of the read by layer bringing up `key`, if there is one.
-  std::optional<std::uint64_t> l3_reads_by_layer(const tiers::BlockKey& key) const;
+  std::size_t store_ops_in_flight() const;                // reads and writes, every store
+  bool store_pending(const LayerLoad::Read& read) const;  // not handled yet
+  // The read by layer bringing up `key`, if there is one.
+  std::optional<LayerLoad::Read> read_by_layer(const tiers::BlockKey& key) const;
+  // A held node's store entries are protected from the stores' own eviction.
+  void protect_in_stores(const CacheNode& node);
+  void flush_stores();  // starts what the stores queued
 
   // --- cost_calibration.cpp
   // Promotes one block from L2, the bytes of l1_source, into l1_target.
   void calibrate_l2(int l1_source, int l1_target);
-  // Reads a probe entry from L3 into (or through staging to) these blocks.
-  void calibrate_l3(const std::vector<int>& l1_blocks);
+  // Reads a probe entry from `s` into (or through staging to) these blocks.
+  void calibrate_store(StoreTier& s, const std::vector<int>& l1_blocks);
 
   // --- kv_cache_stats.cpp
   // Adds (sign +1) or takes back (-1) what acquire_prefix counted for a run.
   void count(const LayerLoad::Counted& counted, int sign);
 
-  struct L3Parts;  // the store and what is in flight; null without L3
-  struct Move {    // an L1<->L2 copy in flight
+  struct Move {  // an L1<->L2 copy in flight
     tiers::BlockKey key;
     bool up = false;  // L2 -> L1 (a promotion), else L1 -> L2 (cleaning)
     int l1_block = -1;
@@ -341,13 +364,14 @@ class KvCache {
   CacheConfig config_;
   std::vector<std::string> warnings_;
   std::unique_ptr<tiers::BlockPool> l2_;
-  std::unique_ptr<L3Parts> l3_;
+  std::vector<std::unique_ptr<StoreTier>> stores_;  // fastest first
+  PerTier<StoreTier*> store_at_{};                  // the same, by tier
   RadixCache tree_;
   std::unique_ptr<PlacementPolicy> policy_;  // made once l2_ is
   CostModel costs_;
   CacheStats stats_;
   PerTier<tiers::LatencyStats> latency_;
-  // Per L1 block: references held by reads of it in flight (L3 writes from
+  // Per L1 block: references held by reads of it in flight (store writes from
   // L1, cleaning copies to L2).
   std::vector<int> l1_io_refs_;
   std::unordered_map<std::uint64_t, Move> moves_;

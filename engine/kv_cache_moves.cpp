@@ -5,7 +5,7 @@
 #include <cassert>
 
 #include "engine/kv_cache.h"
-#include "engine/kv_cache_l3.h"
+#include "engine/kv_cache_stores.h"
 
 namespace kvtier {
 
@@ -120,7 +120,7 @@ void KvCache::start_cleaning() {
   // The next demotion candidates, in the order make_free_l1 takes them.
   for (CacheNode* node : policy_->l1_next_victims(static_cast<std::size_t>(clean_window_))) {
     if (node->stored(Tier::kL2) || node->moving_l2()) continue;
-    const auto slot = alloc_l2(PlacementPolicy::L2Victims::kOnL3);
+    const auto slot = alloc_l2(PlacementPolicy::L2Victims::kInStore);
     if (!slot) return;
     // The extra reference keeps the block (and so the node) in L1 until the
     // copy is done; the policy passes it over meanwhile.
@@ -174,18 +174,18 @@ void KvCache::collect() {
   early_tickets_.clear();
   for (const tiers::CopyCompletion& c : mover_.poll()) finish_move(c.ticket, c.latency);
   if (mover_.queue_lost()) fail_queue_moves();
-  if (l3_) poll_l3();
+  poll_stores();
 }
 
 void KvCache::drain() {
   while (transfers_in_flight() > 0) {
     mover_.drain();
-    if (l3_) l3_store().drain();
+    for (const auto& s : stores_) s->store->drain();
     collect();
   }
 }
 
-std::size_t KvCache::transfers_in_flight() const { return moves_.size() + l3_in_flight(); }
+std::size_t KvCache::transfers_in_flight() const { return moves_.size() + store_ops_in_flight(); }
 
 void KvCache::await_layer(const LayerLoad& load, int layer) {
   // Copies: completions are taken from the mover but handled by the next
@@ -207,13 +207,14 @@ void KvCache::await_layer(const LayerLoad& load, int layer) {
     for (take(); !copied(ticket); take())
       if (!mover_.help()) mover_.sleep_for_signal(std::chrono::milliseconds(1));
   }
-  for (const std::uint64_t ticket : load.reads) {
+  for (const LayerLoad::Read& read : load.reads) {
+    tiers::BlockStore& store = *store_at(read.tier)->store;
     for (;;) {
-      const std::optional<int> landed = l3_store().landed(ticket);
+      const std::optional<int> landed = store.landed(read.ticket);
       if (!landed || *landed > layer) break;
       // A submission the kernel refused leaves the pieces in the ring, and
       // nothing in flight would wake the completion thread to retry it.
-      l3_store().flush();
+      store.flush();
       mover_.sleep_for_signal(std::chrono::milliseconds(2));
     }
   }
@@ -224,7 +225,7 @@ bool KvCache::settle(const LayerLoad& load) {
   // that carry the checksums' verdicts may still be on their way.
   auto in_flight = [&] {
     return std::any_of(load.reads.begin(), load.reads.end(),
-                       [&](std::uint64_t t) { return l3_pending(t); });
+                       [&](const LayerLoad::Read& r) { return store_pending(r); });
   };
   for (collect(); in_flight(); collect()) mover_.sleep_for_signal(std::chrono::milliseconds(2));
   std::vector<CacheNode*> landed;

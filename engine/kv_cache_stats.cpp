@@ -3,7 +3,7 @@
 #include <unordered_map>
 
 #include "engine/kv_cache.h"
-#include "engine/kv_cache_l3.h"
+#include "engine/kv_cache_stores.h"
 
 namespace kvtier {
 
@@ -34,22 +34,23 @@ CacheStats KvCache::stats() const {
   } else {
     s.tier[Tier::kL2].available = false;
   }
-  if (l3_) {
-    const tiers::StoreStats s3 = l3_->store->stats();
-    s.tier[Tier::kL3].capacity_blocks = s3.capacity_blocks;
-    s.tier[Tier::kL3].used_blocks = s3.used_blocks;
-    s.tier[Tier::kL3].available = s3.available;
-    s.tier[Tier::kL3].io_errors = s3.io_errors;
-    s.tier[Tier::kL3].checksum_failures = s3.checksum_failures;
-  } else {
-    s.tier[Tier::kL3].available = false;
+  for (int t = static_cast<int>(kFirstStoreTier); t < kNumTiers; ++t) {
+    const StoreTier* store = store_at(static_cast<Tier>(t));
+    if (store == nullptr) {
+      s.tier[t].available = false;
+      continue;
+    }
+    const tiers::StoreStats st = store->store->stats();
+    s.tier[t].capacity_blocks = st.capacity_blocks;
+    s.tier[t].used_blocks = st.used_blocks;
+    s.tier[t].available = st.available;
+    s.tier[t].io_errors = st.io_errors;
+    s.tier[t].checksum_failures = st.checksum_failures;
   }
   for (int t = 0; t < kNumTiers; ++t) {
     s.tier[t].transfer = latency_[t].summary();
     s.tier[t].block_bytes = plan_.stored_bytes(static_cast<Tier>(t));
   }
-  s.tier[Tier::kL2].format = config_.l2_format;
-  s.tier[Tier::kL3].format = config_.l3_format;
   return s;
 }
 
@@ -71,7 +72,7 @@ TreeSummary KvCache::summarize(int top) const {
     s.max_depth = std::max(s.max_depth, n->depth);
     s.pinned += n->pins > 0;
     s.held += n->holds > 0;
-    s.in_flight += n->loading() || n->writing(Tier::kL3);
+    s.in_flight += n->loading() || n->writing_to_store();
   }
   for (auto& [first, f] : families) {
     f.first_key = tiers::to_hex(first->key);

@@ -30,19 +30,18 @@ int PlacementPolicy::demotable_l1() const {
 }
 
 CacheNode* PlacementPolicy::l2_victim(L2Victims victims) const {
-  // Cheapest loss first: a block L3 (or L1) also has.
-  if (victims == L2Victims::kOnL3)
+  // Cheapest loss first: a block a store (or L1) also has.
+  if (victims == L2Victims::kInStore)
     return tree_->lru(Tier::kL2, [](const CacheNode& m) {
-      return movable_l2(m) && m.stored(Tier::kL3) && !m.in(Tier::kL1);
+      return movable_l2(m) && m.in_store() && !m.in(Tier::kL1);
     });
   return tree_->lru(Tier::kL2, [](const CacheNode& m) {
-    return movable_l2(m) && (m.stored(Tier::kL3) || m.in(Tier::kL1));
+    return movable_l2(m) && (m.in_store() || m.in(Tier::kL1));
   });
 }
 
 CacheNode* PlacementPolicy::l2_clean_victim() const {
-  return tree_->lru(Tier::kL2,
-                    [](const CacheNode& m) { return movable_l2(m) && m.stored(Tier::kL3); });
+  return tree_->lru(Tier::kL2, [](const CacheNode& m) { return movable_l2(m) && m.in_store(); });
 }
 
 CacheNode* PlacementPolicy::l2_last_resort() const {
@@ -52,9 +51,9 @@ CacheNode* PlacementPolicy::l2_last_resort() const {
   return tree_->lru(Tier::kL2, movable_l2);
 }
 
-CacheNode* PlacementPolicy::l2_unwritten() const {
-  return tree_->lru(
-      Tier::kL2, [](const CacheNode& m) { return !m.stored(Tier::kL3) && !m.writing(Tier::kL3); });
+CacheNode* PlacementPolicy::l2_unwritten(Tier store) const {
+  return tree_->lru(Tier::kL2,
+                    [store](const CacheNode& m) { return m.state(store) == Presence::kNone; });
 }
 
 CacheNode* PlacementPolicy::flushable(Tier tier) const {
@@ -65,10 +64,9 @@ CacheNode* PlacementPolicy::flushable(Tier tier) const {
     case Tier::kL2:
       return tree_->lru(Tier::kL2,
                         [](const CacheNode& m) { return movable_l2(m) && m.holds == 0; });
-    case Tier::kL3:
-      return tree_->lru(Tier::kL3, [](const CacheNode& m) { return m.holds == 0 && !m.loading(); });
+    default:  // a store tier
+      return tree_->lru(tier, [](const CacheNode& m) { return m.holds == 0 && !m.loading(); });
   }
-  return nullptr;
 }
 
 }  // namespace kvtier

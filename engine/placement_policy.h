@@ -7,26 +7,30 @@
 //  * Demotion instead of dropping: when L1 must free blocks
 //    (KvCache::make_free_l1), the least recently used cached blocks that no
 //    request holds go to L2 (a copy; L1 and L2 are both host memory without
-//    a GPU); when L2 must free a slot, a block already on L3 (clean) is
-//    released first, then a block no swapped request waits for, then any; L3
-//    drops its own least recently used entries.
-//  * L3 writes: with write_back a block is written from L2 as soon as it is
-//    demoted there, so L2 slots are mostly clean when L2 needs them (a slot
-//    whose write is still in flight is waited for rather than dropped); with
-//    write_through every block is written from L1 as it enters the cache.
+//    a GPU); when L2 must free a slot, a block a store tier (L3, ...) already
+//    has (clean) is released first, then a block no swapped request waits
+//    for, then any; each store drops its own least recently used entries.
+//  * Store writes (L3, ...; engine/store_tiers.h), each store tier by its
+//    own write policy: with write_back a block is written from L2 as soon as
+//    it is demoted there, so L2 slots are mostly clean when L2 needs them (a
+//    slot whose write is still in flight is waited for rather than dropped);
+//    with write_through every block is written from L1 as it enters the
+//    cache.
 //  * Promotion: an admission's prefix comes up from L2 (a copy on the copy
-//    worker, or a device's copy queue) and L3 (a read) into fresh L1 blocks;
-//    the request waits (the engine does not) until they complete, and then
-//    shares the blocks. A tail of blocks only L3 has is loaded only when
-//    reading it is cheaper than prefilling it (engine/cost_model.h).
+//    worker, or a device's copy queue) and from the fastest store that has
+//    it (a read) into fresh L1 blocks; the request waits (the engine does
+//    not) until they complete, and then shares the blocks. A tail of blocks
+//    only stores have is loaded only when reading it is cheaper than
+//    prefilling it (engine/cost_model.h), and not at all from a store whose
+//    breaker is open.
 //  * Cleaning: when L1 runs low on free blocks, the next few demotion
 //    candidates are copied to L2 in the background, so that demoting them
 //    later is a release, not a copy on the engine thread. Cleaning uses only
-//    free L2 slots or ones whose block L3 also has, so it never costs a
+//    free L2 slots or ones whose block a store also has, so it never costs a
 //    block. (A swapped request's partial block is still copied at once.)
 //  * Pins keep a block in L1 or L2; holds (swapped-out requests) make a block
-//    the last choice for dropping. The blocks an admission is taking are
-//    never demoted to make room for each other (protect()).
+//    the last choice for dropping, and protect its store entries. The blocks an admission is taking
+//    are never demoted to make room for each other (protect()).
 //  * Formats: an int8 tier stores blocks quantised (engine/cache_config.h,
 //    engine/transfer_plan.h): encoded on the way down into it, decoded on
 //    the way up into L1; between two int8 tiers the encoded bytes move as
@@ -36,8 +40,8 @@
 // tree's per-tier LRU indexes, radix_cache.h: leaves before their parents).
 //
 // Reference counting in L1: the cache holds one pool reference per node in
-// L1 and one per read of the block in flight (an L3 write or a cleaning copy
-// from it); requests hold theirs. So a node is demotable exactly when the
+// L1 and one per read of the block in flight (a store write or a cleaning
+// copy from it); requests hold theirs. So a node is demotable exactly when the
 // pool's count is 1.
 //
 // Not thread-safe: the engine thread asks; the tree and pools must outlive
@@ -75,22 +79,23 @@ class PlacementPolicy {
 
   // Which L2 blocks may be pushed out when no slot is free.
   enum class L2Victims {
-    kOnL3,      // only blocks L3 also has and L1 does not (cleaning must not cost a block)
-    kWithCopy,  // blocks another tier (L1 or L3) also has
+    kInStore,   // only blocks a store also has and L1 does not (cleaning must not cost a block)
+    kWithCopy,  // blocks another tier (L1 or a store) also has
     kAny,       // any unpinned block, the least costly first
   };
   // L2: the first choice for `victims`, or null (for kAny, L2 may still have
-  // blocks on their way to L3: wait for one, then try l2_clean_victim()).
+  // blocks on their way to a store: wait for one, then try
+  // l2_clean_victim()).
   CacheNode* l2_victim(L2Victims victims) const;
-  // A block L3 also has, once a write landed.
+  // A block a store also has, once a write landed.
   CacheNode* l2_clean_victim() const;
   // The last resort: a block no swapped request waits for, then any.
   CacheNode* l2_last_resort() const;
-  // write_back's next block to write to L3: in L2, not yet on L3.
-  CacheNode* l2_unwritten() const;
+  // write_back's next block to write to `store`: in L2, not yet in it.
+  CacheNode* l2_unwritten(Tier store) const;
 
   // flush(tier)'s next block to let go: unheld by requests and unpinned
-  // (L1, L2), unheld by swapped requests and not loading (L3).
+  // (L1, L2), unheld by swapped requests and not loading (a store tier).
   CacheNode* flushable(Tier tier) const;
 
  private:
@@ -99,7 +104,7 @@ class PlacementPolicy {
   bool can_demote(const CacheNode& n) const;
   // An L2 block that may leave its slot: unpinned, nothing moving it.
   static bool movable_l2(const CacheNode& n) {
-    return n.pins == 0 && !n.writing(Tier::kL3) && !n.moving_l2();
+    return n.pins == 0 && !n.writing_to_store() && !n.moving_l2();
   }
 
   const RadixCache* tree_;

@@ -14,7 +14,8 @@
 //   L1  an L1 pool block; the cache holds one pool reference on it, requests
 //       that share it hold theirs;
 //   L2  an L2 pool slot, the cache's;
-//   L3  an entry under `key` in the L3 store (no slot: the store finds it).
+//   L3  an entry under `key` in the L3 store (no slot: the store finds it);
+//       so for every store tier (tier.h's kFirstStoreTier and below).
 // A node that holds no tier's bytes (a "ghost") is kept only while it has
 // children, since match() walks from the root and must pass through it; a
 // ghost stops the match.
@@ -95,9 +96,26 @@ struct CacheNode {
       if (writing(static_cast<Tier>(t))) return true;
     return false;
   }
-  // The fastest tier holding usable bytes; kL3 also for an L3-only node.
+  // A store tier (L3 and below) has the block: a copy that outlives L1 and
+  // L2, so letting go of those costs no recomputation.
+  bool in_store() const {
+    for (int t = static_cast<int>(kFirstStoreTier); t < kNumTiers; ++t)
+      if (stored(static_cast<Tier>(t))) return true;
+    return false;
+  }
+  // A write of the block to a store tier is in flight.
+  bool writing_to_store() const {
+    for (int t = static_cast<int>(kFirstStoreTier); t < kNumTiers; ++t)
+      if (writing(static_cast<Tier>(t))) return true;
+    return false;
+  }
+  // The fastest tier holding usable bytes; the last tier for a node that
+  // holds none (a ghost, or one whose only copy is still being written).
   Tier best_tier() const {
-    return usable_l1() ? Tier::kL1 : stored(Tier::kL2) ? Tier::kL2 : Tier::kL3;
+    if (usable_l1()) return Tier::kL1;
+    for (int t = 1; t < kNumTiers; ++t)
+      if (stored(static_cast<Tier>(t))) return static_cast<Tier>(t);
+    return static_cast<Tier>(kNumTiers - 1);
   }
 };
 

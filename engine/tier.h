@@ -4,6 +4,13 @@
 //   L2  a pinned host pool (or the host memory a device L1's link offers);
 //   L3  the SSD store.
 //
+// From kFirstStoreTier down, a tier is a store (tiers/block_store.h) that
+// the cache drives through one set of paths (engine/store_tiers.h says
+// which stores a configuration opens). Adding such a tier is an enumerator
+// here (its place says how fast it is) with its names, one store behind
+// tiers::BlockStore, its settings (CacheConfig and the daemon's settings
+// table) and its spec in store_tiers.cpp.
+//
 // PerTier is the one type for "so many per tier" (blocks, tokens, hits,
 // stats) everywhere: the cache, the scheduler's cached_tokens, the
 // protocol, kvtierctl and the benches, so that a tier added here is counted
@@ -17,19 +24,21 @@ namespace kvtier {
 
 enum class Tier { kL1 = 0, kL2 = 1, kL3 = 2 };
 inline constexpr int kNumTiers = 3;
+inline constexpr Tier kFirstStoreTier = Tier::kL3;
 
-// "l1", "l2", "l3": the tiers' names in the protocol and in logs.
-constexpr const char* to_string(Tier tier) {
-  switch (tier) {
-    case Tier::kL1:
-      return "l1";
-    case Tier::kL2:
-      return "l2";
-    case Tier::kL3:
-      return "l3";
-  }
-  return "unknown";
+constexpr bool is_store_tier(Tier tier) {
+  return static_cast<int>(tier) >= static_cast<int>(kFirstStoreTier);
 }
+
+// Each tier's names, in tier order.
+struct TierNames {
+  const char* name;   // in the protocol, settings and logs: "l1"
+  const char* label;  // in prose (log lines, warnings): "L1"
+};
+inline constexpr TierNames kTierNames[kNumTiers] = {{"l1", "L1"}, {"l2", "L2"}, {"l3", "L3"}};
+
+constexpr const char* to_string(Tier tier) { return kTierNames[static_cast<int>(tier)].name; }
+constexpr const char* label(Tier tier) { return kTierNames[static_cast<int>(tier)].label; }
 
 template <typename T>
 struct PerTier {

@@ -5,8 +5,6 @@
 
 #include "kernels/block_copy.h"
 #include "kernels/kv_quant.h"
-#include "tiers/l3_store.h"
-#include "tiers/slab_file.h"
 
 namespace kvtier {
 
@@ -87,20 +85,19 @@ std::size_t TransferPlan::stored_bytes(Tier tier) const {
       return block_bytes;
     case Tier::kL2:
       return l2_block_bytes;
-    case Tier::kL3:
-      return l3_block_bytes;
+    default:
+      return store[tier].block_bytes;
   }
-  return block_bytes;
 }
 
 TransferPlan make_transfer_plan(const KvLayout& layout, tiers::BlockPool& l1,
-                                const CacheConfig& config, const DeviceKvCodec& device) {
+                                const CacheConfig& config, std::span<const StoreTierSpec> stores,
+                                const DeviceKvCodec& device) {
   TransferPlan plan;
   const kernels::KvShape shape = layout.shape();
   plan.block_bytes = layout.block_bytes();
   const std::size_t int8_bytes = kernels::kv_quant_bytes(shape);
   plan.l2_block_bytes = config.l2_format == KvFormat::kInt8 ? int8_bytes : plan.block_bytes;
-  plan.l3_block_bytes = config.l3_format == KvFormat::kInt8 ? int8_bytes : plan.block_bytes;
   const Codec int8 = int8_codec(shape, plan.block_bytes, l1, device);
   if (config.l2_format == KvFormat::kInt8) {
     plan.to_l2 = int8.encode;
@@ -118,18 +115,22 @@ TransferPlan make_transfer_plan(const KvLayout& layout, tiers::BlockPool& l1,
       plan.layer_copy = exact_copy(l1, layout.layer_bytes());
     }
   }
-  if (config.l3_format == KvFormat::kInt8) {
-    plan.l3_encode = int8.encode;
-    plan.l3_decode = int8.decode;
-  } else if (!l1.host_addressable()) {
-    plan.l3_encode = plan.l3_decode = exact_copy(l1, plan.block_bytes);
+  for (const StoreTierSpec& spec : stores) {
+    TransferPlan::StoreLeg& leg = plan.store[spec.tier];
+    leg.block_bytes = spec.format == KvFormat::kInt8 ? int8_bytes : plan.block_bytes;
+    if (spec.format == KvFormat::kInt8) {
+      leg.encode = int8.encode;
+      leg.decode = int8.decode;
+    } else if (!l1.host_addressable()) {
+      leg.encode = leg.decode = exact_copy(l1, plan.block_bytes);
+    }
+    // A layer of the block is a piece when it is a whole number of the
+    // store's alignment (O_DIRECT: pages) and the block has no padding;
+    // staged blocks are decoded or copied whole, so they are read whole.
+    if (config.load_by_layer && !leg.staged() && layout.n_layer <= spec.max_parts &&
+        layers_tile_block(layout, spec.alignment))
+      leg.parts = layout.n_layer;
   }
-  // A layer of the block is a piece when it is a whole number of pages
-  // (O_DIRECT) and the block has no padding; staged blocks are decoded or
-  // copied whole, so they are read whole.
-  if (config.load_by_layer && !plan.l3_staged() && layout.n_layer <= tiers::L3Store::kMaxParts &&
-      layers_tile_block(layout, tiers::SlabFile::kAlignment))
-    plan.l3_parts = layout.n_layer;
   return plan;
 }
 

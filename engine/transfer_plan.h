@@ -1,7 +1,8 @@
 // How a block's bytes change on their way between tiers: the functions that
-// move one block (or one layer of it) from L1 down into L2 or an L3 staging
-// buffer and back up, and the bytes a block takes in each tier. Worked out
-// once, from the KV layout, where L1 lives and the tiers' formats; KvCache
+// move one block (or one layer of it) from L1 down into L2 or a store tier's
+// staging buffer and back up, and the bytes a block takes in each tier.
+// Worked out once, from the KV layout, where L1 lives, the tiers' formats and
+// what each store needs of its buffers (engine/store_tiers.h); KvCache
 // runs these functions on the engine thread, the copy worker or the device's
 // copy queue, and never asks again what a tier's format is.
 //
@@ -13,14 +14,15 @@
 //                block in device memory passing through a host buffer of the
 //                calling thread's (the copy worker's, or the engine's when it
 //                helps);
-//   L3 staging   an int8 L3 encodes into and decodes out of page-aligned
-//                staging buffers; an exact L3 under a device L1 copies
-//                through them (O_DIRECT cannot reach device memory); an
-//                exact L3 under a host L1 reads and writes L1 in place and
-//                needs none (l3_encode and l3_decode are empty).
+//   staging      an int8 store (L3, ...) encodes into and decodes out of
+//                staging buffers, aligned as the store asks; an exact store
+//                under a device L1 copies through them (a store reaches
+//                host memory only: O_DIRECT, a socket); an exact store under
+//                a host L1 reads and writes L1 in place and needs none
+//                (encode and decode are empty).
 //
 // By layer: a promotion from an exact L2 into a device L1 may go a layer per
-// copy (l2_layers > 1) and an L3 read a layer per piece (l3_parts > 1), so a
+// copy (l2_layers > 1) and a store's read a layer per piece (parts > 1), so a
 // request's prefill can start on the first layers (CacheConfig::load_by_layer
 // says when; each layer must be a whole number of the mover's alignment).
 //
@@ -29,10 +31,12 @@
 
 #include <cstddef>
 #include <functional>
+#include <span>
 
 #include "engine/cache_config.h"
 #include "engine/kv_layout.h"
 #include "engine/radix_cache.h"
+#include "engine/store_tiers.h"
 #include "tiers/block_pool.h"
 #include "tiers/copy_worker.h"
 
@@ -55,7 +59,6 @@ struct TransferPlan {
 
   std::size_t block_bytes = 0;     // KvLayout::block_bytes(): a multiple of 64
   std::size_t l2_block_bytes = 0;  // what an L2 slot holds: block_bytes, or the encoded size
-  std::size_t l3_block_bytes = 0;  // the same for an L3 entry
 
   // L1 -> L2 and L2 -> L1, a whole block.
   Transfer to_l2, from_l2;
@@ -63,20 +66,26 @@ struct TransferPlan {
   // layer's bytes, or 1 (from_l2 of the whole block).
   int l2_layers = 1;
   Transfer layer_copy;
-  // Into an L3 staging buffer (from L1 or an exact L2 slot) and out of one
-  // into L1; both empty when L3 reads and writes L1 in place.
-  Transfer l3_encode, l3_decode;
-  // Pieces an L3 read goes in: n_layer, or 1.
-  int l3_parts = 1;
+  // A store tier's way (L3 and below; empty for L1 and L2).
+  struct StoreLeg {
+    std::size_t block_bytes = 0;  // what an entry holds: block_bytes, or the encoded size
+    // Into a staging buffer (from L1 or an exact L2 slot) and out of one
+    // into L1; both empty when the store reads and writes L1 in place.
+    Transfer encode, decode;
+    int parts = 1;  // pieces a read goes in: n_layer, or 1
+    bool staged() const { return static_cast<bool>(encode); }
+  };
+  PerTier<StoreLeg> store;
 
   // Bytes a block takes in `tier` (before slot rounding).
   std::size_t stored_bytes(Tier tier) const;
-  bool l3_staged() const { return static_cast<bool>(l3_encode); }
 };
 
-// The plan for blocks of `layout` in `l1`, under `config`'s formats. `codec`
-// serves int8 tiers when l1 is device memory.
+// The plan for blocks of `layout` in `l1`, under `config`'s L2 format and
+// `stores`' formats and needs. `codec` serves int8 tiers when l1 is device
+// memory.
 TransferPlan make_transfer_plan(const KvLayout& layout, tiers::BlockPool& l1,
-                                const CacheConfig& config, const DeviceKvCodec& codec);
+                                const CacheConfig& config, std::span<const StoreTierSpec> stores,
+                                const DeviceKvCodec& codec);
 
 }  // namespace kvtier

@@ -275,7 +275,7 @@ TEST_F(KvCacheTest, CalibratingWithAWriteInFlightLosesNoCompletion) {
   cache->poll();                                          // write-back starts its L3 write
   ASSERT_EQ(cache->transfers_in_flight(), 1u);
   const TierCosts costs = cache->calibrate();
-  EXPECT_GT(costs.l3_per_block_s, 0) << "L3 was measured";
+  EXPECT_GT(costs.load[Tier::kL3].per_block_s, 0) << "L3 was measured";
   for (int i = 0; i < 1000 && cache->transfers_in_flight() > 0; ++i) {
     cache->wait(std::chrono::milliseconds(10));
     cache->poll();

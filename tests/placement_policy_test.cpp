@@ -92,10 +92,10 @@ TEST_F(PlacementPolicyTest, L2VictimsGoCheapestLossFirst) {
   CacheNode* also_l1 = cached_l2(3);
   tree_.set(also_l1, Tier::kL1, {Presence::kStored, *l1_.allocate()});
   using enum PlacementPolicy::L2Victims;
-  EXPECT_EQ(policy_.l2_victim(kOnL3), also_l3);
+  EXPECT_EQ(policy_.l2_victim(kInStore), also_l3);
   EXPECT_EQ(policy_.l2_victim(kWithCopy), also_l3);
   tree_.set(also_l3, Tier::kL3, {Presence::kWriting});  // a write from its slot in flight
-  EXPECT_EQ(policy_.l2_victim(kOnL3), nullptr);
+  EXPECT_EQ(policy_.l2_victim(kInStore), nullptr);
   EXPECT_EQ(policy_.l2_victim(kWithCopy), also_l1);
   EXPECT_EQ(policy_.l2_clean_victim(), nullptr);
   EXPECT_EQ(policy_.l2_last_resort(), only_l2);
@@ -110,11 +110,11 @@ TEST_F(PlacementPolicyTest, L2VictimsGoCheapestLossFirst) {
 TEST_F(PlacementPolicyTest, WriteBackTakesL2BlocksNotOnL3InLruOrder) {
   CacheNode* a = cached_l2(1);
   CacheNode* b = cached_l2(2);
-  EXPECT_EQ(policy_.l2_unwritten(), a);
+  EXPECT_EQ(policy_.l2_unwritten(Tier::kL3), a);
   tree_.set(a, Tier::kL3, {Presence::kWriting});
-  EXPECT_EQ(policy_.l2_unwritten(), b);
+  EXPECT_EQ(policy_.l2_unwritten(Tier::kL3), b);
   tree_.set(b, Tier::kL3, {Presence::kStored});
-  EXPECT_EQ(policy_.l2_unwritten(), nullptr);
+  EXPECT_EQ(policy_.l2_unwritten(Tier::kL3), nullptr);
   EXPECT_EQ(policy_.flushable(Tier::kL3), b);
   b->holds = 1;
   EXPECT_EQ(policy_.flushable(Tier::kL3), nullptr);

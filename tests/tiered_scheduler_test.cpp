@@ -727,14 +727,14 @@ TEST_F(TieredSchedulerTest, LoadOrRecomputeFollowsTheMeasuredCosts) {
   s->calibrate_tier_costs();
   const TierCosts measured = s->cache()->stats().costs;
   EXPECT_GT(measured.prefill_per_token_s, 0);
-  EXPECT_GT(measured.l2_per_block_s, 0);
-  EXPECT_GT(measured.l3_latency_s + measured.l3_per_block_s, 0);
+  EXPECT_GT(measured.load[Tier::kL2].per_block_s, 0);
+  EXPECT_GT(measured.load[Tier::kL3].latency_s + measured.load[Tier::kL3].per_block_s, 0);
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
   s->cache()->drain();
   s->cache()->flush(Tier::kL1);
   s->cache()->flush(Tier::kL2);
   TierCosts slow = measured;
-  slow.l3_latency_s = 10;  // ten seconds a read: never worth it
+  slow.load[Tier::kL3].latency_s = 10;  // ten seconds a read: never worth it
   s->cache()->cost_model().pin(slow);
   std::vector<RequestId> ids;
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 4, greedy())}, &ids));

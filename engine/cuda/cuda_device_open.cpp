@@ -2,11 +2,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "engine/cuda/cuda_kv_codec.h"
 #include "engine/cuda/cuda_model.h"
+#include "engine/store_tiers.h"
 #include "tiers/cuda/cuda_memory.h"
 
 namespace kvtier {
@@ -20,7 +23,11 @@ DeviceKvCodec int8_codec(const Model& model, const SchedulerConfig& scheduler,
                          const DeviceOptions& options) {
   const CacheConfig& c = scheduler.cache;
   if (!options.int8_on_device) return {};
-  if (c.l2_format != KvFormat::kInt8 && c.l3_format != KvFormat::kInt8) return {};
+  const std::vector<StoreTierSpec> stores = store_tiers(c);
+  const bool int8_tier = c.l2_format == KvFormat::kInt8 ||
+                         std::any_of(stores.begin(), stores.end(),
+                                     [](const auto& s) { return s.format == KvFormat::kInt8; });
+  if (!int8_tier) return {};
   auto codec = CudaKvCodec::create(model.kv_layout(scheduler.page_size).shape());
   if (!codec) {
     if (options.on_warning) options.on_warning("int8 tiers encode on the host: " + codec.error());
