@@ -56,6 +56,7 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
                             "on a thread from now on");
         ++stats_.tier[Tier::kL2].io_errors;
       }) {
+  tree_.track_l1(*l1_);
   // Page-sized slots: store writes go straight from them (L3's O_DIRECT).
   open_l2(tiers::round_up(plan_.l2_block_bytes, 4096));
   stats_.tier[Tier::kL2].format = config_.l2_format;

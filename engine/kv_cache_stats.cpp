@@ -87,6 +87,7 @@ TreeSummary KvCache::summarize(int top) const {
 }
 
 std::expected<void, std::string> KvCache::check_invariants() const {
+  if (auto indexed = tree_.check_indexes(); !indexed) return indexed;
   std::vector<int> l2_owners(l2_ ? static_cast<std::size_t>(l2_->num_blocks()) : 0, 0);
   for (const CacheNode* n : tree_.nodes()) {
     const std::string name = "cache block " + tiers::to_hex(n->key);

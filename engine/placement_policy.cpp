@@ -23,10 +23,8 @@ std::vector<CacheNode*> PlacementPolicy::l1_next_victims(std::size_t n) const {
 }
 
 int PlacementPolicy::demotable_l1() const {
-  int n = 0;
-  for (const CacheNode* node : tree_->nodes())
-    if (node->in(Tier::kL1) && unused_l1(*node)) ++n;
-  return n;
+  // Exactly the L1 blocks not in use (RadixCache::in_use): no walk.
+  return static_cast<int>(tree_->count_idle(Tier::kL1));
 }
 
 CacheNode* PlacementPolicy::l2_victim(L2Victims victims) const {

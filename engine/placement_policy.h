@@ -37,7 +37,11 @@
 //    they are.
 //
 // Order: every query takes the least recently used candidate first (the
-// tree's per-tier LRU indexes, radix_cache.h: leaves before their parents).
+// tree's per-tier LRU indexes, radix_cache.h: leaves before their parents),
+// among the blocks not in use in that tier: the tree keeps those that are
+// (held by a request or a transfer, loading, moving) in an index of their
+// own, so a query never walks past them. The tree must track L1's sharing
+// (RadixCache::track_l1).
 //
 // Reference counting in L1: the cache holds one pool reference per node in
 // L1 and one per read of the block in flight (a store write or a cleaning

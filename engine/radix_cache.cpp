@@ -60,20 +60,81 @@ void RadixCache::touch(std::span<CacheNode* const> path) {
 }
 
 void RadixCache::index(CacheNode& n) {
-  for (int t = 0; t < kNumTiers; ++t)
-    if (n.in(static_cast<Tier>(t))) lru_[t].insert(lru_key(n));
+  for (int t = 0; t < kNumTiers; ++t) {
+    const Tier tier = static_cast<Tier>(t);
+    if (n.in(tier)) (in_use(n, tier) ? busy_ : idle_)[t].insert(lru_key(n));
+  }
 }
 
 void RadixCache::unindex(CacheNode& n) {
-  for (int t = 0; t < kNumTiers; ++t)
-    if (n.in(static_cast<Tier>(t))) lru_[t].erase(lru_key(n));
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (!n.in(static_cast<Tier>(t))) continue;
+    idle_[t].erase(lru_key(n));
+    busy_[t].erase(lru_key(n));
+  }
+}
+
+bool RadixCache::in_use(const CacheNode& n, Tier tier) const {
+  switch (tier) {
+    case Tier::kL1:
+      return n.loading() || (l1_ != nullptr && l1_->is_shared(n.slot(Tier::kL1)));
+    case Tier::kL2:
+      return n.moving_l2() || n.writing_to_store();
+    default:
+      return n.loading();
+  }
+}
+
+RadixCache::~RadixCache() {
+  if (l1_ != nullptr) l1_->set_share_observer({});
+}
+
+void RadixCache::track_l1(tiers::BlockPool& l1) {
+  assert(count(Tier::kL1) == 0);
+  l1_ = &l1;
+  l1_owner_.assign(static_cast<std::size_t>(l1.num_blocks()), nullptr);
+  l1.set_share_observer([this](int block) { l1_sharing_changed(block); });
+}
+
+void RadixCache::l1_sharing_changed(int block) {
+  CacheNode* n = l1_owner_[static_cast<std::size_t>(block)];
+  if (n == nullptr) return;  // not (or not yet) a cached block
+  unindex(*n);
+  index(*n);
 }
 
 void RadixCache::set(CacheNode* node, Tier tier, Location where) {
   unindex(*node);
+  if (tier == Tier::kL1 && l1_ != nullptr) {
+    if (node->slot(Tier::kL1) >= 0)
+      l1_owner_[static_cast<std::size_t>(node->slot(Tier::kL1))] = nullptr;
+    if (where.state != Presence::kNone && where.slot >= 0)
+      l1_owner_[static_cast<std::size_t>(where.slot)] = node;
+  }
   node->at[tier] = where;
   index(*node);
   erase_if_empty(node);
+}
+
+std::expected<void, std::string> RadixCache::check_indexes() const {
+  std::size_t listed[kNumTiers] = {};
+  for (const auto& [key, node] : nodes_) {
+    for (int t = 0; t < kNumTiers; ++t) {
+      const Tier tier = static_cast<Tier>(t);
+      if (!node->in(tier)) continue;
+      ++listed[t];
+      const bool busy = in_use(*node, tier);
+      if (!(busy ? busy_ : idle_)[t].contains(lru_key(*node)) ||
+          (busy ? idle_ : busy_)[t].contains(lru_key(*node)))
+        return std::unexpected("cache block " + tiers::to_hex(key) + " is not listed as " +
+                               (busy ? "in use" : "idle") + " in " + to_string(tier));
+    }
+  }
+  for (int t = 0; t < kNumTiers; ++t)
+    if (listed[t] != idle_[t].size() + busy_[t].size())
+      return std::unexpected(std::string(to_string(static_cast<Tier>(t))) +
+                             "'s indexes list blocks that are not there");
+  return {};
 }
 
 void RadixCache::erase_if_empty(CacheNode* n) {

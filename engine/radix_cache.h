@@ -22,7 +22,18 @@
 //
 // LRU: each tier keeps its nodes ordered by (last_use, deeper first, key), so
 // the least recently used block of a tier is found in O(log N), leaves before
-// their parents (touch() stamps a whole matched path with one time).
+// their parents (touch() stamps a whole matched path with one time). A tier
+// keeps two such indexes: the nodes in use there, which no victim query may
+// take whatever the policy, and the rest, so that choosing a victim never
+// walks past the blocks running requests hold. In use (in_use()):
+//   L1      loading, or its block referenced beyond the cache's own
+//           reference (requests, transfers reading it): the pool tells the
+//           tree when that changes (track_l1, BlockPool's share observer);
+//   L2      a move under way into or out of its slot, or a write from it to
+//           a store (CacheNode::moving_l2, writing_to_store);
+//   stores  loading into L1 (from any tier).
+// Every other condition (pins, holds, the admission being protected) stays
+// with the placement policy's queries.
 //
 // This class is only the structure and its indexes; the moves between tiers
 // live in KvCache (engine/kv_cache.h), their policy in PlacementPolicy
@@ -30,14 +41,17 @@
 #pragma once
 
 #include <cstdint>
+#include <expected>
 #include <memory>
 #include <set>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/tier.h"
 #include "tiers/block_key.h"
+#include "tiers/block_pool.h"
 
 namespace kvtier {
 
@@ -122,8 +136,15 @@ struct CacheNode {
 class RadixCache {
  public:
   explicit RadixCache(int page_size) : page_size_(page_size) {}
+  ~RadixCache();
   RadixCache(const RadixCache&) = delete;
   RadixCache& operator=(const RadixCache&) = delete;
+
+  // Follows the sharing of `l1`'s blocks (its share observer, which the tree
+  // takes until it goes), so that a cached L1 block a request or a transfer
+  // also references counts as in use. Without it only loading does. Call
+  // before any node is in L1. REQUIRES: l1 outlives the tree.
+  void track_l1(tiers::BlockPool& l1);
 
   int page_size() const { return page_size_; }
 
@@ -159,19 +180,23 @@ class RadixCache {
   // current admission and must not be demoted to make room for each other.
   std::uint64_t now() const { return clock_; }
 
-  // The least recently used node of `tier` that satisfies pred, or null.
+  // Whether `node` is in use in `tier` (see the top): no victim there.
+  bool in_use(const CacheNode& node, Tier tier) const;
+
+  // The least recently used node of `tier` not in use there that satisfies
+  // pred, or null.
   template <typename Pred>
   CacheNode* lru(Tier tier, Pred pred) const {
-    for (const LruKey& k : lru_[static_cast<int>(tier)])
+    for (const LruKey& k : idle_[static_cast<int>(tier)])
       if (pred(*k.node)) return k.node;
     return nullptr;
   }
 
-  // Up to n nodes of `tier` that satisfy pred, least recently used first.
+  // Up to n such nodes of `tier`, least recently used first.
   template <typename Pred>
   std::vector<CacheNode*> lru_n(Tier tier, std::size_t n, Pred pred) const {
     std::vector<CacheNode*> out;
-    for (const LruKey& k : lru_[static_cast<int>(tier)]) {
+    for (const LruKey& k : idle_[static_cast<int>(tier)]) {
       if (out.size() == n) break;
       if (pred(*k.node)) out.push_back(k.node);
     }
@@ -179,7 +204,14 @@ class RadixCache {
   }
 
   std::size_t size() const { return nodes_.size(); }
-  std::size_t count(Tier tier) const { return lru_[static_cast<int>(tier)].size(); }
+  // Nodes in the tier (stored or loading), and those of them not in use.
+  std::size_t count(Tier tier) const {
+    return idle_[static_cast<int>(tier)].size() + busy_[static_cast<int>(tier)].size();
+  }
+  std::size_t count_idle(Tier tier) const { return idle_[static_cast<int>(tier)].size(); }
+  // An error message if a node is missing from its index or listed in the
+  // wrong one (a change of state the tree was not told of).
+  std::expected<void, std::string> check_indexes() const;
   // Every node, in no particular order (summaries, invariant checks).
   std::vector<const CacheNode*> nodes() const;
 
@@ -198,15 +230,22 @@ class RadixCache {
   static LruKey lru_key(const CacheNode& n) {
     return {n.last_use, -n.depth, n.key, const_cast<CacheNode*>(&n)};
   }
+  // Lists n in the idle or busy index of each tier it is in; unindex takes
+  // it out of both (what decided the index may have changed since).
   void index(CacheNode& n);
   void unindex(CacheNode& n);
+  // The pool's share observer: the block's node changes index.
+  void l1_sharing_changed(int block);
   // Erases n if it is an empty leaf, then its parent if that became one.
   void erase_if_empty(CacheNode* n);
 
   int page_size_;
   std::uint64_t clock_ = 0;
   std::unordered_map<tiers::BlockKey, std::unique_ptr<CacheNode>, tiers::BlockKeyHash> nodes_;
-  std::set<LruKey> lru_[kNumTiers];
+  std::set<LruKey> idle_[kNumTiers];  // in the tier and not in use there
+  std::set<LruKey> busy_[kNumTiers];  // in use there (in_use)
+  tiers::BlockPool* l1_ = nullptr;    // track_l1's
+  std::vector<CacheNode*> l1_owner_;  // with l1_: the node in L1 on each block
 };
 
 }  // namespace kvtier

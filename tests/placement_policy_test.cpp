@@ -17,7 +17,9 @@ constexpr int P = 4;
 
 class PlacementPolicyTest : public ::testing::Test {
  protected:
-  PlacementPolicyTest() : tree_(P), l1_(64, 8), l2_(64, 4), policy_(tree_, l1_, &l2_) {}
+  PlacementPolicyTest() : l1_(64, 8), l2_(64, 4), tree_(P), policy_(tree_, l1_, &l2_) {
+    tree_.track_l1(l1_);
+  }
 
   // A first block of its own (tokens {id, id, id, id}), in L1 with the
   // cache's one reference, used at the next time.
@@ -38,8 +40,8 @@ class PlacementPolicyTest : public ::testing::Test {
   }
 
   tiers::BlockKey root_ = root_key(7, "");
+  tiers::BlockPool l1_, l2_;  // before the tree, which observes l1_ until it goes
   RadixCache tree_;
-  tiers::BlockPool l1_, l2_;
   PlacementPolicy policy_;
 };
 

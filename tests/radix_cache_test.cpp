@@ -161,3 +161,66 @@ TEST(RadixCacheTest, ATierListsWhatItHoldsOrLoadsNotWhatIsOnItsWayIn) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// Choosing a victim never walks past blocks in use: a block a request shares
+// leaves its tier's idle index when the pool says so, and comes back when
+// the request lets go; a load in flight and a move out of L2 do the same.
+TEST(RadixCacheTest, BlocksInUseAreKeptApartFromTheIdleOnes) {
+  tiers::BlockPool l1(64, 4);
+  RadixCache tree(P);
+  tree.track_l1(l1);
+  const auto root = root_key(1, "");
+  const auto a = seq(P, 0), b = seq(P, 100);
+  CacheNode* na = tree.insert(root, nullptr, a);
+  CacheNode* nb = tree.insert(root, nullptr, b);
+  tree.set(na, Tier::kL1, {Presence::kStored, *l1.allocate()});
+  tree.set(nb, Tier::kL1, {Presence::kStored, *l1.allocate()});
+  tree.touch(std::vector<CacheNode*>{na});
+  tree.touch(std::vector<CacheNode*>{nb});
+  auto any = [](const CacheNode&) { return true; };
+  EXPECT_EQ(tree.lru(Tier::kL1, any), na);
+  EXPECT_EQ(tree.count_idle(Tier::kL1), 2u);
+
+  l1.add_ref(na->slot(Tier::kL1));  // a request shares it
+  EXPECT_TRUE(tree.in_use(*na, Tier::kL1));
+  EXPECT_EQ(tree.lru(Tier::kL1, any), nb);
+  EXPECT_EQ(tree.count_idle(Tier::kL1), 1u);
+  EXPECT_EQ(tree.count(Tier::kL1), 2u);
+  EXPECT_TRUE(tree.check_indexes().has_value());
+  l1.release(na->slot(Tier::kL1));
+  EXPECT_EQ(tree.lru(Tier::kL1, any), na);
+
+  // Promoted out of L2: in use in L2 (its slot must stay) and in L1 until
+  // it lands.
+  CacheNode* nc = tree.insert(root, nullptr, seq(P, 200));
+  tree.set(nc, Tier::kL2, {Presence::kStored, 0});
+  EXPECT_EQ(tree.lru(Tier::kL2, any), nc);
+  nc->hit_tier = Tier::kL2;
+  tree.set(nc, Tier::kL1, {Presence::kLoading, *l1.allocate()});
+  EXPECT_EQ(tree.lru(Tier::kL2, any), nullptr);
+  EXPECT_TRUE(tree.in_use(*nc, Tier::kL1));
+  EXPECT_TRUE(tree.check_indexes().has_value());
+  tree.set(nc, Tier::kL1, {Presence::kStored, nc->slot(Tier::kL1)});
+  EXPECT_EQ(tree.lru(Tier::kL2, any), nc);
+  EXPECT_FALSE(tree.in_use(*nc, Tier::kL1));
+  EXPECT_TRUE(tree.check_indexes().has_value());
+}
+
+// A change of state made behind the tree's back is found by the check.
+TEST(RadixCacheTest, CheckIndexesFindsAStateTheTreeWasNotToldOf) {
+  RadixCache tree(P);
+  CacheNode* n = tree.insert(root_key(1, ""), nullptr, seq(P));
+  tree.set(n, Tier::kL1, {Presence::kStored, 0});
+  ASSERT_TRUE(tree.check_indexes().has_value());
+  n->at[Tier::kL1].state = Presence::kLoading;  // not through set()
+  const auto checked = tree.check_indexes();
+  ASSERT_FALSE(checked.has_value());
+  EXPECT_NE(checked.error().find("in use in l1"), std::string::npos) << checked.error();
+  n->at[Tier::kL1].state = Presence::kStored;
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -90,12 +90,14 @@ std::optional<int> BlockPool::allocate() {
 
 void BlockPool::add_ref(int id) {
   assert(id >= 0 && id < num_blocks_ && ref_counts_[id] > 0);
-  ++ref_counts_[id];
+  if (++ref_counts_[id] == 2 && share_observer_) share_observer_(id);
 }
 
 void BlockPool::release(int id) {
   assert(id >= 0 && id < num_blocks_ && ref_counts_[id] > 0);
-  if (--ref_counts_[id] == 0) free_.push_back(id);
+  const int left = --ref_counts_[id];
+  if (left == 0) free_.push_back(id);
+  if (left == 1 && share_observer_) share_observer_(id);
 }
 
 }  // namespace kvtier::tiers

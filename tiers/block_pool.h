@@ -133,6 +133,16 @@ class BlockPool {
   // REQUIRES: id is referenced.
   void release(int id);
 
+  // Called (on the owner thread, inside add_ref or release) whenever a
+  // block's count moves between 1 and 2, so it becomes or stops being
+  // shared (is_shared): an owner that keeps blocks it alone references
+  // apart from shared ones (the prefix cache's LRU indexes) follows this
+  // instead of asking every block. One observer; an empty function removes
+  // it. The observer must not add or drop references itself.
+  void set_share_observer(std::function<void(int id)> observer) {
+    share_observer_ = std::move(observer);
+  }
+
   std::byte* data(int id) { return base_.get() + static_cast<std::size_t>(id) * block_bytes_; }
   const std::byte* data(int id) const {
     return base_.get() + static_cast<std::size_t>(id) * block_bytes_;
@@ -183,6 +193,7 @@ class BlockPool {
   std::shared_ptr<const DeviceLink> link_;
   std::vector<int> free_;
   std::vector<int> ref_counts_;
+  std::function<void(int)> share_observer_;
 };
 
 }  // namespace kvtier::tiers
