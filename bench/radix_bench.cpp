@@ -1,6 +1,10 @@
 // Radix prefix cache operations against prefix length: match, insert and
 // evict should cost O(blocks in the prefix), i.e. a constant time per block
-// whatever the length and however many other prefixes the tree holds.
+// whatever the length and however many other prefixes the tree holds. And
+// choosing an L1 victim should not depend on how many blocks running
+// requests hold: the same query with the tree following the pool's sharing
+// (its in-use index) and without (every block in one index, the query
+// stepping past the held ones), in the same run.
 // Prints Google Benchmark's table plus ns/block for each length; asserts
 // nothing.
 //
@@ -24,7 +28,8 @@ using kvtier::RadixCache;
 using kvtier::Tier;
 
 constexpr int kPage = 16;
-constexpr int kOtherPrefixes = 2000;  // background population of the tree
+constexpr int kOtherPrefixes = 2000;            // background population of the tree
+constexpr int kHeld[] = {0, 100, 1000, 10000};  // blocks requests hold, for the victim query
 
 // A tree holding kOtherPrefixes unrelated 8-block prefixes, then `tokens`.
 struct Fixture {
@@ -84,6 +89,25 @@ void BM_InsertAndEvict(benchmark::State& state) {
   state.counters["blocks"] = blocks;
 }
 
+// `held` blocks that requests share, least recently used, then one block
+// only the cache holds: the victim query must pass over the held ones.
+void BM_VictimPastHeld(benchmark::State& state, bool tracked) {
+  const int held = static_cast<int>(state.range(0));
+  kvtier::tiers::BlockPool pool(64, held + 1);
+  RadixCache tree(kPage);
+  if (tracked) tree.track_l1(pool);
+  const auto root = kvtier::root_key(1, "");
+  for (int i = 0; i <= held; ++i) {
+    CacheNode* n = tree.insert(root, nullptr, kvtier::bench::random_tokens(kPage, 50257, 500 + i));
+    const int block = *pool.allocate();
+    tree.set(n, Tier::kL1, {Presence::kStored, block});
+    tree.touch(std::vector<CacheNode*>{n});
+    if (i < held) pool.add_ref(block);  // a request shares it
+  }
+  auto unused = [&](const CacheNode& n) { return pool.ref_count(n.slot(Tier::kL1)) == 1; };
+  for (auto _ : state) benchmark::DoNotOptimize(tree.lru(Tier::kL1, unused));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,6 +116,10 @@ int main(int argc, char** argv) {
   for (int blocks : {1, 4, 16, 64, 256}) {
     benchmark::RegisterBenchmark("match", BM_Match)->Arg(blocks);
     benchmark::RegisterBenchmark("insert+evict", BM_InsertAndEvict)->Arg(blocks);
+  }
+  for (int held : kHeld) {
+    benchmark::RegisterBenchmark("victim/in-use-index", BM_VictimPastHeld, true)->Arg(held);
+    benchmark::RegisterBenchmark("victim/one-index", BM_VictimPastHeld, false)->Arg(held);
   }
   kvtier::bench::RecordingReporter capture;
   benchmark::RunSpecifiedBenchmarks(&capture);
@@ -102,6 +130,14 @@ int main(int argc, char** argv) {
     std::printf("  %-8d %16.1f %22.1f\n", blocks,
                 capture.get("match" + arg, "seconds") * 1e9 / blocks,
                 capture.get("insert+evict" + arg, "seconds") * 1e9 / blocks);
+  }
+  std::printf("\n== L1 victim choice with blocks held by requests (ns per query)\n");
+  std::printf("  %-8s %16s %16s %10s\n", "held", "in-use index", "one index", "ratio");
+  for (int held : kHeld) {
+    const std::string arg = "/" + std::to_string(held);
+    const double split = capture.get("victim/in-use-index" + arg, "seconds") * 1e9;
+    const double one = capture.get("victim/one-index" + arg, "seconds") * 1e9;
+    std::printf("  %-8d %16.1f %16.1f %9.1fx\n", held, split, one, one / split);
   }
   return 0;
 }
