@@ -60,7 +60,7 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
   // Page-sized slots: store writes go straight from them (L3's O_DIRECT).
   open_l2(tiers::round_up(plan_.l2_block_bytes, 4096));
   stats_.tier[Tier::kL2].format = config_.l2_format;
-  policy_ = std::make_unique<PlacementPolicy>(tree_, *l1_, l2_.get());
+  policy_ = std::make_unique<PlacementPolicy>(tree_, l2_.get());
   open_stores(stores);
 }
 

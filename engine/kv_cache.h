@@ -364,8 +364,7 @@ class KvCache {
   CacheConfig config_;
   std::vector<std::string> warnings_;
   std::unique_ptr<tiers::BlockPool> l2_;
-  std::vector<std::unique_ptr<StoreTier>> stores_;  // fastest first
-  PerTier<StoreTier*> store_at_{};                  // the same, by tier
+  std::vector<std::unique_ptr<StoreTier>> stores_;  // the open stores, fastest first
   RadixCache tree_;
   std::unique_ptr<PlacementPolicy> policy_;  // made once l2_ is
   CostModel costs_;

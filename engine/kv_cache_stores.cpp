@@ -54,12 +54,15 @@ void KvCache::open_stores(const std::vector<StoreTierSpec>& specs) {
           tiers::Memory::kPageAligned);
     }
     for (const std::string& w : opened->warnings()) warnings_.push_back(w);
-    store_at_[spec.tier] = s.get();
     stores_.push_back(std::move(s));
   }
 }
 
-KvCache::StoreTier* KvCache::store_at(Tier tier) const { return store_at_[tier]; }
+KvCache::StoreTier* KvCache::store_at(Tier tier) const {
+  for (const auto& s : stores_)
+    if (s->tier == tier) return s.get();
+  return nullptr;
+}
 
 std::vector<std::byte> KvCache::meta_of(const CacheNode& node) const {
   const tiers::BlockKey parent = node.parent == nullptr ? tiers::BlockKey{} : node.parent->key;

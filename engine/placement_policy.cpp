@@ -2,16 +2,14 @@
 
 namespace kvtier {
 
-bool PlacementPolicy::unused_l1(const CacheNode& n) const {
-  return !n.loading() && l1_->ref_count(n.slot(Tier::kL1)) == 1;
-}
-
 bool PlacementPolicy::can_demote(const CacheNode& n) const {
   if (!unused_l1(n)) return false;  // a request, a load or a write holds it
   if (protected_stamp_ && n.last_use == *protected_stamp_) return false;
   if (n.pins == 0 || n.stored(Tier::kL2)) return true;
   // A pinned block may leave L1 only for L2.
-  return l2_ && (l2_->num_free() > 0 || tree_->lru(Tier::kL2, movable_l2) != nullptr);
+  return l2_ && (l2_->num_free() > 0 || tree_->lru(Tier::kL2, [this](const CacheNode& m) {
+           return movable_l2(m);
+         }) != nullptr);
 }
 
 CacheNode* PlacementPolicy::l1_victim() const {
@@ -30,23 +28,24 @@ int PlacementPolicy::demotable_l1() const {
 CacheNode* PlacementPolicy::l2_victim(L2Victims victims) const {
   // Cheapest loss first: a block a store (or L1) also has.
   if (victims == L2Victims::kInStore)
-    return tree_->lru(Tier::kL2, [](const CacheNode& m) {
+    return tree_->lru(Tier::kL2, [this](const CacheNode& m) {
       return movable_l2(m) && m.in_store() && !m.in(Tier::kL1);
     });
-  return tree_->lru(Tier::kL2, [](const CacheNode& m) {
+  return tree_->lru(Tier::kL2, [this](const CacheNode& m) {
     return movable_l2(m) && (m.in_store() || m.in(Tier::kL1));
   });
 }
 
 CacheNode* PlacementPolicy::l2_clean_victim() const {
-  return tree_->lru(Tier::kL2, [](const CacheNode& m) { return movable_l2(m) && m.in_store(); });
+  return tree_->lru(Tier::kL2,
+                    [this](const CacheNode& m) { return movable_l2(m) && m.in_store(); });
 }
 
 CacheNode* PlacementPolicy::l2_last_resort() const {
-  if (CacheNode* n =
-          tree_->lru(Tier::kL2, [](const CacheNode& m) { return movable_l2(m) && m.holds == 0; }))
+  if (CacheNode* n = tree_->lru(
+          Tier::kL2, [this](const CacheNode& m) { return movable_l2(m) && m.holds == 0; }))
     return n;
-  return tree_->lru(Tier::kL2, movable_l2);
+  return tree_->lru(Tier::kL2, [this](const CacheNode& m) { return movable_l2(m); });
 }
 
 CacheNode* PlacementPolicy::l2_unwritten(Tier store) const {
@@ -61,9 +60,11 @@ CacheNode* PlacementPolicy::flushable(Tier tier) const {
                         [this](const CacheNode& m) { return unused_l1(m) && m.pins == 0; });
     case Tier::kL2:
       return tree_->lru(Tier::kL2,
-                        [](const CacheNode& m) { return movable_l2(m) && m.holds == 0; });
+                        [this](const CacheNode& m) { return movable_l2(m) && m.holds == 0; });
     default:  // a store tier
-      return tree_->lru(tier, [](const CacheNode& m) { return m.holds == 0 && !m.loading(); });
+      return tree_->lru(tier, [this, tier](const CacheNode& m) {
+        return m.holds == 0 && !tree_->in_use(m, tier);
+      });
   }
 }
 

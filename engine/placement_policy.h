@@ -64,9 +64,9 @@ namespace kvtier {
 
 class PlacementPolicy {
  public:
-  // `l2` is null without an L2.
-  PlacementPolicy(const RadixCache& tree, const tiers::BlockPool& l1, const tiers::BlockPool* l2)
-      : tree_(&tree), l1_(&l1), l2_(l2) {}
+  // `l2` is null without an L2. The tree tracks L1's sharing
+  // (RadixCache::track_l1): what is in use there is the tree's to say.
+  PlacementPolicy(const RadixCache& tree, const tiers::BlockPool* l2) : tree_(&tree), l2_(l2) {}
 
   // The nodes matched by the admission in progress (stamped `stamp` by the
   // tree) are not demoted to make room for each other until unprotect().
@@ -104,15 +104,12 @@ class PlacementPolicy {
 
  private:
   // A cached L1 block only the cache references: no request, read or load.
-  bool unused_l1(const CacheNode& n) const;
+  bool unused_l1(const CacheNode& n) const { return !tree_->in_use(n, Tier::kL1); }
   bool can_demote(const CacheNode& n) const;
   // An L2 block that may leave its slot: unpinned, nothing moving it.
-  static bool movable_l2(const CacheNode& n) {
-    return n.pins == 0 && !n.writing_to_store() && !n.moving_l2();
-  }
+  bool movable_l2(const CacheNode& n) const { return n.pins == 0 && !tree_->in_use(n, Tier::kL2); }
 
   const RadixCache* tree_;
-  const tiers::BlockPool* l1_;
   const tiers::BlockPool* l2_;
   std::optional<std::uint64_t> protected_stamp_;
 };

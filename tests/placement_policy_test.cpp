@@ -17,27 +17,22 @@ constexpr int P = 4;
 
 class PlacementPolicyTest : public ::testing::Test {
  protected:
-  PlacementPolicyTest() : l1_(64, 8), l2_(64, 4), tree_(P), policy_(tree_, l1_, &l2_) {
+  PlacementPolicyTest() : l1_(64, 8), l2_(64, 4), tree_(P), policy_(tree_, &l2_) {
     tree_.track_l1(l1_);
   }
 
-  // A first block of its own (tokens {id, id, id, id}), in L1 with the
-  // cache's one reference, used at the next time.
-  CacheNode* cached_l1(int id) {
+  // A first block of its own (tokens {id, id, id, id}) in one slot of
+  // `pool`'s, used at the next time: in L1 with the cache's one reference,
+  // or in L2 only.
+  CacheNode* cached(int id, Tier tier, tiers::BlockPool& pool) {
     const std::vector<int> tokens(P, id);
     CacheNode* n = tree_.insert(root_, nullptr, tokens);
-    tree_.set(n, Tier::kL1, {Presence::kStored, *l1_.allocate()});
+    tree_.set(n, tier, {Presence::kStored, *pool.allocate()});
     tree_.touch(std::vector<CacheNode*>{n});
     return n;
   }
-  // The same, in L2 only.
-  CacheNode* cached_l2(int id) {
-    const std::vector<int> tokens(P, id);
-    CacheNode* n = tree_.insert(root_, nullptr, tokens);
-    tree_.set(n, Tier::kL2, {Presence::kStored, *l2_.allocate()});
-    tree_.touch(std::vector<CacheNode*>{n});
-    return n;
-  }
+  CacheNode* cached_l1(int id) { return cached(id, Tier::kL1, l1_); }
+  CacheNode* cached_l2(int id) { return cached(id, Tier::kL2, l2_); }
 
   tiers::BlockKey root_ = root_key(7, "");
   tiers::BlockPool l1_, l2_;  // before the tree, which observes l1_ until it goes
