@@ -25,8 +25,8 @@ namespace kvtier {
 class KvCache;
 
 // Moves still landing, a layer at a time, in L1 blocks a request already
-// holds: store reads (L3's) and L2 copies of the blocks of its prefix whose bytes are
-// on the way. The request may compute on layer l of them once
+// holds: the reads from L2 and the stores of the blocks of its prefix whose
+// bytes are on the way. The request may compute on layer l of them once
 // KvCache::await_layer(l) returns. A stored block is verified only when the
 // whole of it is in, so nothing computed from the load may be used before
 // KvCache::settle() says it was right. Checksums stay per block: what a
@@ -35,12 +35,10 @@ struct LayerLoad {
   std::vector<tiers::BlockKey> keys;  // every block on its way up
   std::vector<int> blocks;            // and their L1 ids
   struct Read {
-    Tier tier;  // the store tier it comes from
+    Tier tier;  // L2 or the store tier it comes from
     std::uint64_t ticket;
   };
   std::vector<Read> reads;  // a read each
-  // L2 promotions, a copy per layer: copies[i][l] is one block's layer l.
-  std::vector<std::vector<std::uint64_t>> copies;
   // What acquire_prefix counted for the run (its lookup, hits, misses,
   // skipped loads and recompute_tokens_avoided); a failed settle() takes it
   // back (the request looks again, and counts what it then finds).
@@ -48,7 +46,7 @@ struct LayerLoad {
     PerTier<long> hits;
     long missed = 0, skipped = 0, tokens = 0;
   } counted;
-  bool empty() const { return reads.empty() && copies.empty(); }
+  bool empty() const { return reads.empty(); }
 };
 
 class PrefixLease {

@@ -51,7 +51,7 @@ TierCosts KvCache::calibrate() {
     // the values.)
     const std::vector<std::byte> zeros(plan_.block_bytes);
     l1_->copy(l1_->data(blocks[0]), zeros.data(), plan_.block_bytes);
-    if (l2_ && l2_->num_free() > 0) calibrate_l2(blocks[0], blocks[1]);
+    if (l2_ && l2_->slots().num_free() > 0) calibrate_l2(blocks[0], blocks[1]);
     for (const auto& s : stores_)
       if (s->store->stats().available) calibrate_store(*s, blocks);
   }  // else no room to measure: nothing added
@@ -63,14 +63,15 @@ void KvCache::calibrate_l2(int l1_source, int l1_target) {
   // A promotion: the slot's bytes up into L1 (a copy, or a decode). Into one
   // block each time: an untimed first run faults its pages in, the rest are
   // what a promotion into a block in use costs.
-  const int slot = *l2_->allocate();
-  plan_.to_l2(l2_->data(slot), l1_->data(l1_source));
+  tiers::BlockPool& slots = l2_->slots();
+  const int slot = *slots.allocate();
+  plan_.to_l2(slots.data(slot), l1_->data(l1_source));
   for (int i = 0; i <= kRounds; ++i) {
     const auto start = Clock::now();
-    plan_.from_l2(l1_->data(l1_target), l2_->data(slot));
+    plan_.from_l2(l1_->data(l1_target), slots.data(slot));
     if (i > 0) costs_.add_load(Tier::kL2, 0, seconds_since(start));
   }
-  l2_->release(slot);
+  slots.release(slot);
 }
 
 void KvCache::calibrate_store(StoreTier& s, const std::vector<int>& blocks) {

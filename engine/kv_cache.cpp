@@ -49,18 +49,12 @@ KvCache::KvCache(const KvLayout& layout, std::uint64_t fingerprint, tiers::Block
       l1_io_refs_(static_cast<std::size_t>(l1.num_blocks()), 0),
       // Enough that a step's demotions find clean blocks, few enough that
       // cleaning does not copy blocks that are about to be used again.
-      clean_window_(std::max(2, l1.num_blocks() / 16)),
-      mover_([this](const std::string& why) {
-        warnings_.push_back("the device's copy queue failed (" + why +
-                            "): its copies in flight are thrown away, and L1<->L2 copies run "
-                            "on a thread from now on");
-        ++stats_.tier[Tier::kL2].io_errors;
-      }) {
+      clean_window_(std::max(2, l1.num_blocks() / 16)) {
   tree_.track_l1(*l1_);
   // Page-sized slots: store writes go straight from them (L3's O_DIRECT).
   open_l2(tiers::round_up(plan_.l2_block_bytes, 4096));
   stats_.tier[Tier::kL2].format = config_.l2_format;
-  policy_ = std::make_unique<PlacementPolicy>(tree_, l2_.get());
+  policy_ = std::make_unique<PlacementPolicy>(tree_, l2_ ? &l2_->slots() : nullptr);
   open_stores(stores);
 }
 
@@ -68,7 +62,7 @@ KvCache::~KvCache() {
   persist();
   for (const CacheNode* n : tree_.nodes()) {
     if (n->state(Tier::kL1) != Presence::kNone) l1_->release(n->slot(Tier::kL1));
-    if (n->state(Tier::kL2) != Presence::kNone) l2_->release(n->slot(Tier::kL2));
+    if (n->state(Tier::kL2) != Presence::kNone) l2_->slots().release(n->slot(Tier::kL2));
   }
 }
 
@@ -153,7 +147,6 @@ std::optional<PrefixLease> KvCache::acquire_prefix(const tiers::BlockKey& root,
 bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allowed) {
   bool pending = false;
   int taken = 0;
-  std::vector<CacheNode*> up_by_layer;  // L2 promotions to copy a layer at a time
   for (std::size_t i = 0; i < path.size(); ++i) {
     CacheNode* node = path[i];
     if (node->usable_l1()) continue;
@@ -171,19 +164,12 @@ bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allo
     // Loading from L2 is a move out of its slot (CacheNode::moving_l2).
     node->hit_tier = node->best_tier();
     tree_.set(node, Tier::kL1, {Presence::kLoading, *block});
-    if (is_store_tier(node->hit_tier)) {
+    if (is_store_tier(node->hit_tier))
       start_store_read(node);
-      continue;
-    }
-    if (plan_.l2_layers > 1) {
-      up_by_layer.push_back(node);
-      continue;
-    }
-    const std::uint64_t ticket = start_move(l1_->data(*block), l2_->data(node->slot(Tier::kL2)),
-                                            plan_.block_bytes, plan_.from_l2);
-    moves_[ticket] = {node->key, /*up=*/true, *block, node->slot(Tier::kL2)};
+    else
+      start_l2_read(node);
   }
-  start_layer_copies(up_by_layer);
+  if (l2_) l2_->flush();
   // Making room may have handled completions: a block that failed meanwhile
   // is missing now.
   return pending ||
@@ -192,8 +178,7 @@ bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allo
 
 bool KvCache::all_by_layer(const std::vector<CacheNode*>& path) const {
   return std::all_of(path.begin(), path.end(), [&](const CacheNode* node) {
-    return node->usable_l1() || (node->loading() && (read_by_layer(node->key).has_value() ||
-                                                     copies_by_layer_.contains(node->key)));
+    return node->usable_l1() || (node->loading() && read_by_layer(node->key).has_value());
   });
 }
 
@@ -216,10 +201,7 @@ PrefixLease KvCache::hand_out(const std::vector<CacheNode*>& path, int wanted, l
     }
     load.keys.push_back(node->key);
     load.blocks.push_back(block);
-    if (auto m = copies_by_layer_.find(node->key); m != copies_by_layer_.end())
-      load.copies.push_back(m->second.tickets);
-    else
-      load.reads.push_back(*read_by_layer(node->key));
+    load.reads.push_back(*read_by_layer(node->key));
   }
   const long handed = static_cast<long>(path.size());
   counted.missed = wanted - handed;
@@ -283,7 +265,7 @@ void KvCache::demote_l1(CacheNode* node) {
     // out a block that exists only in L2.
     using enum PlacementPolicy::L2Victims;
     if (auto slot = alloc_l2(node->in_store() ? kWithCopy : kAny)) {
-      move_block(l2_->data(*slot), l1_->data(block), plan_.to_l2, Tier::kL1, Tier::kL2);
+      move_block(l2_->slots().data(*slot), l1_->data(block), plan_.to_l2, Tier::kL1, Tier::kL2);
       tree_.set(node, Tier::kL2, {Presence::kStored, *slot});
       ++stats_.tier[Tier::kL2].demotions;
     } else if (!node->in_store()) {
@@ -296,7 +278,8 @@ void KvCache::demote_l1(CacheNode* node) {
 
 std::optional<int> KvCache::alloc_l2(PlacementPolicy::L2Victims victims) {
   if (!l2_) return std::nullopt;
-  if (l2_->num_free() > 0) return l2_->allocate();
+  tiers::BlockPool& slots = l2_->slots();
+  if (slots.num_free() > 0) return slots.allocate();
   CacheNode* victim = policy_->l2_victim(victims);
   if (victim == nullptr && victims != PlacementPolicy::L2Victims::kAny) return std::nullopt;
   // Every candidate is still on its way to a store: waiting for the first
@@ -312,13 +295,13 @@ std::optional<int> KvCache::alloc_l2(PlacementPolicy::L2Victims victims) {
   if (victim == nullptr) victim = policy_->l2_last_resort();
   if (victim == nullptr) return std::nullopt;
   drop_l2(victim);
-  return l2_->allocate();
+  return slots.allocate();
 }
 
 void KvCache::drop_l2(CacheNode* node) {
   if (!node->in_store() && !node->in(Tier::kL1))
     ++stats_.tier[Tier::kL2].dropped;  // gone from the cache
-  l2_->release(node->slot(Tier::kL2));
+  l2_->slots().release(node->slot(Tier::kL2));
   tree_.set(node, Tier::kL2, {});
 }
 

@@ -6,7 +6,8 @@
 //   L1  the engine's block pool (the scheduler's); a cached block there can be
 //       shared by a new request at once;
 //   L2  a pinned host pool (tiers::BlockPool, Memory::kPinned, or the host
-//       memory a device L1's link offers), optional;
+//       memory a device L1's link offers) and the moves between it and L1
+//       in the background (tiers::L2Store), optional;
 //   L3  the SSD store (tiers::L3Store), optional; like every store tier
 //       (engine/store_tiers.h says which a configuration opens) a
 //       tiers::BlockStore, driven through one set of paths.
@@ -14,8 +15,8 @@
 // Where each job lives:
 //   kv_cache.cpp          making the cache, lookup and promotion, insert,
 //                         demotion, pins, holds and flush;
-//   kv_cache_moves.cpp    L1<->L2 moves in the background (tiers/block_mover.h)
-//                         and on the engine thread, waiting for them;
+//   kv_cache_moves.cpp    L1<->L2 moves in the background (tiers/l2_store.h)
+//                         and on the engine thread, and waiting for loads;
 //   kv_cache_stores.cpp   the store tiers (L3 and below, store_tiers.h), one
 //                         path for all: reads, writes, write-back, persist,
 //                         adoption of entries from before a restart;
@@ -25,12 +26,13 @@
 //   transfer_plan.h       how bytes change on their way (formats, staging);
 //   cache_handles.h       what the scheduler holds: leases and swap tickets.
 //
-// Promotion: acquire_prefix() starts copies of L2 blocks up (on the copy
+// Promotion: acquire_prefix() starts reads of L2 blocks (moves on the copy
 // worker, tiers/copy_worker.h, or a device's copy queue) and store reads
 // (from the fastest store that has the block), both into fresh L1 blocks (an
 // int8 store reads into a staging buffer, decoded into the L1 block by
-// poll()); the request waits (the engine does not) until
-// they complete, and then shares the blocks.
+// poll()); the request waits (the engine does not) until they complete, and
+// then shares the blocks. L2 reads and store reads complete alike, as
+// tickets (tiers::StoreCompletion), and come in layer by layer alike.
 //
 // L1 in device memory (a pool whose blocks the host cannot address, such as
 // tiers::cuda_device_region's): store reads, and writes from L1, go through
@@ -41,9 +43,10 @@
 // (page-locked by the device's driver), and exact L1<->L2 moves in the
 // background run on its copy queue (a CUDA stream; tiers/copy_queue.h),
 // whose completions come through poll() like the worker's. Should the queue
-// fail (a lost device), its moves in flight are thrown away as if never made:
-// a promoted block leaves L1 (a pass computed on it by layer is thrown away
-// by settle()), a cleaned one stays there; the copy worker takes over. Moves
+// fail (a lost device), its moves in flight complete failed and are thrown
+// away as if never made: a promoted block leaves L1 (a pass computed on it by
+// layer is thrown away by settle()), a cleaned one stays there; the copy
+// worker takes over. Moves
 // on the engine thread (demotions, stashes) are the pool's own copies.
 //
 // Reference counting in L1: the cache holds one pool reference per node in
@@ -66,7 +69,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "engine/cache_config.h"
@@ -78,9 +80,10 @@
 #include "engine/radix_cache.h"
 #include "engine/store_tiers.h"
 #include "engine/transfer_plan.h"
-#include "tiers/block_mover.h"
 #include "tiers/block_pool.h"
+#include "tiers/l2_store.h"
 #include "tiers/latency_stats.h"
+#include "tiers/wake_signal.h"
 
 namespace kvtier::tiers {
 class BlockStore;
@@ -265,16 +268,15 @@ class KvCache {
   // Makes L2, in the device's host memory when L1 offers it, and the copy
   // queue for exact moves when L2 lies there.
   void open_l2(std::size_t slot_bytes);
-  // An L1<->L2 move of `bytes` in the background (tiers::BlockMover).
-  std::uint64_t start_move(std::byte* dst, const std::byte* src, std::size_t bytes,
-                           const TransferPlan::Transfer& how);
-  // The copies, a layer each, of promotions by layer.
-  void start_layer_copies(const std::vector<CacheNode*>& nodes);
+  // Starts the read of a node from its L2 slot into its new L1 block.
+  void start_l2_read(CacheNode* node);
   // Starts background copies of the next L1 demotion candidates to L2.
   void start_cleaning();
-  void finish_move(std::uint64_t ticket, std::chrono::nanoseconds latency);
-  // Throws away the moves the lost queue had in flight (see the top).
-  void fail_queue_moves();
+  // Handles one completed L2 move: a promotion or a cleaning copy, done, or
+  // failed with the lost queue (see the top).
+  void finish_move(const tiers::StoreCompletion& c);
+  // Whether a read of a load is not handled yet.
+  bool read_pending(const LayerLoad::Read& read) const;
   // Handles the completions that have arrived and starts nothing: safe in
   // the middle of a move (alloc_l2 inside demote_l1), where poll() could
   // start cleaning the very block being demoted.
@@ -334,7 +336,8 @@ class KvCache {
   std::vector<std::byte> meta_of(const CacheNode& node) const;
   std::size_t store_ops_in_flight() const;                // reads and writes, every store
   bool store_pending(const LayerLoad::Read& read) const;  // not handled yet
-  // The read by layer bringing up `key`, if there is one.
+  // The read by layer (from L2 or a store) bringing up `key`, if there is
+  // one.
   std::optional<LayerLoad::Read> read_by_layer(const tiers::BlockKey& key) const;
   // A held node's store entries are protected from the stores' own eviction.
   void protect_in_stores(const CacheNode& node);
@@ -350,20 +353,16 @@ class KvCache {
   // Adds (sign +1) or takes back (-1) what acquire_prefix counted for a run.
   void count(const LayerLoad::Counted& counted, int sign);
 
-  struct Move {  // an L1<->L2 copy in flight
-    tiers::BlockKey key;
-    bool up = false;  // L2 -> L1 (a promotion), else L1 -> L2 (cleaning)
-    int l1_block = -1;
-    int l2_slot = -1;
-    bool by_layer = false;  // one layer of a promotion (see copies_by_layer_)
-  };
   KvLayout layout_;
   TransferPlan plan_;
   std::uint64_t fingerprint_;
   tiers::BlockPool* l1_;
   CacheConfig config_;
   std::vector<std::string> warnings_;
-  std::unique_ptr<tiers::BlockPool> l2_;
+  // What L2 moves and store operations wake the engine with. Before l2_
+  // and stores_: their threads hold its wakers.
+  tiers::WakeSignal wake_;
+  std::unique_ptr<tiers::L2Store> l2_;
   std::vector<std::unique_ptr<StoreTier>> stores_;  // the open stores, fastest first
   RadixCache tree_;
   std::unique_ptr<PlacementPolicy> policy_;  // made once l2_ is
@@ -373,23 +372,12 @@ class KvCache {
   // Per L1 block: references held by reads of it in flight (store writes from
   // L1, cleaning copies to L2).
   std::vector<int> l1_io_refs_;
-  std::unordered_map<std::uint64_t, Move> moves_;
-  // Promotions copied a layer at a time (plan_.l2_layers > 1): each block's
-  // copies in layer order, until the last has been handled.
-  struct LayeredMove {
-    std::vector<std::uint64_t> tickets;
-    int left = 0;
-  };
-  std::unordered_map<tiers::BlockKey, LayeredMove, tiers::BlockKeyHash> copies_by_layer_;
-  // Completions await_layer() took from the mover mid-pass; collect()
-  // handles them (the tree is not touched during a forward pass).
-  std::vector<tiers::CopyCompletion> early_;
-  std::unordered_set<std::uint64_t> early_tickets_;
+  // L2 reads in layers (plan_.l2_layers > 1) in flight, by block: a request
+  // that finds one of its blocks loading can take the read over as its
+  // LayerLoad (StoreTier::reads_by_layer is the stores' twin).
+  std::unordered_map<tiers::BlockKey, std::uint64_t, tiers::BlockKeyHash> l2_reads_by_layer_;
   int clean_window_ = 0;  // how many free or clean L1 blocks cleaning aims for
   bool device_failed_ = false;
-  // Last: destroyed (its worker joined, its queue waited for) first, while
-  // everything their moves touch exists.
-  tiers::BlockMover mover_;
 };
 
 }  // namespace kvtier

@@ -29,8 +29,9 @@ CacheStats KvCache::stats() const {
   s.tier[Tier::kL1].capacity_blocks = static_cast<std::size_t>(l1_->num_blocks());
   s.tier[Tier::kL1].used_blocks = static_cast<std::size_t>(l1_->num_blocks() - l1_->num_free());
   if (l2_) {
-    s.tier[Tier::kL2].capacity_blocks = static_cast<std::size_t>(l2_->num_blocks());
-    s.tier[Tier::kL2].used_blocks = static_cast<std::size_t>(l2_->num_blocks() - l2_->num_free());
+    const tiers::BlockPool& slots = l2_->slots();
+    s.tier[Tier::kL2].capacity_blocks = static_cast<std::size_t>(slots.num_blocks());
+    s.tier[Tier::kL2].used_blocks = static_cast<std::size_t>(slots.num_blocks() - slots.num_free());
   } else {
     s.tier[Tier::kL2].available = false;
   }
@@ -88,14 +89,14 @@ TreeSummary KvCache::summarize(int top) const {
 
 std::expected<void, std::string> KvCache::check_invariants() const {
   if (auto indexed = tree_.check_indexes(); !indexed) return indexed;
-  std::vector<int> l2_owners(l2_ ? static_cast<std::size_t>(l2_->num_blocks()) : 0, 0);
+  std::vector<int> l2_owners(l2_ ? static_cast<std::size_t>(l2_->slots().num_blocks()) : 0, 0);
   for (const CacheNode* n : tree_.nodes()) {
     const std::string name = "cache block " + tiers::to_hex(n->key);
     const int block = n->slot(Tier::kL1), slot = n->slot(Tier::kL2);
     if (n->in(Tier::kL1) && !l1_->is_allocated(block))
       return std::unexpected(name + " names free L1 block " + std::to_string(block));
     if (n->state(Tier::kL2) != Presence::kNone) {  // stored, or a cleaning copy's
-      if (!l2_ || !l2_->is_allocated(slot))
+      if (!l2_ || !l2_->slots().is_allocated(slot))
         return std::unexpected(name + " names free L2 slot " + std::to_string(slot));
       if (++l2_owners[slot] > 1)
         return std::unexpected("L2 slot " + std::to_string(slot) + " belongs to two blocks");

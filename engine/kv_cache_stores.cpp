@@ -34,7 +34,7 @@ void KvCache::open_stores(const std::vector<StoreTierSpec>& specs) {
     auto store =
         spec.open({plan_.store[spec.tier].block_bytes,
                    spec.format == KvFormat::kInt8 ? fingerprint_ ^ kInt8FormatTag : fingerprint_,
-                   mover_.waker()});
+                   wake_.waker()});
     if (!store) {
       warnings_.push_back(std::string(label(spec.tier)) + " disabled: " + store.error());
       stats_.tier[spec.tier].available = false;
@@ -50,7 +50,7 @@ void KvCache::open_stores(const std::vector<StoreTierSpec>& specs) {
     const tiers::BlockStore* opened = s->store.get();
     if (s->leg->staged()) {
       s->staging = std::make_unique<tiers::BlockPool>(
-          opened->slot_bytes(), l1_->num_blocks() + (l2_ ? l2_->num_blocks() : 0),
+          opened->slot_bytes(), l1_->num_blocks() + (l2_ ? l2_->slots().num_blocks() : 0),
           tiers::Memory::kPageAligned);
     }
     for (const std::string& w : opened->warnings()) warnings_.push_back(w);
@@ -86,6 +86,8 @@ bool KvCache::store_pending(const LayerLoad::Read& read) const {
 }
 
 std::optional<LayerLoad::Read> KvCache::read_by_layer(const tiers::BlockKey& key) const {
+  if (auto it = l2_reads_by_layer_.find(key); it != l2_reads_by_layer_.end())
+    return LayerLoad::Read{Tier::kL2, it->second};
   for (const auto& s : stores_)
     if (auto it = s->reads_by_layer.find(key); it != s->reads_by_layer.end())
       return LayerLoad::Read{s->tier, it->second};
@@ -282,7 +284,7 @@ bool KvCache::write_to_store(CacheNode* node, StoreTier& s) {
   if (device_failed_) return false;
   const bool from_l2 = node->stored(Tier::kL2);
   const std::byte* src =
-      from_l2 ? l2_->data(node->slot(Tier::kL2)) : l1_->data(node->slot(Tier::kL1));
+      from_l2 ? l2_->slots().data(node->slot(Tier::kL2)) : l1_->data(node->slot(Tier::kL1));
   // An L2 slot in the store's format is written as it is (host memory, its
   // slot page-aligned); anything else (L1, or an exact slot for an int8
   // store) is encoded or copied into a staging buffer that lives until the

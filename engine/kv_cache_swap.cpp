@@ -9,7 +9,7 @@ namespace kvtier {
 std::optional<int> KvCache::stash(int l1_block) {
   auto slot = alloc_l2(PlacementPolicy::L2Victims::kAny);
   if (!slot) return std::nullopt;
-  move_block(l2_->data(*slot), l1_->data(l1_block), plan_.to_l2, Tier::kL1, Tier::kL2);
+  move_block(l2_->slots().data(*slot), l1_->data(l1_block), plan_.to_l2, Tier::kL1, Tier::kL2);
   ++stats_.tier[Tier::kL2].demotions;
   return slot;
 }
@@ -17,7 +17,7 @@ std::optional<int> KvCache::stash(int l1_block) {
 std::optional<int> KvCache::unstash(int l2_slot) {
   auto block = alloc_l1();
   if (!block) return std::nullopt;
-  move_block(l1_->data(*block), l2_->data(l2_slot), plan_.from_l2, Tier::kL2, Tier::kL1);
+  move_block(l1_->data(*block), l2_->slots().data(l2_slot), plan_.from_l2, Tier::kL2, Tier::kL1);
   ++stats_.tier[Tier::kL2].promotions;
   return block;
 }
@@ -59,7 +59,7 @@ std::optional<std::vector<std::pair<int, int>>> KvCache::swap_in(SwapTicket& tic
     }
     restored.emplace_back(index, *block);
   }
-  for (const auto& [index, slot] : ticket.stash_) l2_->release(slot);
+  for (const auto& [index, slot] : ticket.stash_) l2_->slots().release(slot);
   ticket.stash_.clear();
   return restored;
 }
@@ -67,7 +67,7 @@ std::optional<std::vector<std::pair<int, int>>> KvCache::swap_in(SwapTicket& tic
 void KvCache::drop(SwapTicket& ticket) {
   hold(ticket.held_, -1);
   ticket.held_.clear();
-  for (const auto& [index, slot] : ticket.stash_) l2_->release(slot);
+  for (const auto& [index, slot] : ticket.stash_) l2_->slots().release(slot);
   ticket.stash_.clear();
 }
 

@@ -12,6 +12,7 @@
 
 #include "stand_in_device.h"
 #include "tiers/block_pool.h"
+#include "tiers/wake_signal.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -29,35 +30,38 @@ std::vector<std::byte> pattern(int seed) {
 }
 
 // Polls until every ticket in `want` has come back; returns them all.
-std::set<std::uint64_t> collect(BlockMover& mover, std::size_t want) {
+// The moves wake `wake`.
+std::set<std::uint64_t> collect(BlockMover& mover, WakeSignal& wake, std::size_t want) {
   std::set<std::uint64_t> got;
   while (got.size() < want) {
     for (const CopyCompletion& c : mover.poll()) EXPECT_TRUE(got.insert(c.ticket).second);
-    if (got.size() < want) mover.sleep_for_signal(std::chrono::milliseconds(5));
+    if (got.size() < want) wake.sleep(std::chrono::milliseconds(5));
   }
   return got;
 }
 
 TEST(BlockMoverTest, WithoutAQueueMovesRunOnTheWorkerAndWakeTheOwner) {
   std::vector<std::string> losses;
-  BlockMover mover([&](const std::string& why) { losses.push_back(why); });
+  WakeSignal wake;
+  BlockMover mover(wake.waker(), [&](const std::string& why) { losses.push_back(why); });
   EXPECT_FALSE(mover.has_queue());
   const CopyWorker::Transfer copy = plain_copy();
   const auto src = pattern(1);
   std::vector<std::byte> dst(kBytes);
   const std::uint64_t t = mover.start(dst.data(), src.data(), kBytes, copy);
   EXPECT_FALSE(BlockMover::on_queue(t));
-  EXPECT_EQ(collect(mover, 1), std::set<std::uint64_t>{t});
+  EXPECT_EQ(collect(mover, wake, 1), std::set<std::uint64_t>{t});
   EXPECT_EQ(dst, src);
   EXPECT_TRUE(losses.empty());
 }
 
 TEST(BlockMoverTest, QueueTicketsNeverMeetTheWorkersAndEveryMoveLands) {
   test_util::StandInDevice device;
-  BlockMover mover({});
+  WakeSignal wake;
+  BlockMover mover(wake.waker(), {});
   // The link a device L1 offers (the pool owns the region and frees it).
   BlockPool l1(kBytes, 1, device.region(kBytes, /*with_link=*/true));
-  mover.use_queue(l1.link()->copy_queue(mover.waker()).value());
+  mover.use_queue(l1.link()->copy_queue(wake.waker()).value());
   const CopyWorker::Transfer copy = plain_copy();
   std::vector<std::vector<std::byte>> src, dst;
   for (int i = 0; i < 8; ++i) {
@@ -70,7 +74,7 @@ TEST(BlockMoverTest, QueueTicketsNeverMeetTheWorkersAndEveryMoveLands) {
     EXPECT_TRUE(BlockMover::on_queue(t));
     EXPECT_TRUE(started.insert(t).second);
   }
-  EXPECT_EQ(collect(mover, 8), started);
+  EXPECT_EQ(collect(mover, wake, 8), started);
   EXPECT_EQ(device.queued, 8);
   EXPECT_EQ(dst, src);
 }
@@ -79,10 +83,11 @@ TEST(BlockMoverTest, ALostQueueIsSaidOnceAndItsMovesAreTheOwnersToFail) {
   test_util::StandInDevice device;
   device.lose_after = 2;
   std::vector<std::string> losses;
-  BlockMover mover([&](const std::string& why) { losses.push_back(why); });
+  WakeSignal wake;
+  BlockMover mover(wake.waker(), [&](const std::string& why) { losses.push_back(why); });
   // The link a device L1 offers (the pool owns the region and frees it).
   BlockPool l1(kBytes, 1, device.region(kBytes, /*with_link=*/true));
-  mover.use_queue(l1.link()->copy_queue(mover.waker()).value());
+  mover.use_queue(l1.link()->copy_queue(wake.waker()).value());
   const CopyWorker::Transfer copy = plain_copy();
   const auto src = pattern(3);
   std::vector<std::vector<std::byte>> dst(4, std::vector<std::byte>(kBytes));
@@ -103,7 +108,7 @@ TEST(BlockMoverTest, ALostQueueIsSaidOnceAndItsMovesAreTheOwnersToFail) {
   // From then on the worker moves.
   const std::uint64_t d = mover.start(dst[3].data(), src.data(), kBytes, copy);
   EXPECT_FALSE(BlockMover::on_queue(d));
-  EXPECT_EQ(collect(mover, 1), std::set<std::uint64_t>{d});
+  EXPECT_EQ(collect(mover, wake, 1), std::set<std::uint64_t>{d});
   EXPECT_EQ(dst[3], src);
   EXPECT_EQ(losses.size(), 1u);
 }

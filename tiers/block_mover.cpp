@@ -8,22 +8,11 @@ namespace {
 constexpr std::uint64_t kNeverCopied = 1ULL << 62;
 }  // namespace
 
-void BlockMover::Wake::signal() {
-  {
-    std::lock_guard lock(mu);
-    signalled = true;
-  }
-  cv.notify_one();
-}
-
-BlockMover::BlockMover(std::function<void(const std::string& why)> on_loss)
-    : on_loss_(std::move(on_loss)), wake_(std::make_shared<Wake>()) {}
+BlockMover::BlockMover(std::function<void()> waker,
+                       std::function<void(const std::string& why)> on_loss)
+    : waker_(std::move(waker)), on_loss_(std::move(on_loss)) {}
 
 BlockMover::~BlockMover() = default;
-
-std::function<void()> BlockMover::waker() const {
-  return [wake = wake_] { wake->signal(); };
-}
 
 std::uint64_t BlockMover::start(std::byte* dst, const std::byte* src, std::size_t bytes,
                                 const CopyWorker::Transfer& how) {
@@ -33,7 +22,7 @@ std::uint64_t BlockMover::start(std::byte* dst, const std::byte* src, std::size_
     lose_queue(ticket.error());
   }
   if (queue_lost_) return kQueueBit | kNeverCopied | ++never_copied_;
-  if (!worker_) worker_ = std::make_unique<CopyWorker>(waker());
+  if (!worker_) worker_ = std::make_unique<CopyWorker>(waker_);
   return worker_->copy(dst, src, how);
 }
 
@@ -55,12 +44,6 @@ void BlockMover::drain() {
   if (worker_) worker_->drain();
   if (queue_)
     if (auto ok = queue_->drain(); !ok) lose_queue(ok.error());
-}
-
-void BlockMover::sleep_for_signal(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(wake_->mu);
-  wake_->cv.wait_for(lock, timeout, [&] { return wake_->signalled; });
-  wake_->signalled = false;
 }
 
 void BlockMover::lose_queue(const std::string& why) {

@@ -1,8 +1,7 @@
-// One engine for a cache's background block moves: the device's copy queue
-// (tiers/copy_queue.h) for plain copies when there is one, the copy worker
-// (tiers/copy_worker.h) for every other move, and a wake-up that both, and
-// any other completion source the owner has (an L3 store), signal, so the
-// owner can sleep until something it waits for has happened.
+// One engine for L2's background block moves (tiers/l2_store.h): the
+// device's copy queue (tiers/copy_queue.h) for plain copies when there is
+// one, the copy worker (tiers/copy_worker.h) for every other move. Both
+// call the owner's waker (tiers/wake_signal.h) as moves complete.
 //
 // Tickets: the two engines count from 1 each; a queue's tickets carry
 // kQueueBit here so that they never meet the worker's. When the queue fails
@@ -17,16 +16,13 @@
 // keeps both buffers and the Transfer alive and leaves them alone until
 // poll() has returned the ticket.
 //
-// Threading: everything but the waker is for one thread (the owner's).
+// Threading: one thread (the owner's).
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,17 +35,16 @@ class BlockMover {
  public:
   static constexpr std::uint64_t kQueueBit = 1ULL << 63;
 
-  // on_loss is called once, on the owner's thread, when the queue fails.
-  explicit BlockMover(std::function<void(const std::string& why)> on_loss);
+  // waker is what the worker calls as each move completes (a queue is made
+  // with it too); on_loss is called once, on the owner's thread, when the
+  // queue fails.
+  BlockMover(std::function<void()> waker, std::function<void(const std::string& why)> on_loss);
   ~BlockMover();
   BlockMover(const BlockMover&) = delete;
   BlockMover& operator=(const BlockMover&) = delete;
 
-  // What completion sources call to wake a sleep_for_signal(): thread-safe,
-  // quick, valid as long as any copy of it is.
-  std::function<void()> waker() const;
   // Plain copies of `bytes` go to this queue from now on (it was made with
-  // waker() as its completion callback).
+  // the waker as its completion callback).
   void use_queue(std::unique_ptr<CopyQueue> queue) { queue_ = std::move(queue); }
   bool has_queue() const { return queue_ != nullptr; }
 
@@ -68,21 +63,12 @@ class BlockMover {
   bool help() { return worker_ && worker_->help(); }
   // Waits until neither engine has a move queued or running.
   void drain();
-  // Sleeps until a completion source signals (one that came since the last
-  // sleep counts) or the timeout passes.
-  void sleep_for_signal(std::chrono::milliseconds timeout);
 
  private:
-  struct Wake {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool signalled = false;
-    void signal();
-  };
   void lose_queue(const std::string& why);
 
+  std::function<void()> waker_;
   std::function<void(const std::string&)> on_loss_;
-  std::shared_ptr<Wake> wake_;  // shared with the completion callbacks
   std::uint64_t never_copied_ = 0;
   bool queue_lost_ = false;
   // Last: destroyed (joined, waited for) first. The worker is made at its

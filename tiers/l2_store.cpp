@@ -1,0 +1,119 @@
+#include "tiers/l2_store.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kvtier::tiers {
+
+L2Store::L2Store(std::unique_ptr<BlockPool> slots, std::function<void()> waker,
+                 std::function<void(const std::string& why)> on_queue_loss)
+    : slots_(std::move(slots)), mover_(std::move(waker), std::move(on_queue_loss)) {}
+
+L2Store::~L2Store() = default;
+
+std::uint64_t L2Store::write(const BlockKey& key, int slot, const std::byte* src, std::size_t bytes,
+                             const Transfer& how) {
+  return queue({.key = key,
+                .is_write = true,
+                .dst = slots_->data(slot),
+                .src = src,
+                .part_bytes = bytes,
+                .how = &how,
+                .landed = std::vector<bool>(1, false),
+                .left = 1});
+}
+
+std::uint64_t L2Store::read(const BlockKey& key, int slot, std::byte* dst, std::size_t part_bytes,
+                            const Transfer& how, int parts) {
+  parts = std::max(parts, 1);
+  return queue({.key = key,
+                .dst = dst,
+                .src = slots_->data(slot),
+                .part_bytes = part_bytes,
+                .how = &how,
+                .landed = std::vector<bool>(static_cast<std::size_t>(parts), false),
+                .left = parts});
+}
+
+std::uint64_t L2Store::queue(Op op) {
+  const std::uint64_t ticket = ++last_ticket_;
+  ops_.emplace(ticket, std::move(op));
+  queued_.push_back(ticket);
+  return ticket;
+}
+
+void L2Store::flush() {
+  std::size_t most_parts = 0;
+  for (std::uint64_t t : queued_) most_parts = std::max(most_parts, ops_.at(t).landed.size());
+  for (std::size_t i = 0; i < most_parts; ++i) {
+    for (std::uint64_t t : queued_) {
+      const Op& op = ops_.at(t);
+      if (i >= op.landed.size()) continue;
+      const std::size_t offset = i * op.part_bytes;
+      const std::uint64_t moved =
+          mover_.start(op.dst + offset, op.src + offset, op.part_bytes, *op.how);
+      pieces_[moved] = {t, static_cast<int>(i)};
+    }
+  }
+  queued_.clear();
+}
+
+std::optional<int> L2Store::landed(std::uint64_t ticket) {
+  take();
+  const auto it = ops_.find(ticket);
+  if (it == ops_.end() || it->second.done) return std::nullopt;
+  const std::vector<bool>& landed = it->second.landed;
+  return static_cast<int>(std::find(landed.begin(), landed.end(), false) - landed.begin());
+}
+
+std::vector<StoreCompletion> L2Store::poll() {
+  take();
+  for (const StoreCompletion& c : done_) ops_.erase(c.ticket);
+  return std::exchange(done_, {});
+}
+
+bool L2Store::help() {
+  flush();
+  return mover_.help();
+}
+
+void L2Store::drain() {
+  flush();
+  mover_.drain();
+}
+
+void L2Store::take() {
+  flush();
+  for (const CopyCompletion& c : mover_.poll()) {
+    const auto piece = pieces_.find(c.ticket);
+    if (piece == pieces_.end()) continue;  // cannot happen: every move is a piece
+    Op& op = ops_.at(piece->second.ticket);
+    op.landed[static_cast<std::size_t>(piece->second.index)] = true;
+    if (--op.left == 0) complete(piece->second.ticket, op, StoreStatus::kOk, c.latency);
+    pieces_.erase(piece);
+  }
+  if (!mover_.queue_lost()) return;
+  // A move's pieces are all on one engine: the lost queue's never land.
+  for (auto it = pieces_.begin(); it != pieces_.end();) {
+    if (!BlockMover::on_queue(it->first)) {
+      ++it;
+      continue;
+    }
+    Op& op = ops_.at(it->second.ticket);
+    if (!op.done) complete(it->second.ticket, op, StoreStatus::kIoError, {});
+    it = pieces_.erase(it);
+  }
+  mover_.forget_lost_queue();
+}
+
+void L2Store::complete(std::uint64_t ticket, Op& op, StoreStatus status,
+                       std::chrono::nanoseconds latency) {
+  op.done = true;
+  done_.push_back({.ticket = ticket,
+                   .key = op.key,
+                   .is_write = op.is_write,
+                   .status = status,
+                   .latency = latency});
+}
+
+}  // namespace kvtier::tiers
