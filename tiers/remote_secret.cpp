@@ -1,0 +1,79 @@
+#include "tiers/remote_secret.h"
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+namespace kvtier::tiers {
+
+std::expected<RemoteSecret, std::string> RemoteSecret::from_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return std::unexpected("remote_secret " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return std::unexpected("remote_secret " + path + ": not a file");
+  if ((st.st_mode & S_IROTH) != 0)
+    return std::unexpected("remote_secret " + path +
+                           ": readable by every user of the machine; chmod o-r it");
+  if (static_cast<std::size_t>(st.st_size) > kMaxBytes + 1)
+    return std::unexpected("remote_secret " + path + ": more than " + std::to_string(kMaxBytes) +
+                           " bytes");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::unexpected("remote_secret " + path + ": cannot be read");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  auto secret = from_bytes(std::as_bytes(std::span(text)));
+  if (!secret) return std::unexpected("remote_secret " + path + ": " + secret.error());
+  return secret;
+}
+
+std::expected<RemoteSecret, std::string> RemoteSecret::from_bytes(
+    std::span<const std::byte> bytes) {
+  if (bytes.size() < kMinBytes || bytes.size() > kMaxBytes)
+    return std::unexpected("a secret has " + std::to_string(kMinBytes) + " to " +
+                           std::to_string(kMaxBytes) + " bytes, this one " +
+                           std::to_string(bytes.size()));
+  return RemoteSecret(std::vector<std::byte>(bytes.begin(), bytes.end()));
+}
+
+std::optional<RemoteSecret::Mac> RemoteSecret::mac(
+    std::initializer_list<std::span<const std::byte>> parts) const {
+  std::unique_ptr<EVP_MAC, decltype(&EVP_MAC_free)> hmac(EVP_MAC_fetch(nullptr, "HMAC", nullptr),
+                                                         &EVP_MAC_free);
+  if (!hmac) return std::nullopt;
+  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(EVP_MAC_CTX_new(hmac.get()),
+                                                                &EVP_MAC_CTX_free);
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_END};
+  if (!ctx || EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key_.data()),
+                           key_.size(), params) != 1)
+    return std::nullopt;
+  for (std::span<const std::byte> part : parts)
+    if (EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(part.data()),
+                       part.size()) != 1)
+      return std::nullopt;
+  Mac out{};
+  std::size_t written = 0;
+  if (EVP_MAC_final(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &written,
+                    out.size()) != 1 ||
+      written != out.size())
+    return std::nullopt;
+  return out;
+}
+
+bool RemoteSecret::verify(std::span<const std::byte> claimed,
+                          std::initializer_list<std::span<const std::byte>> parts) const {
+  const std::optional<Mac> m = mac(parts);
+  return m && claimed.size() == m->size() &&
+         CRYPTO_memcmp(m->data(), claimed.data(), m->size()) == 0;
+}
+
+}  // namespace kvtier::tiers
