@@ -1,0 +1,140 @@
+// A real redis-server for a test: started on a Unix socket in a temp dir
+// (and a loopback TCP port when asked), persistence off, stopped and its
+// files removed when the object goes. Tests that need one skip with
+// missing()'s reason on a machine without it (scripts/install-deps.sh
+// installs it).
+#pragma once
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon_test_util.h"
+#include "test_util.h"
+#include "tiers/redis_connection.h"
+
+namespace kvtier::test_util {
+
+class RedisServer {
+ public:
+  // Why no server can be started here, or nullopt.
+  static std::optional<std::string> missing() {
+    if (binary().empty())
+      return "redis-server is not installed (scripts/install-deps.sh installs it)";
+    return std::nullopt;
+  }
+
+  // With tcp, it also listens on a free loopback port; with a password, it
+  // requires it (requirepass).
+  explicit RedisServer(bool tcp = false, std::string password = {})
+      : tcp_(tcp), password_(std::move(password)) {
+    start();
+  }
+  ~RedisServer() { stop(); }
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  // Whether it answered a PING after starting; the log says why not.
+  bool ready() const { return ready_; }
+  std::string log() const {
+    std::ifstream in(dir_.path() / "redis.log");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  tiers::RedisAddress unix_address() const {
+    return tiers::RedisAddress::unix_socket(socket_path());
+  }
+  tiers::RedisAddress tcp_address() const { return tiers::RedisAddress::tcp("127.0.0.1", port_); }
+  std::string socket_path() const { return (dir_.path() / "redis.sock").string(); }
+
+  // Stops it (SIGKILL: as a crash would) and starts it again on the same
+  // socket and port, empty.
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    ready_ = false;
+  }
+  void start() {
+    if (binary().empty() || pid_ > 0) return;
+    if (tcp_ && port_ == 0) port_ = free_port();
+    std::vector<std::string> args = {binary(),
+                                     "--port",
+                                     std::to_string(tcp_ ? port_ : 0),
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--unixsocket",
+                                     socket_path(),
+                                     "--unixsocketperm",
+                                     "700",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--dir",
+                                     dir_.path().string(),
+                                     "--logfile",
+                                     (dir_.path() / "redis.log").string()};
+    if (!password_.empty()) args.insert(args.end(), {"--requirepass", password_});
+    std::vector<char*> argv = daemon_test::c_strings(args);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    // Ready once it answers; it starts in milliseconds, so ten seconds
+    // means it is not going to.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!ready_ && std::chrono::steady_clock::now() < deadline) {
+      auto c = tiers::RedisConnection::connect(unix_address(), std::chrono::milliseconds(500),
+                                               password_);
+      if (c) {
+        const tiers::RedisConnection::Command ping = {"PING"};
+        auto r = (*c)->round(std::span(&ping, 1), std::chrono::milliseconds(500));
+        ready_ = r && !(*r)[0].is_error();
+      }
+      if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  static std::string binary() {
+    for (const char* p : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"})
+      if (::access(p, X_OK) == 0) return p;
+    return "";
+  }
+  // A loopback port nothing listens on now (the kernel's choice).
+  static int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    return ntohs(a.sin_port);
+  }
+
+  bool tcp_;
+  std::string password_;
+  TempDir dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  bool ready_ = false;
+};
+
+}  // namespace kvtier::test_util

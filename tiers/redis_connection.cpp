@@ -1,0 +1,157 @@
+#include "tiers/redis_connection.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+
+#include <algorithm>
+
+namespace kvtier::tiers {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+timeval to_timeval(std::chrono::microseconds us) {
+  us = std::max(us, std::chrono::microseconds(1000));  // 0 would mean "no timeout"
+  return timeval{.tv_sec = static_cast<time_t>(us.count() / 1'000'000),
+                 .tv_usec = static_cast<suseconds_t>(us.count() % 1'000'000)};
+}
+
+// hiredis writes with write(2), so a server that has gone raises SIGPIPE,
+// which ends a process that does not ignore it (kvtierd does; a test or
+// another program linking the tiers may not). A round blocks it on its
+// thread, and takes a SIGPIPE the round raised before unblocking it.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlock() {
+    if (sigismember(&old_, SIGPIPE)) return;  // blocked before: left as it was
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE)) {
+      const timespec now{};
+      sigtimedwait(&pipe_, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlock(const SigpipeBlock&) = delete;
+  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+};
+
+RedisReply convert(const redisReply& r) {
+  RedisReply out;
+  switch (r.type) {
+    case REDIS_REPLY_STRING:
+      out.kind = RedisReply::Kind::kString;
+      out.str.assign(r.str, r.len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.kind = RedisReply::Kind::kStatus;
+      out.str.assign(r.str, r.len);
+      break;
+    case REDIS_REPLY_ERROR:
+      out.kind = RedisReply::Kind::kError;
+      out.str.assign(r.str, r.len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.kind = RedisReply::Kind::kInteger;
+      out.integer = r.integer;
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.kind = RedisReply::Kind::kArray;
+      for (std::size_t i = 0; i < r.elements; ++i) out.elements.push_back(convert(*r.element[i]));
+      break;
+    default:
+      out.kind = RedisReply::Kind::kNil;
+  }
+  return out;
+}
+
+}  // namespace
+
+RedisConnection::RedisConnection(RedisAddress address, redisContext* context)
+    : address_(std::move(address)), context_(context) {}
+
+RedisConnection::~RedisConnection() { redisFree(context_); }
+
+std::expected<std::unique_ptr<RedisConnection>, std::string> RedisConnection::connect(
+    const RedisAddress& address, std::chrono::milliseconds timeout, const std::string& password) {
+  const timeval tv = to_timeval(timeout);
+  redisContext* c = address.is_unix()
+                        ? redisConnectUnixWithTimeout(address.unix_path.c_str(), tv)
+                        : redisConnectWithTimeout(address.host.c_str(), address.port, tv);
+  if (c == nullptr) return std::unexpected(address.to_string() + ": out of memory");
+  if (c->err != 0) {
+    std::string why = address.to_string() + ": " + c->errstr;
+    redisFree(c);
+    return std::unexpected(why);
+  }
+  std::unique_ptr<RedisConnection> connection(new RedisConnection(address, c));
+  if (!password.empty()) {
+    const Command auth = {"AUTH", password};
+    auto replies = connection->round(std::span(&auth, 1), timeout);
+    if (!replies) return std::unexpected(replies.error());
+    if ((*replies)[0].is_error())
+      return std::unexpected(address.to_string() + ": AUTH: " + (*replies)[0].str);
+  }
+  return connection;
+}
+
+std::string RedisConnection::fail(const std::string& why) {
+  broken_why_ = address_.to_string() + ": " + why;
+  return broken_why_;
+}
+
+std::expected<std::vector<RedisReply>, std::string> RedisConnection::round(
+    std::span<const Command> commands, std::chrono::milliseconds deadline) {
+  if (broken()) return std::unexpected(broken_why_);
+  const SigpipeBlock no_sigpipe;
+  const auto end = Clock::now() + deadline;
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lengths;
+  for (const Command& command : commands) {
+    argv.clear();
+    lengths.clear();
+    for (std::string_view arg : command) {
+      argv.push_back(arg.data());
+      lengths.push_back(arg.size());
+    }
+    if (redisAppendCommandArgv(context_, static_cast<int>(argv.size()), argv.data(),
+                               lengths.data()) != REDIS_OK)
+      return std::unexpected(fail(context_->errstr));
+  }
+  std::vector<RedisReply> replies;
+  replies.reserve(commands.size());
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    // What is left of the round's deadline bounds each blocking read and
+    // write (hiredis sets it as the socket's timeouts).
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(end - Clock::now());
+    if (left.count() <= 0)
+      return std::unexpected(
+          fail("no reply within the deadline (" + std::to_string(deadline.count()) + " ms)"));
+    if (redisSetTimeout(context_, to_timeval(left)) != REDIS_OK)
+      return std::unexpected(fail("cannot set the socket's timeout"));
+    void* raw = nullptr;
+    if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
+      if (Clock::now() >= end)
+        return std::unexpected(
+            fail("no reply within the deadline (" + std::to_string(deadline.count()) + " ms)"));
+      return std::unexpected(fail(context_->err != 0 ? context_->errstr : "no reply"));
+    }
+    const auto* reply = static_cast<redisReply*>(raw);
+    replies.push_back(convert(*reply));
+    freeReplyObject(raw);
+  }
+  return replies;
+}
+
+}  // namespace kvtier::tiers
