@@ -52,27 +52,27 @@ RedisReply convert(const redisReply& r) {
   switch (r.type) {
     case REDIS_REPLY_STRING:
       out.kind = RedisReply::Kind::kString;
-      out.str.assign(r.str, r.len);
       break;
     case REDIS_REPLY_STATUS:
       out.kind = RedisReply::Kind::kStatus;
-      out.str.assign(r.str, r.len);
       break;
     case REDIS_REPLY_ERROR:
       out.kind = RedisReply::Kind::kError;
-      out.str.assign(r.str, r.len);
       break;
     case REDIS_REPLY_INTEGER:
       out.kind = RedisReply::Kind::kInteger;
-      out.integer = r.integer;
       break;
     case REDIS_REPLY_ARRAY:
       out.kind = RedisReply::Kind::kArray;
-      for (std::size_t i = 0; i < r.elements; ++i) out.elements.push_back(convert(*r.element[i]));
       break;
     default:
       out.kind = RedisReply::Kind::kNil;
   }
+  if (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_STATUS || r.type == REDIS_REPLY_ERROR)
+    out.str.assign(r.str, r.len);
+  out.integer = r.type == REDIS_REPLY_INTEGER ? r.integer : 0;
+  for (std::size_t i = 0; r.type == REDIS_REPLY_ARRAY && i < r.elements; ++i)
+    out.elements.push_back(convert(*r.element[i]));
   return out;
 }
 
