@@ -1,6 +1,7 @@
 #include "tiers/l2_store.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 namespace kvtier::tiers {
@@ -13,31 +14,26 @@ L2Store::~L2Store() = default;
 
 std::uint64_t L2Store::write(const BlockKey& key, int slot, const std::byte* src, std::size_t bytes,
                              const Transfer& how) {
-  return queue({.key = key,
-                .is_write = true,
-                .dst = slots_->data(slot),
-                .src = src,
-                .part_bytes = bytes,
-                .how = &how,
-                .landed = std::vector<bool>(1, false),
-                .left = 1});
+  return queue(key, /*is_write=*/true, slots_->data(slot), src, bytes, how, 1);
 }
 
 std::uint64_t L2Store::read(const BlockKey& key, int slot, std::byte* dst, std::size_t part_bytes,
                             const Transfer& how, int parts) {
-  parts = std::max(parts, 1);
-  return queue({.key = key,
-                .dst = dst,
-                .src = slots_->data(slot),
-                .part_bytes = part_bytes,
-                .how = &how,
-                .landed = std::vector<bool>(static_cast<std::size_t>(parts), false),
-                .left = parts});
+  return queue(key, /*is_write=*/false, dst, slots_->data(slot), part_bytes, how, parts);
 }
 
-std::uint64_t L2Store::queue(Op op) {
+std::uint64_t L2Store::queue(const BlockKey& key, bool is_write, std::byte* dst,
+                             const std::byte* src, std::size_t part_bytes, const Transfer& how,
+                             int parts) {
   const std::uint64_t ticket = ++last_ticket_;
-  ops_.emplace(ticket, std::move(op));
+  ops_.emplace(ticket,
+               Op{.key = key,
+                  .is_write = is_write,
+                  .dst = dst,
+                  .src = src,
+                  .part_bytes = part_bytes,
+                  .how = &how,
+                  .landed = std::vector<bool>(static_cast<std::size_t>(std::max(parts, 1)))});
   queued_.push_back(ticket);
   return ticket;
 }
@@ -89,7 +85,8 @@ void L2Store::take() {
     if (piece == pieces_.end()) continue;  // cannot happen: every move is a piece
     Op& op = ops_.at(piece->second.ticket);
     op.landed[static_cast<std::size_t>(piece->second.index)] = true;
-    if (--op.left == 0) complete(piece->second.ticket, op, StoreStatus::kOk, c.latency);
+    if (std::ranges::all_of(op.landed, std::identity{}))
+      complete(piece->second.ticket, op, StoreStatus::kOk, c.latency);
     pieces_.erase(piece);
   }
   if (!mover_.queue_lost()) return;

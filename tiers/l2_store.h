@@ -98,10 +98,10 @@ class L2Store {
     std::size_t part_bytes = 0;
     const Transfer* how = nullptr;
     std::vector<bool> landed;  // by piece
-    int left = 0;              // pieces not landed
     bool done = false;         // completed, in done_ for poll()
   };
-  std::uint64_t queue(Op op);
+  std::uint64_t queue(const BlockKey& key, bool is_write, std::byte* dst, const std::byte* src,
+                      std::size_t part_bytes, const Transfer& how, int parts);
   // Takes the mover's completions into the moves, and fails those the lost
   // queue had.
   void take();

@@ -116,6 +116,10 @@ std::expected<std::vector<RedisReply>, std::string> RedisConnection::round(
   if (broken()) return std::unexpected(broken_why_);
   const SigpipeBlock no_sigpipe;
   const auto end = Clock::now() + deadline;
+  const auto late = [&] {
+    return std::unexpected(
+        fail("no reply within the deadline (" + std::to_string(deadline.count()) + " ms)"));
+  };
   std::vector<const char*> argv;
   std::vector<std::size_t> lengths;
   for (const Command& command : commands) {
@@ -135,16 +139,12 @@ std::expected<std::vector<RedisReply>, std::string> RedisConnection::round(
     // What is left of the round's deadline bounds each blocking read and
     // write (hiredis sets it as the socket's timeouts).
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(end - Clock::now());
-    if (left.count() <= 0)
-      return std::unexpected(
-          fail("no reply within the deadline (" + std::to_string(deadline.count()) + " ms)"));
+    if (left.count() <= 0) return late();
     if (redisSetTimeout(context_, to_timeval(left)) != REDIS_OK)
       return std::unexpected(fail("cannot set the socket's timeout"));
     void* raw = nullptr;
     if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
-      if (Clock::now() >= end)
-        return std::unexpected(
-            fail("no reply within the deadline (" + std::to_string(deadline.count()) + " ms)"));
+      if (Clock::now() >= end) return late();
       return std::unexpected(fail(context_->err != 0 ? context_->errstr : "no reply"));
     }
     const auto* reply = static_cast<redisReply*>(raw);
