@@ -4,40 +4,32 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <bit>
-#include <cstring>
+#include <array>
+
+#include "tiers/little_endian.h"
 
 namespace kvtier::tiers {
 
 namespace {
-
-static_assert(std::endian::native == std::endian::little, "values are written little-endian");
 
 constexpr std::uint32_t kValueMagic = 0x3152564b;  // "KVR1"
 constexpr std::uint16_t kValueVersion = 1;
 constexpr std::uint16_t kHasMac = 1;
 constexpr std::size_t kSumAt = 24;  // the checksum covers the header before it
 
-template <typename T>
-void put(std::byte* at, T v) {
-  std::memcpy(at, &v, sizeof v);
-}
-template <typename T>
-T get(const std::byte* at) {
-  T v;
-  std::memcpy(&v, at, sizeof v);
-  return v;
+// The key as it is hashed and signed: hi, then lo.
+std::array<std::byte, 16> key_bytes(const BlockKey& key) {
+  std::array<std::byte, 16> out;
+  store_le(out.data(), key.hi, 8);
+  store_le(out.data() + 8, key.lo, 8);
+  return out;
 }
 
-std::span<const std::byte> key_bytes(const BlockKey& key) {
-  return std::as_bytes(std::span<const BlockKey, 1>(&key, 1));
-}
-
-std::uint64_t checksum(const BlockKey& key, std::span<const std::byte> header,
+std::uint64_t checksum(std::span<const std::byte> key, std::span<const std::byte> header,
                        std::span<const std::byte> meta, std::span<const std::byte> payload) {
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
-  for (std::span<const std::byte> part : {key_bytes(key), header, meta, payload})
+  for (std::span<const std::byte> part : {key, header, meta, payload})
     XXH3_64bits_update(&state, part.data(), part.size());
   return XXH3_64bits_digest(&state);
 }
@@ -70,18 +62,19 @@ std::vector<std::byte> encode_remote_value(const BlockKey& key, const RemoteValu
   const std::size_t mac_bytes = spec.secret ? RemoteSecret::kMacBytes : 0;
   std::vector<std::byte> value(kRemoteHeaderBytes + mac_bytes + meta.size() + payload.size());
   std::byte* h = value.data();
-  put<std::uint32_t>(h, kValueMagic);
-  put<std::uint16_t>(h + 4, kValueVersion);
-  put<std::uint16_t>(h + 6, spec.secret ? kHasMac : 0);
-  put<std::uint64_t>(h + 8, spec.format_tag);
-  put<std::uint32_t>(h + 16, static_cast<std::uint32_t>(meta.size()));
-  put<std::uint32_t>(h + 20, static_cast<std::uint32_t>(payload.size()));
+  store_le(h, kValueMagic, 4);
+  store_le(h + 4, kValueVersion, 2);
+  store_le(h + 6, spec.secret ? kHasMac : 0, 2);
+  store_le(h + 8, spec.format_tag, 8);
+  store_le(h + 16, static_cast<std::uint32_t>(meta.size()), 4);
+  store_le(h + 20, static_cast<std::uint32_t>(payload.size()), 4);
   const std::span<const std::byte> header(h, kSumAt);
-  put<std::uint64_t>(h + kSumAt, checksum(key, header, meta, payload));
+  const auto k = key_bytes(key);
+  store_le(h + kSumAt, checksum(k, header, meta, payload), 8);
   if (spec.secret) {
-    const auto m = spec.secret->mac({key_bytes(key), header, meta, payload});
+    const auto m = spec.secret->mac({k, header, meta, payload});
     if (!m) return {};
-    std::memcpy(h + kRemoteHeaderBytes, m->data(), m->size());
+    std::ranges::copy(*m, h + kRemoteHeaderBytes);
   }
   std::byte* body = h + kRemoteHeaderBytes + mac_bytes;
   std::ranges::copy(meta, body);
@@ -95,15 +88,15 @@ std::expected<RemoteValue, RemoteValueError> decode_remote_value(const BlockKey&
   using enum RemoteValueError;
   if (value.size() < kRemoteHeaderBytes) return std::unexpected(kTruncated);
   const std::byte* h = value.data();
-  if (get<std::uint32_t>(h) != kValueMagic) return std::unexpected(kMagic);
-  if (get<std::uint16_t>(h + 4) != kValueVersion) return std::unexpected(kVersion);
-  const std::uint16_t flags = get<std::uint16_t>(h + 6);
+  if (load_le(h, 4) != kValueMagic) return std::unexpected(kMagic);
+  if (load_le(h + 4, 2) != kValueVersion) return std::unexpected(kVersion);
+  const auto flags = static_cast<std::uint16_t>(load_le(h + 6, 2));
   if ((flags & ~kHasMac) != 0) return std::unexpected(kVersion);
   const bool has_mac = (flags & kHasMac) != 0;
   if (has_mac != (spec.secret != nullptr)) return std::unexpected(kUnauthenticated);
-  if (get<std::uint64_t>(h + 8) != spec.format_tag) return std::unexpected(kFormat);
-  const std::size_t meta_bytes = get<std::uint32_t>(h + 16);
-  const std::size_t payload_bytes = get<std::uint32_t>(h + 20);
+  if (load_le(h + 8, 8) != spec.format_tag) return std::unexpected(kFormat);
+  const std::size_t meta_bytes = load_le(h + 16, 4);
+  const std::size_t payload_bytes = load_le(h + 20, 4);
   if (payload_bytes != spec.payload_bytes) return std::unexpected(kLength);
   const std::size_t mac_bytes = has_mac ? RemoteSecret::kMacBytes : 0;
   const std::size_t want = kRemoteHeaderBytes + mac_bytes + meta_bytes + payload_bytes;
@@ -112,11 +105,12 @@ std::expected<RemoteValue, RemoteValueError> decode_remote_value(const BlockKey&
   const std::span<const std::byte> header = value.first(kSumAt);
   const std::span<const std::byte> meta = value.subspan(kRemoteHeaderBytes + mac_bytes, meta_bytes);
   const std::span<const std::byte> payload = value.subspan(want - payload_bytes);
-  if (get<std::uint64_t>(h + kSumAt) != checksum(key, header, meta, payload))
+  const auto k = key_bytes(key);
+  if (load_le(h + kSumAt, 8) != checksum(k, header, meta, payload))
     return std::unexpected(kChecksum);
   if (has_mac) {
     const std::span<const std::byte> claimed = value.subspan(kRemoteHeaderBytes, mac_bytes);
-    if (!spec.secret->verify(claimed, {key_bytes(key), header, meta, payload}))
+    if (!spec.secret->verify(claimed, {k, header, meta, payload}))
       return std::unexpected(kUnauthenticated);
   }
   return RemoteValue{meta, payload};
