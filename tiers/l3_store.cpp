@@ -13,10 +13,6 @@ L3Store::~L3Store() {
   slab_.reset();  // joins the completion thread before the index closes
 }
 
-std::chrono::steady_clock::time_point L3Store::now() const {
-  return options_.clock ? options_.clock() : std::chrono::steady_clock::now();
-}
-
 // ---- engine thread ---------------------------------------------------------
 
 std::uint64_t L3Store::write(const BlockRecord& record, const std::byte* src) {
@@ -40,10 +36,10 @@ std::uint64_t L3Store::write(const BlockRecord& record, const std::byte* src) {
     const auto taken = take_slot_locked(index_error);
     if (!taken) {
       if (index_error) {
-        breaker_failure_locked(probe);
+        breaker_.failure(probe);
         complete_locked(ticket, record.key, true, StoreStatus::kIoError);
       } else {
-        if (probe) probe_in_flight_ = false;  // nothing was tried: the next one probes
+        if (probe) breaker_.abandon_probe();  // nothing was tried: the next one probes
         ++stats_.dropped_writes;
         complete_locked(ticket, record.key, true, StoreStatus::kNoSpace);
       }
@@ -209,14 +205,14 @@ std::optional<std::uint64_t> L3Store::slot_offset(const BlockKey& key) const {
 
 bool L3Store::accepting() const {
   std::lock_guard lock(mu_);
-  return !breaker_open_ || (!probe_in_flight_ && now() >= open_until_);
+  return breaker_.accepting();
 }
 
 StoreStats L3Store::stats() const {
   std::lock_guard lock(mu_);
   StoreStats s = stats_;
   s.used_blocks = entries_.size();
-  s.available = !breaker_open_;
+  s.available = !breaker_.is_open();
   const LatencySummary r = read_latency_.summary(), w = write_latency_.summary();
   s.mean_read_us = r.mean_us;
   s.p99_read_us = r.p99_us;
@@ -267,13 +263,13 @@ void L3Store::finish_write_locked(std::uint64_t ticket, const Op& op, bool trans
                             it->second.slot == op.slot;
   if (!transferred) {
     ++stats_.io_errors;
-    breaker_failure_locked(op.probe);
+    breaker_.failure(op.probe);
     if (still_wanted) entries_.erase(it);
     release_slot_locked(op.slot);
     complete_locked(ticket, op.key, true, StoreStatus::kIoError, latency);
     return;
   }
-  breaker_success_locked(op.probe);
+  breaker_.success(op.probe);
   ++stats_.writes;
   stats_.write_bytes += static_cast<long>(options_.block_bytes);
   write_latency_.record(latency);
@@ -288,7 +284,7 @@ void L3Store::finish_write_locked(std::uint64_t ticket, const Op& op, bool trans
   // The payload is on the device; only now may the index point at it.
   if (auto r = index_->put(index_entry_locked(entry)); !r) {
     ++stats_.io_errors;
-    breaker_failure_locked(false);
+    breaker_.failure(false);
     entries_.erase(it);
     release_slot_locked(op.slot);
     complete_locked(ticket, op.key, true, StoreStatus::kIoError, latency);
@@ -312,15 +308,15 @@ void L3Store::finish_read_locked(std::uint64_t ticket, const Op& op, bool transf
   StoreStatus status = StoreStatus::kOk;
   if (!transferred) {
     ++stats_.io_errors;
-    breaker_failure_locked(op.probe);
+    breaker_.failure(op.probe);
     status = StoreStatus::kIoError;  // the entry stays: the bytes may be fine
   } else if (checksum != op.checksum) {
-    breaker_success_locked(op.probe);  // the disk answered; the bytes are wrong
+    breaker_.success(op.probe);  // the disk answered; the bytes are wrong
     ++stats_.checksum_failures;
     if (same_entry) remove_stored_locked(op.key);
     status = StoreStatus::kChecksumMismatch;
   } else {
-    breaker_success_locked(op.probe);
+    breaker_.success(op.probe);
     ++stats_.reads;
     stats_.read_bytes += static_cast<long>(options_.block_bytes);
     read_latency_.record(latency);
@@ -335,45 +331,22 @@ void L3Store::finish_read_locked(std::uint64_t ticket, const Op& op, bool transf
 void L3Store::on_submit_error(int /*error*/) {
   std::lock_guard lock(mu_);
   ++stats_.io_errors;
-  breaker_failure_locked(false);
+  breaker_.failure(false);
 }
 
 // ---- helpers, mu_ held -------------------------------------------------------
 
 bool L3Store::admit_locked(bool& probe) {
-  probe = false;
-  if (!breaker_open_) return true;
-  if (probe_in_flight_ || now() < open_until_) return false;
+  const CircuitBreaker::Admit admit = breaker_.admit();
+  probe = admit == CircuitBreaker::Admit::kProbe;
+  if (admit == CircuitBreaker::Admit::kNo) return false;
   // An index whose write failed takes no writes until it is reopened, and
   // that waits for the space it needs: until then this probe has failed.
-  if (!index_->recover()) {
-    breaker_failure_locked(true);
+  if (probe && !index_->recover()) {
+    breaker_.failure(true);
     return false;
   }
-  probe_in_flight_ = true;
-  probe = true;
   return true;
-}
-
-void L3Store::breaker_failure_locked(bool probe) {
-  if (!breaker_open_) {
-    breaker_open_ = true;
-    backoff_ = options_.backoff_initial;
-    open_until_ = now() + backoff_;
-  } else if (probe) {
-    probe_in_flight_ = false;
-    backoff_ = std::min(2 * backoff_, std::max(options_.backoff_max, options_.backoff_initial));
-    open_until_ = now() + backoff_;
-  }
-  // Otherwise an operation started before the breaker opened has failed too:
-  // counted by the caller, no change of schedule.
-}
-
-void L3Store::breaker_success_locked(bool probe) {
-  if (!probe) return;  // only the probe speaks for the disk's present state
-  breaker_open_ = false;
-  probe_in_flight_ = false;
-  backoff_ = std::chrono::milliseconds{0};
 }
 
 std::vector<BlockKey> L3Store::take_evicted() {
@@ -427,7 +400,7 @@ bool L3Store::remove_stored_locked(const BlockKey& key) {
     // The index may still name this slot, so it must not be rewritten: it
     // stays owned (out of use) until a restart sorts the index out.
     ++stats_.io_errors;
-    breaker_failure_locked(false);
+    breaker_.failure(false);
     return false;
   }
   release_slot_locked(slot);

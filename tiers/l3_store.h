@@ -20,7 +20,8 @@
 //    those with no owner and no read in flight.
 //
 // Failures: an I/O error (a negative or short completion, a refused
-// submission, a refused index write) is counted and opens a circuit breaker.
+// submission, a refused index write) is counted and opens a circuit breaker
+// (tiers/circuit_breaker.h).
 // While it is open, write() and read() complete kUnavailable without touching
 // the disk; once the backoff has passed (doubling from backoff_initial up to
 // backoff_max) the next operation goes through as a probe, and its success
@@ -65,6 +66,7 @@
 
 #include "tiers/block_key.h"
 #include "tiers/block_store.h"
+#include "tiers/circuit_breaker.h"
 #include "tiers/l3_index.h"
 #include "tiers/latency_stats.h"
 #include "tiers/slab_file.h"
@@ -269,14 +271,11 @@ class L3Store final : public BlockStore {
   // the others are dropped from the index, with a warning.
   std::expected<void, std::string> recover(std::vector<L3Entry>& entries);
   std::expected<void, std::string> open_slab(const std::string& path, std::uint64_t keep_free);
-  std::chrono::steady_clock::time_point now() const;
 
   // The rest REQUIRE mu_ held.
   // Whether an operation may touch the disk now; marks it as the probe when
   // the breaker is half open.
   bool admit_locked(bool& probe);
-  void breaker_failure_locked(bool probe);
-  void breaker_success_locked(bool probe);
   void complete_locked(std::uint64_t ticket, const BlockKey& key, bool is_write, StoreStatus status,
                        std::chrono::nanoseconds latency = {});
   // A free slot, evicting the LRU victim if need be: nullopt (with *error
@@ -323,12 +322,7 @@ class L3Store final : public BlockStore {
   std::vector<BlockKey> evicted_;              // waiting for take_evicted()
   StoreStats stats_;
   LatencyStats read_latency_, write_latency_;
-  // The breaker: closed, open until open_until_, or half open with one probe
-  // in flight.
-  bool breaker_open_ = false;
-  bool probe_in_flight_ = false;
-  std::chrono::steady_clock::time_point open_until_;
-  std::chrono::milliseconds backoff_{0};
+  CircuitBreaker breaker_;
 };
 
 }  // namespace kvtier::tiers

@@ -13,7 +13,11 @@
 namespace kvtier::tiers {
 
 L3Store::L3Store(const L3Options& options, std::size_t slot_bytes, std::size_t num_slots)
-    : options_(options), slot_bytes_(slot_bytes), num_slots_(num_slots), slots_(num_slots) {}
+    : options_(options),
+      slot_bytes_(slot_bytes),
+      num_slots_(num_slots),
+      slots_(num_slots),
+      breaker_(options.backoff_initial, options.backoff_max, options.clock) {}
 
 std::uint64_t L3Store::reserve_bytes(std::uint64_t filesystem_bytes) {
   return std::min<std::uint64_t>(std::uint64_t{1} << 30, filesystem_bytes / 20);
