@@ -19,9 +19,6 @@ using test_util::RedisServer;
 using Command = RedisConnection::Command;
 constexpr auto kTimeout = std::chrono::milliseconds(2000);
 
-#define SKIP_WITHOUT_REDIS() \
-  if (auto why = RedisServer::missing()) GTEST_SKIP() << *why
-
 std::string binary_value(std::size_t n, int seed) {
   std::string v(n, '\0');
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + seed) & 0xff);

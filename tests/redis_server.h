@@ -24,6 +24,11 @@
 #include "test_util.h"
 #include "tiers/redis_connection.h"
 
+// At the top of a test that needs a server: skips it with the reason on a
+// machine without one.
+#define SKIP_WITHOUT_REDIS() \
+  if (auto why = ::kvtier::test_util::RedisServer::missing()) GTEST_SKIP() << *why
+
 namespace kvtier::test_util {
 
 class RedisServer {

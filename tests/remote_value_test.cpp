@@ -86,6 +86,22 @@ TEST_P(RemoteValueTest, AnotherKeyModelOrLengthIsRefusedWithItsReason) {
   EXPECT_EQ(error(kKey, spec(), {}), to_string(kTruncated));
 }
 
+TEST_P(RemoteValueTest, APeekAtTheFirstBytesFindsTheMetadata) {
+  const std::vector<std::byte> value = encode();
+  const std::span<const std::byte> prefix =
+      std::span(value).first(std::min(value.size(), kRemotePeekBytes));
+  const auto meta = peek_remote_meta(spec(), prefix);
+  ASSERT_TRUE(meta.has_value()) << to_string(meta.error());
+  EXPECT_TRUE(std::ranges::equal(*meta, meta_));
+  // Too short to hold the metadata; another model; not a value at all.
+  EXPECT_EQ(peek_remote_meta(spec(), prefix.first(kRemoteHeaderBytes + 8)).error(), kTruncated);
+  RemoteValueSpec other = spec();
+  other.format_tag ^= 1;
+  EXPECT_EQ(peek_remote_meta(other, prefix).error(), kFormat);
+  const std::vector<std::byte> junk = bytes(64, 9);
+  EXPECT_EQ(peek_remote_meta(spec(), junk).error(), kMagic);
+}
+
 INSTANTIATE_TEST_SUITE_P(WithAndWithoutSecret, RemoteValueTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Secret" : "NoSecret"; });
 

@@ -44,6 +44,17 @@
 
 namespace kvtier::tiers {
 
+// What stats show of one server of a store made of several (the remote
+// tier's Redis nodes): each has its own breaker.
+struct NodeHealth {
+  std::string address;
+  bool available = true;  // its breaker is closed
+  long breaker_opened = 0;
+  std::string last_error;  // why it last failed; empty if it never did
+
+  bool operator==(const NodeHealth&) const = default;
+};
+
 // A block's key and its owner's metadata, opaque to the store.
 struct BlockRecord {
   BlockKey key;
@@ -80,6 +91,9 @@ struct StoreStats {
   // Over the transfers above: the mean of all, the 99th percentile of the
   // most recent (LatencyStats::kWindow).
   double mean_read_us = 0, p99_read_us = 0, mean_write_us = 0, p99_write_us = 0;
+  // A store on several servers (the remote tier's Redis nodes): each one's
+  // breaker.
+  std::vector<NodeHealth> nodes;
 };
 
 class BlockStore {
@@ -105,6 +119,12 @@ class BlockStore {
   // nullopt once the last has landed or for a ticket not in flight.
   virtual std::optional<int> landed(std::uint64_t /*ticket*/) const { return std::nullopt; }
 
+  // Whether lookup() and contains() can answer for every key in `keys` (a
+  // prefix's blocks, in order). A store whose index is elsewhere (the remote
+  // tier) asks about the keys it has no answer for, all in one round, and
+  // says false until the answers are in: the owner asks again later, as it
+  // waits for a read. A store that knows its own contents says true.
+  virtual bool knows(std::span<const BlockKey> /*keys*/) { return true; }
   // The record of a stored block (not of one still being written).
   virtual std::optional<BlockRecord> lookup(const BlockKey& key) const = 0;
   virtual bool contains(const BlockKey& key) const = 0;

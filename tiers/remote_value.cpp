@@ -82,9 +82,16 @@ std::vector<std::byte> encode_remote_value(const BlockKey& key, const RemoteValu
   return value;
 }
 
-std::expected<RemoteValue, RemoteValueError> decode_remote_value(const BlockKey& key,
-                                                                 const RemoteValueSpec& spec,
-                                                                 std::span<const std::byte> value) {
+namespace {
+
+struct Header {
+  bool has_mac = false;
+  std::size_t meta_bytes = 0;
+};
+
+// The fields of a value's header that can be checked without the rest.
+std::expected<Header, RemoteValueError> check_header(const RemoteValueSpec& spec,
+                                                     std::span<const std::byte> value) {
   using enum RemoteValueError;
   if (value.size() < kRemoteHeaderBytes) return std::unexpected(kTruncated);
   const std::byte* h = value.data();
@@ -95,22 +102,43 @@ std::expected<RemoteValue, RemoteValueError> decode_remote_value(const BlockKey&
   const bool has_mac = (flags & kHasMac) != 0;
   if (has_mac != (spec.secret != nullptr)) return std::unexpected(kUnauthenticated);
   if (load_le(h + 8, 8) != spec.format_tag) return std::unexpected(kFormat);
-  const std::size_t meta_bytes = load_le(h + 16, 4);
-  const std::size_t payload_bytes = load_le(h + 20, 4);
-  if (payload_bytes != spec.payload_bytes) return std::unexpected(kLength);
-  const std::size_t mac_bytes = has_mac ? RemoteSecret::kMacBytes : 0;
+  if (load_le(h + 20, 4) != spec.payload_bytes) return std::unexpected(kLength);
+  return Header{has_mac, static_cast<std::size_t>(load_le(h + 16, 4))};
+}
+
+}  // namespace
+
+std::expected<std::span<const std::byte>, RemoteValueError> peek_remote_meta(
+    const RemoteValueSpec& spec, std::span<const std::byte> prefix) {
+  const auto header = check_header(spec, prefix);
+  if (!header) return std::unexpected(header.error());
+  const std::size_t at = kRemoteHeaderBytes + (header->has_mac ? RemoteSecret::kMacBytes : 0);
+  if (prefix.size() < at + header->meta_bytes) return std::unexpected(RemoteValueError::kTruncated);
+  return prefix.subspan(at, header->meta_bytes);
+}
+
+std::expected<RemoteValue, RemoteValueError> decode_remote_value(const BlockKey& key,
+                                                                 const RemoteValueSpec& spec,
+                                                                 std::span<const std::byte> value) {
+  using enum RemoteValueError;
+  const auto header = check_header(spec, value);
+  if (!header) return std::unexpected(header.error());
+  const std::size_t meta_bytes = header->meta_bytes;
+  const std::size_t payload_bytes = spec.payload_bytes;
+  const std::size_t mac_bytes = header->has_mac ? RemoteSecret::kMacBytes : 0;
   const std::size_t want = kRemoteHeaderBytes + mac_bytes + meta_bytes + payload_bytes;
   if (value.size() < want) return std::unexpected(kTruncated);
   if (value.size() > want) return std::unexpected(kLength);
-  const std::span<const std::byte> header = value.first(kSumAt);
+  const std::byte* h = value.data();
+  const std::span<const std::byte> header_bytes = value.first(kSumAt);
   const std::span<const std::byte> meta = value.subspan(kRemoteHeaderBytes + mac_bytes, meta_bytes);
   const std::span<const std::byte> payload = value.subspan(want - payload_bytes);
   const auto k = key_bytes(key);
-  if (load_le(h + kSumAt, 8) != checksum(k, header, meta, payload))
+  if (load_le(h + kSumAt, 8) != checksum(k, header_bytes, meta, payload))
     return std::unexpected(kChecksum);
-  if (has_mac) {
+  if (header->has_mac) {
     const std::span<const std::byte> claimed = value.subspan(kRemoteHeaderBytes, mac_bytes);
-    if (!spec.secret->verify(claimed, {k, header, meta, payload}))
+    if (!spec.secret->verify(claimed, {k, header_bytes, meta, payload}))
       return std::unexpected(kUnauthenticated);
   }
   return RemoteValue{meta, payload};

@@ -70,4 +70,14 @@ std::expected<RemoteValue, RemoteValueError> decode_remote_value(const BlockKey&
                                                                  const RemoteValueSpec& spec,
                                                                  std::span<const std::byte> value);
 
+// A lookup reads only a value's first bytes (GETRANGE 0 kRemotePeekBytes-1)
+// to learn whether it is there and what metadata it claims. Those are
+// unchecked: the header's fields are, but the checksum and HMAC cover the
+// payload, so only decode_remote_value() of the whole value may let bytes be
+// served. nullopt meta: the prefix is too short to hold it (metadata longer
+// than kRemotePeekBytes allows).
+inline constexpr std::size_t kRemotePeekBytes = 4096;
+std::expected<std::span<const std::byte>, RemoteValueError> peek_remote_meta(
+    const RemoteValueSpec& spec, std::span<const std::byte> prefix);
+
 }  // namespace kvtier::tiers
