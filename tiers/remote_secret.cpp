@@ -4,32 +4,17 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
-#include <sys/stat.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
+
+#include "tiers/private_file.h"
 
 namespace kvtier::tiers {
 
 std::expected<RemoteSecret, std::string> RemoteSecret::from_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return std::unexpected("remote_secret " + path + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return std::unexpected("remote_secret " + path + ": not a file");
-  if ((st.st_mode & S_IROTH) != 0)
-    return std::unexpected("remote_secret " + path +
-                           ": readable by every user of the machine; chmod o-r it");
-  if (static_cast<std::size_t>(st.st_size) > kMaxBytes + 1)
-    return std::unexpected("remote_secret " + path + ": more than " + std::to_string(kMaxBytes) +
-                           " bytes");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::unexpected("remote_secret " + path + ": cannot be read");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!text.empty() && text.back() == '\n') text.pop_back();
-  auto secret = from_bytes(std::as_bytes(std::span(text)));
+  const auto text = read_private_file("remote_secret", path, kMaxBytes);
+  if (!text) return std::unexpected(text.error());
+  auto secret = from_bytes(std::as_bytes(std::span(*text)));
   if (!secret) return std::unexpected("remote_secret " + path + ": " + secret.error());
   return secret;
 }
