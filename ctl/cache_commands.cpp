@@ -1,7 +1,10 @@
 #include "ctl/cache_commands.h"
 
+#include <array>
 #include <cstdio>
 #include <iostream>
+
+#include "engine/tier.h"
 
 namespace kvtier::ctl {
 
@@ -9,7 +12,12 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kTiers[] = {"l1", "l2", "l3"};
+// The tiers' names in the protocol, fastest first.
+constexpr auto kTiers = [] {
+  std::array<const char*, kNumTiers> names{};
+  for (int t = 0; t < kNumTiers; ++t) names[static_cast<std::size_t>(t)] = kTierNames[t].name;
+  return names;
+}();
 
 long num(const json& j, const char* key) {
   auto it = j.find(key);
@@ -29,7 +37,7 @@ std::string mib(long bytes) {
   return buf;
 }
 
-// "l1 16  l2 0  l3 32" from {"l1":16,"l2":0,"l3":32}.
+// "l1 16  l2 0  l3 32  remote 0" from {"l1":16,"l2":0,"l3":32,"remote":0}.
 std::string per_tier(const json& j) {
   std::string out;
   for (const char* t : kTiers) {
@@ -48,7 +56,7 @@ std::string tier_table_text(const json& tiers, long missed_blocks) {
   }
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof(line), "%-4s %-5s %15s %8s %6s %8s %8s %8s %8s %7s %6s %6s %9s %9s\n",
+  std::snprintf(line, sizeof(line), "%-6s %-5s %15s %8s %6s %8s %8s %8s %8s %7s %6s %6s %9s %9s\n",
                 "tier", "avail", "used/capacity", "hits", "hit%", "demoted", "promoted", "in MiB",
                 "out MiB", "dropped", "cksum", "io_err", "mean us", "p99 us");
   out += line;
@@ -63,13 +71,24 @@ std::string tier_table_text(const json& tiers, long missed_blocks) {
       rate = buf;
     }
     std::snprintf(line, sizeof(line),
-                  "%-4s %-5s %15s %8ld %6s %8ld %8ld %8s %8s %7ld %6ld %6ld %9.1f %9.1f\n", t,
+                  "%-6s %-5s %15s %8ld %6s %8ld %8ld %8s %8s %7ld %6ld %6ld %9.1f %9.1f\n", t,
                   row.value("available", false) ? "yes" : "no", used.c_str(), num(row, "hits"),
                   rate.c_str(), num(row, "demotions"), num(row, "promotions"),
                   mib(num(row, "bytes_in")).c_str(), mib(num(row, "bytes_out")).c_str(),
                   num(row, "dropped"), num(row, "checksum_failures"), num(row, "io_errors"),
                   real(row, "transfer_mean_us"), real(row, "transfer_p99_us"));
     out += line;
+  }
+  // A tier on several servers: each one's breaker, and why it last failed.
+  for (const char* t : kTiers) {
+    for (const json& node : tiers.value(t, json::object()).value("nodes", json::array())) {
+      out += std::string(t) + " node " + node.value("address", std::string("?")) + ": " +
+             (node.value("available", false) ? "up" : "down (breaker open)") + ", breaker opened " +
+             std::to_string(num(node, "breaker_opened")) + " times";
+      const std::string why = node.value("last_error", std::string());
+      if (!why.empty()) out += "; last error: " + why;
+      out += "\n";
+    }
   }
   return out;
 }
@@ -93,13 +112,17 @@ std::expected<void, CallFailure> run_tiers(RpcClient& client, bool json_out) {
                std::to_string(num(row, "block_bytes")) + " bytes/block";
   }
   std::cout << "formats: " << formats << "\n";
+  // What the cost model weighs: a tier's load against recomputing.
   const json samples = costs.value("samples", json::object());
-  std::printf(
-      "load or recompute: prefill %.1f us/token; L2 %.1f us/block; L3 %.1f us + %.1f "
-      "us/block (medians of %ld, %ld, %ld samples)\n",
-      real(costs, "prefill_per_token_us"), real(costs, "l2_per_block_us"),
-      real(costs, "l3_latency_us"), real(costs, "l3_per_block_us"), num(samples, "prefill"),
-      num(samples, "l2"), num(samples, "l3"));
+  std::printf("load or recompute: prefill %.1f us/token (%ld samples)",
+              real(costs, "prefill_per_token_us"), num(samples, "prefill"));
+  for (int t = 1; t < kNumTiers; ++t) {  // L1 has nothing to load
+    const std::string name = kTiers[static_cast<std::size_t>(t)];
+    std::printf("; %s %.1f us + %.1f us/block (%ld)", kTierNames[t].label,
+                real(costs, (name + "_latency_us").c_str()),
+                real(costs, (name + "_per_block_us").c_str()), num(samples, name.c_str()));
+  }
+  std::printf("\n");
   return {};
 }
 

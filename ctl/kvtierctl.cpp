@@ -103,10 +103,11 @@ int run_generate(RpcClient& client, const GenerateArgs& a) {
   }
   const json cached = result->value("cached_tokens", json::object());
   std::fprintf(stderr,
-               "[%d prompt tokens (cached: l1 %d, l2 %d, l3 %d), %d generated, finish: %s, "
-               "%.1f ms]\n",
+               "[%d prompt tokens (cached: l1 %d, l2 %d, l3 %d, remote %d), %d generated, "
+               "finish: %s, %.1f ms]\n",
                result->value("prompt_tokens", 0), cached.value("l1", 0), cached.value("l2", 0),
-               cached.value("l3", 0), result->value("completion_tokens", 0),
+               cached.value("l3", 0), cached.value("remote", 0),
+               result->value("completion_tokens", 0),
                result->value("finish_reason", std::string("?")).c_str(),
                (*result)["timings"].value("total_ms", 0.0));
   return kExitOk;
@@ -252,10 +253,12 @@ int main(int argc, char** argv) {
   cache_tree->add_flag("--json", json_out, "Print the raw JSON result");
   std::string flush_tier;
   auto* cache_flush =
-      cache->add_subcommand("flush", "Drop what a tier may drop: l1 (down to l2), l2, l3, all");
-  cache_flush->add_option("tier", flush_tier, "l1 | l2 | l3 | all")
+      cache->add_subcommand("flush",
+                            "Drop what a tier may drop: l1 (down to l2), l2, l3, remote (forgotten "
+                            "here, kept in Redis for the fleet), all");
+  cache_flush->add_option("tier", flush_tier, "l1 | l2 | l3 | remote | all")
       ->required()
-      ->check(CLI::IsMember({"l1", "l2", "l3", "all"}));
+      ->check(CLI::IsMember({"l1", "l2", "l3", "remote", "all"}));
   cache_flush->add_flag("--json", json_out, "Print the raw JSON result");
 
   bool once = false;

@@ -7,22 +7,32 @@ using nlohmann::json;
 namespace {
 
 json tier_to_json(const TierStats& t) {
-  return {{"capacity_blocks", t.capacity_blocks},
-          {"used_blocks", t.used_blocks},
-          {"hits", t.hits},
-          {"demotions", t.demotions},
-          {"promotions", t.promotions},
-          {"bytes_in", t.bytes_in},
-          {"bytes_out", t.bytes_out},
-          {"dropped", t.dropped},
-          {"checksum_failures", t.checksum_failures},
-          {"io_errors", t.io_errors},
-          {"available", t.available},
-          {"transfers", t.transfer.count},
-          {"transfer_mean_us", t.transfer.mean_us},
-          {"transfer_p99_us", t.transfer.p99_us},
-          {"format", std::string(to_string(t.format))},
-          {"block_bytes", t.block_bytes}};
+  json out = {{"capacity_blocks", t.capacity_blocks},
+              {"used_blocks", t.used_blocks},
+              {"hits", t.hits},
+              {"demotions", t.demotions},
+              {"promotions", t.promotions},
+              {"bytes_in", t.bytes_in},
+              {"bytes_out", t.bytes_out},
+              {"dropped", t.dropped},
+              {"checksum_failures", t.checksum_failures},
+              {"io_errors", t.io_errors},
+              {"available", t.available},
+              {"transfers", t.transfer.count},
+              {"transfer_mean_us", t.transfer.mean_us},
+              {"transfer_p99_us", t.transfer.p99_us},
+              {"format", std::string(to_string(t.format))},
+              {"block_bytes", t.block_bytes}};
+  if (!t.nodes.empty()) {
+    json nodes = json::array();
+    for (const tiers::NodeHealth& n : t.nodes)
+      nodes.push_back({{"address", n.address},
+                       {"available", n.available},
+                       {"breaker_opened", n.breaker_opened},
+                       {"last_error", n.last_error}});
+    out["nodes"] = std::move(nodes);
+  }
+  return out;
 }
 
 KvCache* cache_of(EngineAccess& e) { return e.scheduler.cache(); }

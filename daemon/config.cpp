@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 
 namespace kvtier::daemon {
 
@@ -16,10 +17,8 @@ bool is_number(SettingType type) {
   return type == SettingType::kInt || type == SettingType::kBytes || type == SettingType::kSeconds;
 }
 
-// Every limit is a whole number (SettingRange), so both ends print as one.
 std::string range_text(SettingRange range) {
-  return "[" + std::to_string(static_cast<long long>(range.min)) + ", " +
-         std::to_string(static_cast<long long>(range.max)) + "]";
+  return "[" + range_end_text(range.min) + ", " + range_end_text(range.max) + "]";
 }
 
 std::string choices_text(std::span<const std::string_view> choices) {
@@ -97,6 +96,16 @@ std::string setting_flag(const Setting& s) {
   std::string flag = std::string("--") + s.name;
   std::ranges::replace(flag, '_', '-');
   return flag;
+}
+
+std::string range_end_text(double v) {
+  // Whole ends (all but remote_timeout's millisecond) as integers: a %g
+  // would print 1048576 as 1.04858e+06.
+  if (v == static_cast<double>(static_cast<long long>(v)))
+    return std::to_string(static_cast<long long>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
 }
 
 std::string setting_accepts(const Setting& s) {

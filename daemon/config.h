@@ -16,8 +16,9 @@
 // fixed at start-up: config.get shows it as read-only, and changing it takes
 // a restart. That includes the prefix cache and its tiers (prefix_cache,
 // l1_bytes, l2_bytes, l3_path, l3_bytes, write_policy, l2_format,
-// l3_format, load_by_layer), preemption and the default eviction policy:
-// the pools are sized and the L3 store opened once.
+// l3_format, load_by_layer, and the remote tier's remote_*), preemption and
+// the default eviction policy: the pools are sized and the stores opened
+// once.
 //
 // Thread-safety: the functions are pure; a DaemonConfig is a plain value
 // and the table is constant.
@@ -66,6 +67,8 @@ inline constexpr Limit<double> kDrainTimeout{0, 86400};
 // l1_bytes, l2_bytes, l3_bytes: 1 TiB, far past any machine's tier yet
 // small enough that block counts fit an int.
 inline constexpr Limit<std::uint64_t> kTierBytes{0, std::uint64_t{1} << 40};
+// remote_timeout: a millisecond to a minute.
+inline constexpr Limit<double> kRemoteTimeout{0.001, 60};
 }  // namespace limits
 
 struct DaemonConfig {
@@ -132,7 +135,8 @@ enum class SettingType {
 enum class SettingGroup { kGeneral, kServer, kTiers };
 
 // A numeric setting's range (`limits`), as doubles: every limit is an
-// integer far below 2^53, so each end is exact.
+// integer far below 2^53 (so each end is exact) or, for a setting in
+// seconds, a decimal fraction (remote_timeout's 0.001).
 struct SettingRange {
   double min = 0, max = 0;
 };
@@ -165,6 +169,9 @@ const Setting* setting_find(std::string_view name);
 
 // The row's flag: "--max-batch-size" for max_batch_size.
 std::string setting_flag(const Setting& s);
+
+// One end of a numeric range as people write it: "1048576", "0.001".
+std::string range_end_text(double v);
 
 // What the row accepts, for messages: "an integer in [1, 1048576]".
 std::string setting_accepts(const Setting& s);

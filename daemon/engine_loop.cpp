@@ -27,17 +27,29 @@ void cache_start(Scheduler& scheduler) {
   const CacheStats before = cache->stats();
   // Said here too, whatever the cache's own words: an operator who asked for
   // L3 must learn that it is not there.
-  if (!c.l3_path.empty() && !before.tier[2].available) {
+  if (!c.l3_path.empty() && !before.tier[Tier::kL3].available) {
     log_warning("prefix cache: L3 at " + c.l3_path +
-                " is not available; running on L1 + L2 (see `kvtierctl tiers`)");
+                " is not available; running without it (see `kvtierctl tiers`)");
   }
-  log_info("prefix cache on: L1 " + std::to_string(before.tier[0].capacity_blocks) +
-           " blocks, L2 " + std::to_string(before.tier[1].capacity_blocks) + " blocks, L3 " +
+  if (!c.remote.empty() && !before.tier[Tier::kRemote].available) {
+    log_warning("prefix cache: the remote tier at " + c.remote +
+                " is not available; running without it (see `kvtierctl tiers`)");
+  }
+  log_info("prefix cache on: L1 " + std::to_string(before.tier[Tier::kL1].capacity_blocks) +
+           " blocks, L2 " + std::to_string(before.tier[Tier::kL2].capacity_blocks) +
+           " blocks, L3 " +
            (c.l3_path.empty() ? std::string("off")
-            : !before.tier[2].available
+            : !before.tier[Tier::kL3].available
                 ? std::string("unavailable")
-                : std::to_string(before.tier[2].capacity_blocks) + " blocks in " + c.l3_path +
-                      " (" + std::string(to_string(c.write_policy)) + ")") +
+                : std::to_string(before.tier[Tier::kL3].capacity_blocks) + " blocks in " +
+                      c.l3_path + " (" + std::string(to_string(c.write_policy)) + ")") +
+           ", remote " +
+           (c.remote.empty() ? std::string("off")
+            : !before.tier[Tier::kRemote].available
+                ? std::string("unavailable")
+                : c.remote + " namespace " + c.remote_namespace + " (write " +
+                      std::string(remote_write_name(c.remote_write)) +
+                      (c.remote_secret.empty() ? ", no secret)" : ", with the fleet's secret)")) +
            "; preemption " + std::string(to_string(scheduler.config().preemption)));
   scheduler.calibrate_tier_costs();
   const TierCosts k = cache->stats().costs;
@@ -199,8 +211,11 @@ void EngineLoop::run() {
     bool stopping;
     {
       std::unique_lock lock(mu_);
-      // Sleep only when idle: with work pending the loop steps without waiting.
-      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || scheduler_->has_work(); });
+      // Sleep only when idle: with work pending the loop steps without waiting,
+      // and with only moves in flight it tends them (tend_cache sleeps on them).
+      cv_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || scheduler_->has_work() || scheduler_->cache_busy();
+      });
       commands.swap(inbox_);
       stopping = stopping_;
     }
@@ -209,7 +224,10 @@ void EngineLoop::run() {
       cancel_all();
       return;
     }
-    if (scheduler_->has_work()) step();
+    if (scheduler_->has_work())
+      step();
+    else if (scheduler_->cache_busy())
+      scheduler_->tend_cache();
     // Every submit() before drain() was queued ahead of its DrainCommand, so
     // an empty live_ after handling it means nothing is left to finish.
     if (on_drained_ && live_.empty()) std::exchange(on_drained_, nullptr)();

@@ -30,7 +30,7 @@ const std::array<Session::Method, 15>& Session::methods() {
        &Session::method_cache_pin, true},
       {"cache.unpin", "undo a cache.pin (privileged)", &Session::method_cache_unpin, true},
       {"cache.tree", "a summary of the radix tree per tier", &Session::method_cache_tree},
-      {"cache.flush", "drop what a tier (l1, l2, l3 or all) may drop (privileged)",
+      {"cache.flush", "drop what a tier (l1, l2, l3, remote or all) may drop (privileged)",
        &Session::method_cache_flush, true},
       {"shutdown", "let running requests finish (drain_timeout), then stop (privileged)",
        &Session::method_shutdown, true},

@@ -25,20 +25,19 @@ std::string bytes_text(std::uint64_t n) {
   return std::to_string(n) + kUnits[unit];
 }
 
-std::string whole(double v) { return std::to_string(static_cast<long long>(v)); }
-
 // The type column of --help: what the flag takes.
 std::string type_text(const Setting& s) {
   switch (s.type) {
     case SettingType::kBool:
       return "";
     case SettingType::kInt:
-      return "INT in [" + whole(s.range.min) + ", " + whole(s.range.max) + "]";
+      return "INT in [" + range_end_text(s.range.min) + ", " + range_end_text(s.range.max) + "]";
     case SettingType::kBytes:
       return "SIZE in [" + bytes_text(static_cast<std::uint64_t>(s.range.min)) + ", " +
              bytes_text(static_cast<std::uint64_t>(s.range.max)) + "]";
     case SettingType::kSeconds:
-      return "SECONDS in [" + whole(s.range.min) + ", " + whole(s.range.max) + "]";
+      return "SECONDS in [" + range_end_text(s.range.min) + ", " + range_end_text(s.range.max) +
+             "]";
     case SettingType::kText:
       return "TEXT";
     case SettingType::kDirectory:

@@ -47,9 +47,10 @@ constexpr std::string_view kLogLevels[] = {"error", "warning", "info", "debug"};
 constexpr std::string_view kWritePolicies[] = {"write_back", "write_through"};
 constexpr std::string_view kFormats[] = {"exact", "int8"};
 constexpr std::string_view kPreemptions[] = {"swap", "recompute"};
+constexpr std::string_view kRemoteWrites[] = {"through", "back", "off"};
 
 // Captureless lambdas, so each row is plain data.
-const std::array<Setting, 28> kSettings = {{
+const std::array<Setting, 35> kSettings = {{
     {.name = "model",
      .type = T::kDirectory,
      .group = G::kGeneral,
@@ -288,6 +289,90 @@ const std::array<Setting, 28> kSettings = {{
      .get = [](const DaemonConfig& c) -> json { return c.scheduler.cache.load_by_layer; },
      .set = [](DaemonConfig& c,
                const json& v) { return stored(v, c.scheduler.cache.load_by_layer); }},
+    {.name = "remote",
+     .type = T::kText,
+     .group = G::kTiers,
+     .runtime = false,
+     .description = "The remote tier, below L3: a Redis server that daemons on many machines share "
+                    "prefixes through (redis://HOST:PORT, HOST:PORT or a Unix socket path); empty "
+                    "= none. One that cannot be reached at start is logged and kvtierd runs "
+                    "without it",
+     .get = [](const DaemonConfig& c) -> json { return c.scheduler.cache.remote; },
+     .set = [](DaemonConfig& c, const json& v) { return stored(v, c.scheduler.cache.remote); }},
+    {.name = "remote_namespace",
+     .type = T::kText,
+     .group = G::kTiers,
+     .runtime = false,
+     .description = "Daemons share remote blocks only within a namespace (1 to 64 of A-Z a-z 0-9 "
+                    "_ . -); the model, format and cache_salt keep blocks apart within one",
+     .get = [](const DaemonConfig& c) -> json { return c.scheduler.cache.remote_namespace; },
+     .set = [](DaemonConfig& c,
+               const json& v) { return stored(v, c.scheduler.cache.remote_namespace); }},
+    {.name = "remote_write",
+     .type = T::kChoice,
+     .group = G::kTiers,
+     .runtime = false,
+     .description = "When this daemon shares a block: through (as soon as it is computed) | back "
+                    "(when it leaves L2) | off (it only reads what others share)",
+     .choices = kRemoteWrites,
+     .get = [](const DaemonConfig& c) -> json {
+       return std::string(remote_write_name(c.scheduler.cache.remote_write));
+     },
+     .set =
+         [](DaemonConfig& c, const json& v) {
+           return parsed(parse_remote_write, v, c.scheduler.cache.remote_write);
+         }},
+    {.name = "remote_format",
+     .type = T::kChoice,
+     .group = G::kTiers,
+     .runtime = false,
+     .description = "How the remote tier stores a block: exact | int8 (as --l2-format); daemons "
+                    "share only blocks of the same format",
+     .choices = kFormats,
+     .get = [](const DaemonConfig& c) -> json {
+       return std::string(to_string(c.scheduler.cache.remote_format));
+     },
+     .set =
+         [](DaemonConfig& c, const json& v) {
+           return parsed(parse_kv_format, v, c.scheduler.cache.remote_format);
+         }},
+    {.name = "remote_timeout",
+     .type = T::kSeconds,
+     .group = G::kTiers,
+     .runtime = false,
+     .description = "Seconds the remote tier may take to connect or to answer a round of "
+                    "operations; past it the server counts as failed and is skipped until it "
+                    "answers again",
+     .range = range_of(limits::kRemoteTimeout),
+     .get = [](const DaemonConfig& c) -> json {
+       return static_cast<double>(c.scheduler.cache.remote_timeout.count()) / 1000;
+     },
+     .set = [](DaemonConfig& c, const json& v) -> SetResult {
+       c.scheduler.cache.remote_timeout =
+           std::chrono::milliseconds(static_cast<long>(v.get<double>() * 1000 + 0.5));
+       return {};
+     }},
+    {.name = "remote_password_file",
+     .type = T::kText,
+     .group = G::kTiers,
+     .runtime = false,
+     .description = "A file holding the Redis password (AUTH), readable by no other user; empty = "
+                    "none. The password itself is never a setting: it would show in ps and "
+                    "config.get",
+     .get = [](const DaemonConfig& c) -> json { return c.scheduler.cache.remote_password_file; },
+     .set = [](DaemonConfig& c,
+               const json& v) { return stored(v, c.scheduler.cache.remote_password_file); }},
+    {.name = "remote_secret",
+     .type = T::kText,
+     .group = G::kTiers,
+     .runtime = false,
+     .description = "A file holding the fleet's secret (16 to 4096 bytes, readable by no other "
+                    "user): every remote block then carries an HMAC, and blocks without a valid "
+                    "one are never used. Every daemon of a namespace needs the same one; empty = "
+                    "none",
+     .get = [](const DaemonConfig& c) -> json { return c.scheduler.cache.remote_secret; },
+     .set = [](DaemonConfig& c,
+               const json& v) { return stored(v, c.scheduler.cache.remote_secret); }},
     // Its default follows prefix_cache, which the command line resolves
     // (cli.cpp): DaemonConfig{} has the cache on, so swap.
     {.name = "preemption",

@@ -3,7 +3,15 @@
 namespace kvtier {
 
 std::string_view to_string(WritePolicy policy) {
-  return policy == WritePolicy::kWriteThrough ? "write_through" : "write_back";
+  switch (policy) {
+    case WritePolicy::kWriteBack:
+      return "write_back";
+    case WritePolicy::kWriteThrough:
+      return "write_through";
+    case WritePolicy::kOff:
+      return "off";
+  }
+  return "write_back";
 }
 
 std::expected<WritePolicy, std::string> parse_write_policy(std::string_view name) {
@@ -11,6 +19,26 @@ std::expected<WritePolicy, std::string> parse_write_policy(std::string_view name
   if (name == "write_through") return WritePolicy::kWriteThrough;
   return std::unexpected("unknown write_policy '" + std::string(name) +
                          "' (expected write_back or write_through)");
+}
+
+std::string_view remote_write_name(WritePolicy policy) {
+  switch (policy) {
+    case WritePolicy::kWriteBack:
+      return "back";
+    case WritePolicy::kWriteThrough:
+      return "through";
+    case WritePolicy::kOff:
+      return "off";
+  }
+  return "through";
+}
+
+std::expected<WritePolicy, std::string> parse_remote_write(std::string_view name) {
+  if (name == "through") return WritePolicy::kWriteThrough;
+  if (name == "back") return WritePolicy::kWriteBack;
+  if (name == "off") return WritePolicy::kOff;
+  return std::unexpected("unknown remote_write '" + std::string(name) +
+                         "' (expected through, back or off)");
 }
 
 std::string_view to_string(KvFormat format) { return format == KvFormat::kInt8 ? "int8" : "exact"; }
@@ -26,6 +54,10 @@ std::expected<void, std::string> CacheConfig::validate() const {
     return std::unexpected(
         "l2_format int8 over l3_format exact would store lossy blocks on L3 at 4x their int8 "
         "size; use l3_format int8 with an int8 L2 (or l2_format exact)");
+  if (l2_format == KvFormat::kInt8 && remote_format == KvFormat::kExact && !remote.empty())
+    return std::unexpected(
+        "l2_format int8 over remote_format exact would share lossy blocks at 4x their int8 "
+        "size; use remote_format int8 with an int8 L2 (or l2_format exact)");
   return {};
 }
 

@@ -11,12 +11,18 @@
 
 namespace kvtier {
 
+// When a store tier gets a block.
 enum class WritePolicy {
-  kWriteBack,     // L3 gets blocks as L2 fills up
-  kWriteThrough,  // every full block is also written to L3 when it enters the cache
+  kWriteBack,     // as L2 fills up (and at a clean shutdown)
+  kWriteThrough,  // every full block as soon as it enters the cache
+  kOff,           // never: the tier is only read (the remote tier of a reader)
 };
+// L3's write_policy: write_back | write_through.
 std::string_view to_string(WritePolicy policy);
 std::expected<WritePolicy, std::string> parse_write_policy(std::string_view name);
+// The remote tier's remote_write: back | through | off.
+std::string_view remote_write_name(WritePolicy policy);
+std::expected<WritePolicy, std::string> parse_remote_write(std::string_view name);
 
 // How a lower tier stores a block. int8 (kernels/kv_quant.h, one scale per
 // layer, K|V and head) takes about a quarter of the fp32 bytes, so the same
@@ -54,9 +60,25 @@ struct CacheConfig {
   // take that core from the forward it is meant to overlap.
   bool load_by_layer = true;
 
+  // The remote tier (tiers/redis_store.h): a Redis server that daemons on
+  // many machines share, below L3. Empty remote = none. Settings it cannot
+  // work with (an unparsable address, a server that does not answer, an
+  // unreadable password or secret file) leave it out with a warning, as an
+  // unusable l3_path leaves out L3.
+  std::string remote;  // the server's address (tiers/redis_address.h)
+  std::string remote_namespace = "default";
+  // through: what this daemon computes is shared at once (the fleet's
+  // point); back: only what leaves L2; off: read what others share.
+  WritePolicy remote_write = WritePolicy::kWriteThrough;
+  KvFormat remote_format = KvFormat::kExact;
+  std::chrono::milliseconds remote_timeout{250};  // to connect, and per round
+  std::string remote_password_file;               // Redis's AUTH password, in a file
+  std::string remote_secret;                      // the fleet's HMAC key file
+
   // Refuses l2_format int8 over an exact L3 (l3_path set, l3_format exact):
   // L3 would hold lossy blocks at 4x their int8 size. exact/exact,
-  // exact/int8 and int8/int8 are accepted, and int8 L2 without L3.
+  // exact/int8 and int8/int8 are accepted, and int8 L2 without L3. The same
+  // for the remote tier and remote_format.
   std::expected<void, std::string> validate() const;
 };
 

@@ -79,8 +79,8 @@ PrefixLookup KvCache::lookup(const tiers::BlockKey& root, std::span<const int> t
 
 std::vector<CacheNode*> KvCache::prefix_worth_loading(const tiers::BlockKey& root,
                                                       std::span<const int> tokens, int max_blocks,
-                                                      long* skipped) {
-  std::vector<CacheNode*> path = match(root, tokens, max_blocks);
+                                                      long* skipped, bool* asking) {
+  std::vector<CacheNode*> path = match(root, tokens, max_blocks, asking);
   auto store_only = [](const CacheNode* n) {
     return is_store_tier(n->best_tier()) && !n->loading();
   };
@@ -110,7 +110,11 @@ std::optional<PrefixLease> KvCache::acquire_prefix(const tiers::BlockKey& root,
                                                    std::span<const int> tokens, int max_blocks,
                                                    int l1_blocks_allowed, bool by_layer) {
   long skipped = 0;
-  std::vector<CacheNode*> path = prefix_worth_loading(root, tokens, max_blocks, &skipped);
+  bool asking = false;
+  std::vector<CacheNode*> path = prefix_worth_loading(root, tokens, max_blocks, &skipped, &asking);
+  // A store is still finding out what it has of the rest: the request waits
+  // for its answers as for a read.
+  if (asking) return std::nullopt;
   tree_.touch(path);
   // While this runs, making room may wait for stores and handle completions; the
   // path's nodes must neither be demoted to make room for each other (the
@@ -238,6 +242,8 @@ std::vector<CacheNode*> KvCache::insert(const tiers::BlockKey& root, std::span<c
     parent = node;
   }
   tree_.touch(path);
+  // Started now: an engine with nothing more to do runs no step that would.
+  flush_stores();
   return path;
 }
 
@@ -332,8 +338,11 @@ int KvCache::flush(Tier tier) {
   // What L1 and L2 let go of goes down, never dropped while a lower tier can
   // keep it: into the fastest store first (L1 with no L2, or L2's own
   // blocks, so the blocks coming down from L1 displace only clean ones).
-  // Between two flushes on an idle daemon no step runs write-back.
-  StoreTier* below = stores_.empty() ? nullptr : stores_.front().get();
+  // Between two flushes on an idle daemon no step runs write-back. A store
+  // this daemon only reads (remote_write off) takes nothing.
+  StoreTier* below = nullptr;
+  for (const auto& s : stores_)
+    if (below == nullptr && s->write_policy != WritePolicy::kOff) below = s.get();
   switch (tier) {
     case Tier::kL1:
       if (below != nullptr)

@@ -123,7 +123,8 @@ class KvCache {
   // (at most max_blocks, and cut where recomputing is cheaper than loading)
   // usable in L1, and when it is, leases it: a pool reference on each block,
   // in order (possibly none; see PrefixLease). Returns nullopt while copies
-  // or store reads for it are in flight: try again after a later poll(). With
+  // or store reads for it are in flight, or a store is still asking what it
+  // has of it (the remote tier): try again after a later poll(). With
   // by_layer (and load_by_layer on, see CacheConfig), a run whose only
   // missing blocks are on their way up by layer is leased at once, its
   // blocks referenced like the others, and those moves are the lease's
@@ -246,7 +247,7 @@ class KvCache {
   // takes to bring them up into L1, and handing them out.
   std::vector<CacheNode*> prefix_worth_loading(const tiers::BlockKey& root,
                                                std::span<const int> tokens, int max_blocks,
-                                               long* skipped);
+                                               long* skipped, bool* asking);
   // Starts bringing up the blocks of `path` not yet in L1, shortening it
   // where L1 has no more room; returns whether any is still on its way.
   bool start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allowed);
@@ -298,8 +299,15 @@ class KvCache {
   // is empty but the stores still know every block by its key. Adoption
   // stops at the first block no store can give; the match goes on through
   // the tree.
+  //
+  // A store that must ask about the blocks (tiers::BlockStore::knows) stops
+  // the match at the first block the tree lacks until its answers are in:
+  // *asking (when given) is set then, and wait() sleeps for the answers.
   std::vector<CacheNode*> match(const tiers::BlockKey& root, std::span<const int> tokens,
-                                int max_blocks);
+                                int max_blocks, bool* asking = nullptr);
+  // Whether every store knows about the `blocks` blocks of `tokens` whose
+  // keys chain from `first` (the first block's); asks those that do not.
+  bool stores_know(const tiers::BlockKey& first, std::span<const int> tokens, int blocks);
   // Forgets the store copies of a node the stores evicted on their own;
   // whether there were any (the node may be gone then).
   bool forget_evicted(CacheNode* node);
@@ -378,6 +386,9 @@ class KvCache {
   std::unordered_map<tiers::BlockKey, std::uint64_t, tiers::BlockKeyHash> l2_reads_by_layer_;
   int clean_window_ = 0;  // how many free or clean L1 blocks cleaning aims for
   bool device_failed_ = false;
+  // A match found a store asking about blocks since the last poll(): the
+  // answers come back like completions, so wait() sleeps for them.
+  bool asking_ = false;
 };
 
 }  // namespace kvtier

@@ -140,6 +140,7 @@ void KvCache::finish_move(const tiers::StoreCompletion& c) {
 }
 
 void KvCache::poll() {
+  asking_ = false;
   collect();
   start_cleaning();
   start_writeback();
@@ -214,7 +215,7 @@ bool KvCache::settle(const LayerLoad& load) {
 }
 
 void KvCache::wait(std::chrono::milliseconds timeout) {
-  if (transfers_in_flight() == 0) return;
+  if (transfers_in_flight() == 0 && !asking_) return;
   // With nothing to compute, the engine's core copies beside the worker's
   // instead of sleeping: an L2 hit's promotions take half the time.
   bool helped = false;

@@ -47,6 +47,7 @@ CacheStats KvCache::stats() const {
     s.tier[t].available = st.available;
     s.tier[t].io_errors = st.io_errors;
     s.tier[t].checksum_failures = st.checksum_failures;
+    s.tier[t].nodes = st.nodes;
   }
   for (int t = 0; t < kNumTiers; ++t) {
     s.tier[t].transfer = latency_[t].summary();

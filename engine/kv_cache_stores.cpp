@@ -104,11 +104,12 @@ void KvCache::flush_stores() {
 }
 
 std::vector<CacheNode*> KvCache::match(const tiers::BlockKey& root, std::span<const int> tokens,
-                                       int max_blocks) {
+                                       int max_blocks, bool* asking) {
   const int page_size = layout_.page_size;
   const int blocks = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / page_size);
   std::vector<CacheNode*> path;
   bool adopting = !stores_.empty();
+  bool asked = false;
   tiers::BlockKey key = root;
   for (int i = 0; i < blocks; ++i) {
     const auto block = tokens.subspan(static_cast<std::size_t>(i) * page_size, page_size);
@@ -120,6 +121,15 @@ std::vector<CacheNode*> KvCache::match(const tiers::BlockKey& root, std::span<co
       adopting = false;
     }
     if (adopting && (node == nullptr || !node->resident())) {
+      // The stores are asked about the rest of the prefix at once: a store
+      // whose index is elsewhere answers for all of it in one round.
+      if (!asked &&
+          !stores_know(key, tokens.subspan(static_cast<std::size_t>(i) * page_size), blocks - i)) {
+        asking_ = true;
+        if (asking != nullptr) *asking = true;
+        break;
+      }
+      asked = true;
       node = adopt(root, path.empty() ? nullptr : path.back(), parent_key, key, block);
       adopting = node != nullptr;
     }
@@ -127,6 +137,16 @@ std::vector<CacheNode*> KvCache::match(const tiers::BlockKey& root, std::span<co
     path.push_back(node);
   }
   return path;
+}
+
+bool KvCache::stores_know(const tiers::BlockKey& first, std::span<const int> tokens, int blocks) {
+  const std::size_t page_size = static_cast<std::size_t>(layout_.page_size);
+  std::vector<tiers::BlockKey> keys = {first};
+  for (int i = 1; i < blocks; ++i)
+    keys.push_back(chain_key(keys.back(), tokens.subspan(i * page_size, page_size)));
+  bool all = true;
+  for (const auto& s : stores_) all = s->store->knows(keys) && all;  // every store asks now
+  return all;
 }
 
 bool KvCache::forget_evicted(CacheNode* node) {
@@ -255,7 +275,7 @@ void KvCache::start_writeback() {
   if (!l2_) return;
   constexpr std::size_t kMaxWritesInFlight = 256;
   for (const auto& s : stores_) {
-    if (s->write_policy == WritePolicy::kWriteThrough) continue;
+    if (s->write_policy != WritePolicy::kWriteBack) continue;
     stats_.tier[s->tier].available = s->store->accepting();
     if (!stats_.tier[s->tier].available) continue;
     while (s->pending.size() < kMaxWritesInFlight) {
@@ -332,7 +352,7 @@ bool KvCache::device_failed() {
 int KvCache::persist() {
   int written = 0;
   for (const auto& s : stores_) {
-    if (!s->store->accepting()) continue;
+    if (s->write_policy == WritePolicy::kOff || !s->store->accepting()) continue;
     written +=
         write_down(*s, [](const CacheNode& n) { return n.stored(Tier::kL2) || n.usable_l1(); });
     if (auto synced = s->store->sync(); !synced)

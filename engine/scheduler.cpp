@@ -307,6 +307,14 @@ void Scheduler::sort_admitted_by_urgency() {
 
 bool Scheduler::has_work() const { return !waiting_.empty() || !admitted_.empty(); }
 
+bool Scheduler::cache_busy() const { return cache_ && cache_->transfers_in_flight() > 0; }
+
+void Scheduler::tend_cache() {
+  if (!cache_) return;
+  cache_->poll();
+  cache_->wait(std::chrono::milliseconds(2));
+}
+
 const Request* Scheduler::find(RequestId id) const {
   auto it = requests_.find(id);
   return it == requests_.end() ? nullptr : it->second.get();

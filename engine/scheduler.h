@@ -259,6 +259,12 @@ class Scheduler {
 
   // True while any request is waiting, prefilling or running.
   bool has_work() const;
+  // True while the prefix cache has moves or store operations in flight. An
+  // engine with no request calls tend_cache() meanwhile: it handles their
+  // completions (a write-through to a store counts as stored only then) and
+  // sleeps until the next one, at most a few milliseconds.
+  bool cache_busy() const;
+  void tend_cache();
 
   // The request, or null for an unknown (or forgotten) id. The pointer stays
   // valid until forget(id) or the scheduler's destruction.

@@ -1,6 +1,8 @@
 #include "engine/store_tiers.h"
 
 #include "tiers/l3_store.h"
+#include "tiers/private_file.h"
+#include "tiers/redis_store.h"
 #include "tiers/slab_file.h"
 
 namespace kvtier {
@@ -32,11 +34,49 @@ StoreTierSpec l3_tier(const CacheConfig& config) {
   return spec;
 }
 
+// The remote tier: Redis (tiers/redis_store.h) at `remote`. Its settings
+// are read when it opens, so that a bad one leaves the tier out with the
+// reason instead of stopping the daemon.
+StoreTierSpec remote_tier(const CacheConfig& config) {
+  StoreTierSpec spec;
+  spec.tier = Tier::kRemote;
+  spec.format = config.remote_format;
+  spec.write_policy = config.remote_write;
+  spec.open = [config](const StoreParams& params)
+      -> std::expected<std::unique_ptr<tiers::BlockStore>, std::string> {
+    tiers::RedisStoreOptions options;
+    auto addresses = tiers::parse_redis_addresses(config.remote);
+    if (!addresses) return std::unexpected("remote '" + config.remote + "': " + addresses.error());
+    options.addresses = std::move(*addresses);
+    options.key_namespace = config.remote_namespace;
+    options.timeout = config.remote_timeout;
+    if (!config.remote_password_file.empty()) {
+      auto password =
+          tiers::read_private_file("remote_password_file", config.remote_password_file, 4096);
+      if (!password) return std::unexpected(password.error());
+      options.password = std::move(*password);
+    }
+    if (!config.remote_secret.empty()) {
+      auto secret = tiers::RemoteSecret::from_file(config.remote_secret);
+      if (!secret) return std::unexpected(secret.error());
+      options.secret = std::make_shared<const tiers::RemoteSecret>(std::move(*secret));
+    }
+    options.block_bytes = params.block_bytes;
+    options.format_tag = params.format_tag;
+    options.on_completion = params.on_completion;
+    auto store = tiers::RedisStore::open(options);
+    if (!store) return std::unexpected(store.error());
+    return std::unique_ptr<tiers::BlockStore>(std::move(*store));
+  };
+  return spec;
+}
+
 }  // namespace
 
 std::vector<StoreTierSpec> store_tiers(const CacheConfig& config) {
   std::vector<StoreTierSpec> specs;
   if (!config.l3_path.empty()) specs.push_back(l3_tier(config));
+  if (!config.remote.empty()) specs.push_back(remote_tier(config));
   return specs;
 }
 

@@ -2,7 +2,8 @@
 //
 //   L1  the engine's block pool: a cached block there is shared at once;
 //   L2  a pinned host pool (or the host memory a device L1's link offers);
-//   L3  the SSD store.
+//   L3  the SSD store;
+//   remote  Redis, shared by a fleet of daemons (tiers/redis_store.h).
 //
 // From kFirstStoreTier down, a tier is a store (tiers/block_store.h) that
 // the cache drives through one set of paths (engine/store_tiers.h says
@@ -22,8 +23,8 @@
 
 namespace kvtier {
 
-enum class Tier { kL1 = 0, kL2 = 1, kL3 = 2 };
-inline constexpr int kNumTiers = 3;
+enum class Tier { kL1 = 0, kL2 = 1, kL3 = 2, kRemote = 3 };
+inline constexpr int kNumTiers = 4;
 inline constexpr Tier kFirstStoreTier = Tier::kL3;
 
 constexpr bool is_store_tier(Tier tier) {
@@ -35,7 +36,8 @@ struct TierNames {
   const char* name;   // in the protocol, settings and logs: "l1"
   const char* label;  // in prose (log lines, warnings): "L1"
 };
-inline constexpr TierNames kTierNames[kNumTiers] = {{"l1", "L1"}, {"l2", "L2"}, {"l3", "L3"}};
+inline constexpr TierNames kTierNames[kNumTiers] = {
+    {"l1", "L1"}, {"l2", "L2"}, {"l3", "L3"}, {"remote", "remote"}};
 
 constexpr const char* to_string(Tier tier) { return kTierNames[static_cast<int>(tier)].name; }
 constexpr const char* label(Tier tier) { return kTierNames[static_cast<int>(tier)].label; }

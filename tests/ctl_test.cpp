@@ -133,8 +133,8 @@ TEST_F(CtlTest, TiersAndCacheCommands) {
 
   auto tiers = ctl({"--socket", sock, "tiers"});
   ASSERT_EQ(tiers.exit_code, 0) << tiers.err;
-  EXPECT_TRUE(test_util::contains(tiers.out, "l1   yes")) << tiers.out;
-  EXPECT_TRUE(test_util::contains(tiers.out, "l3   no")) << tiers.out;
+  EXPECT_TRUE(test_util::contains(tiers.out, "l1     yes")) << tiers.out;
+  EXPECT_TRUE(test_util::contains(tiers.out, "l3     no")) << tiers.out;
   EXPECT_TRUE(test_util::contains(tiers.out, "load or recompute")) << tiers.out;
   auto tiers_json = ctl({"--socket", sock, "tiers", "--json"});
   ASSERT_EQ(tiers_json.exit_code, 0) << tiers_json.err;

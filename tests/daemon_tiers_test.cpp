@@ -48,7 +48,7 @@ TEST(DaemonTiersTest, SharedPrefixIsServedFromL1WithTheEnginesTokens) {
   ASSERT_TRUE(d.wait_ready());
   auto c = d.connect();
   const json first = generate_greedy(*c, kShared + "one");
-  EXPECT_EQ(first["cached_tokens"], (json{{"l1", 0}, {"l2", 0}, {"l3", 0}}));
+  EXPECT_EQ(first["cached_tokens"], (json{{"l1", 0}, {"l2", 0}, {"l3", 0}, {"remote", 0}}));
   EXPECT_EQ(tokens_of(first), reference(kShared + "one", 12, 0.0f, 0).tokens);
   const json second = generate_greedy(*c, kShared + "two");
   EXPECT_GT(second["cached_tokens"]["l1"].get<int>(), 0);
@@ -252,7 +252,7 @@ TEST(DaemonTiersTest, CacheMethodsAreAClearErrorWithoutThePrefixCache) {
     }
   }
   const json result = generate_greedy(*c, kShared + "one");
-  EXPECT_EQ(result["cached_tokens"], (json{{"l1", 0}, {"l2", 0}, {"l3", 0}}));
+  EXPECT_EQ(result["cached_tokens"], (json{{"l1", 0}, {"l2", 0}, {"l3", 0}, {"remote", 0}}));
   EXPECT_TRUE(call_result(*c, "stats")["cache"].is_null());
   EXPECT_EQ(call_result(*c, "config.get")["preemption"]["value"], "recompute");
   shutdown(d);

@@ -1,0 +1,159 @@
+// Black-box tests of the remote tier: real kvtierd processes sharing a real
+// redis-server the test starts (redis_server.h). A prefix one daemon
+// computed is served to another from Redis with the engine's own tokens,
+// greedy and seeded; another namespace or cache_salt never hits; a dead
+// Redis costs hits, never a request, and the tier comes back by itself;
+// settings it cannot work with are a log line, and the daemon runs without
+// the tier.
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon_test_util.h"
+#include "redis_server.h"
+
+namespace kvtier {
+namespace {
+
+using namespace daemon_test;
+using nlohmann::json;
+using test_util::RedisServer;
+
+// Three full 16-token blocks of the bundled character model, then the
+// variants' own tails.
+const std::string kShared = "Q: What is the difference between a cat and a lion? A: ";
+
+json call_result(Client& c, const std::string& method, json params = json::object()) {
+  auto r = c.call(request(2, method, std::move(params)));
+  EXPECT_TRUE(r && r->contains("result")) << method << ": " << (r ? r->dump() : "no answer");
+  return r && r->contains("result") ? (*r)["result"] : json::object();
+}
+
+json generate(Client& c, const std::string& prompt, float temperature, std::uint64_t seed,
+              json extra = json::object()) {
+  json params = generate_params(prompt, 12, temperature, seed);
+  params.update(extra);
+  return call_result(c, "generate", std::move(params));
+}
+
+std::vector<int> tokens_of(const json& result) {
+  return result.value("tokens", json::array()).get<std::vector<int>>();
+}
+
+json remote_stats(Client& c) { return call_result(c, "tiers")["tiers"]["remote"]; }
+
+// Until the daemon's writes to Redis have landed (they complete after the
+// answer), bounded.
+void wait_shared(Client& c, long blocks) {
+  for (int i = 0; i < 500 && remote_stats(c).value("demotions", 0L) < blocks; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GE(remote_stats(c).value("demotions", 0L), blocks) << remote_stats(c).dump();
+}
+
+class DaemonRemoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_REDIS();
+    ASSERT_TRUE(redis_.ready()) << redis_.log();
+  }
+  std::unique_ptr<Daemon> start(std::vector<std::string> args = {}) {
+    std::vector<std::string> all = {"--remote", redis_.socket_path()};
+    all.insert(all.end(), args.begin(), args.end());
+    auto d = std::make_unique<Daemon>(all);
+    EXPECT_TRUE(d->wait_ready()) << d->log();
+    return d;
+  }
+
+  RedisServer redis_;
+};
+
+TEST_F(DaemonRemoteTest, APrefixOneDaemonComputedIsServedToAnotherWithTheSameTokens) {
+  auto a = start();
+  auto b = start();
+  auto ca = a->connect();
+  auto cb = b->connect();
+  const json first = generate(*ca, kShared + "one", 0.0f, 0);
+  EXPECT_EQ(first["cached_tokens"]["remote"], 0);
+  wait_shared(*ca, 3);
+
+  // Greedy, then seeded sampling: the second daemon reads the three shared
+  // blocks from Redis and gives the tokens the engine computes cold.
+  const json greedy = generate(*cb, kShared + "two", 0.0f, 0);
+  EXPECT_EQ(greedy["cached_tokens"]["remote"], 48) << greedy.dump();
+  EXPECT_EQ(tokens_of(greedy), reference(kShared + "two", 12, 0.0f, 0).tokens);
+  const json seeded_cold = generate(*ca, kShared + "three", 0.8f, 7);
+  const json seeded = generate(*start()->connect(), kShared + "three", 0.8f, 7);
+  EXPECT_EQ(seeded["cached_tokens"]["remote"], 48) << seeded.dump();
+  EXPECT_EQ(tokens_of(seeded), reference(kShared + "three", 12, 0.8f, 7).tokens);
+  EXPECT_EQ(tokens_of(seeded), tokens_of(seeded_cold));
+
+  const json remote = remote_stats(*cb);
+  EXPECT_EQ(remote.value("hits", 0L), 3);
+  EXPECT_TRUE(remote.value("available", false));
+  ASSERT_EQ(remote["nodes"].size(), 1u);
+  EXPECT_EQ(remote["nodes"][0]["address"], redis_.socket_path());
+}
+
+TEST_F(DaemonRemoteTest, AnotherNamespaceOrSaltNeverHits) {
+  auto a = start();
+  auto ca = a->connect();
+  generate(*ca, kShared + "one", 0.0f, 0);
+  wait_shared(*ca, 3);
+  auto other = start({"--remote-namespace", "other"});
+  const json elsewhere = generate(*other->connect(), kShared + "two", 0.0f, 0);
+  EXPECT_EQ(elsewhere["cached_tokens"]["remote"], 0) << elsewhere.dump();
+  auto b = start();
+  const json salted = generate(*b->connect(), kShared + "two", 0.0f, 0, {{"cache_salt", "t"}});
+  EXPECT_EQ(salted["cached_tokens"]["remote"], 0) << salted.dump();
+  EXPECT_EQ(tokens_of(salted), reference(kShared + "two", 12, 0.0f, 0).tokens);
+}
+
+TEST_F(DaemonRemoteTest, ADeadRedisCostsHitsNeverARequestAndTheTierComesBack) {
+  auto a = start({"--remote-timeout", "0.2"});
+  auto ca = a->connect();
+  redis_.stop();
+  // Every request is answered with the engine's tokens while Redis is gone.
+  for (const char* tail : {"one", "two", "three"}) {
+    const json r = generate(*ca, kShared + tail, 0.0f, 0);
+    EXPECT_EQ(tokens_of(r), reference(kShared + tail, 12, 0.0f, 0).tokens) << r.dump();
+  }
+  json remote = remote_stats(*ca);
+  EXPECT_FALSE(remote.value("available", true)) << remote.dump();
+  EXPECT_FALSE(remote["nodes"][0].value("last_error", std::string()).empty());
+
+  redis_.start();
+  ASSERT_TRUE(redis_.ready()) << redis_.log();
+  for (int i = 0; i < 500 && !remote_stats(*ca).value("available", false); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  remote = remote_stats(*ca);
+  EXPECT_TRUE(remote.value("available", false)) << remote.dump();
+  EXPECT_GE(remote["nodes"][0].value("breaker_opened", 0L), 1);
+  // Shared again: a new daemon is served what this one writes now.
+  generate(*ca, kShared + "four", 0.0f, 0);
+  wait_shared(*ca, 3);
+  const json served = generate(*start()->connect(), kShared + "five", 0.0f, 0);
+  EXPECT_EQ(served["cached_tokens"]["remote"], 48) << served.dump();
+}
+
+TEST_F(DaemonRemoteTest, SettingsItCannotWorkWithAreALogLineAndItRunsWithoutTheTier) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--remote", "redis://user:secret@localhost:6379"},
+      {"--remote", "/nonexistent/redis.sock"},
+      {"--remote", redis_.socket_path(), "--remote-namespace", "a{b}"},
+      {"--remote", redis_.socket_path(), "--remote-secret", "/nonexistent/secret"},
+  };
+  for (const auto& args : bad) {
+    std::vector<std::string> all = args;
+    all.insert(all.end(), {"--log-level", "info"});
+    Daemon d(all);
+    ASSERT_TRUE(d.wait_ready()) << d.log();
+    EXPECT_TRUE(d.wait_log("the remote tier at")) << d.log();
+    auto c = d.connect();
+    const json r = generate(*c, kShared + "one", 0.0f, 0);
+    EXPECT_EQ(tokens_of(r), reference(kShared + "one", 12, 0.0f, 0).tokens);
+    EXPECT_FALSE(remote_stats(*c).value("available", true));
+  }
+}
+
+}  // namespace
+}  // namespace kvtier
