@@ -23,11 +23,15 @@
 
 #include "bench/bench_util.h"
 #include "bench/machine_peaks.h"
+#include "bench/ttft.h"
 #include "engine/scheduler.h"
 
 namespace {
 
 using kvtier::bench::random_tokens;
+using kvtier::bench::run_all;
+using kvtier::bench::time_to_first_token;
+using kvtier::bench::ttft_request;
 
 using namespace kvtier;
 using Clock = std::chrono::steady_clock;
@@ -37,38 +41,6 @@ constexpr int kPage = 16;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-RequestParams request(std::vector<int> prompt, int max_tokens, std::string salt = "") {
-  RequestParams p;
-  p.prompt = std::move(prompt);
-  p.max_tokens = max_tokens;
-  p.sampling = {0.0f, 0, 1.0f, 0};
-  p.cache_salt = std::move(salt);
-  return p;
-}
-
-// Submits and steps until the request's first token: (seconds, that token).
-std::pair<double, int> time_to_first_token(Scheduler& s, RequestParams p) {
-  const auto start = Clock::now();
-  const RequestId id = *s.submit(std::move(p));
-  while (true) {
-    for (const RequestEvent& e : s.step().events) {
-      if (e.id == id && !e.tokens.empty()) {
-        const double took = seconds_since(start);
-        while (s.has_work()) s.step();
-        return {took, e.tokens.front()};
-      }
-      if (e.id == id && !e.error.empty()) {
-        std::printf("request failed: %s\n", e.error.c_str());
-        return {0, -1};
-      }
-    }
-  }
-}
-
-void run_all(Scheduler& s) {
-  while (s.has_work()) s.step();
 }
 
 }  // namespace
@@ -117,7 +89,7 @@ int main(int argc, char** argv) {
 
   const std::vector<int> prompt = random_tokens(1024, config.vocab_size, 11);
   // Warm: 1009 tokens leave 63 full blocks (1008 tokens) in the cache.
-  (void)s.submit(request({prompt.begin(), prompt.begin() + 1009}, 1));
+  (void)s.submit(ttft_request({prompt.begin(), prompt.begin() + 1009}, 1));
   run_all(s);
   s.cache()->drain();
 
@@ -129,17 +101,18 @@ int main(int argc, char** argv) {
     // (write-through of a cold prompt's 64 blocks, demotions) finish first,
     // or their checksums and copies would share the cores with the forward.
     s.cache()->drain();
-    auto [l1, t1] = time_to_first_token(s, request(prompt, 1));
+    auto [l1, t1] = time_to_first_token(s, ttft_request(prompt, 1));
     s.cache()->flush(Tier::kL1);  // down to L2
     s.cache()->drain();
-    auto [l2, t2] = time_to_first_token(s, request(prompt, 1));
+    auto [l2, t2] = time_to_first_token(s, ttft_request(prompt, 1));
     s.cache()->drain();
     s.cache()->flush(Tier::kL1);
     s.cache()->flush(Tier::kL2);  // L3 only
     s.cache()->drain();
-    auto [l3, t3] = time_to_first_token(s, request(prompt, 1));
+    auto [l3, t3] = time_to_first_token(s, ttft_request(prompt, 1));
     s.cache()->drain();
-    auto [cold, t4] = time_to_first_token(s, request(prompt, 1, "cold-" + std::to_string(rep)));
+    auto [cold, t4] =
+        time_to_first_token(s, ttft_request(prompt, 1, "cold-" + std::to_string(rep)));
     const double t[4] = {l1, l2, l3, cold};
     const int tok[4] = {t1, t2, t3, t4};
     for (int i = 0; i < 4; ++i) {
@@ -180,7 +153,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     Scheduler& sv = **vs;
-    (void)sv.submit(request({prompt.begin(), prompt.begin() + 1009}, 1));
+    (void)sv.submit(ttft_request({prompt.begin(), prompt.begin() + 1009}, 1));
     run_all(sv);
     sv.cache()->drain();
     double best_v[2] = {1e9, 1e9};
@@ -190,7 +163,7 @@ int main(int argc, char** argv) {
         sv.cache()->drain();
         sv.cache()->flush(Tier::kL1);
         sv.cache()->drain();
-        auto [l2, t2] = time_to_first_token(sv, request(prompt, 1));
+        auto [l2, t2] = time_to_first_token(sv, ttft_request(prompt, 1));
         best_v[0] = std::min(best_v[0], l2);
         first_v[0] = t2;
         sv.cache()->drain();
@@ -198,7 +171,7 @@ int main(int argc, char** argv) {
       sv.cache()->flush(Tier::kL1);
       sv.cache()->flush(Tier::kL2);
       sv.cache()->drain();
-      auto [l3, t3] = time_to_first_token(sv, request(prompt, 1));
+      auto [l3, t3] = time_to_first_token(sv, ttft_request(prompt, 1));
       best_v[1] = std::min(best_v[1], l3);
       first_v[1] = t3;
     }
@@ -216,7 +189,7 @@ int main(int argc, char** argv) {
   // Demote the cached blocks to L2 and time it, against memcpy on one thread
   // (a block copy is one memcpy on the engine thread).
   run_all(s);
-  (void)s.submit(request(prompt, 1));
+  (void)s.submit(ttft_request(prompt, 1));
   run_all(s);  // prefix back in L1
   s.cache()->flush(Tier::kL2);
   const long before = s.cache()->stats().tier[1].demotions;
@@ -246,7 +219,7 @@ int main(int argc, char** argv) {
   // costs in practice: a prefill of its whole context.
   std::vector<RequestParams> work;
   for (int i = 0; i < 6; ++i)
-    work.push_back(request(random_tokens(192, config.vocab_size, 100 + i), 96));
+    work.push_back(ttft_request(random_tokens(192, config.vocab_size, 100 + i), 96));
   // Twice each, alternating, best time kept: one run of each on a noisy
   // machine can swap their order.
   constexpr int kWorkloadReps = 2;
