@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "tiers/block_key.h"
+#include "tiers/latency_stats.h"
 
 namespace kvtier::tiers {
 
@@ -94,6 +95,9 @@ struct StoreStats {
   // A store on several servers (the remote tier's Redis nodes): each one's
   // breaker.
   std::vector<NodeHealth> nodes;
+
+  // The four latency figures, from a store's recorders.
+  void set_latencies(const LatencyStats& reads, const LatencyStats& writes);
 };
 
 class BlockStore {

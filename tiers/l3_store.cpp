@@ -213,11 +213,7 @@ StoreStats L3Store::stats() const {
   StoreStats s = stats_;
   s.used_blocks = entries_.size();
   s.available = !breaker_.is_open();
-  const LatencySummary r = read_latency_.summary(), w = write_latency_.summary();
-  s.mean_read_us = r.mean_us;
-  s.p99_read_us = r.p99_us;
-  s.mean_write_us = w.mean_us;
-  s.p99_write_us = w.p99_us;
+  s.set_latencies(read_latency_, write_latency_);
   return s;
 }
 

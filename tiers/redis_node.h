@@ -47,7 +47,9 @@ class RedisNode {
   // The replies to `commands`, sent in one pipelined round.
   std::expected<std::vector<RedisReply>, RoundError> round(
       std::span<const RedisConnection::Command> commands);
-  // A PING when the breaker is due for its probe; true if it closed.
+  // A PING, as a round (refused while the breaker is open and not due):
+  // true if the node answered it, which closes a breaker due for its probe.
+  // Otherwise health().last_error says why.
   bool probe();
   // The node answered, but not as a healthy node does (an error reply that
   // is not about the key): counted like a failed round.

@@ -70,11 +70,7 @@ std::expected<std::unique_ptr<RedisStore>, std::string> RedisStore::open(
   if (options.timeout.count() <= 0) return std::unexpected("remote_timeout must be above 0");
   std::unique_ptr<RedisStore> store(new RedisStore(options));
   RedisNode& node = *store->nodes_.front();
-  const RedisConnection::Command ping = {"PING"};
-  const auto replies = node.round(std::span(&ping, 1));
-  if (!replies) return std::unexpected(node.health().last_error);
-  if ((*replies)[0].is_error())
-    return std::unexpected(node.address().to_string() + ": " + (*replies)[0].str);
+  if (!node.probe()) return std::unexpected(node.health().last_error);
   store->io_ = std::thread(&RedisStore::run, store.get());
   return store;
 }
@@ -215,11 +211,7 @@ StoreStats RedisStore::stats() const {
     s.nodes.push_back(node->health());
     s.available = s.available || s.nodes.back().available;
   }
-  const LatencySummary r = read_latency_.summary(), w = write_latency_.summary();
-  s.mean_read_us = r.mean_us;
-  s.p99_read_us = r.p99_us;
-  s.mean_write_us = w.mean_us;
-  s.p99_write_us = w.p99_us;
+  s.set_latencies(read_latency_, write_latency_);
   return s;
 }
 
