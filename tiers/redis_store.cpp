@@ -190,7 +190,8 @@ std::vector<StoreCompletion> RedisStore::poll() {
 void RedisStore::drain() {
   flush();
   std::unique_lock lock(mu_);
-  idle_.wait(lock, [&] { return queue_.empty() && in_round_ == 0; });
+  // Deletions of corrupt values count as work: a drained store has sent them.
+  idle_.wait(lock, [&] { return queue_.empty() && removals_.empty() && !in_round_; });
 }
 
 std::vector<BlockKey> RedisStore::take_evicted() {
@@ -243,12 +244,12 @@ void RedisStore::run() {
     }
     std::vector<Op> ops = take_round_locked();
     std::vector<std::string> removals = std::exchange(removals_, {});
-    in_round_ += ops.size();
+    in_round_ = true;
     lock.unlock();
     const std::vector<Outcome> outcomes = do_round(ops, removals);
     lock.lock();
     apply_locked(ops, outcomes);
-    in_round_ -= ops.size();
+    in_round_ = false;
     if (queue_.empty()) flushed_ = false;
     idle_.notify_all();
     if (options_.on_completion && !ops.empty()) {

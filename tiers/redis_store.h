@@ -181,8 +181,8 @@ class RedisStore final : public BlockStore {
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable wake_io_, idle_;
   std::vector<Op> queue_;
-  bool flushed_ = false;      // the queue is ready to go
-  std::size_t in_round_ = 0;  // operations taken by the I/O thread, not yet applied
+  bool flushed_ = false;   // the queue is ready to go
+  bool in_round_ = false;  // the I/O thread has taken work it has not applied yet
   bool stop_ = false;
   std::vector<std::string> removals_;  // keys of corrupt values, deleted next round
   std::unordered_map<BlockKey, Known, BlockKeyHash> known_;
