@@ -293,10 +293,10 @@ const std::array<Setting, 35> kSettings = {{
      .type = T::kText,
      .group = G::kTiers,
      .runtime = false,
-     .description = "The remote tier, below L3: a Redis server that daemons on many machines share "
-                    "prefixes through (redis://HOST:PORT, HOST:PORT or a Unix socket path); empty "
-                    "= none. One that cannot be reached at start is logged and kvtierd runs "
-                    "without it",
+     .description = "The remote tier, below L3: a Redis server (redis://HOST:PORT, HOST:PORT or a "
+                    "Unix socket path) or a Redis Cluster (its seeds, comma-separated) that "
+                    "daemons on many machines share prefixes through; empty = none. One that "
+                    "cannot be reached at start is logged and kvtierd runs without it",
      .get = [](const DaemonConfig& c) -> json { return c.scheduler.cache.remote; },
      .set = [](DaemonConfig& c, const json& v) { return stored(v, c.scheduler.cache.remote); }},
     {.name = "remote_namespace",

@@ -65,7 +65,7 @@ struct CacheConfig {
   // work with (an unparsable address, a server that does not answer, an
   // unreadable password or secret file) leave it out with a warning, as an
   // unusable l3_path leaves out L3.
-  std::string remote;  // the server's address (tiers/redis_address.h)
+  std::string remote;  // one server, or cluster seeds (tiers/redis_address.h)
   std::string remote_namespace = "default";
   // through: what this daemon computes is shared at once (the fleet's
   // point); back: only what leaves L2; off: read what others share.

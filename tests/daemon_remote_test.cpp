@@ -11,6 +11,7 @@
 
 #include "daemon_test_util.h"
 #include "redis_server.h"
+#include "redis_test_cluster.h"
 
 namespace kvtier {
 namespace {
@@ -18,6 +19,7 @@ namespace {
 using namespace daemon_test;
 using nlohmann::json;
 using test_util::RedisServer;
+using test_util::RedisTestCluster;
 
 // Three full 16-token blocks of the bundled character model, then the
 // variants' own tails.
@@ -153,6 +155,76 @@ TEST_F(DaemonRemoteTest, SettingsItCannotWorkWithAreALogLineAndItRunsWithoutTheT
     EXPECT_EQ(tokens_of(r), reference(kShared + "one", 12, 0.0f, 0).tokens);
     EXPECT_FALSE(remote_stats(*c).value("available", true));
   }
+}
+
+class DaemonRemoteClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_REDIS_CLUSTER();
+    ASSERT_TRUE(cluster_.ready()) << cluster_.log();
+  }
+  // The seeds as a user writes them: a comma-separated list.
+  std::string seeds() const {
+    std::string out;
+    for (const auto& seed : cluster_.seeds()) out += (out.empty() ? "" : ",") + seed.to_string();
+    return out;
+  }
+
+  RedisTestCluster cluster_;
+};
+
+TEST_F(DaemonRemoteClusterTest, APrefixIsSharedAcrossEveryMaster) {
+  // Ten shared blocks, whose keys fall on all three masters.
+  const std::string shared = kShared + kShared + kShared;
+  auto a = std::make_unique<Daemon>(std::vector<std::string>{"--remote", seeds()});
+  auto b = std::make_unique<Daemon>(std::vector<std::string>{"--remote", seeds()});
+  ASSERT_TRUE(a->wait_ready()) << a->log();
+  ASSERT_TRUE(b->wait_ready()) << b->log();
+  auto ca = a->connect();
+  auto cb = b->connect();
+  generate(*ca, shared + "one", 0.0f, 0);
+  wait_shared(*ca, 10);
+  for (int n = 0; n < cluster_.size(); ++n)
+    EXPECT_GT(cluster_.node(n).command({"DBSIZE"}).integer, 0) << "master " << n;
+
+  const json greedy = generate(*cb, shared + "two", 0.0f, 0);
+  EXPECT_EQ(greedy["cached_tokens"]["remote"], 160) << greedy.dump();
+  EXPECT_EQ(tokens_of(greedy), reference(shared + "two", 12, 0.0f, 0).tokens);
+  const json seeded = generate(*cb, shared + "three", 0.8f, 7);
+  EXPECT_EQ(tokens_of(seeded), reference(shared + "three", 12, 0.8f, 7).tokens);
+  const json remote = remote_stats(*cb);
+  EXPECT_EQ(remote.value("hits", 0L), 10);
+  ASSERT_EQ(remote["nodes"].size(), 3u) << remote.dump();
+  for (const json& node : remote["nodes"]) EXPECT_TRUE(node.value("available", false)) << node;
+
+  // One master dies: a daemon that has not seen the prefix yet loses the
+  // blocks from the first one it held, never a request, and says which
+  // node is down.
+  cluster_.node(0).stop();
+  Daemon c({"--remote", seeds(), "--remote-timeout", "0.2"});
+  ASSERT_TRUE(c.wait_ready()) << c.log();
+  auto cc = c.connect();
+  const json degraded = generate(*cc, shared + "two", 0.0f, 0);
+  EXPECT_EQ(tokens_of(degraded), reference(shared + "two", 12, 0.0f, 0).tokens);
+  EXPECT_LT(degraded["cached_tokens"]["remote"], 160) << degraded.dump();
+  const json after = remote_stats(*cc);
+  int down = 0;
+  for (const json& node : after["nodes"]) down += node.value("available", true) ? 0 : 1;
+  EXPECT_EQ(down, 1) << after.dump();
+}
+
+TEST_F(DaemonRemoteClusterTest, AClusterThatServesNoSlotsIsALogLineAndItRunsWithoutTheTier) {
+  RedisServer lone(
+      true, "",
+      {"--cluster-enabled", "yes", "--cluster-port", std::to_string(RedisServer::free_port())});
+  ASSERT_TRUE(lone.ready()) << lone.log();
+  Daemon d({"--remote", lone.tcp_address().to_string(), "--log-level", "info"});
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  EXPECT_TRUE(d.wait_log("serves no slots")) << d.log();
+  auto c = d.connect();
+  const json r = generate(*c, kShared + "one", 0.0f, 0);
+  EXPECT_EQ(tokens_of(r), reference(kShared + "one", 12, 0.0f, 0).tokens);
+  EXPECT_FALSE(remote_stats(*c).value("available", true));
 }
 
 }  // namespace

@@ -41,9 +41,10 @@ class RedisServer {
   }
 
   // With tcp, it also listens on a free loopback port; with a password, it
-  // requires it (requirepass).
-  explicit RedisServer(bool tcp = false, std::string password = {})
-      : tcp_(tcp), password_(std::move(password)) {
+  // requires it (requirepass); `extra` are more redis-server arguments.
+  explicit RedisServer(bool tcp = false, std::string password = {},
+                       std::vector<std::string> extra = {})
+      : tcp_(tcp), password_(std::move(password)), extra_(std::move(extra)) {
     start();
   }
   ~RedisServer() { stop(); }
@@ -93,6 +94,7 @@ class RedisServer {
                                      "--logfile",
                                      (dir_.path() / "redis.log").string()};
     if (!password_.empty()) args.insert(args.end(), {"--requirepass", password_});
+    args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv = daemon_test::c_strings(args);
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -114,13 +116,9 @@ class RedisServer {
     }
   }
   pid_t pid() const { return pid_; }
+  int port() const { return port_; }
+  const std::filesystem::path& dir() const { return dir_.path(); }
 
- private:
-  static std::string binary() {
-    for (const char* p : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"})
-      if (::access(p, X_OK) == 0) return p;
-    return "";
-  }
   // A loopback port nothing listens on now (the kernel's choice).
   static int free_port() {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -133,9 +131,23 @@ class RedisServer {
     ::close(fd);
     return ntohs(a.sin_port);
   }
+  // A command on the server, as an operator would send it.
+  tiers::RedisReply command(const tiers::RedisConnection::Command& c) const {
+    auto connection =
+        tiers::RedisConnection::connect(unix_address(), std::chrono::milliseconds(2000), password_)
+            .value();
+    return connection->round(std::span(&c, 1), std::chrono::milliseconds(2000)).value()[0];
+  }
 
+ private:
+  static std::string binary() {
+    for (const char* p : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"})
+      if (::access(p, X_OK) == 0) return p;
+    return "";
+  }
   bool tcp_;
   std::string password_;
+  std::vector<std::string> extra_;
   TempDir dir_;
   pid_t pid_ = -1;
   int port_ = 0;

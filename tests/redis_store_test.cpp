@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "redis_server.h"
+#include "redis_store_test_util.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -47,32 +48,14 @@ class RedisStoreTest : public ::testing::Test {
   }
 
   RedisStoreOptions options() const {
-    RedisStoreOptions o;
-    o.addresses = {server_.unix_address()};
-    o.key_namespace = "test";
-    o.timeout = 2000ms;
-    o.block_bytes = kBlockBytes;
-    o.format_tag = kTag;
-    o.backoff_initial = 50ms;
-    o.backoff_max = 200ms;
-    return o;
+    return test_util::redis_store_options({server_.unix_address()}, kBlockBytes, kTag);
   }
   static std::unique_ptr<RedisStore> open(const RedisStoreOptions& o) {
-    auto store = RedisStore::open(o);
-    EXPECT_TRUE(store.has_value()) << store.error();
-    return store ? std::move(*store) : nullptr;
+    return test_util::open_redis_store(o);
   }
-  // The completion of each ticket, in ticket order, once all are in.
-  static std::vector<StoreStatus> finish(RedisStore& store, std::vector<std::uint64_t> tickets) {
-    store.drain();
-    std::vector<StoreCompletion> done = store.poll();
-    std::vector<StoreStatus> out;
-    for (std::uint64_t t : tickets) {
-      auto it = std::ranges::find(done, t, &StoreCompletion::ticket);
-      out.push_back(it == done.end() ? StoreStatus::kUnavailable : it->status);
-      EXPECT_NE(it, done.end()) << "no completion for ticket " << t;
-    }
-    return out;
+  static std::vector<StoreStatus> finish(RedisStore& store,
+                                         const std::vector<std::uint64_t>& tickets) {
+    return test_util::finish(store, tickets);
   }
   static StoreStatus write(RedisStore& store, const BlockRecord& r,
                            const std::vector<std::byte>& b) {
@@ -88,10 +71,7 @@ class RedisStoreTest : public ::testing::Test {
     ASSERT_TRUE(store.knows(keys));
   }
   // A command on the server, as an operator (or an attacker) would send it.
-  RedisReply command(const Command& c) const {
-    auto connection = RedisConnection::connect(server_.unix_address(), 2000ms).value();
-    return connection->round(std::span(&c, 1), 2000ms).value()[0];
-  }
+  RedisReply command(const Command& c) const { return server_.command(c); }
 
   RedisServer server_;
 };

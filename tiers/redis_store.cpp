@@ -47,30 +47,25 @@ std::string redis_key(const std::string& key_namespace, std::uint64_t format_tag
 
 // ---- opening and closing -----------------------------------------------------
 
-RedisStore::RedisStore(const RedisStoreOptions& options) : options_(options) {
-  RedisNodeOptions node;
-  node.timeout = options_.timeout;
-  node.password = options_.password;
-  node.backoff_initial = options_.backoff_initial;
-  node.backoff_max = options_.backoff_max;
-  node.clock = options_.clock;
-  for (const RedisAddress& address : options_.addresses)
-    nodes_.push_back(std::make_unique<RedisNode>(address, node));
-}
+RedisStore::RedisStore(const RedisStoreOptions& options, std::unique_ptr<RedisCluster> servers)
+    : options_(options), servers_(std::move(servers)) {}
 
 std::expected<std::unique_ptr<RedisStore>, std::string> RedisStore::open(
     const RedisStoreOptions& options) {
-  if (options.addresses.size() != 1)
-    return std::unexpected("the remote tier takes one Redis address; " +
-                           std::to_string(options.addresses.size()) + " given");
   if (!valid_namespace(options.key_namespace))
     return std::unexpected("remote_namespace '" + options.key_namespace +
                            "': 1 to 64 of the characters A-Z a-z 0-9 _ . -");
   if (options.block_bytes == 0) return std::unexpected("a block of 0 bytes");
   if (options.timeout.count() <= 0) return std::unexpected("remote_timeout must be above 0");
-  std::unique_ptr<RedisStore> store(new RedisStore(options));
-  RedisNode& node = *store->nodes_.front();
-  if (!node.probe()) return std::unexpected(node.health().last_error);
+  RedisNodeOptions node;
+  node.timeout = options.timeout;
+  node.password = options.password;
+  node.backoff_initial = options.backoff_initial;
+  node.backoff_max = options.backoff_max;
+  node.clock = options.clock;
+  auto servers = RedisCluster::open(options.addresses, node);
+  if (!servers) return std::unexpected(servers.error());
+  std::unique_ptr<RedisStore> store(new RedisStore(options, std::move(*servers)));
   store->io_ = std::thread(&RedisStore::run, store.get());
   return store;
 }
@@ -199,19 +194,14 @@ std::vector<BlockKey> RedisStore::take_evicted() {
   return std::exchange(evicted_, {});
 }
 
-bool RedisStore::accepting() const {
-  return std::ranges::any_of(nodes_, [](const auto& node) { return node->accepting(); });
-}
+bool RedisStore::accepting() const { return servers_->accepting(); }
 
 StoreStats RedisStore::stats() const {
   std::lock_guard lock(mu_);
   StoreStats s = stats_;
   s.used_blocks = present_;
-  s.available = false;
-  for (const auto& node : nodes_) {
-    s.nodes.push_back(node->health());
-    s.available = s.available || s.nodes.back().available;
-  }
+  s.nodes = servers_->health();
+  s.available = std::ranges::any_of(s.nodes, &NodeHealth::available);
   s.set_latencies(read_latency_, write_latency_);
   return s;
 }
@@ -225,9 +215,7 @@ void RedisStore::run() {
     if (!work()) {
       // A node whose breaker is open is probed when due, work or not, so it
       // closes by itself.
-      const bool any_open = std::ranges::any_of(
-          nodes_, [](const auto& node) { return node->probe_due().has_value(); });
-      if (any_open) {
+      if (servers_->probe_due()) {
         wake_io_.wait_for(lock, std::min(options_.backoff_initial, std::chrono::milliseconds(100)),
                           work);
       } else {
@@ -237,8 +225,7 @@ void RedisStore::run() {
     if (stop_ && queue_.empty() && removals_.empty()) break;
     if (!work()) {
       lock.unlock();
-      for (const auto& node : nodes_)
-        if (node->probe_due() && node->accepting()) node->probe();
+      servers_->probe_due_nodes();
       lock.lock();
       continue;
     }
@@ -311,20 +298,19 @@ std::vector<RedisStore::Outcome> RedisStore::do_round(const std::vector<Op>& ops
   }
   for (const std::string& key : removals) commands.push_back({"DEL", key});
   if (commands.empty()) return outcomes;
-  RedisNode& node = *nodes_.front();
-  const auto replies = node.round(commands);
-  if (!replies) {
-    const StoreStatus status = replies.error() == RedisNode::RoundError::kRefused
-                                   ? StoreStatus::kUnavailable
-                                   : StoreStatus::kIoError;
-    for (std::size_t i : op_of) outcomes[i].status = status;
-    return outcomes;
-  }
+  const std::vector<RedisCluster::Answer> answers = servers_->round(commands);
   for (std::size_t c = 0; c < op_of.size(); ++c) {
     const std::size_t i = op_of[c];
-    const RedisReply& reply = (*replies)[c];
+    const RedisCluster::Answer& answer = answers[c];
+    if (!answer.reply) {
+      outcomes[i].status = answer.reply.error() == RedisNode::RoundError::kRefused
+                               ? StoreStatus::kUnavailable
+                               : StoreStatus::kIoError;
+      continue;
+    }
+    const RedisReply& reply = *answer.reply;
     if (reply.is_error() && !(ops[i].kind == OpKind::kWrite && is_oom(reply))) {
-      node.fail(reply.str);
+      answer.node->fail(reply.str);
       outcomes[i].status = StoreStatus::kIoError;
       continue;
     }

@@ -1,5 +1,6 @@
-// The remote tier: blocks in Redis, shared by every daemon that points at
-// the same server and namespace, so that a prefix computed on one machine is
+// The remote tier: blocks in Redis (one server, or a Redis Cluster whose
+// masters each hold the keys of their hash slots), shared by every daemon
+// that points at the same servers and namespace, so that a prefix computed on one machine is
 // read, not recomputed, on the others.
 //
 // Values are content-addressed and immutable. A block lives under
@@ -32,7 +33,8 @@
 // Degrade, never fail: all network I/O runs on the store's I/O thread, in
 // pipelined rounds (lookups first, then reads, then writes, at most
 // round_bytes of values a round), each with one deadline (timeout). A
-// round that fails opens its node's breaker (tiers/redis_node.h): the
+// round that fails opens its node's breaker (tiers/redis_node.h; in a
+// cluster, only the keys of that node's slots are affected): the
 // operations complete kIoError, later ones kUnavailable without being
 // tried, lookups answer "absent", and a probe closes the breaker again by
 // itself once the node answers. A full Redis (OOM under noeviction) refuses
@@ -68,14 +70,15 @@
 #include "tiers/block_store.h"
 #include "tiers/latency_stats.h"
 #include "tiers/redis_address.h"
-#include "tiers/redis_node.h"
+#include "tiers/redis_cluster.h"
 #include "tiers/remote_secret.h"
 #include "tiers/remote_value.h"
 
 namespace kvtier::tiers {
 
 struct RedisStoreOptions {
-  std::vector<RedisAddress> addresses;  // the server (one address)
+  // One server, or seed nodes of a Redis Cluster (tiers/redis_cluster.h).
+  std::vector<RedisAddress> addresses;
   // Daemons share blocks only within a namespace: 1 to 64 of
   // [A-Za-z0-9_.-].
   std::string key_namespace = "default";
@@ -104,8 +107,8 @@ std::string redis_key(const std::string& key_namespace, std::uint64_t format_tag
 
 class RedisStore final : public BlockStore {
  public:
-  // Checks the options and that the server answers (PING within the
-  // timeout); an error says which and why. Nothing is written.
+  // Checks the options and that the servers answer (RedisCluster::open,
+  // within the timeout); an error says which and why. Nothing is written.
   static std::expected<std::unique_ptr<RedisStore>, std::string> open(
       const RedisStoreOptions& options);
   // Completes what was started (within the rounds' deadlines) and stops the
@@ -159,7 +162,7 @@ class RedisStore final : public BlockStore {
     std::chrono::steady_clock::time_point at;
   };
 
-  explicit RedisStore(const RedisStoreOptions& options);
+  RedisStore(const RedisStoreOptions& options, std::unique_ptr<RedisCluster> servers);
   std::chrono::steady_clock::time_point now() const;
   RemoteValueSpec value_spec() const;
   std::string key_of(const BlockKey& key) const;
@@ -175,7 +178,7 @@ class RedisStore final : public BlockStore {
   void remember_locked(const BlockKey& key, Known known);
 
   const RedisStoreOptions options_;
-  std::vector<std::unique_ptr<RedisNode>> nodes_;
+  const std::unique_ptr<RedisCluster> servers_;
   std::uint64_t next_ticket_ = 1;  // owner's thread only
 
   mutable std::mutex mu_;  // guards everything below
