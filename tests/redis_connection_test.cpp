@@ -91,6 +91,35 @@ TEST(RedisConnectionTest, ErrorRepliesKeepTheConnectionInStep) {
   EXPECT_FALSE((*c)->broken());
 }
 
+TEST(RedisConnectionTest, ArraysNestAndHoldEveryKindOfReply) {
+  SKIP_WITHOUT_REDIS();
+  RedisServer server;
+  ASSERT_TRUE(server.ready()) << server.log();
+  auto c = RedisConnection::connect(server.unix_address(), kTimeout);
+  ASSERT_TRUE(c.has_value()) << c.error();
+  // What CLUSTER SLOTS answers is shaped so: arrays in arrays.
+  const Command eval = {"EVAL", "return {1, {2, 'x', {}}, 'y', false, {err='E'}, {ok='S'}}", "0"};
+  auto r = (*c)->round(std::span(&eval, 1), kTimeout);
+  ASSERT_TRUE(r.has_value()) << r.error();
+  const RedisReply& top = (*r)[0];
+  ASSERT_EQ(top.kind, RedisReply::Kind::kArray);
+  ASSERT_EQ(top.elements.size(), 6u);
+  EXPECT_EQ(top.elements[0].integer, 1);
+  const RedisReply& inner = top.elements[1];
+  ASSERT_EQ(inner.kind, RedisReply::Kind::kArray);
+  ASSERT_EQ(inner.elements.size(), 3u);
+  EXPECT_EQ(inner.elements[0].integer, 2);
+  EXPECT_EQ(inner.elements[1].str, "x");
+  EXPECT_EQ(inner.elements[2].kind, RedisReply::Kind::kArray);
+  EXPECT_TRUE(inner.elements[2].elements.empty());
+  EXPECT_EQ(top.elements[2].str, "y");
+  EXPECT_EQ(top.elements[3].kind, RedisReply::Kind::kNil);  // Lua's false
+  EXPECT_TRUE(top.elements[4].is_error());
+  EXPECT_EQ(top.elements[4].str, "E");
+  EXPECT_EQ(top.elements[5].kind, RedisReply::Kind::kStatus);
+  EXPECT_EQ(top.elements[5].str, "S");
+}
+
 TEST(RedisConnectionTest, APasswordIsSentAndAWrongOneIsRefused) {
   SKIP_WITHOUT_REDIS();
   RedisServer server(/*tcp=*/false, "a fleet's password");

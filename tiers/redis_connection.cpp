@@ -47,34 +47,84 @@ class SigpipeBlock {
   sigset_t pipe_, old_;
 };
 
-RedisReply convert(const redisReply& r) {
-  RedisReply out;
-  switch (r.type) {
-    case REDIS_REPLY_STRING:
-      out.kind = RedisReply::Kind::kString;
-      break;
-    case REDIS_REPLY_STATUS:
-      out.kind = RedisReply::Kind::kStatus;
-      break;
-    case REDIS_REPLY_ERROR:
-      out.kind = RedisReply::Kind::kError;
-      break;
-    case REDIS_REPLY_INTEGER:
-      out.kind = RedisReply::Kind::kInteger;
-      break;
-    case REDIS_REPLY_ARRAY:
-      out.kind = RedisReply::Kind::kArray;
-      break;
-    default:
-      out.kind = RedisReply::Kind::kNil;
+// hiredis builds our RedisReply directly (its reader's object functions),
+// so a value is copied once from the read buffer into the reply's string,
+// not once into hiredis's reply and again into ours: for block-sized values
+// that copy is what the round costs beside the network. An array's elements
+// are made in place in their parent (sized by createArray, never resized),
+// so the pointers hiredis keeps to them stay valid. Allocation failures and
+// absurd array sizes return null, which hiredis reports as out of memory;
+// no exception crosses its C code.
+constexpr long long kMaxArrayElements = 1 << 20;
+
+// The type hiredis counts an array's elements in (int in 0.14, size_t
+// later).
+template <typename>
+struct SecondParameter;
+template <typename R, typename A, typename B>
+struct SecondParameter<R (*)(A, B)> {
+  using type = B;
+};
+using ArrayCount = SecondParameter<decltype(redisReplyObjectFunctions::createArray)>::type;
+
+void* attach(const redisReadTask* task, RedisReply&& value) noexcept {
+  if (task->parent != nullptr) {
+    auto* parent = static_cast<RedisReply*>(task->parent->obj);
+    RedisReply& slot = parent->elements[static_cast<std::size_t>(task->idx)];
+    slot = std::move(value);
+    return &slot;
   }
-  if (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_STATUS || r.type == REDIS_REPLY_ERROR)
-    out.str.assign(r.str, r.len);
-  out.integer = r.type == REDIS_REPLY_INTEGER ? r.integer : 0;
-  for (std::size_t i = 0; r.type == REDIS_REPLY_ARRAY && i < r.elements; ++i)
-    out.elements.push_back(convert(*r.element[i]));
-  return out;
+  return new (std::nothrow) RedisReply(std::move(value));
 }
+
+RedisReply::Kind kind_of(int type) {
+  switch (type) {
+    case REDIS_REPLY_STRING:
+      return RedisReply::Kind::kString;
+    case REDIS_REPLY_STATUS:
+      return RedisReply::Kind::kStatus;
+    case REDIS_REPLY_ERROR:
+      return RedisReply::Kind::kError;
+    default:
+      return RedisReply::Kind::kNil;
+  }
+}
+
+redisReplyObjectFunctions reply_functions = {
+    .createString = [](const redisReadTask* task, char* str, std::size_t len) noexcept -> void* {
+      try {
+        RedisReply r;
+        r.kind = kind_of(task->type);
+        r.str.assign(str, len);
+        return attach(task, std::move(r));
+      } catch (const std::bad_alloc&) {
+        return nullptr;
+      }
+    },
+    .createArray = [](const redisReadTask* task, ArrayCount elements) noexcept -> void* {
+      if (static_cast<long long>(elements) < 0 ||
+          static_cast<long long>(elements) > kMaxArrayElements)
+        return nullptr;
+      try {
+        RedisReply r;
+        r.kind = RedisReply::Kind::kArray;
+        r.elements.resize(static_cast<std::size_t>(elements));
+        return attach(task, std::move(r));
+      } catch (const std::bad_alloc&) {
+        return nullptr;
+      }
+    },
+    .createInteger = [](const redisReadTask* task, long long value) noexcept -> void* {
+      RedisReply r;
+      r.kind = RedisReply::Kind::kInteger;
+      r.integer = value;
+      return attach(task, std::move(r));
+    },
+    .createNil = [](const redisReadTask* task) noexcept -> void* {
+      return attach(task, RedisReply{});
+    },
+    .freeObject = [](void* reply) noexcept { delete static_cast<RedisReply*>(reply); },
+};
 
 }  // namespace
 
@@ -95,6 +145,11 @@ std::expected<std::unique_ptr<RedisConnection>, std::string> RedisConnection::co
     redisFree(c);
     return std::unexpected(why);
   }
+  // Keep the reader's buffer between replies: hiredis frees it once more
+  // than 16 KiB sit unused, so every block-sized value would grow it again
+  // from nothing (reallocations, copies and page faults per value).
+  c->reader->maxbuf = 0;
+  c->reader->fn = &reply_functions;
   std::unique_ptr<RedisConnection> connection(new RedisConnection(address, c));
   if (!password.empty()) {
     const Command auth = {"AUTH", password};
@@ -147,9 +202,8 @@ std::expected<std::vector<RedisReply>, std::string> RedisConnection::round(
       if (Clock::now() >= end) return late();
       return std::unexpected(fail(context_->err != 0 ? context_->errstr : "no reply"));
     }
-    const auto* reply = static_cast<redisReply*>(raw);
-    replies.push_back(convert(*reply));
-    freeReplyObject(raw);
+    std::unique_ptr<RedisReply> reply(static_cast<RedisReply*>(raw));  // reply_functions' own
+    replies.push_back(std::move(*reply));
   }
   return replies;
 }
