@@ -36,6 +36,7 @@ using kvtier::bench::random_tokens;
 using kvtier::bench::run_all;
 using kvtier::bench::time_to_first_token;
 using kvtier::bench::ttft_request;
+using kvtier::bench::ttft_scheduler_config;
 
 constexpr int kThreads = 2;
 constexpr int kPage = 16;
@@ -128,14 +129,8 @@ int main(int argc, char** argv) {
   // ---- time to first token: remote hit, L3 hit, cold ----------------------
   // One scheduler per store, each L1 + that store, written through.
   std::filesystem::remove_all(l3_dir);
-  SchedulerConfig base;
-  base.prefix_cache = true;
-  base.page_size = kPage;
-  base.max_kv_tokens = 2048;
-  base.max_batch_size = 8;
-  base.token_budget = 1024;  // a whole prompt in one chunk, as a cold TTFT would be
+  SchedulerConfig base = ttft_scheduler_config(kPage);
   base.cache.l2_bytes = 0;
-  base.cache.write_policy = WritePolicy::kWriteThrough;
   SchedulerConfig remote = base, l3 = base;
   remote.cache.remote = redis;
   remote.cache.remote_namespace = "bench";

@@ -32,6 +32,7 @@ using kvtier::bench::random_tokens;
 using kvtier::bench::run_all;
 using kvtier::bench::time_to_first_token;
 using kvtier::bench::ttft_request;
+using kvtier::bench::ttft_scheduler_config;
 
 using namespace kvtier;
 using Clock = std::chrono::steady_clock;
@@ -58,16 +59,10 @@ int main(int argc, char** argv) {
 
   // ---- time to first token by tier -------------------------------------
   std::filesystem::remove_all(l3_dir);
-  SchedulerConfig c;
-  c.prefix_cache = true;
-  c.page_size = kPage;
-  c.max_kv_tokens = 2048;
-  c.max_batch_size = 8;
-  c.token_budget = 1024;  // a whole prompt in one chunk, as a cold TTFT would be
+  SchedulerConfig c = ttft_scheduler_config(kPage);
   c.cache.l2_bytes = 160 * block_bytes;
   c.cache.l3_path = (l3_dir / "store").string();
   c.cache.l3_bytes = 320 * block_bytes;
-  c.cache.write_policy = WritePolicy::kWriteThrough;
   auto made = Scheduler::create(model, nullptr, c);
   if (!made) {
     std::printf("cannot build the scheduler: %s\n", made.error().c_str());

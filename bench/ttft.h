@@ -22,6 +22,20 @@ inline RequestParams ttft_request(std::vector<int> prompt, int max_tokens, std::
   return p;
 }
 
+// The scheduler both benches time through, before its tiers: a prefix
+// cache of `page`-token blocks, room for the 1024-token prompt and a whole
+// prompt in one chunk, as a cold TTFT would be.
+inline SchedulerConfig ttft_scheduler_config(int page) {
+  SchedulerConfig c;
+  c.prefix_cache = true;
+  c.page_size = page;
+  c.max_kv_tokens = 2048;
+  c.max_batch_size = 8;
+  c.token_budget = 1024;
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  return c;
+}
+
 inline void run_all(Scheduler& s) {
   while (s.has_work()) s.step();
 }
