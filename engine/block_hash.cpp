@@ -3,10 +3,7 @@
 #include <cstring>
 #include <vector>
 
-// The state type is complete only with static linking declarations; a state on
-// the stack saves an allocation per block.
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
+#include "tiers/xxhash_inline.h"
 
 namespace kvtier {
 

@@ -1,10 +1,10 @@
 #include "tiers/l3_store.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cassert>
 #include <system_error>
+
+#include "tiers/xxhash_inline.h"
 
 namespace kvtier::tiers {
 
