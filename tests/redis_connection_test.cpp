@@ -1,5 +1,6 @@
 // A connection to a real redis-server the test starts: pipelined rounds on a
-// Unix socket and on loopback TCP, binary values, AUTH, error replies that
+// Unix socket and on loopback TCP, binary values (up to several reads long,
+// through a sink), AUTH, error replies that
 // keep the connection in step, and a server that dies or stalls: an error
 // within the deadline, never a hang, and the connection broken for good.
 #include "tiers/redis_connection.h"
@@ -70,6 +71,56 @@ TEST(RedisConnectionTest, PipelinedRoundsOnAUnixSocketAndOnLoopbackTcp) {
     round_trip(**c);
     EXPECT_FALSE((*c)->broken());
   }
+}
+
+// Values of one byte to several reads' worth (the connection reads 1 MiB a
+// system call), in one round: a sink offered the string replies sees each
+// whole, once, under its command's index, and the replies it declines (and
+// the ones that are not strings) arrive as usual.
+TEST(RedisConnectionTest, ValuesLargerThanOneReadReachTheSinkWhole) {
+  SKIP_WITHOUT_REDIS();
+  RedisServer server;
+  ASSERT_TRUE(server.ready()) << server.log();
+  auto c = RedisConnection::connect(server.unix_address(), kTimeout);
+  ASSERT_TRUE(c.has_value()) << c.error();
+  const std::vector<std::size_t> sizes = {1, (1 << 20) - 1, (1 << 20) + 7, (3 << 20) + 5, 40};
+  std::vector<std::string> keys, values;
+  std::vector<Command> sets, gets;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    keys.push_back("big:" + std::to_string(i));
+    values.push_back(binary_value(sizes[i], static_cast<int>(i)));
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    sets.push_back({"SET", keys[i], values[i]});
+    gets.push_back({"GET", keys[i]});
+  }
+  gets.push_back({"GET", "missing"});
+  ASSERT_TRUE((*c)->round(sets, kTimeout).has_value());
+  std::vector<std::string> seen(gets.size());
+  std::vector<int> offers(gets.size(), 0);
+  const ValueSink even = [&](std::size_t command, std::span<const std::byte> value) {
+    ++offers.at(command);
+    if (command % 2 != 0) return false;
+    seen[command].assign(reinterpret_cast<const char*>(value.data()), value.size());
+    return true;
+  };
+  auto got = (*c)->round(gets, kTimeout, even);
+  ASSERT_TRUE(got.has_value()) << got.error();
+  ASSERT_EQ(got->size(), gets.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE("value " + std::to_string(i) + " of " + std::to_string(sizes[i]) + " bytes");
+    EXPECT_EQ(offers[i], 1);
+    EXPECT_EQ((*got)[i].kind, RedisReply::Kind::kString);
+    if (i % 2 == 0) {
+      EXPECT_TRUE(seen[i] == values[i]) << "the sink saw it changed";
+      EXPECT_TRUE((*got)[i].str.empty()) << "a value the sink took is not also copied";
+    } else {
+      EXPECT_TRUE((*got)[i].str == values[i]) << "came back changed";
+    }
+  }
+  EXPECT_EQ(offers.back(), 0) << "a nil is not a string";
+  EXPECT_EQ(got->back().kind, RedisReply::Kind::kNil);
+  EXPECT_FALSE((*c)->broken());
 }
 
 TEST(RedisConnectionTest, ErrorRepliesKeepTheConnectionInStep) {

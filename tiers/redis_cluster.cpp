@@ -85,7 +85,7 @@ void RedisCluster::take_map_locked(const std::vector<SlotRange>& ranges) {
 }
 
 std::vector<RedisCluster::Answer> RedisCluster::round(
-    std::span<const RedisConnection::Command> commands) {
+    std::span<const RedisConnection::Command> commands, const ValueSink& sink) {
   std::vector<Answer> answers(commands.size(),
                               Answer{std::unexpected(RedisNode::RoundError::kRefused), nullptr});
   std::vector<RedisNode*> target(commands.size());
@@ -107,13 +107,23 @@ std::vector<RedisCluster::Answer> RedisCluster::round(
     for (RedisNode* node : nodes) {
       std::vector<RedisConnection::Command> share;
       std::vector<std::size_t> mine;
+      std::vector<std::size_t> index_of;  // each of share's commands' in `commands`
       for (std::size_t i : pending) {
         if (target[i] != node) continue;
-        if (asking[i]) share.push_back(kAsking);
+        if (asking[i]) {
+          share.push_back(kAsking);
+          index_of.push_back(commands.size());  // ASKING's own: not offered
+        }
         share.push_back(commands[i]);
+        index_of.push_back(i);
         mine.push_back(i);
       }
-      auto replies = node->round(share);
+      ValueSink offer;
+      if (sink)
+        offer = [&](std::size_t c, std::span<const std::byte> value) {
+          return index_of[c] < commands.size() && sink(index_of[c], value);
+        };
+      auto replies = node->round(share, offer);
       if (!replies) {
         for (std::size_t i : mine) answers[i] = {std::unexpected(replies.error()), node};
         refresh = refresh || replies.error() == RedisNode::RoundError::kFailed;

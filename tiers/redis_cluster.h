@@ -55,8 +55,10 @@ class RedisCluster {
     std::expected<RedisReply, RedisNode::RoundError> reply;
     RedisNode* node = nullptr;
   };
-  // Every command's second argument is its key.
-  std::vector<Answer> round(std::span<const RedisConnection::Command> commands);
+  // Every command's second argument is its key. String replies are offered
+  // to `sink` (RedisConnection::round) under the command's index here.
+  std::vector<Answer> round(std::span<const RedisConnection::Command> commands,
+                            const ValueSink& sink = {});
 
   // Sends a PING to each node whose breaker is due for its probe, so that
   // it closes by itself.

@@ -4,8 +4,11 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 namespace kvtier::tiers {
 
@@ -57,6 +60,14 @@ class SigpipeBlock {
 // no exception crosses its C code.
 constexpr long long kMaxArrayElements = 1 << 20;
 
+// What the reader's functions know of the round being read: its sink, and
+// which command the reply being read answers. The reader's privdata while a
+// round reads; null otherwise.
+struct RoundReading {
+  const ValueSink* sink = nullptr;
+  std::size_t command = 0;
+};
+
 // The type hiredis counts an array's elements in (int in 0.14, size_t
 // later).
 template <typename>
@@ -95,6 +106,10 @@ redisReplyObjectFunctions reply_functions = {
       try {
         RedisReply r;
         r.kind = kind_of(task->type);
+        const auto* reading = static_cast<const RoundReading*>(task->privdata);
+        if (task->parent == nullptr && task->type == REDIS_REPLY_STRING && reading != nullptr &&
+            (*reading->sink)(reading->command, std::as_bytes(std::span(str, len))))
+          return attach(task, std::move(r));
         r.str.assign(str, len);
         return attach(task, std::move(r));
       } catch (const std::bad_alloc&) {
@@ -161,13 +176,33 @@ std::expected<std::unique_ptr<RedisConnection>, std::string> RedisConnection::co
   return connection;
 }
 
+std::string RedisConnection::next_reply(void** reply) {
+  if (redisGetReplyFromReader(context_, reply) != REDIS_OK) return context_->errstr;
+  if (*reply != nullptr) return {};
+  for (int done = 0; !done;)  // the round's commands, all sent first
+    if (redisBufferWrite(context_, &done) != REDIS_OK) return context_->errstr;
+  if (!read_buffer_) read_buffer_ = std::make_unique<char[]>(kReadBytes);
+  while (*reply == nullptr) {
+    const ssize_t n = ::read(context_->fd, read_buffer_.get(), kReadBytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return "timed out reading";
+    if (n < 0) return std::string("read: ") + std::strerror(errno);
+    if (n == 0) return "the server closed the connection";
+    if (redisReaderFeed(context_->reader, read_buffer_.get(), static_cast<std::size_t>(n)) !=
+            REDIS_OK ||
+        redisGetReplyFromReader(context_, reply) != REDIS_OK)
+      return context_->errstr;
+  }
+  return {};
+}
+
 std::string RedisConnection::fail(const std::string& why) {
   broken_why_ = address_.to_string() + ": " + why;
   return broken_why_;
 }
 
 std::expected<std::vector<RedisReply>, std::string> RedisConnection::round(
-    std::span<const Command> commands, std::chrono::milliseconds deadline) {
+    std::span<const Command> commands, std::chrono::milliseconds deadline, const ValueSink& sink) {
   if (broken()) return std::unexpected(broken_why_);
   const SigpipeBlock no_sigpipe;
   const auto end = Clock::now() + deadline;
@@ -190,7 +225,15 @@ std::expected<std::vector<RedisReply>, std::string> RedisConnection::round(
   }
   std::vector<RedisReply> replies;
   replies.reserve(commands.size());
+  RoundReading reading{&sink};
+  redisReader* reader = context_->reader;
+  reader->privdata = sink ? &reading : nullptr;
+  const struct Unset {
+    redisReader* reader;
+    ~Unset() { reader->privdata = nullptr; }
+  } unset{reader};
   for (std::size_t i = 0; i < commands.size(); ++i) {
+    reading.command = i;
     // What is left of the round's deadline bounds each blocking read and
     // write (hiredis sets it as the socket's timeouts).
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(end - Clock::now());
@@ -198,9 +241,9 @@ std::expected<std::vector<RedisReply>, std::string> RedisConnection::round(
     if (redisSetTimeout(context_, to_timeval(left)) != REDIS_OK)
       return std::unexpected(fail("cannot set the socket's timeout"));
     void* raw = nullptr;
-    if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
+    if (const auto why = next_reply(&raw); !why.empty() || raw == nullptr) {
       if (Clock::now() >= end) return late();
-      return std::unexpected(fail(context_->err != 0 ? context_->errstr : "no reply"));
+      return std::unexpected(fail(why.empty() ? "no reply" : why));
     }
     std::unique_ptr<RedisReply> reply(static_cast<RedisReply*>(raw));  // reply_functions' own
     replies.push_back(std::move(*reply));

@@ -10,10 +10,17 @@
 // on (its replies may be out of step with its commands); the owner makes a
 // new one. Error replies (-ERR, -MOVED, -NOAUTH...) are replies, not
 // failures: the connection stays in step.
+//
+// A round may hand its string replies to a ValueSink instead of copying
+// them into RedisReply::str: the sink sees each one where hiredis read it,
+// as soon as it is complete (while later replies are still arriving), so a
+// block-sized value is checked and copied to where it belongs once.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -36,6 +43,12 @@ struct RedisReply {
   bool is_error() const { return kind == Kind::kError; }
 };
 
+// Offered the bytes of the string reply to command `command` of a round
+// (valid for the call only); true takes them, and that reply is then a
+// kString with an empty str. Runs on the round's thread, inside hiredis's
+// parser: it must not throw, and must not call into the connection.
+using ValueSink = std::function<bool(std::size_t command, std::span<const std::byte> value)>;
+
 class RedisConnection {
  public:
   // A command's arguments, binary-safe; they must outlive round().
@@ -52,16 +65,24 @@ class RedisConnection {
 
   // A reply per command, in order, or why the round failed.
   std::expected<std::vector<RedisReply>, std::string> round(std::span<const Command> commands,
-                                                            std::chrono::milliseconds deadline);
+                                                            std::chrono::milliseconds deadline,
+                                                            const ValueSink& sink = {});
   bool broken() const { return !broken_why_.empty(); }
   const RedisAddress& address() const { return address_; }
 
  private:
   RedisConnection(RedisAddress address, redisContext* context);
   std::string fail(const std::string& why);
+  // redisGetReply's work, reading up to kReadBytes a system call instead of
+  // hiredis's 16 KiB (a block-sized value in a few reads, not 75): the next
+  // reply, or why there is none.
+  std::string next_reply(void** reply);
+
+  static constexpr std::size_t kReadBytes = 1 << 20;
 
   RedisAddress address_;
   redisContext* context_;
+  std::unique_ptr<char[]> read_buffer_;  // kReadBytes, from the first read on
   std::string broken_why_;
 };
 

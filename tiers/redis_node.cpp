@@ -8,7 +8,7 @@ RedisNode::RedisNode(RedisAddress address, RedisNodeOptions options)
       breaker_(options_.backoff_initial, options_.backoff_max, options_.clock) {}
 
 std::expected<std::vector<RedisReply>, RedisNode::RoundError> RedisNode::round(
-    std::span<const RedisConnection::Command> commands) {
+    std::span<const RedisConnection::Command> commands, const ValueSink& sink) {
   bool probe = false;
   {
     std::lock_guard lock(mu_);
@@ -28,7 +28,7 @@ std::expected<std::vector<RedisReply>, RedisNode::RoundError> RedisNode::round(
       why = made.error();
   }
   std::expected<std::vector<RedisReply>, std::string> replies = std::unexpected(why);
-  if (connection_) replies = connection_->round(commands, options_.timeout);
+  if (connection_) replies = connection_->round(commands, options_.timeout, sink);
   std::lock_guard lock(mu_);
   if (!replies) {
     connection_.reset();

@@ -44,9 +44,10 @@ class RedisNode {
   RedisNode(RedisAddress address, RedisNodeOptions options);
 
   enum class RoundError { kRefused, kFailed };  // not tried (breaker open); tried and failed
-  // The replies to `commands`, sent in one pipelined round.
+  // The replies to `commands`, sent in one pipelined round; string replies
+  // offered to `sink` first (RedisConnection::round).
   std::expected<std::vector<RedisReply>, RoundError> round(
-      std::span<const RedisConnection::Command> commands);
+      std::span<const RedisConnection::Command> commands, const ValueSink& sink = {});
   // A PING, as a round (refused while the breaker is open and not due):
   // true if the node answered it, which closes a breaker due for its probe.
   // Otherwise health().last_error says why.

@@ -298,7 +298,14 @@ std::vector<RedisStore::Outcome> RedisStore::do_round(const std::vector<Op>& ops
   }
   for (const std::string& key : removals) commands.push_back({"DEL", key});
   if (commands.empty()) return outcomes;
-  const std::vector<RedisCluster::Answer> answers = servers_->round(commands);
+  // A read's value is checked and copied to its slot as it arrives, where
+  // hiredis read it: never held whole.
+  const ValueSink to_slot = [&](std::size_t c, std::span<const std::byte> value) {
+    if (c >= op_of.size() || ops[op_of[c]].kind != OpKind::kRead) return false;
+    outcomes[op_of[c]] = read_value(ops[op_of[c]], value);
+    return true;
+  };
+  const std::vector<RedisCluster::Answer> answers = servers_->round(commands, to_slot);
   for (std::size_t c = 0; c < op_of.size(); ++c) {
     const std::size_t i = op_of[c];
     const RedisCluster::Answer& answer = answers[c];
@@ -314,9 +321,27 @@ std::vector<RedisStore::Outcome> RedisStore::do_round(const std::vector<Op>& ops
       outcomes[i].status = StoreStatus::kIoError;
       continue;
     }
+    if (ops[i].kind == OpKind::kRead && reply.kind == RedisReply::Kind::kString)
+      continue;  // to_slot has judged it
     outcomes[i] = outcome_of(ops[i], reply);
   }
   return outcomes;
+}
+
+RedisStore::Outcome RedisStore::read_value(const Op& op, std::span<const std::byte> bytes) const {
+  Outcome out;
+  const auto value = decode_remote_value(op.key, value_spec(), bytes, op.dst);
+  if (!value) {
+    out.status = StoreStatus::kChecksumMismatch;
+    out.remove = corrupt_for_all(value.error());
+    return out;
+  }
+  if (!std::ranges::equal(value->meta, op.meta)) {
+    out.status = StoreStatus::kChecksumMismatch;  // a sound value, not the block asked for
+    return out;
+  }
+  out.transferred = true;
+  return out;
 }
 
 RedisStore::Outcome RedisStore::outcome_of(const Op& op, const RedisReply& reply) const {
@@ -330,25 +355,9 @@ RedisStore::Outcome RedisStore::outcome_of(const Op& op, const RedisReply& reply
           out.found_meta.emplace(meta->begin(), meta->end());
       }
       return out;
-    case OpKind::kRead: {
-      if (reply.kind != Kind::kString) {
-        out.status = StoreStatus::kNotFound;  // evicted by Redis, or never there
-        return out;
-      }
-      const auto value = decode_remote_value(op.key, value_spec(), as_bytes(reply.str));
-      if (!value) {
-        out.status = StoreStatus::kChecksumMismatch;
-        out.remove = corrupt_for_all(value.error());
-        return out;
-      }
-      if (!std::ranges::equal(value->meta, op.meta)) {
-        out.status = StoreStatus::kChecksumMismatch;  // a sound value, not the block asked for
-        return out;
-      }
-      std::memcpy(op.dst, value->payload.data(), options_.block_bytes);
-      out.transferred = true;
+    case OpKind::kRead:
+      out.status = StoreStatus::kNotFound;  // evicted by Redis, or never there
       return out;
-    }
     case OpKind::kWrite:
       if (reply.is_error()) {
         out.status = StoreStatus::kNoSpace;  // OOM: Redis is full and evicts nothing

@@ -172,6 +172,9 @@ class RedisStore final : public BlockStore {
   std::vector<Op> take_round_locked();
   // The network part of a round, no lock held: an outcome per operation.
   std::vector<Outcome> do_round(const std::vector<Op>& ops, std::vector<std::string>& removals);
+  // A read's value, checked and copied to op.dst (a string reply).
+  Outcome read_value(const Op& op, std::span<const std::byte> value) const;
+  // Any other reply's meaning.
   Outcome outcome_of(const Op& op, const RedisReply& reply) const;
   void apply_locked(const std::vector<Op>& ops, const std::vector<Outcome>& outcomes);
   void complete_locked(const Op& op, StoreStatus status);

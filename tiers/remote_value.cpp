@@ -1,12 +1,11 @@
 #include "tiers/remote_value.h"
 
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
-#include <xxhash.h>
-
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "tiers/little_endian.h"
+#include "tiers/xxhash_inline.h"
 
 namespace kvtier::tiers {
 
@@ -25,12 +24,26 @@ std::array<std::byte, 16> key_bytes(const BlockKey& key) {
   return out;
 }
 
+// With `copy_to`, the payload is also copied there, a piece at a time, each
+// piece hashed while it is still in cache: one pass over a block-sized
+// payload in memory instead of two.
 std::uint64_t checksum(std::span<const std::byte> key, std::span<const std::byte> header,
-                       std::span<const std::byte> meta, std::span<const std::byte> payload) {
+                       std::span<const std::byte> meta, std::span<const std::byte> payload,
+                       std::byte* copy_to = nullptr) {
+  constexpr std::size_t kPiece = 32 << 10;
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
-  for (std::span<const std::byte> part : {key, header, meta, payload})
+  for (std::span<const std::byte> part : {key, header, meta})
     XXH3_64bits_update(&state, part.data(), part.size());
+  if (copy_to == nullptr) {
+    XXH3_64bits_update(&state, payload.data(), payload.size());
+  } else {
+    for (std::size_t at = 0; at < payload.size(); at += kPiece) {
+      const std::size_t n = std::min(kPiece, payload.size() - at);
+      XXH3_64bits_update(&state, payload.data() + at, n);
+      std::memcpy(copy_to + at, payload.data() + at, n);
+    }
+  }
   return XXH3_64bits_digest(&state);
 }
 
@@ -119,7 +132,8 @@ std::expected<std::span<const std::byte>, RemoteValueError> peek_remote_meta(
 
 std::expected<RemoteValue, RemoteValueError> decode_remote_value(const BlockKey& key,
                                                                  const RemoteValueSpec& spec,
-                                                                 std::span<const std::byte> value) {
+                                                                 std::span<const std::byte> value,
+                                                                 std::byte* payload_to) {
   using enum RemoteValueError;
   const auto header = check_header(spec, value);
   if (!header) return std::unexpected(header.error());
@@ -134,7 +148,7 @@ std::expected<RemoteValue, RemoteValueError> decode_remote_value(const BlockKey&
   const std::span<const std::byte> meta = value.subspan(kRemoteHeaderBytes + mac_bytes, meta_bytes);
   const std::span<const std::byte> payload = value.subspan(want - payload_bytes);
   const auto k = key_bytes(key);
-  if (load_le(h + kSumAt, 8) != checksum(k, header_bytes, meta, payload))
+  if (load_le(h + kSumAt, 8) != checksum(k, header_bytes, meta, payload, payload_to))
     return std::unexpected(kChecksum);
   if (header->has_mac) {
     const std::span<const std::byte> claimed = value.subspan(kRemoteHeaderBytes, mac_bytes);

@@ -66,9 +66,13 @@ std::vector<std::byte> encode_remote_value(const BlockKey& key, const RemoteValu
 struct RemoteValue {
   std::span<const std::byte> meta, payload;  // inside the value given
 };
+// With `payload_to`, the payload is also copied there as it is checked (in
+// one pass over it, not two); those bytes mean nothing unless the value is
+// accepted.
 std::expected<RemoteValue, RemoteValueError> decode_remote_value(const BlockKey& key,
                                                                  const RemoteValueSpec& spec,
-                                                                 std::span<const std::byte> value);
+                                                                 std::span<const std::byte> value,
+                                                                 std::byte* payload_to = nullptr);
 
 // A lookup reads only a value's first bytes (GETRANGE 0 kRemotePeekBytes-1)
 // to learn whether it is there and what metadata it claims. Those are
