@@ -4,6 +4,9 @@
 //   build/bench/loadgen --socket /tmp/k.sock --workload a,b,c,d --rate 8
 //                       --concurrency 8 --duration 60 --seed 1 [--pid PID] [--out-prefix run1]
 //
+// --socket given more than once drives a fleet: arrivals go to the daemons
+// round-robin, `concurrency` connections each, and the stats are summed.
+//
 // Prints a progress line while it runs, then a table; writes
 // <prefix>-requests.csv (one row per request) and <prefix>-stats.csv (one
 // row per second of the daemon's `stats`). Exit status 1 when a request was
@@ -23,15 +26,19 @@ int main(int argc, char** argv) {
   std::string workload = "a,b,c,d";
   std::string prefix = "loadgen";
   bool quiet = false;
-  app.add_option("--socket", o.socket, "kvtierd's socket")->required();
+  app.add_option("--socket", o.sockets,
+                 "kvtierd's socket; more than one: a fleet, sent requests round-robin")
+      ->required();
   app.add_option("--workload", workload,
                  "Mix of a (shared system prompt), b (multi-turn chats), c (priority mix with a "
-                 "low-priority batch job), d (random prompts)")
+                 "low-priority batch job), d (random prompts), e (many applications' system "
+                 "prompts)")
       ->capture_default_str();
-  app.add_option("--rate", o.rate, "Arrivals per second (Poisson)")
+  app.add_option("--rate", o.rate, "Arrivals per second (Poisson), over all daemons")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--concurrency", o.concurrency, "Connections, one request in flight on each")
+  app.add_option("--concurrency", o.concurrency,
+                 "Connections to each daemon, one request in flight on each")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   app.add_option("--duration", o.duration_s, "Seconds of arrivals")
@@ -41,27 +48,37 @@ int main(int argc, char** argv) {
                  "Seconds to wait for answers after the last arrival; later ones count as lost")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Workload and arrival seed")->capture_default_str();
-  app.add_option("--pid", o.daemon_pid, "kvtierd's pid, for its RSS (default: health.pid if sent)");
+  app.add_option("--pid", o.daemon_pids,
+                 "kvtierd's pid, for its RSS (default: health.pid if sent); one per --socket");
   app.add_option("--out-prefix", prefix, "CSV files: PREFIX-requests.csv, PREFIX-stats.csv")
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "No progress line");
   CLI11_PARSE(app, argc, argv);
   auto kinds = parse_kinds(workload);
   if (!kinds) {
-    std::fprintf(stderr, "loadgen: --workload takes letters a..d, e.g. a,b,c,d\n");
+    std::fprintf(stderr, "loadgen: --workload takes letters a..e, e.g. a,b,c,d\n");
     return 2;
   }
   o.kinds = *kinds;
   o.progress = !quiet;
 
-  auto client = kvtier::ctl::RpcClient::connect(o.socket);
-  if (!client) {
-    std::fprintf(stderr, "loadgen: %s\n", client.error().message.c_str());
+  const bool pids_given = !o.daemon_pids.empty();
+  if (pids_given && o.daemon_pids.size() != o.sockets.size()) {
+    std::fprintf(stderr, "loadgen: give one --pid per --socket, or none\n");
     return 2;
   }
-  if (auto h = client->call("health", nlohmann::json::object()); h && h->is_object()) {
-    if (h->contains("model")) o.context = (*h)["model"].value("block_size", o.context);
-    if (o.daemon_pid == 0) o.daemon_pid = h->value("pid", 0);
+  for (const std::string& socket : o.sockets) {
+    auto client = kvtier::ctl::RpcClient::connect(socket);
+    if (!client) {
+      std::fprintf(stderr, "loadgen: %s\n", client.error().message.c_str());
+      return 2;
+    }
+    int pid = 0;  // 0: unknown, no RSS
+    if (auto h = client->call("health", nlohmann::json::object()); h && h->is_object()) {
+      if (h->contains("model")) o.context = (*h)["model"].value("block_size", o.context);
+      pid = h->value("pid", 0);
+    }
+    if (!pids_given) o.daemon_pids.push_back(pid);
   }
 
   const LoadResult result = run_load(o);
@@ -70,9 +87,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const Summary s = summarize(result);
-  std::printf("workload %s, rate %.2f/s, concurrency %d, duration %.0f s, seed %llu\n",
-              o.kinds.c_str(), o.rate, o.concurrency, o.duration_s,
-              static_cast<unsigned long long>(o.seed));
+  std::printf(
+      "workload %s, rate %.2f/s, %zu daemon(s), concurrency %d each, duration %.0f s, "
+      "seed %llu\n",
+      o.kinds.c_str(), o.rate, o.sockets.size(), o.concurrency, o.duration_s,
+      static_cast<unsigned long long>(o.seed));
   print_summary(s, stdout);
   const bool wrote = write_requests_csv(prefix + "-requests.csv", result) &&
                      write_stats_csv(prefix + "-stats.csv", result);

@@ -9,7 +9,8 @@ namespace kvtier::bench {
 
 namespace {
 
-const char* const kHitNames[4] = {"miss", "l1", "l2", "l3"};
+// RequestRecord::hit_tier's values.
+const char* hit_name(int hit) { return hit == 0 ? "miss" : kTierNames[hit - 1]; }
 
 std::string fixed(double v, int digits) {
   if (v < 0) return "";
@@ -39,6 +40,12 @@ std::string ms(const Distribution& d, double Distribution::*field) {
 
 }  // namespace
 
+long Summary::prefilled_tokens() const {
+  long cached = 0;
+  for (long c : cached_tokens) cached += c;
+  return prompt_tokens - cached;
+}
+
 Distribution distribution(std::vector<double> v) {
   Distribution d;
   v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return x < 0 || std::isnan(x); }),
@@ -64,7 +71,7 @@ Summary summarize(const LoadResult& r) {
   s.lost = r.lost();
   s.failed = r.failed();
   s.elapsed_s = r.elapsed_s;
-  std::vector<double> ttft, queue, speed, by_hit[4];
+  std::vector<double> ttft, queue, speed, by_hit[kTiers + 1];
   long tokens = 0;
   for (const auto& q : r.records) {
     if (!q.ok()) {
@@ -78,13 +85,13 @@ Summary summarize(const LoadResult& r) {
     speed.push_back(q.tokens_per_s());
     by_hit[q.hit_tier()].push_back(q.ttft_ms());
     s.prompt_tokens += q.prompt_tokens;
-    for (int t = 0; t < 3; ++t) s.cached_tokens[t] += q.cached[t];
+    for (int t = 0; t < kTiers; ++t) s.cached_tokens[t] += q.cached[t];
   }
   s.ttft = distribution(ttft);
   s.queue = distribution(queue);
   s.decode_tok_s = distribution(speed);
-  for (int h = 0; h < 4; ++h) s.ttft_by_hit[h] = distribution(by_hit[h]);
-  for (int t = 0; t < 3; ++t)
+  for (int h = 0; h <= kTiers; ++h) s.ttft_by_hit[h] = distribution(by_hit[h]);
+  for (int t = 0; t < kTiers; ++t)
     s.token_hit_rate[t] =
         s.prompt_tokens > 0 ? static_cast<double>(s.cached_tokens[t]) / s.prompt_tokens : 0;
   if (s.elapsed_s > 0) {
@@ -124,8 +131,8 @@ void print_comparison(const std::vector<std::pair<std::string, Summary>>& runs, 
   row("queue mean ms", [](const Summary& s) { return ms(s.queue, &Distribution::mean); });
   row("decode tok/s/request p50",
       [](const Summary& s) { return ms(s.decode_tok_s, &Distribution::p50); });
-  for (int h = 0; h < 4; ++h) {
-    const std::string name = std::string("TTFT ") + kHitNames[h] + " n mean/p50/p99";
+  for (int h = 0; h <= kTiers; ++h) {
+    const std::string name = std::string("TTFT ") + hit_name(h) + " n mean/p50/p99";
     row(name, [h](const Summary& s) {
       const Distribution& d = s.ttft_by_hit[h];
       if (d.count == 0) return std::string("-");
@@ -133,24 +140,26 @@ void print_comparison(const std::vector<std::pair<std::string, Summary>>& runs, 
              fixed(d.p99, 1);
     });
   }
-  row("recomputed tokens",
+  row("prompt tokens prefilled",
+      [](const Summary& s) { return std::to_string(s.prefilled_tokens()); });
+  row("recomputed tokens (preempted)",
       [](const Summary& s) { return std::to_string(s.daemon.recomputed_tokens); });
   row("preemptions (swapped)", [](const Summary& s) {
     return std::to_string(s.daemon.preemptions) + " (" + std::to_string(s.daemon.swapped_out) + ")";
   });
-  for (int t = 0; t < 3; ++t) {
-    row("L" + std::to_string(t + 1) + " hit, prompt tokens",
+  for (int t = 0; t < kTiers; ++t) {
+    row(std::string(kTierLabels[t]) + " hit, prompt tokens",
         [t](const Summary& s) { return pct(s.token_hit_rate[t]); });
   }
   // The daemon's own counts, beside the rates from the answers above.
-  for (int t = 0; t < 3; ++t) {
-    row("L" + std::to_string(t + 1) + " hit blocks (stats)", [t](const Summary& s) {
+  for (int t = 0; t < kTiers; ++t) {
+    row(std::string(kTierLabels[t]) + " hit blocks (stats)", [t](const Summary& s) {
       return s.has_cache_stats && s.daemon.tier[t].present ? std::to_string(s.daemon.tier[t].hits)
                                                            : std::string("-");
     });
   }
-  for (int t = 1; t < 3; ++t) {
-    row("demotions into L" + std::to_string(t + 1), [t](const Summary& s) {
+  for (int t = 1; t < 3; ++t) {  // the remote tier is written, not demoted into
+    row(std::string("demotions into ") + kTierLabels[t], [t](const Summary& s) {
       return s.daemon.tier[t].present ? std::to_string(s.daemon.tier[t].demotions)
                                       : std::string("-");
     });
@@ -184,18 +193,21 @@ bool write_requests_csv(const std::string& path, const LoadResult& result) {
     std::fprintf(stderr, "cannot write %s\n", path.c_str());
     return false;
   }
-  f << "index,kind,chat,turn,priority,batch,connection,arrival_s,sent_s,first_token_s,done_s,"
+  f << "index,kind,chat,turn,priority,batch,daemon,connection,arrival_s,sent_s,first_token_s,done_"
+       "s,"
        "queue_ms,daemon_queue_ms,ttft_ms,daemon_ttft_ms,total_ms,tokens_per_s,prompt_tokens,"
-       "completion_tokens,cached_l1,cached_l2,cached_l3,hit_tier,finish_reason,error\n";
+       "completion_tokens,cached_l1,cached_l2,cached_l3,cached_remote,hit_tier,finish_reason,"
+       "error\n";
   for (const auto& r : result.records) {
     f << r.index << ',' << r.item.kind << ',' << r.item.chat << ',' << r.item.turn << ','
-      << r.item.priority << ',' << (r.item.batch ? 1 : 0) << ',' << r.connection << ','
-      << fixed(r.arrival_s, 4) << ',' << fixed(r.sent_s, 4) << ',' << fixed(r.first_token_s, 4)
-      << ',' << fixed(r.done_s, 4) << ',' << fixed(r.queue_total_ms(), 3) << ','
-      << fixed(r.queue_ms, 3) << ',' << fixed(r.ttft_ms(), 3) << ',' << fixed(r.daemon_ttft_ms, 3)
-      << ',' << fixed(r.total_ms, 3) << ',' << fixed(r.tokens_per_s(), 1) << ',' << r.prompt_tokens
-      << ',' << r.completion_tokens << ',' << r.cached[0] << ',' << r.cached[1] << ','
-      << r.cached[2] << ',' << kHitNames[r.hit_tier()] << ',' << r.finish_reason << ','
+      << r.item.priority << ',' << (r.item.batch ? 1 : 0) << ',' << r.daemon << ',' << r.connection
+      << ',' << fixed(r.arrival_s, 4) << ',' << fixed(r.sent_s, 4) << ','
+      << fixed(r.first_token_s, 4) << ',' << fixed(r.done_s, 4) << ','
+      << fixed(r.queue_total_ms(), 3) << ',' << fixed(r.queue_ms, 3) << ',' << fixed(r.ttft_ms(), 3)
+      << ',' << fixed(r.daemon_ttft_ms, 3) << ',' << fixed(r.total_ms, 3) << ','
+      << fixed(r.tokens_per_s(), 1) << ',' << r.prompt_tokens << ',' << r.completion_tokens;
+    for (int c : r.cached) f << ',' << c;
+    f << ',' << hit_name(r.hit_tier()) << ',' << r.finish_reason << ','
       << csv_quote(r.done_s < 0 ? "lost: no answer before the drain timeout" : r.error) << '\n';
   }
   return static_cast<bool>(f);
@@ -209,7 +221,7 @@ bool write_stats_csv(const std::string& path, const LoadResult& result) {
   }
   f << "t_s,waiting,running,pending,blocks_used,blocks_free,preemptions,recomputed_tokens,"
        "swapped_out,requests_completed,tokens_generated,tokens_per_s,completed_per_s";
-  for (const char* t : {"l1", "l2", "l3"})
+  for (const char* t : kTierNames)
     f << ',' << t << "_used," << t << "_capacity," << t << "_hits," << t << "_demotions," << t
       << "_promotions," << t << "_dropped," << t << "_hit_rate";
   f << ",missed_blocks,cache_nodes,rss_kb\n";
@@ -223,7 +235,7 @@ bool write_stats_csv(const std::string& path, const LoadResult& result) {
       << v.blocks_used << ',' << v.blocks_free << ',' << v.preemptions << ',' << v.recomputed_tokens
       << ',' << v.swapped_out << ',' << v.completed << ',' << v.tokens_generated << ','
       << fixed(d.tokens_generated / dt, 1) << ',' << fixed(d.completed / dt, 2);
-    for (int t = 0; t < 3; ++t) {
+    for (int t = 0; t < kTiers; ++t) {
       const TierFigures& x = v.tier[t];
       f << ',' << x.used << ',' << x.capacity << ',' << x.hits << ',' << x.demotions << ','
         << x.promotions << ',' << x.dropped << ',' << fixed(d.hit_rate(t), 4);

@@ -26,10 +26,12 @@ struct Summary {
   double elapsed_s = 0;
   double requests_per_s = 0, tokens_per_s = 0;  // completed requests / generated tokens
   Distribution ttft, queue, decode_tok_s;
-  Distribution ttft_by_hit[4];  // miss, L1, L2, L3 (deepest tier that served the prompt)
+  // By the deepest tier that served the prompt (RequestRecord::hit_tier).
+  Distribution ttft_by_hit[kTiers + 1];
   long prompt_tokens = 0;
-  long cached_tokens[3] = {0, 0, 0};
-  double token_hit_rate[3] = {0, 0, 0};  // cached_tokens[t] / prompt_tokens
+  long cached_tokens[kTiers] = {};
+  double token_hit_rate[kTiers] = {};  // cached_tokens[t] / prompt_tokens
+  long prefilled_tokens() const;       // prompt tokens no tier had
   bool has_cache_stats = false;
   StatsView daemon;  // the run's own share of the daemon's counters
   long peak_rss_kb = -1;

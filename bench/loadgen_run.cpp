@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -40,10 +41,11 @@ double RequestRecord::tokens_per_s() const {
   return (completion_tokens - 1) / (done_s - first_token_s);
 }
 
+int RequestRecord::cached_total() const { return std::accumulate(cached.begin(), cached.end(), 0); }
+
 int RequestRecord::hit_tier() const {
-  if (cached[2] > 0) return 3;
-  if (cached[1] > 0) return 2;
-  if (cached[0] > 0) return 1;
+  for (int t = kTiers - 1; t >= 0; --t)
+    if (cached[t] > 0) return t + 1;
   return 0;
 }
 
@@ -78,17 +80,18 @@ long read_rss_kb(int pid) {
 
 namespace {
 
-// cached_tokens as {"l1":..,"l2":..,"l3":..} or [l1, l2, l3]; zeros when absent.
-std::array<int, 3> parse_cached(const json& result) {
-  std::array<int, 3> out{};
+// cached_tokens as {"l1":..,"l2":..,"l3":..,"remote":..} or [l1, l2, ...];
+// zeros when absent.
+std::array<int, kTiers> parse_cached(const json& result) {
+  std::array<int, kTiers> out{};
   auto it = result.find("cached_tokens");
   if (it == result.end()) return out;
   if (it->is_object()) {
-    const char* names[3] = {"l1", "l2", "l3"};
-    for (int t = 0; t < 3; ++t)
-      if (auto v = it->find(names[t]); v != it->end() && v->is_number()) out[t] = v->get<int>();
+    for (int t = 0; t < kTiers; ++t)
+      if (auto v = it->find(kTierNames[t]); v != it->end() && v->is_number())
+        out[t] = v->get<int>();
   } else if (it->is_array()) {
-    for (int t = 0; t < 3 && t < static_cast<int>(it->size()); ++t)
+    for (int t = 0; t < kTiers && t < static_cast<int>(it->size()); ++t)
       if ((*it)[t].is_number()) out[t] = (*it)[t].get<int>();
   } else if (it->is_number()) {
     out[0] = it->get<int>();  // one total: counted as L1
@@ -105,8 +108,9 @@ class Runner;
 
 // One socket, one request in flight at most.
 struct Connection {
-  explicit Connection(asio::io_context& io) : socket(io) {}
+  Connection(asio::io_context& io, int daemon) : socket(io), daemon(daemon) {}
   stream::socket socket;
+  int daemon;  // index into LoadOptions::sockets
   std::string in;
   std::string out;    // the line being written
   long current = -1;  // index into records, -1 = idle
@@ -126,15 +130,23 @@ class Runner {
   LoadResult run() {
     LoadResult result;
     result.duration_s = options_.duration_s;
-    for (int i = 0; i < options_.concurrency; ++i) {
-      auto c = std::make_unique<Connection>(io_);
-      std::error_code ec;
-      c->socket.connect(stream::endpoint(options_.socket), ec);
-      if (ec) {
-        result.error = "cannot connect to kvtierd at " + options_.socket + ": " + ec.message();
-        return result;
+    if (options_.sockets.empty()) {
+      result.error = "no kvtierd socket to drive";
+      return result;
+    }
+    backlogs_.resize(options_.sockets.size());
+    for (int d = 0; d < static_cast<int>(options_.sockets.size()); ++d) {
+      for (int i = 0; i < options_.concurrency; ++i) {
+        auto c = std::make_unique<Connection>(io_, d);
+        std::error_code ec;
+        c->socket.connect(stream::endpoint(options_.sockets[d]), ec);
+        if (ec) {
+          result.error =
+              "cannot connect to kvtierd at " + options_.sockets[d] + ": " + ec.message();
+          return result;
+        }
+        connections_.push_back(std::move(c));
       }
-      connections_.push_back(std::move(c));
     }
     if (auto s = stats_once()) result.stats_before = *s;
     start_ = Clock::now();
@@ -167,31 +179,59 @@ class Runner {
   }
   double now_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
-  std::optional<json> stats_once() {
-    auto client = ctl::RpcClient::connect(options_.socket);
-    if (!client) return std::nullopt;
-    auto r = client->call("stats", json::object());
-    if (!r) return std::nullopt;
-    return *r;
+  // Every daemon's `stats`, summed (sum_stats); nullopt if one did not answer.
+  static std::optional<json> stats_of(std::vector<ctl::RpcClient>& clients) {
+    std::vector<json> each;
+    for (ctl::RpcClient& client : clients) {
+      auto r = client.call("stats", json::object());
+      if (!r) return std::nullopt;
+      each.push_back(std::move(*r));
+    }
+    return sum_stats(each);
   }
 
-  // The stats thread: one sample a second on its own connection (RpcClient,
-  // blocking), until the run ends.
+  std::optional<std::vector<ctl::RpcClient>> stats_clients() const {
+    std::vector<ctl::RpcClient> clients;
+    for (const std::string& socket : options_.sockets) {
+      auto client = ctl::RpcClient::connect(socket);
+      if (!client) return std::nullopt;
+      clients.push_back(std::move(*client));
+    }
+    return clients;
+  }
+
+  std::optional<json> stats_once() {
+    auto clients = stats_clients();
+    return clients ? stats_of(*clients) : std::nullopt;
+  }
+
+  long rss_kb() const {
+    long sum = 0;
+    for (int pid : options_.daemon_pids) {
+      const long kb = read_rss_kb(pid);
+      if (kb < 0) return -1;
+      sum += kb;
+    }
+    return options_.daemon_pids.empty() ? -1 : sum;
+  }
+
+  // The stats thread: one sample a second on connections of its own
+  // (RpcClient, blocking), until the run ends.
   void poll_stats() {
-    auto client = ctl::RpcClient::connect(options_.socket);
-    if (!client) return;
+    auto clients = stats_clients();
+    if (!clients) return;
     auto next = start_;
     std::unique_lock lock(poll_mu_);
     while (!poll_stop_) {
       next += std::chrono::seconds(1);
       if (poll_cv_.wait_until(lock, next, [this] { return poll_stop_; })) break;
       lock.unlock();
-      auto r = client->call("stats", json::object());
+      auto r = stats_of(*clients);
       StatsSample s;
       s.t_s = now_s();
-      s.rss_kb = read_rss_kb(options_.daemon_pid);
+      s.rss_kb = rss_kb();
       lock.lock();
-      if (!r) break;  // the daemon went away; the run will notice
+      if (!r) break;  // a daemon went away; the run will notice
       s.stats = std::move(*r);
       samples_.push_back(std::move(s));
       last_stats_ = samples_.back().stats;
@@ -213,19 +253,24 @@ class Runner {
       r.index = static_cast<long>(records_.size());
       r.item = workload_.next();
       r.arrival_s = now_s();
+      // Round-robin, as a load balancer in front of a fleet would spread them.
+      r.daemon = static_cast<int>(r.index % static_cast<long>(backlogs_.size()));
       records_.push_back(std::move(r));
-      backlog_.push_back(records_.back().index);
+      backlogs_[records_.back().daemon].push_back(records_.back().index);
+      ++backlog_size_;
       dispatch();
       schedule_arrival();
     });
   }
 
   void dispatch() {
-    for (int i = 0; i < static_cast<int>(connections_.size()) && !backlog_.empty(); ++i) {
+    for (int i = 0; i < static_cast<int>(connections_.size()) && backlog_size_ > 0; ++i) {
       Connection& c = *connections_[i];
-      if (!c.alive || c.current >= 0) continue;
-      const long idx = backlog_.front();
-      backlog_.pop_front();
+      std::deque<long>& backlog = backlogs_[c.daemon];
+      if (!c.alive || c.current >= 0 || backlog.empty()) continue;
+      const long idx = backlog.front();
+      backlog.pop_front();
+      --backlog_size_;
       send(i, idx);
     }
   }
@@ -329,9 +374,14 @@ class Runner {
       complete(conn);
     }
     bool any = false;
+    for (auto& other : connections_) any = any || (other->alive && other->daemon == c.daemon);
+    if (!any) {  // nothing left to send this daemon's backlog on: it is lost
+      backlog_size_ -= backlogs_[c.daemon].size();
+      backlogs_[c.daemon].clear();
+    }
+    any = false;
     for (auto& other : connections_) any = any || other->alive;
-    if (!any) {  // nothing left to send on: the rest of the backlog is lost
-      backlog_.clear();
+    if (!any) {  // no daemon left
       arrivals_done_ = true;
       arrival_timer_.cancel();
       maybe_finish();
@@ -339,7 +389,7 @@ class Runner {
   }
 
   void maybe_finish() {
-    if (arrivals_done_ && backlog_.empty() && in_flight_ == 0) finish();
+    if (arrivals_done_ && backlog_size_ == 0 && in_flight_ == 0) finish();
   }
 
   void finish() {
@@ -376,17 +426,16 @@ class Runner {
       std::lock_guard lock(poll_mu_);
       const StatsView v = view_stats(last_stats_);
       if (v.blocks_used >= 0) tiers = " | kv " + std::to_string(v.blocks_used) + " blk";
-      static const char* names[3] = {"L1", "L2", "L3"};
-      for (int i = 0; i < 3; ++i)
-        if (v.tier[i].present && v.tier[i].used >= 0)
-          tiers += " " + std::string(names[i]) + " " + std::to_string(v.tier[i].used) + "/" +
+      for (int i = 0; i < kTiers; ++i)
+        if (v.tier[i].present && v.tier[i].used >= 0 && v.tier[i].capacity > 0)
+          tiers += " " + std::string(kTierLabels[i]) + " " + std::to_string(v.tier[i].used) + "/" +
                    std::to_string(v.tier[i].capacity);
     }
     std::fprintf(stderr,
                  "%s%s[%5.0fs/%.0fs] arrived %ld done %ld errors %ld in flight %d backlog %zu "
                  "%.0f tok/s%s   %s",
                  tty_ ? "\r" : "", options_.label.c_str(), t, options_.duration_s,
-                 static_cast<long>(records_.size()), done_, errors_, in_flight_, backlog_.size(),
+                 static_cast<long>(records_.size()), done_, errors_, in_flight_, backlog_size_,
                  tok_s, tiers.c_str(), tty_ ? "" : "\n");
     std::fflush(stderr);
   }
@@ -398,7 +447,8 @@ class Runner {
   asio::steady_timer arrival_timer_, progress_timer_, drain_timer_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::vector<RequestRecord> records_;
-  std::deque<long> backlog_;
+  std::vector<std::deque<long>> backlogs_;  // per daemon: arrived, not yet sent
+  std::size_t backlog_size_ = 0;            // over all daemons
   Clock::time_point start_;
   double next_arrival_s_ = 0;
   bool arrivals_done_ = false, finished_ = false;

@@ -1,11 +1,14 @@
 // The load generator's engine: open-loop Poisson arrivals from a Workload,
-// sent over `concurrency` Asio connections to one kvtierd socket, each
+// sent over `concurrency` Asio connections to each kvtierd socket, each
 // connection carrying one streamed `generate` at a time (so every
 // generate.token notification on it belongs to that request and the client
-// can time the first token). Arrivals that find every connection busy wait
-// in a client-side backlog; that wait is part of their queue time and TTFT,
-// as an open-loop user would see it. A second thread polls `stats` once a
-// second (and reads the daemon's RSS from /proc when its pid is known).
+// can time the first token). With several daemons (a fleet), arrivals go to
+// them round-robin, as a load balancer would spread them. Arrivals that
+// find every connection to their daemon busy wait in a client-side backlog;
+// that wait is part of their queue time and TTFT, as an open-loop user
+// would see it. A second thread polls every daemon's `stats` once a second
+// (summed over the fleet, sum_stats) and reads their RSS from /proc when
+// their pids are known.
 //
 // run_load() stops by itself: arrivals end at `duration_s`; requests already
 // arrived are sent and awaited for at most `drain_timeout_s` more, then the
@@ -17,20 +20,21 @@
 #include <string>
 #include <vector>
 
+#include "bench/loadgen_stats.h"
 #include "bench/workload.h"
 
 namespace kvtier::bench {
 
 struct LoadOptions {
-  std::string socket;
-  double rate = 4;      // arrivals per second (Poisson)
-  int concurrency = 8;  // connections = requests in flight at most
+  std::vector<std::string> sockets;  // one per daemon; arrivals go round-robin
+  double rate = 4;                   // arrivals per second (Poisson), over all daemons
+  int concurrency = 8;               // connections to each daemon = its requests in flight
   double duration_s = 30;
   std::string kinds = "abcd";
   std::uint64_t seed = 1;
-  int context = 256;     // the model's positions (health.model.block_size)
-  int daemon_pid = 0;    // for RSS; 0 = unknown
-  bool progress = true;  // a progress line on stderr, redrawn every second
+  int context = 256;             // the model's positions (health.model.block_size)
+  std::vector<int> daemon_pids;  // for RSS (their sum); empty = unknown
+  bool progress = true;          // a progress line on stderr, redrawn every second
   double drain_timeout_s = 120;
   std::string label;  // printed at the start of the progress line
 };
@@ -38,13 +42,14 @@ struct LoadOptions {
 struct RequestRecord {
   long index = 0;
   WorkItem item;
+  int daemon = 0;  // index into LoadOptions::sockets
   int connection = -1;
   // Seconds since the run started; -1 = did not happen.
   double arrival_s = -1, sent_s = -1, first_token_s = -1, done_s = -1;
   // The daemon's own timings (ms, from its submission); -1 = absent.
   double queue_ms = -1, daemon_ttft_ms = -1, total_ms = -1;
   int prompt_tokens = 0, completion_tokens = 0;
-  std::array<int, 3> cached{};  // cached_tokens {l1, l2, l3}; zeros when absent
+  std::array<int, kTiers> cached{};  // cached_tokens by tier (kTierNames); zeros when absent
   std::string finish_reason;
   std::string error;  // empty = answered with a result
   std::vector<int> tokens;
@@ -57,9 +62,9 @@ struct RequestRecord {
   // Client-side backlog wait plus the daemon's queue_ms.
   double queue_total_ms() const;
   double tokens_per_s() const;
-  int cached_total() const { return cached[0] + cached[1] + cached[2]; }
+  int cached_total() const;
   // The deepest tier that served part of the prompt: 0 = none (a miss),
-  // 1 = L1 only, 2 = L2 (and maybe L1), 3 = L3 took part.
+  // 1 = L1 only, 2 = L2 (and maybe L1), 3 = L3 took part, 4 = the remote tier.
   int hit_tier() const;
 };
 

@@ -17,18 +17,17 @@ long first_number(const json& j, std::initializer_list<const char*> names, long 
 
 // The object describing tier t (0 = L1) inside `cache`, or null.
 const json* tier_object(const json& cache, int t) {
-  static const char* names[3] = {"l1", "l2", "l3"};
-  static const char* upper[3] = {"L1", "L2", "L3"};
-  if (auto it = cache.find(names[t]); it != cache.end() && it->is_object()) return &*it;
-  if (auto it = cache.find(upper[t]); it != cache.end() && it->is_object()) return &*it;
+  const char* name = kTierNames[t];
+  if (auto it = cache.find(name); it != cache.end() && it->is_object()) return &*it;
+  if (auto it = cache.find(kTierLabels[t]); it != cache.end() && it->is_object()) return &*it;
   for (const char* list : {"tiers", "tier"}) {
     auto it = cache.find(list);
     if (it == cache.end()) continue;
     if (it->is_object()) {
-      if (auto n = it->find(names[t]); n != it->end() && n->is_object()) return &*n;
+      if (auto n = it->find(name); n != it->end() && n->is_object()) return &*n;
     } else if (it->is_array()) {
       for (const json& e : *it)  // named entries first
-        if (e.is_object() && (e.value("name", "") == names[t] || e.value("tier", "") == names[t]))
+        if (e.is_object() && (e.value("name", "") == name || e.value("tier", "") == name))
           return &e;
       if (t < static_cast<int>(it->size()) && (*it)[t].is_object()) return &(*it)[t];
     }
@@ -36,7 +35,33 @@ const json* tier_object(const json& cache, int t) {
   return nullptr;
 }
 
+// Adds b's numbers into a where both have one at the same place.
+void add_numbers(json& a, const json& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_number_float() || b.is_number_float())
+      a = a.get<double>() + b.get<double>();
+    else
+      a = a.get<long>() + b.get<long>();
+  } else if (a.is_object() && b.is_object()) {
+    for (auto& [key, value] : a.items())
+      if (auto it = b.find(key); it != b.end()) add_numbers(value, *it);
+  }
+}
+
 }  // namespace
+
+json sum_stats(const std::vector<json>& each) {
+  if (each.empty()) return nullptr;
+  json sum = each.front();
+  for (std::size_t i = 1; i < each.size(); ++i) add_numbers(sum, each[i]);
+  return sum;
+}
+
+long StatsView::hit_blocks() const {
+  long n = 0;
+  for (const TierFigures& t : tier) n += t.hits;
+  return n;
+}
 
 double StatsView::hit_rate(int t) const {
   if (!has_cache) return -1;
@@ -65,7 +90,7 @@ StatsView view_stats(const json& s) {
   v.has_cache = true;
   v.missed_blocks = first_number(*cache, {"missed_blocks", "misses", "miss_blocks"}, 0);
   v.cache_nodes = first_number(*cache, {"nodes"}, -1);
-  for (int t = 0; t < 3; ++t) {
+  for (int t = 0; t < kTiers; ++t) {
     const json* o = tier_object(*cache, t);
     if (!o) continue;
     TierFigures& f = v.tier[t];
@@ -91,7 +116,7 @@ StatsView stats_delta(const StatsView& a, const StatsView& b) {
   d.failed -= a.failed;
   d.tokens_generated -= a.tokens_generated;
   d.missed_blocks -= a.missed_blocks;
-  for (int t = 0; t < 3; ++t) {
+  for (int t = 0; t < kTiers; ++t) {
     d.tier[t].hits -= a.tier[t].hits;
     d.tier[t].demotions -= a.tier[t].demotions;
     d.tier[t].promotions -= a.tier[t].promotions;

@@ -5,9 +5,18 @@
 // sizes, 0 for counters.
 #pragma once
 
+#include <array>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 namespace kvtier::bench {
+
+// The tiers, fastest first: as `stats.cache.tiers` and `cached_tokens` name
+// them, and as tables print them.
+inline constexpr int kTiers = 4;
+inline constexpr std::array<const char*, kTiers> kTierNames = {"l1", "l2", "l3", "remote"};
+inline constexpr std::array<const char*, kTiers> kTierLabels = {"L1", "L2", "L3", "remote"};
+inline constexpr int kRemoteTier = 3;  // its index
 
 struct TierFigures {
   bool present = false;
@@ -25,16 +34,21 @@ struct StatsView {
   long preemptions = 0, recomputed_tokens = 0, swapped_out = 0;
   long submitted = 0, completed = 0, cancelled = 0, failed = 0, tokens_generated = 0;
   bool has_cache = false;
-  TierFigures tier[3];
+  TierFigures tier[kTiers];
   long missed_blocks = 0;
   long cache_nodes = -1;  // blocks in the radix tree (stats.cache.nodes), -1 if absent
 
-  long hit_blocks() const { return tier[0].hits + tier[1].hits + tier[2].hits; }
+  long hit_blocks() const;
   // Share of looked-up prompt blocks found in tier t; -1 without cache stats.
   double hit_rate(int t) const;
 };
 
 StatsView view_stats(const nlohmann::json& stats);
+
+// A fleet's `stats` as one daemon's: the numbers at the same place in each
+// added (counters and sizes; a latency summed means nothing, and nothing
+// here reads one), anything else the first's. null for none.
+nlohmann::json sum_stats(const std::vector<nlohmann::json>& each);
 
 // b - a for the counters (a run's own share of cumulative counters); sizes from b.
 StatsView stats_delta(const StatsView& a, const StatsView& b);

@@ -15,9 +15,13 @@
 // Exit status 0 when every check passed, 1 otherwise, 2 on a usage error or a
 // daemon that would not start. --compare instead runs the same workload on
 // three daemon configurations one after the other (L1 only + recompute;
-// L1+L2; L1+L2+L3 + swap) and prints them side by side.
+// L1+L2; L1+L2+L3 + swap) and prints them side by side. --fleet N runs a
+// fleet of N daemons, arrivals round-robin over them (workload e by
+// default: many applications' system prompts), twice: as islands, each with
+// its own tiers only, and sharing a remote tier on a redis-server of the
+// soak's own; side by side, with the requests and cold checks of each.
 //
-//   build/bench/soak [--duration 600] [--out DIR] [--kvtierd PATH] [--compare]
+//   build/bench/soak [--duration 600] [--out DIR] [--kvtierd PATH] [--compare | --fleet 3]
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -31,6 +35,7 @@
 #include "bench/loadgen_daemon.h"
 #include "bench/loadgen_report.h"
 #include "bench/loadgen_run.h"
+#include "bench/redis_process.h"
 #include "ctl/rpc_client.h"
 
 using namespace kvtier::bench;
@@ -44,6 +49,8 @@ struct SoakOptions {
   double duration_s = 600, rate = 6, warmup_s = -1, max_p99_ttft_ms = 0;
   int concurrency = 6, verify = 16, page_size = 16, threads = 0;
   int l1_blocks = 24, l2_blocks = 32, l3_blocks = 96;
+  int fleet = 0;                        // daemons of a --fleet run; 0 = none
+  std::size_t redis_bytes = 256 << 20;  // the fleet's redis-server maxmemory
   std::uint64_t seed = 1;
   bool compare = false, quiet = false;
 };
@@ -52,6 +59,7 @@ struct TierSetup {
   std::string label;
   bool l2 = true, l3 = true;
   std::string preemption;  // "" = the daemon's default
+  std::string remote;      // the remote tier's address; "" = none
 };
 
 struct Check {
@@ -127,15 +135,25 @@ std::vector<std::string> daemon_args(const SoakOptions& o, const TierSetup& t,
     opt("l3-bytes", std::to_string(o.l3_blocks * block));
   }
   if (!t.preemption.empty()) opt("preemption", t.preemption);
+  if (!t.remote.empty()) {
+    opt("remote", t.remote);
+    opt("remote-namespace", "soak");
+  }
   return args;
 }
 
-// Re-sends a sample of the answered requests with a fresh cache_salt and
-// greedy-or-seeded sampling as before; their tokens must not change.
-Check check_cold(const SoakOptions& o, const std::string& socket, const LoadResult& r) {
+// Re-sends a sample of the answered requests, each to the daemon that
+// answered it, with a fresh cache_salt and greedy-or-seeded sampling as
+// before; their tokens must not change. With `remote_hits`, the sample is of
+// answers the remote tier served part of (another daemon computed it).
+Check check_cold(const SoakOptions& o, const std::vector<std::string>& sockets, const LoadResult& r,
+                 bool remote_hits) {
   std::vector<const RequestRecord*> pool;
   for (const auto& q : r.records)
-    if (q.ok() && q.cached_total() > 0) pool.push_back(&q);
+    if (q.ok() && (remote_hits ? q.cached[kRemoteTier] > 0 : q.cached_total() > 0))
+      pool.push_back(&q);
+  if (remote_hits && pool.empty())
+    return {"cold", Check::kFail, "no answer was served from the remote tier"};
   const bool any_cached = !pool.empty();
   if (pool.empty())  // a daemon without cached_tokens: any answered request
     for (const auto& q : r.records)
@@ -144,8 +162,12 @@ Check check_cold(const SoakOptions& o, const std::string& socket, const LoadResu
   std::mt19937_64 rng(o.seed * 7919 + 1);
   std::shuffle(pool.begin(), pool.end(), rng);
   pool.resize(std::min<std::size_t>(pool.size(), o.verify));
-  auto client = kvtier::ctl::RpcClient::connect(socket);
-  if (!client) return {"cold", Check::kFail, client.error().message};
+  std::vector<kvtier::ctl::RpcClient> clients;
+  for (const std::string& socket : sockets) {
+    auto client = kvtier::ctl::RpcClient::connect(socket);
+    if (!client) return {"cold", Check::kFail, client.error().message};
+    clients.push_back(std::move(*client));
+  }
   bool salted = true;
   int same = 0;
   std::string first_diff;
@@ -158,11 +180,12 @@ Check check_cold(const SoakOptions& o, const std::string& socket, const LoadResu
                    {"priority", 0}};
     if (salted)
       params["cache_salt"] = "soak-cold-" + std::to_string(o.seed) + "-" + std::to_string(i);
-    auto a = client->call("generate", params);
+    kvtier::ctl::RpcClient& client = clients.at(q.daemon);
+    auto a = client.call("generate", params);
     if (!a && salted && a.error().message.find("cache_salt") != std::string::npos) {
       salted = false;  // this kvtierd has no salts: compare with a plain re-send
       params.erase("cache_salt");
-      a = client->call("generate", params);
+      a = client.call("generate", params);
     }
     if (!a) return {"cold", Check::kFail, "re-send failed: " + a.error().message};
     const auto tokens = a->value("tokens", std::vector<int>{});
@@ -174,11 +197,12 @@ Check check_cold(const SoakOptions& o, const std::string& socket, const LoadResu
                    " cached tokens) differs from its cold answer";
     }
   }
-  std::string detail =
-      std::to_string(same) + "/" + std::to_string(pool.size()) +
-      (any_cached ? " answers with cached prefixes" : " answers (no cached_tokens reported)") +
-      (salted ? " identical to a cold (fresh cache_salt) answer"
-              : " identical to a re-send (this kvtierd takes no cache_salt)");
+  std::string detail = std::to_string(same) + "/" + std::to_string(pool.size()) +
+                       (remote_hits  ? " answers with prefixes from the remote tier"
+                        : any_cached ? " answers with cached prefixes"
+                                     : " answers (no cached_tokens reported)") +
+                       (salted ? " identical to a cold (fresh cache_salt) answer"
+                               : " identical to a re-send (this kvtierd takes no cache_salt)");
   if (!first_diff.empty()) detail += "; " + first_diff;
   return {"cold", same == static_cast<int>(pool.size()) ? Check::kPass : Check::kFail, detail};
 }
@@ -192,30 +216,32 @@ long median_rss(const std::vector<StatsSample>& s, std::size_t from, std::size_t
   return v[v.size() / 2];
 }
 
+// No request lost or failed, and the daemons' counters agree.
+Check check_requests(const LoadResult& r, const Summary& s) {
+  long bad_reason = 0;
+  for (const auto& q : r.records)
+    if (q.ok() && q.finish_reason != "length" && q.finish_reason != "stop" &&
+        q.finish_reason != "context")
+      ++bad_reason;
+  const StatsView after = view_stats(r.stats_after);
+  std::string detail = std::to_string(s.ok) + "/" + std::to_string(s.arrived) + " answered, " +
+                       std::to_string(s.failed) + " failed, " + std::to_string(s.lost) + " lost";
+  bool ok = s.arrived > 0 && s.failed == 0 && s.lost == 0 && bad_reason == 0;
+  if (!r.stats_after.is_null()) {
+    const long accounted = after.completed + after.cancelled + after.failed;
+    detail += "; daemon: " + std::to_string(s.daemon.submitted) + " submitted, " +
+              std::to_string(after.completed) + " completed, " + std::to_string(after.failed) +
+              " failed, " + std::to_string(after.pending) + " pending";
+    ok = ok && after.failed == 0 && after.pending == 0 && accounted == after.submitted &&
+         s.daemon.submitted == s.arrived;
+  }
+  if (!s.first_error.empty()) detail += "; first error: " + s.first_error;
+  return {"requests", ok ? Check::kPass : Check::kFail, detail};
+}
+
 std::vector<Check> soak_checks(const SoakOptions& o, const LoadResult& r, const Summary& s,
                                const TierSetup& setup) {
-  std::vector<Check> checks;
-  {  // requests
-    long bad_reason = 0;
-    for (const auto& q : r.records)
-      if (q.ok() && q.finish_reason != "length" && q.finish_reason != "stop" &&
-          q.finish_reason != "context")
-        ++bad_reason;
-    const StatsView after = view_stats(r.stats_after);
-    std::string detail = std::to_string(s.ok) + "/" + std::to_string(s.arrived) + " answered, " +
-                         std::to_string(s.failed) + " failed, " + std::to_string(s.lost) + " lost";
-    bool ok = s.arrived > 0 && s.failed == 0 && s.lost == 0 && bad_reason == 0;
-    if (!r.stats_after.is_null()) {
-      const long accounted = after.completed + after.cancelled + after.failed;
-      detail += "; daemon: " + std::to_string(s.daemon.submitted) + " submitted, " +
-                std::to_string(after.completed) + " completed, " + std::to_string(after.failed) +
-                " failed, " + std::to_string(after.pending) + " pending";
-      ok = ok && after.failed == 0 && after.pending == 0 && accounted == after.submitted &&
-           s.daemon.submitted == s.arrived;
-    }
-    if (!s.first_error.empty()) detail += "; first error: " + s.first_error;
-    checks.push_back({"requests", ok ? Check::kPass : Check::kFail, detail});
-  }
+  std::vector<Check> checks = {check_requests(r, s)};
   {  // rss
     std::size_t w = 0;
     while (w < r.samples.size() && r.samples[w].t_s < o.warmup_s) ++w;
@@ -248,7 +274,7 @@ std::vector<Check> soak_checks(const SoakOptions& o, const LoadResult& r, const 
       else if (v.blocks_used + v.blocks_free > total || v.blocks_used > total)
         why = "blocks_used + blocks_free = " + std::to_string(v.blocks_used + v.blocks_free) +
               ", over the budget " + std::to_string(total);
-      for (int t = 0; t < 3 && why.empty(); ++t)
+      for (int t = 0; t < 3 && why.empty(); ++t)  // the remote tier's capacity is Redis's
         if (v.tier[t].present && v.tier[t].capacity >= 0 && v.tier[t].used > v.tier[t].capacity)
           why = "L" + std::to_string(t + 1) + " holds " + std::to_string(v.tier[t].used) +
                 " blocks over its capacity " + std::to_string(v.tier[t].capacity);
@@ -310,38 +336,52 @@ struct RunOutput {
   bool started = false;
 };
 
+// Which checks a run makes: none (--compare), all of the soak's, or a
+// fleet's (requests, cold, exit).
+enum class Verify { kNone, kSoak, kFleet };
+
+// Runs the workload on `daemons` kvtierd with `setup` (round-robin over
+// them); each daemon's log, L3 and CSVs are named after `tag` in --out.
 RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
                     const std::map<std::string, std::string>& flags, const std::string& tag,
-                    bool verify) {
+                    Verify verify, int daemons = 1) {
   RunOutput out;
-  const fs::path l3_dir = fs::path(o.out) / (tag + "-l3");
-  std::error_code ec;
-  fs::remove_all(l3_dir, ec);  // a cold L3 every run
-  fs::create_directories(l3_dir, ec);
-  std::vector<std::string> missing;
-  const auto args = daemon_args(o, setup, flags, fs::absolute(l3_dir).string(), missing);
-  if (!missing.empty()) {
-    std::string m;
-    for (const auto& f : missing) m += " " + f;
-    std::fprintf(stderr, "soak: %s: this kvtierd has no%s; running without\n", setup.label.c_str(),
-                 m.c_str());
-  }
-  const std::string log = (fs::path(o.out) / (tag + "-kvtierd.log")).string();
-  auto daemon = DaemonProcess::start(o.kvtierd, args, log);
-  if (!daemon) {
-    std::fprintf(stderr, "soak: %s\n", daemon.error().c_str());
-    return out;
+  std::vector<std::unique_ptr<DaemonProcess>> fleet;
+  std::vector<std::string> logs;
+  for (int d = 0; d < daemons; ++d) {
+    const std::string name = daemons == 1 ? tag : tag + "-" + std::to_string(d);
+    const fs::path l3_dir = fs::path(o.out) / (name + "-l3");
+    std::error_code ec;
+    fs::remove_all(l3_dir, ec);  // a cold L3 every run
+    fs::create_directories(l3_dir, ec);
+    std::vector<std::string> missing;
+    const auto args = daemon_args(o, setup, flags, fs::absolute(l3_dir).string(), missing);
+    if (!missing.empty() && d == 0) {
+      std::string m;
+      for (const auto& f : missing) m += " " + f;
+      std::fprintf(stderr, "soak: %s: this kvtierd has no%s; running without\n",
+                   setup.label.c_str(), m.c_str());
+    }
+    logs.push_back((fs::path(o.out) / (name + "-kvtierd.log")).string());
+    auto daemon = DaemonProcess::start(o.kvtierd, args, logs.back());
+    if (!daemon) {
+      std::fprintf(stderr, "soak: %s\n", daemon.error().c_str());
+      return out;
+    }
+    fleet.push_back(std::move(*daemon));
   }
   out.started = true;
   LoadOptions lo;
-  lo.socket = (*daemon)->socket();
+  for (const auto& daemon : fleet) {
+    lo.sockets.push_back(daemon->socket());
+    lo.daemon_pids.push_back(daemon->pid());
+  }
   lo.rate = o.rate;
   lo.concurrency = o.concurrency;
   lo.duration_s = o.duration_s;
   lo.kinds = *parse_kinds(o.workload);
   lo.seed = o.seed;
   lo.context = model_context(o.model);
-  lo.daemon_pid = (*daemon)->pid();
   lo.progress = !o.quiet;
   lo.label = setup.label + " ";
   out.result = run_load(lo);
@@ -351,18 +391,71 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
     return out;
   }
   out.summary = summarize(out.result);
-  if (verify) {
-    out.checks = soak_checks(o, out.result, out.summary, setup);
-    out.checks.push_back(check_cold(o, lo.socket, out.result));
-  }
-  const bool clean_exit = (*daemon)->stop();
-  if (verify)
-    out.checks.push_back({"exit", clean_exit ? Check::kPass : Check::kFail,
-                          clean_exit ? "kvtierd stopped and exited 0"
-                                     : "kvtierd did not exit 0 after shutdown; see " + log});
+  if (verify == Verify::kSoak) out.checks = soak_checks(o, out.result, out.summary, setup);
+  if (verify == Verify::kFleet) out.checks = {check_requests(out.result, out.summary)};
+  if (verify != Verify::kNone)
+    out.checks.push_back(
+        check_cold(o, lo.sockets, out.result, verify == Verify::kFleet && !setup.remote.empty()));
+  std::string unclean;
+  for (std::size_t d = 0; d < fleet.size(); ++d)
+    if (!fleet[d]->stop()) unclean += (unclean.empty() ? "" : ", ") + logs[d];
+  if (verify != Verify::kNone)
+    out.checks.push_back({"exit", unclean.empty() ? Check::kPass : Check::kFail,
+                          unclean.empty()
+                              ? "kvtierd stopped and exited 0"
+                              : "kvtierd did not exit 0 after shutdown; see " + unclean});
   write_requests_csv((fs::path(o.out) / (tag + "-requests.csv")).string(), out.result);
   write_stats_csv((fs::path(o.out) / (tag + "-stats.csv")).string(), out.result);
   return out;
+}
+
+// Prints each check of a run; true if none failed.
+bool print_checks(const std::vector<Check>& checks, const std::string& prefix = "") {
+  bool ok = true;
+  for (const auto& c : checks) {
+    const char* state = c.state == Check::kPass   ? "PASS"
+                        : c.state == Check::kFail ? "FAIL"
+                                                  : "skip";
+    std::printf("%s%-4s %-8s %s\n", prefix.c_str(), state, c.name.c_str(), c.detail.c_str());
+    ok = ok && c.state != Check::kFail;
+  }
+  return ok;
+}
+
+// --fleet: the same arrivals on o.fleet daemons as islands, then sharing a
+// remote tier on a fresh redis-server of the soak's own.
+int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& flags) {
+  auto redis = RedisProcess::start(find_redis_server(), o.redis_bytes);
+  if (!redis) {
+    std::fprintf(stderr, "soak: %s\n", redis.error().c_str());
+    return 2;
+  }
+  const std::vector<std::pair<std::string, TierSetup>> setups = {
+      {"islands", {"islands", true, true, "swap", ""}},
+      {"shared", {"shared remote", true, true, "swap", (*redis)->socket()}},
+  };
+  std::vector<std::pair<std::string, Summary>> rows;
+  std::vector<std::vector<Check>> checks;
+  for (const auto& [tag, setup] : setups) {
+    RunOutput r = run_setup(o, setup, flags, "fleet-" + tag, Verify::kFleet, o.fleet);
+    if (!r.started) return 2;
+    rows.emplace_back(setup.label, r.summary);
+    checks.push_back(std::move(r.checks));
+  }
+  std::printf(
+      "fleet of %d daemons, workload %s round-robin, rate %.2f/s, concurrency %d each, %.0f s "
+      "each, seed %llu; each daemon L1 %d, L2 %d, L3 %d blocks; shared: one redis-server on a "
+      "Unix socket, maxmemory %zu MiB\n",
+      o.fleet, o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
+      static_cast<unsigned long long>(o.seed), o.l1_blocks, o.l2_blocks, o.l3_blocks,
+      o.redis_bytes >> 20);
+  print_comparison(rows, stdout);
+  bool ok = true;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    ok = print_checks(checks[i], rows[i].first + ": ") && ok;
+  std::printf("CSVs: %s/fleet-{islands,shared}-{requests,stats}.csv\n", o.out.c_str());
+  std::printf("soak: %s\n", ok ? "all checks passed" : "FAILED");
+  return ok ? 0 : 1;
 }
 
 std::string default_kvtierd(const char* argv0) {
@@ -411,10 +504,18 @@ int main(int argc, char** argv) {
   app.add_option("--out", o.out, "Folder for the CSVs and the daemon's log")->capture_default_str();
   app.add_flag("--compare", o.compare,
                "Run the workload on L1 only (recompute), L1+L2, L1+L2+L3 (swap) and compare");
+  app.add_option("--fleet", o.fleet,
+                 "Run a fleet of this many daemons (workload e unless --workload), as islands "
+                 "and sharing a remote tier on a redis-server of the soak's own, and compare")
+      ->check(CLI::Range(1, 16))
+      ->excludes("--compare");
+  app.add_option("--redis-bytes", o.redis_bytes, "The fleet's redis-server maxmemory, bytes")
+      ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "No progress line");
   CLI11_PARSE(app, argc, argv);
+  if (o.fleet > 0 && app.count("--workload") == 0) o.workload = "e";
   if (!parse_kinds(o.workload)) {
-    std::fprintf(stderr, "soak: --workload takes letters a..d\n");
+    std::fprintf(stderr, "soak: --workload takes letters a..e\n");
     return 2;
   }
   if (o.warmup_s < 0) o.warmup_s = std::max(5.0, 0.2 * o.duration_s);
@@ -426,16 +527,17 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (o.fleet > 0) return run_fleet(o, flags);
   if (o.compare) {
     const std::vector<std::pair<std::string, TierSetup>> setups = {
-        {"l1", {"L1 recompute", false, false, "recompute"}},
-        {"l1l2", {"L1+L2", true, false, "recompute"}},
-        {"l1l2l3", {"L1+L2+L3 swap", true, true, "swap"}},
+        {"l1", {"L1 recompute", false, false, "recompute", ""}},
+        {"l1l2", {"L1+L2", true, false, "recompute", ""}},
+        {"l1l2l3", {"L1+L2+L3 swap", true, true, "swap", ""}},
     };
     std::vector<std::pair<std::string, Summary>> rows;
     bool ok = true;
     for (const auto& [tag, setup] : setups) {
-      RunOutput r = run_setup(o, setup, flags, tag, false);
+      RunOutput r = run_setup(o, setup, flags, tag, Verify::kNone);
       if (!r.started) return 2;
       ok = ok && r.summary.lost == 0 && r.summary.failed == 0;
       rows.emplace_back(setup.label, r.summary);
@@ -450,7 +552,7 @@ int main(int argc, char** argv) {
     return ok ? 0 : 1;
   }
 
-  RunOutput r = run_setup(o, {"soak", true, true, "swap"}, flags, "soak", true);
+  RunOutput r = run_setup(o, {"soak", true, true, "swap", ""}, flags, "soak", Verify::kSoak);
   if (!r.started) return 2;
   std::printf(
       "soak: workload %s, rate %.2f/s, concurrency %d, %.0f s, seed %llu; tiers L1 %d, "
@@ -458,14 +560,7 @@ int main(int argc, char** argv) {
       o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
       static_cast<unsigned long long>(o.seed), o.l1_blocks, o.l2_blocks, o.l3_blocks);
   print_summary(r.summary, stdout);
-  bool ok = true;
-  for (const auto& c : r.checks) {
-    const char* state = c.state == Check::kPass   ? "PASS"
-                        : c.state == Check::kFail ? "FAIL"
-                                                  : "skip";
-    std::printf("%-4s %-8s %s\n", state, c.name.c_str(), c.detail.c_str());
-    ok = ok && c.state != Check::kFail;
-  }
+  const bool ok = print_checks(r.checks);
   std::printf("CSVs: %s/soak-requests.csv, %s/soak-stats.csv\n", o.out.c_str(), o.out.c_str());
   std::printf("soak: %s\n", ok ? "all checks passed" : "FAILED");
   return ok ? 0 : 1;

@@ -31,6 +31,17 @@ constexpr std::array<std::string_view, 3> kBatchTexts = {
     "Once upon a time there was a small computer that dreamt of becoming a "
     "large computer. Every night it counted its bytes and wrote this story: "};
 
+// Workload e's applications: each company's assistant in each tone is one
+// system prompt (12 x 2), every one 7 to 9 pages of 16 characters.
+constexpr std::array<std::string_view, 12> kCompanies = {
+    "Acme Rockets",   "Blue Harbor Bank", "Cedar Health",    "Delta Plumbing",
+    "Ember Books",    "Fjord Travel",     "Granite Legal",   "Hollow Hill Farm",
+    "Iris Opticians", "Juniper Schools",  "Kestrel Airways", "Lantern Energy"};
+constexpr std::array<std::string_view, 2> kTones = {
+    "Answer in two short sentences, politely, and never promise a refund.\n",
+    "Be cheerful and brief; when unsure, tell the user to call the front desk.\n"};
+constexpr std::size_t kApplications = kCompanies.size() * kTones.size();
+
 constexpr std::string_view kLetters = "abcdefghijklmnopqrstuvwxyz     ";
 
 constexpr int kMaxChats = 16;
@@ -41,7 +52,7 @@ std::optional<std::string> parse_kinds(const std::string& spec) {
   std::string out;
   for (char c : spec) {
     if (c == ',' || c == ' ') continue;
-    if (c < 'a' || c > 'd') return std::nullopt;
+    if (c < 'a' || c > 'e') return std::nullopt;
     if (out.find(c) == std::string::npos) out.push_back(c);
   }
   if (out.empty()) return std::nullopt;
@@ -60,6 +71,8 @@ WorkItem Workload::next() {
       return chat_turn();
     case 'c':
       return priority_mix();
+    case 'e':
+      return application_prompt();
     default:
       return random_prompt();
   }
@@ -75,6 +88,23 @@ WorkItem Workload::shared_prompt() {
   WorkItem w;
   w.kind = 'a';
   w.prompt = std::string(kSystemPrompt) + question();
+  w.max_tokens = 24;
+  w.seed = next_seed();
+  return w;
+}
+
+WorkItem Workload::application_prompt() {
+  // Zipf (s = 1) over the applications: weight 1/(rank+1).
+  std::array<double, kApplications> weight;
+  for (std::size_t i = 0; i < kApplications; ++i) weight[i] = 1.0 / static_cast<double>(i + 1);
+  const std::size_t app =
+      std::discrete_distribution<std::size_t>(weight.begin(), weight.end())(rng_);
+  WorkItem w;
+  w.kind = 'e';
+  // The company first: applications share no block.
+  w.prompt = std::string(kCompanies[app % kCompanies.size()]) +
+             " support desk. You are its customer assistant. " +
+             std::string(kTones[app / kCompanies.size()]) + question();
   w.max_tokens = 24;
   w.seed = next_seed();
   return w;

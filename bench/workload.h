@@ -9,7 +9,11 @@
 //      question (prefix reuse within a conversation);
 //   c  priority mix: short urgent questions (priority 0) and a low-priority
 //      long batch job (priority 3) that the urgent ones preempt;
-//   d  random letters (no reuse).
+//   d  random letters (no reuse);
+//   e  many applications: 24 system prompts, a few popular and a long tail
+//      (Zipf), each with a short question after it: the working set of a
+//      fleet, larger than one small daemon's tiers hold (prefix reuse
+//      across users and, with the remote tier, across daemons).
 //
 // Thread-safety: none; the load generator calls it from its one I/O thread.
 #pragma once
@@ -23,7 +27,7 @@
 namespace kvtier::bench {
 
 struct WorkItem {
-  char kind = 'd';  // 'a' .. 'd'
+  char kind = 'd';  // 'a' .. 'e'
   std::string prompt;
   int max_tokens = 16;
   int priority = 0;
@@ -61,6 +65,7 @@ class Workload {
   WorkItem chat_turn();
   WorkItem priority_mix();
   WorkItem random_prompt();
+  WorkItem application_prompt();
   std::string question();
   std::uint64_t next_seed() { return seed_counter_++; }
 
@@ -71,7 +76,8 @@ class Workload {
   std::uint64_t seed_counter_ = 1;
 };
 
-// Splits "a,b,c" or "abc" into "abc"; nullopt names nothing valid.
+// Splits "a,b,c" or "abc" into "abc"; nullopt names nothing valid (letters
+// a..e).
 std::optional<std::string> parse_kinds(const std::string& spec);
 
 }  // namespace kvtier::bench

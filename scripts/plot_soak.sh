@@ -9,7 +9,8 @@
 #                          blocks of running requests when the daemon reports
 #                          no tiers)
 #   PREFIX-ttft.png        TTFT distribution (CDF) by the tier of the hit:
-#                          miss, L1, L2, L3 (deepest tier that served the prompt)
+#                          miss, L1, L2, L3, remote (deepest tier that served
+#                          the prompt)
 #   PREFIX-throughput.png  generated tokens/s and completed requests/s over time
 #                          (10-second means)
 #   PREFIX-memory.png      daemon RSS and radix-tree nodes over time (what the
@@ -48,7 +49,7 @@ trap 'rm -rf "$tmp"' EXIT
 ttft_col=$(col "$requests" ttft_ms)
 hit_col=$(col "$requests" hit_tier)
 ttft=""
-for h in miss l1 l2 l3; do
+for h in miss l1 l2 l3 remote; do
   awk -F, -v h="$h" -v c="$hit_col" -v t="$ttft_col" \
       'NR > 1 && $c == h && $t != "" { print $t }' "$requests" > "$tmp/$h.dat"
   n=$(wc -l < "$tmp/$h.dat")

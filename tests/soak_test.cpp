@@ -3,16 +3,21 @@
 // block conservation, cached answers equal cold ones, clean exit) must pass
 // and its CSVs must hold rows. The soak bounds its own run (--duration plus
 // its drain timeout); nothing here is timed. scripts/plot_soak.sh must then
-// draw its PNGs from those CSVs.
+// draw its PNGs from those CSVs. A short fleet run (--fleet) must pass its
+// checks too, with answers served from the remote tier.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
+#include "redis_server.h"
 #include "test_util.h"
 
 namespace kvtier {
@@ -23,6 +28,26 @@ namespace fs = std::filesystem;
 // build/daemon/kvtierd -> build/bench/soak
 fs::path soak_path() {
   return fs::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "bench" / "soak";
+}
+
+struct Run {
+  int status = -1;  // the exit status; -1 when it did not exit
+  std::string output;
+};
+
+// Runs the soak with `args` (and --kvtierd, --model, --out) and waits.
+Run run_soak(const std::string& args, const fs::path& out) {
+  const std::string cmd = "'" + soak_path().string() + "' --kvtierd '" + KVTIER_DAEMON_PATH +
+                          "' --model '" + KVTIER_SOURCE_DIR + "/models/fortunes-char' " + args +
+                          " --quiet --out '" + out.string() + "' 2>&1";
+  Run run;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return run;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) run.output.append(buf, n);
+  const int status = ::pclose(p);
+  if (WIFEXITED(status)) run.status = WEXITSTATUS(status);
+  return run;
 }
 
 long count_lines(const fs::path& p) {
@@ -37,19 +62,11 @@ TEST(SoakTest, ShortSoakWithTinyTiersPassesItsChecks) {
   if (!fs::exists(soak)) GTEST_SKIP() << soak << " is not built (KVTIER_BUILD_BENCH=OFF?)";
   test_util::TempDir dir;
   const fs::path out = dir.path() / "soak";
-  const std::string cmd = "'" + soak.string() + "' --kvtierd '" + KVTIER_DAEMON_PATH +
-                          "' --model '" + KVTIER_SOURCE_DIR + "/models/fortunes-char'" +
-                          " --duration 20 --warmup 6 --rate 3 --concurrency 4 --verify 6" +
-                          " --l1-blocks 20 --l2-blocks 16 --l3-blocks 48 --threads 1 --quiet" +
-                          " --out '" + out.string() + "' 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string output;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) output.append(buf, n);
-  const int status = ::pclose(p);
-  ASSERT_TRUE(WIFEXITED(status)) << output;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  const auto [status, output] = run_soak(
+      "--duration 20 --warmup 6 --rate 3 --concurrency 4 --verify 6 --l1-blocks 20 "
+      "--l2-blocks 16 --l3-blocks 48 --threads 1",
+      out);
+  EXPECT_EQ(status, 0) << output;
   EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
   EXPECT_GT(count_lines(out / "soak-requests.csv"), 10) << output;  // header + requests
   EXPECT_GT(count_lines(out / "soak-stats.csv"), 10) << output;     // header + one a second
@@ -66,6 +83,43 @@ TEST(SoakTest, ShortSoakWithTinyTiersPassesItsChecks) {
     const fs::path f = out / ("soak-" + std::string(png) + ".png");
     EXPECT_TRUE(fs::exists(f) && fs::file_size(f) > 1000) << f;
   }
+}
+
+// Two daemons, round-robin, as islands and then sharing a redis-server of the
+// soak's own: its checks pass (among them: answers whose prefix came from
+// the remote tier equal cold ones), and the shared run's CSV shows such
+// answers.
+TEST(SoakTest, ShortFleetRunSharesPrefixesThroughRedis) {
+  const fs::path soak = soak_path();
+  if (!fs::exists(soak)) GTEST_SKIP() << soak << " is not built (KVTIER_BUILD_BENCH=OFF?)";
+  SKIP_WITHOUT_REDIS();
+  test_util::TempDir dir;
+  const fs::path out = dir.path() / "fleet";
+  const auto [status, output] = run_soak(
+      "--fleet 2 --duration 8 --rate 4 --concurrency 2 --verify 4 --l1-blocks 20 "
+      "--l2-blocks 16 --l3-blocks 32 --threads 1 --redis-bytes 67108864",
+      out);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
+  // Rows whose cached_remote is above 0 (the columns before it hold no comma).
+  std::ifstream csv(out / "fleet-shared-requests.csv");
+  std::string header;
+  ASSERT_TRUE(std::getline(csv, header)) << output;
+  const auto fields = [](const std::string& line) {
+    std::vector<std::string> f;
+    std::stringstream in(line);
+    for (std::string field; std::getline(in, field, ',');) f.push_back(field);
+    return f;
+  };
+  const std::vector<std::string> names = fields(header);
+  const auto column = std::find(names.begin(), names.end(), "cached_remote") - names.begin();
+  ASSERT_LT(column, static_cast<long>(names.size())) << header;
+  long remote_hits = 0;
+  for (std::string line; std::getline(csv, line);) {
+    const std::vector<std::string> row = fields(line);
+    if (column < static_cast<long>(row.size()) && std::atol(row[column].c_str()) > 0) ++remote_hits;
+  }
+  EXPECT_GT(remote_hits, 0) << output;
 }
 
 }  // namespace
