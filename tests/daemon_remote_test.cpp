@@ -1,10 +1,16 @@
 // Black-box tests of the remote tier: real kvtierd processes sharing a real
 // redis-server the test starts (redis_server.h). A prefix one daemon
 // computed is served to another from Redis with the engine's own tokens,
-// greedy and seeded; another namespace or cache_salt never hits; a dead
-// Redis costs hits, never a request, and the tier comes back by itself;
-// settings it cannot work with are a log line, and the daemon runs without
-// the tier.
+// greedy and seeded; another namespace, cache_salt, model or secret never
+// hits; a value changed in Redis is a counted miss, never served; Redis
+// killed under load costs hits, never a request, and the tier comes back by
+// itself; settings it cannot work with are a log line, and the daemon runs
+// without the tier.
+#include <sys/stat.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,6 +114,115 @@ TEST_F(DaemonRemoteTest, AnotherNamespaceOrSaltNeverHits) {
   const json salted = generate(*b->connect(), kShared + "two", 0.0f, 0, {{"cache_salt", "t"}});
   EXPECT_EQ(salted["cached_tokens"]["remote"], 0) << salted.dump();
   EXPECT_EQ(tokens_of(salted), reference(kShared + "two", 12, 0.0f, 0).tokens);
+}
+
+// A file of the fleet's secret, readable by its owner only.
+std::string secret_file(const std::filesystem::path& dir, const std::string& name, char fill) {
+  const std::filesystem::path path = dir / name;
+  std::ofstream(path) << std::string(32, fill);
+  ::chmod(path.c_str(), 0600);
+  return path.string();
+}
+
+// The bundled model with one weight changed: the same shapes, vocabulary
+// and layout, another model.
+std::string altered_model(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  const fs::path to = dir / "altered-model";
+  fs::copy(daemon_test::kModelDir, to, fs::copy_options::recursive);
+  std::fstream f(to / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-2, std::ios::end);  // inside the last tensor's last float
+  const char byte = static_cast<char>(f.get() ^ 0x01);
+  f.seekp(-2, std::ios::end);
+  f.put(byte);
+  return to.string();
+}
+
+TEST_F(DaemonRemoteTest, AnotherModelOrSecretNeverHits) {
+  test_util::TempDir dir;
+  const std::string ours = secret_file(dir.path(), "ours", 'a');
+  const std::string theirs = secret_file(dir.path(), "theirs", 'b');
+  auto a = start({"--remote-secret", ours});
+  auto ca = a->connect();
+  generate(*ca, kShared + "one", 0.0f, 0);
+  wait_shared(*ca, 3);
+
+  auto other_model = start({"--remote-secret", ours, "--model", altered_model(dir.path())});
+  const json m = generate(*other_model->connect(), kShared + "two", 0.0f, 0);
+  EXPECT_EQ(m["cached_tokens"]["remote"], 0) << m.dump();
+
+  // Values under the right keys whose HMAC this daemon cannot check: read,
+  // refused, counted; the request prefills.
+  auto other_secret = start({"--remote-secret", theirs});
+  auto cs = other_secret->connect();
+  const json s = generate(*cs, kShared + "two", 0.0f, 0);
+  EXPECT_EQ(s["cached_tokens"]["remote"], 0) << s.dump();
+  EXPECT_EQ(tokens_of(s), reference(kShared + "two", 12, 0.0f, 0).tokens);
+  auto no_secret = start();
+  const json n = generate(*no_secret->connect(), kShared + "two", 0.0f, 0);
+  EXPECT_EQ(n["cached_tokens"]["remote"], 0) << n.dump();
+
+  // The same secret and model do share: the test could have failed.
+  const json same =
+      generate(*start({"--remote-secret", ours})->connect(), kShared + "two", 0.0f, 0);
+  EXPECT_EQ(same["cached_tokens"]["remote"], 48) << same.dump();
+}
+
+TEST_F(DaemonRemoteTest, AValueChangedInRedisIsACountedMissNeverServed) {
+  auto a = start();
+  auto ca = a->connect();
+  generate(*ca, kShared + "one", 0.0f, 0);
+  wait_shared(*ca, 3);
+  const tiers::RedisReply keys = redis_.command({"KEYS", "kvtier:*"});
+  ASSERT_GE(keys.elements.size(), 3u);  // the prompt's blocks, and maybe the answer's
+  for (const tiers::RedisReply& key : keys.elements)  // one byte of each payload
+    redis_.command({"SETRANGE", key.str, "4000", "x"});
+
+  auto b = start();
+  auto cb = b->connect();
+  const json r = generate(*cb, kShared + "two", 0.0f, 0);
+  EXPECT_EQ(r["cached_tokens"]["remote"], 0) << r.dump();
+  EXPECT_EQ(tokens_of(r), reference(kShared + "two", 12, 0.0f, 0).tokens);
+  const json remote = remote_stats(*cb);
+  EXPECT_GE(remote.value("checksum_failures", 0L), 1) << remote.dump();
+  EXPECT_EQ(remote.value("hits", 0L), 0) << remote.dump();
+}
+
+TEST_F(DaemonRemoteTest, RedisKilledUnderLoadFailsNoRequest) {
+  auto a = start({"--remote-timeout", "0.2"});
+  const std::vector<std::string> tails = {"one", "two", "three", "four"};
+  std::vector<std::vector<int>> want;
+  for (const std::string& tail : tails)
+    want.push_back(reference(kShared + tail, 12, 0.0f, 0).tokens);
+  // Two clients send one request after another; Redis dies once a few are
+  // answered, and comes back while they still send.
+  std::atomic<int> answered{0}, wrong{0};
+  const auto client = [&](int first) {
+    auto c = a->connect();
+    for (int i = 0; i < 12; ++i) {
+      const std::size_t k = (first + i) % tails.size();
+      const json r = generate(*c, kShared + tails[k], 0.0f, 0);
+      if (tokens_of(r) != want[k]) ++wrong;
+      ++answered;
+    }
+  };
+  std::thread one(client, 0), two(client, 1);
+  while (answered < 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  redis_.stop();
+  const int killed_at = answered;
+  while (answered < killed_at + 8) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  redis_.start();
+  one.join();
+  two.join();
+  EXPECT_EQ(answered, 24);
+  EXPECT_EQ(wrong, 0);
+  auto c = a->connect();
+  EXPECT_EQ(call_result(*c, "stats").value("requests_failed", -1L), 0);
+  json remote = remote_stats(*c);
+  EXPECT_GE(remote["nodes"][0].value("breaker_opened", 0L), 1) << remote.dump();
+  for (int i = 0; i < 500 && !remote_stats(*c).value("available", false); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(remote_stats(*c).value("available", false)) << remote_stats(*c).dump();
 }
 
 TEST_F(DaemonRemoteTest, ADeadRedisCostsHitsNeverARequestAndTheTierComesBack) {

@@ -212,16 +212,18 @@ inline std::vector<char*> c_strings(std::vector<std::string>& strings) {
 class Daemon {
  public:
   // `env`: extra "NAME=VALUE" entries for the child's environment. The
-  // daemon logs at warning level unless `extra_args` names --log-level; its
-  // stderr goes to log_path().
+  // daemon runs the bundled model and logs at warning level unless
+  // `extra_args` names --model or --log-level; its stderr goes to
+  // log_path().
   explicit Daemon(std::vector<std::string> extra_args = {}, std::vector<std::string> env = {}) {
     socket_path_ = (dir_.path() / "kvtierd.sock").string();
     log_path_ = (dir_.path() / "kvtierd.log").string();
-    std::vector<std::string> args = {KVTIER_DAEMON_PATH, "--socket", socket_path_, "--model",
-                                     kModelDir.string()};
-    if (std::find(extra_args.begin(), extra_args.end(), "--log-level") == extra_args.end()) {
-      args.insert(args.end(), {"--log-level", "warning"});
-    }
+    std::vector<std::string> args = {KVTIER_DAEMON_PATH, "--socket", socket_path_};
+    const auto names = [&](const char* flag) {
+      return std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end();
+    };
+    if (!names("--model")) args.insert(args.end(), {"--model", kModelDir.string()});
+    if (!names("--log-level")) args.insert(args.end(), {"--log-level", "warning"});
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<std::string> envs = environment_with(env);
     std::vector<char*> argv = c_strings(args);
