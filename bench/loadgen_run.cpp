@@ -2,8 +2,8 @@
 
 #include <unistd.h>
 
-#include <asio.hpp>
 #include <atomic>
+#include <boost/asio.hpp>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -19,6 +19,8 @@
 #include "ctl/rpc_client.h"
 
 namespace kvtier::bench {
+
+namespace asio = boost::asio;
 
 using nlohmann::json;
 using stream = asio::local::stream_protocol;
@@ -138,7 +140,7 @@ class Runner {
     for (int d = 0; d < static_cast<int>(options_.sockets.size()); ++d) {
       for (int i = 0; i < options_.concurrency; ++i) {
         auto c = std::make_unique<Connection>(io_, d);
-        std::error_code ec;
+        boost::system::error_code ec;
         c->socket.connect(stream::endpoint(options_.sockets[d]), ec);
         if (ec) {
           result.error =
@@ -155,7 +157,7 @@ class Runner {
     schedule_arrival();
     schedule_progress();
     drain_timer_.expires_after(seconds(options_.duration_s + options_.drain_timeout_s));
-    drain_timer_.async_wait([this](std::error_code ec) {
+    drain_timer_.async_wait([this](boost::system::error_code ec) {
       if (!ec) finish();
     });
     io_.run();
@@ -247,7 +249,7 @@ class Runner {
       return;
     }
     arrival_timer_.expires_at(start_ + seconds(next_arrival_s_));
-    arrival_timer_.async_wait([this](std::error_code ec) {
+    arrival_timer_.async_wait([this](boost::system::error_code ec) {
       if (ec) return;
       RequestRecord r;
       r.index = static_cast<long>(records_.size());
@@ -289,15 +291,16 @@ class Runner {
     r.connection = conn;
     r.sent_s = now_s();
     ++in_flight_;
-    asio::async_write(c.socket, asio::buffer(c.out), [this, conn](std::error_code ec, std::size_t) {
-      if (ec) fail_connection(conn, "send failed: " + ec.message());
-    });
+    asio::async_write(c.socket, asio::buffer(c.out),
+                      [this, conn](boost::system::error_code ec, std::size_t) {
+                        if (ec) fail_connection(conn, "send failed: " + ec.message());
+                      });
   }
 
   void read(int conn) {
     Connection& c = *connections_[conn];
     asio::async_read_until(c.socket, asio::dynamic_buffer(c.in), '\n',
-                           [this, conn](std::error_code ec, std::size_t n) {
+                           [this, conn](boost::system::error_code ec, std::size_t n) {
                              if (ec) {
                                fail_connection(conn, "connection closed: " + ec.message());
                                return;
@@ -365,7 +368,7 @@ class Runner {
     Connection& c = *connections_[conn];
     if (!c.alive) return;
     c.alive = false;
-    std::error_code ignored;
+    boost::system::error_code ignored;
     c.socket.close(ignored);
     if (c.current >= 0) {
       RequestRecord& r = records_[c.current];
@@ -400,7 +403,7 @@ class Runner {
     drain_timer_.cancel();
     if (options_.progress) print_progress();
     for (auto& c : connections_) {
-      std::error_code ignored;
+      boost::system::error_code ignored;
       c->alive = false;
       c->socket.close(ignored);
     }
@@ -408,7 +411,7 @@ class Runner {
 
   void schedule_progress() {
     progress_timer_.expires_after(std::chrono::seconds(1));
-    progress_timer_.async_wait([this](std::error_code ec) {
+    progress_timer_.async_wait([this](boost::system::error_code ec) {
       if (ec) return;
       // On a terminal the line is redrawn every second; in a log, a line every 10 s.
       if (options_.progress && (tty_ || ++ticks_ % 10 == 0)) print_progress();

@@ -4,7 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <asio.hpp>
+#include <boost/asio.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +13,8 @@
 #include <vector>
 
 namespace kvtier::bench {
+
+namespace asio = boost::asio;
 
 namespace {
 
@@ -23,7 +25,7 @@ using stream = asio::local::stream_protocol;
 bool answers_ping(const std::string& socket) {
   asio::io_context io;
   stream::socket s(io);
-  std::error_code ec;
+  boost::system::error_code ec;
   s.connect(stream::endpoint(socket), ec);
   if (ec) return false;
   asio::write(s, asio::buffer(std::string_view("PING\r\n")), ec);

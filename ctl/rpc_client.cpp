@@ -13,7 +13,7 @@ RpcClient::RpcClient(std::unique_ptr<asio::io_context> io, stream::socket socket
 std::expected<RpcClient, CallFailure> RpcClient::connect(const std::string& socket_path) {
   auto io = std::make_unique<asio::io_context>();
   stream::socket socket(*io);
-  std::error_code ec;
+  boost::system::error_code ec;
   socket.connect(stream::endpoint(socket_path), ec);
   if (ec) {
     return std::unexpected(
@@ -29,7 +29,7 @@ std::expected<json, CallFailure> RpcClient::call(
   const long id = next_id_++;
   const std::string line =
       json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}}.dump() + "\n";
-  std::error_code ec;
+  boost::system::error_code ec;
   asio::write(socket_, asio::buffer(line), ec);
   if (ec)
     return std::unexpected(

@@ -5,13 +5,15 @@
 // Thread-safety: none; one per thread.
 #pragma once
 
-#include <asio.hpp>
+#include <boost/asio.hpp>
 #include <expected>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace kvtier::ctl {
+
+namespace asio = boost::asio;
 
 // Why a call did not return a result.
 struct CallFailure {

@@ -8,7 +8,7 @@
 #include <omp.h>
 #include <unistd.h>
 
-#include <asio.hpp>
+#include <boost/asio.hpp>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>

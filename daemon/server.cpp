@@ -80,7 +80,7 @@ Server::~Server() {
 
 std::expected<void, std::string> Server::listen() {
   const std::string& path = config_.socket_path;
-  std::error_code ec;
+  boost::system::error_code ec;
   if (options_.activated_fd >= 0) {
     acceptor_.assign(stream(), options_.activated_fd, ec);
     if (ec) return std::unexpected("cannot use the socket systemd passed: " + ec.message());
@@ -95,8 +95,10 @@ std::expected<void, std::string> Server::listen() {
   if (!state) return std::unexpected(state.error());
   if (*state == PathState::kStaleSocket) {
     log_info("removing stale socket " + path);
-    fs::remove(path, ec);
-    if (ec) return std::unexpected("cannot remove stale socket " + path + ": " + ec.message());
+    std::error_code fs_ec;
+    fs::remove(path, fs_ec);
+    if (fs_ec)
+      return std::unexpected("cannot remove stale socket " + path + ": " + fs_ec.message());
   }
   acceptor_.open(stream(), ec);
   if (!ec) acceptor_.bind(stream::endpoint(path), ec);
@@ -121,7 +123,7 @@ std::expected<void, std::string> Server::listen() {
 }
 
 void Server::wait_signal() {
-  signals_.async_wait([this](std::error_code ec, int signo) {
+  signals_.async_wait([this](boost::system::error_code ec, int signo) {
     if (ec || stopped_) return;
     if (signo == SIGHUP) {
       reload();
@@ -155,13 +157,13 @@ void Server::watchdog_ping() {
   // Sent from the io thread: if the event loop wedges, the pings stop.
   notify_watchdog();
   watchdog_timer_.expires_after(*watchdog_interval_);
-  watchdog_timer_.async_wait([this](std::error_code ec) {
+  watchdog_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec && !stopped_) watchdog_ping();
   });
 }
 
 void Server::accept() {
-  acceptor_.async_accept([this](std::error_code ec, stream::socket socket) {
+  acceptor_.async_accept([this](boost::system::error_code ec, stream::socket socket) {
     if (stopping_) return;
     if (ec) {
       // A transient failure (EMFILE, ECONNABORTED) must not end the daemon's
@@ -171,7 +173,7 @@ void Server::accept() {
       log_warning("refusing a connection: max_connections reached");
       const std::string line = error_line(
           nullptr, {rpc_code::kTooManyPending, "too many connections (max_connections)"});
-      std::error_code ignored;
+      boost::system::error_code ignored;
       asio::write(socket, asio::buffer(line), ignored);  // tiny; the socket buffer takes it
     } else {
       // No credentials (the peer already vanished) means no privileges: the
@@ -196,10 +198,11 @@ void Server::shutdown() {
 void Server::stop() {
   if (stopping_) return;
   stopping_ = true;
-  std::error_code ignored;
+  boost::system::error_code ignored;
   acceptor_.close(ignored);
   if (owns_socket_file_) {
-    fs::remove(config_.socket_path, ignored);
+    std::error_code fs_ignored;
+    fs::remove(config_.socket_path, fs_ignored);
     owns_socket_file_ = false;
   }
   listening_ = false;
@@ -217,7 +220,7 @@ void Server::stop() {
   engine_.drain([this] { asio::post(io_, [this] { finish_stop("every request finished"); }); });
   drain_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(timeout)));
-  drain_timer_.async_wait([this](std::error_code ec) {
+  drain_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) finish_stop("drain_timeout passed; cancelling the requests still running");
   });
 }
@@ -227,7 +230,7 @@ void Server::finish_stop(const std::string& why) {
   stopped_ = true;
   log_info("stopping: " + why);
   notify_stopping("stopping: " + why);
-  std::error_code ignored;
+  boost::system::error_code ignored;
   signals_.cancel(ignored);
   watchdog_timer_.cancel();
   drain_timer_.cancel();

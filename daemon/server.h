@@ -42,7 +42,7 @@
 
 #include <sys/types.h>
 
-#include <asio.hpp>
+#include <boost/asio.hpp>
 #include <chrono>
 #include <cstddef>
 #include <deque>

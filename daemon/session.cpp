@@ -66,8 +66,9 @@ bool Session::privileged() const {
 void Session::start() { read(); }
 
 void Session::read() {
-  socket_.async_read_some(asio::buffer(read_buf_), [self = shared_from_this()](std::error_code ec,
-                                                                               std::size_t n) {
+  socket_.async_read_some(asio::buffer(read_buf_), [self = shared_from_this()](
+                                                       boost::system::error_code ec,
+                                                       std::size_t n) {
     if (self->closed_ || self->stopping_) return;
     if (ec) {
       if (ec != asio::error::eof) log_debug("connection read failed: " + ec.message());
@@ -140,7 +141,7 @@ void Session::send(std::string line) {
 void Session::write_next() {
   writing_ = true;
   asio::async_write(socket_, asio::buffer(out_.front()),
-                    [self = shared_from_this()](std::error_code ec, std::size_t) {
+                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                       self->writing_ = false;
                       if (self->closed_) return;
                       self->out_bytes_ -= self->out_.front().size();
@@ -164,7 +165,7 @@ void Session::stop() {
     return;
   }
   flush_timer_.expires_after(std::chrono::seconds(1));
-  flush_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+  flush_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec) self->close();
   });
 }
@@ -172,7 +173,7 @@ void Session::stop() {
 void Session::close() {
   if (closed_) return;
   closed_ = true;
-  std::error_code ignored;
+  boost::system::error_code ignored;
   flush_timer_.cancel();
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);

@@ -34,7 +34,7 @@
 #pragma once
 
 #include <array>
-#include <asio.hpp>
+#include <boost/asio.hpp>
 #include <cstddef>
 #include <deque>
 #include <functional>
@@ -50,6 +50,8 @@
 #include "daemon/protocol.h"
 
 namespace kvtier::daemon {
+
+namespace asio = boost::asio;
 
 struct SessionOptions {
   std::size_t max_output_bytes = 8 << 20;  // reply bytes queued before the client is dropped
