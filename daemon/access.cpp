@@ -24,6 +24,11 @@ std::string to_string(const PeerCredentials& peer) {
          std::to_string(peer.gid);
 }
 
+std::uint64_t next_connection_number() {
+  static std::uint64_t next = 1;
+  return next++;
+}
+
 bool privileged_call_allowed(uid_t peer_uid, uid_t daemon_uid, bool allow_any_uid) {
   return allow_any_uid || peer_uid == 0 || peer_uid == daemon_uid;
 }

@@ -47,6 +47,10 @@ struct RequestOwner {
   std::optional<uid_t> uid;
 };
 
+// A number for a new connection, unique over the daemon's life, JSON-RPC and
+// HTTP alike: RequestOwner::connection. Call on the io thread only.
+std::uint64_t next_connection_number();
+
 // Whether `caller` may cancel a request `owner` submitted: from the same
 // connection, as the same uid, or as a privileged caller
 // (privileged_call_allowed). Request ids are small sequential numbers that

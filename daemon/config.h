@@ -11,7 +11,7 @@
 //
 // Runtime settings change while the daemon runs, by `config.set` or by
 // SIGHUP re-reading the --config file: log_level, max_pending,
-// max_line_bytes, drain_timeout, and the scheduler's token_budget,
+// max_line_bytes, drain_timeout, http_timeout, and the scheduler's token_budget,
 // max_batch_size and policy (Scheduler::reconfigure). Every other setting is
 // fixed at start-up: config.get shows it as read-only, and changing it takes
 // a restart. That includes the prefix cache and its tiers (prefix_cache,
@@ -64,6 +64,7 @@ inline constexpr Limit<int> kMaxConnections{1, 1 << 16};
 inline constexpr Limit<std::size_t> kMaxLineBytes{1024, std::size_t{1} << 30};
 inline constexpr Limit<std::size_t> kMaxOutputBytes{4096, std::size_t{1} << 30};
 inline constexpr Limit<double> kDrainTimeout{0, 86400};
+inline constexpr Limit<double> kHttpTimeout{0.1, 3600};
 // l1_bytes, l2_bytes, l3_bytes: 1 TiB, far past any machine's tier yet
 // small enough that block counts fit an int.
 inline constexpr Limit<std::uint64_t> kTierBytes{0, std::uint64_t{1} << 40};
@@ -115,6 +116,10 @@ struct DaemonConfig {
   // requests finish before cancelling the rest. Longer loses less work;
   // systemd's TimeoutStopSec must exceed it. 0 cancels at once.
   double drain_timeout = 10;
+  // Seconds an HTTP request may take to arrive whole from its first byte
+  // (slow clients get 408 and are closed), and an idle keep-alive HTTP
+  // connection stays open.
+  double http_timeout = 30;
 };
 
 // How a setting's value reads in JSON (config.get, config.set), and so on

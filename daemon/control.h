@@ -37,6 +37,10 @@ class DaemonControl {
   // Connections open now.
   virtual int connections() const = 0;
 
+  // Whether the daemon is stopping (draining, then cancelling): new
+  // generations are refused.
+  virtual bool stopping() const = 0;
+
   // Stops the daemon as SIGTERM does (drain, then cancel; see server.h).
   virtual void shutdown() = 0;
 };

@@ -97,6 +97,11 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
     }
   }
 
+  auto chat_template = http::ChatTemplate::load(c.model_dir);
+  if (!chat_template) {
+    log_error(chat_template.error());
+    return 1;
+  }
   notify_status("loading the model from " + c.model_dir);
   auto engine = EngineLoop::create(c.model_dir, {c.scheduler, c.max_pending, c.device});
   if (!engine) {
@@ -111,6 +116,7 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
                             .allow_any_uid = c.allow_any_uid};
   server_options.socket_group = socket_group;
   server_options.activated_fd = activated->value_or(-1);
+  server_options.chat_template = std::move(*chat_template);
   // SIGHUP parses the same arguments again: the file as it is now, the
   // command line still winning (cli.h).
   if (!cl.config_file.empty()) {

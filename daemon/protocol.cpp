@@ -4,6 +4,8 @@
 #include <limits>
 #include <utility>
 
+#include "daemon/param_fields.h"
+
 namespace kvtier::daemon {
 
 using nlohmann::json;
@@ -20,61 +22,11 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-std::expected<int, RpcError> int_get(const json& v, std::string_view key, int min, int max) {
-  if (!v.is_number_integer()) {
-    return std::unexpected(invalid_params("'" + std::string(key) + "' must be an integer"));
-  }
-  bool in_range;
-  long long value = 0;
-  if (v.is_number_unsigned()) {
-    // JSON's non-negative integers parse as unsigned: the minimum applies
-    // here too (the fuzzer found "n": 0 and "max_tokens": 0 let through).
-    const auto u = v.get<std::uint64_t>();
-    in_range =
-        (min <= 0 || u >= static_cast<std::uint64_t>(min)) && u <= static_cast<std::uint64_t>(max);
-    value = in_range ? static_cast<long long>(u) : 0;
-  } else {
-    value = v.get<long long>();
-    in_range = value >= min && value <= max;
-  }
-  if (!in_range) {
-    return std::unexpected(invalid_params("'" + std::string(key) + "' must be in [" +
-                                          std::to_string(min) + ", " + std::to_string(max) + "]"));
-  }
-  return static_cast<int>(value);
-}
-
-// The shortest text that reads back as `v`: a refused number as the client
-// wrote it ("-1e-300", "1.0000001"), where "%g" would say "1" for the latter.
-std::string number_text(double v) {
-  char buf[32];
-  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
-  return std::string(buf, end);
-}
-
-// temperature and top_p: the range is checked on the double the client
-// sent, and only then is it narrowed to the engine's float. Checked after
-// narrowing, another value would be judged: -1e-300 becomes -0.0f (passing
-// ">= 0"), 1e-300 becomes 0.0f (failing "> 0" with "got 0", which the client
-// never sent), 1 + 1e-9 becomes 1.0f, and a double beyond FLT_MAX has no
-// float. A positive value under the smallest positive float becomes that
-// float rather than 0: it keeps its meaning (a tiny top_p keeps only the
-// most likely token, a tiny temperature samples among the tied best instead
-// of turning greedy), and refusing a value the protocol allows would be wrong.
-std::expected<float, RpcError> sampling_float_get(const json& v, std::string_view key,
-                                                  bool zero_allowed, double max,
-                                                  std::string_view meaning) {
-  const std::string range = (zero_allowed ? "[0, " : "(0, ") + number_text(max) + "]";
-  const auto refuse = [&](const std::string& got) {
-    return std::unexpected(invalid_params("'" + std::string(key) + "' must be a number in " +
-                                          range + " (" + std::string(meaning) + ")" + got));
-  };
-  if (!v.is_number()) return refuse("");
-  const double d = v.get<double>();
-  if (!((zero_allowed ? d >= 0.0 : d > 0.0) && d <= max)) return refuse(", got " + number_text(d));
-  if (d == 0.0) return 0.0f;  // -0 too: a client's -0 is 0, not a sign
-  const float f = static_cast<float>(d);
-  return f > 0.0f ? f : std::numeric_limits<float>::denorm_min();
+// A field parser's result (param_fields.h) as the protocol's error.
+template <typename T>
+std::expected<T, RpcError> param(std::expected<T, std::string> r) {
+  if (!r) return std::unexpected(invalid_params(std::move(r.error())));
+  return std::move(*r);
 }
 
 // `prompt` (text) or `tokens` (ids) into `prompt`; refuses both.
@@ -88,25 +40,10 @@ std::expected<void, RpcError> prompt_get(std::string_view key, const json& v,
     prompt = v.get<std::string>();
     return {};
   }
-  if (!v.is_array())
-    return std::unexpected(invalid_params("'tokens' must be an array of integers"));
-  std::vector<int> tokens;
-  tokens.reserve(v.size());
-  for (const auto& t : v) {
-    auto id = int_get(t, "tokens[]", 0, std::numeric_limits<int>::max());
-    if (!id) return std::unexpected(id.error());
-    tokens.push_back(*id);
-  }
-  prompt = std::move(tokens);
+  auto tokens = param(fields::token_ids(v, "tokens"));
+  if (!tokens) return std::unexpected(tokens.error());
+  prompt = std::move(*tokens);
   return {};
-}
-
-std::expected<std::string, RpcError> salt_get(const json& v) {
-  if (!v.is_string() || v.get_ref<const std::string&>().size() > kMaxCacheSaltBytes) {
-    return std::unexpected(invalid_params("'cache_salt' must be a string of at most " +
-                                          std::to_string(kMaxCacheSaltBytes) + " bytes"));
-  }
-  return v.get<std::string>();
 }
 
 // The fields that name a cached prefix, shared by generate and the cache
@@ -120,7 +57,7 @@ std::expected<bool, RpcError> prefix_field_get(std::string_view key, const json&
     return true;
   }
   if (key == "cache_salt") {
-    auto salt = salt_get(v);
+    auto salt = param(fields::cache_salt(v));
     if (!salt) return std::unexpected(salt.error());
     cache_salt = std::move(*salt);
     return true;
@@ -210,31 +147,37 @@ class DepthLimitedBuilder final : public nlohmann::json_sax<json> {
 
 }  // namespace
 
+std::expected<json, JsonParseError> json_parse(std::string_view text) {
+  // nlohmann's lexer takes a NUL byte for the end of its input, and so would
+  // accept `{...}` followed by a NUL and anything at all. JSON text has no raw
+  // NUL (in a string it is written \u0000): text holding one is not JSON.
+  if (text.find('\0') != std::string_view::npos)
+    return std::unexpected(JsonParseError{false, "parse error: not valid JSON (a NUL byte)"});
+  json doc;
+  DepthLimitedBuilder builder(doc);
+  const bool parsed = json::sax_parse(text, &builder, json::input_format_t::json,
+                                      /*strict=*/true, /*ignore_comments=*/false);
+  // Before the parse error: the builder stopped the parser at the first
+  // container too deep, so the rest of the text was never read.
+  if (builder.too_deep()) {
+    return std::unexpected(JsonParseError{true, "request nests arrays or objects deeper than " +
+                                                    std::to_string(kMaxJsonDepth) + " levels"});
+  }
+  if (!parsed) return std::unexpected(JsonParseError{false, "parse error: not valid JSON"});
+  return doc;
+}
+
 std::expected<RpcCall, CallError> call_parse(std::string_view line) {
   auto invalid = [](json id, std::string message) {
     return std::unexpected(
         CallError{std::move(id), {rpc_code::kInvalidRequest, std::move(message)}});
   };
-  const auto not_json = [](std::string message) {
-    return std::unexpected(CallError{nullptr, {rpc_code::kParseError, std::move(message)}});
-  };
-  // nlohmann's lexer takes a NUL byte for the end of its input, and so would
-  // accept `{...}` followed by a NUL and anything at all. JSON text has no raw
-  // NUL (in a string it is written \u0000): a line holding one is not JSON.
-  if (line.find('\0') != std::string_view::npos) {
-    return not_json("parse error: not valid JSON (a NUL byte)");
+  auto parsed = json_parse(line);
+  if (!parsed) {
+    const int code = parsed.error().too_deep ? rpc_code::kInvalidRequest : rpc_code::kParseError;
+    return std::unexpected(CallError{nullptr, {code, std::move(parsed.error().message)}});
   }
-  json doc;
-  DepthLimitedBuilder builder(doc);
-  const bool parsed = json::sax_parse(line, &builder, json::input_format_t::json,
-                                      /*strict=*/true, /*ignore_comments=*/false);
-  // Before the parse error: the builder stopped the parser at the first
-  // container too deep, so the rest of the line was never read.
-  if (builder.too_deep()) {
-    return invalid(nullptr, "request nests arrays or objects deeper than " +
-                                std::to_string(kMaxJsonDepth) + " levels");
-  }
-  if (!parsed) return not_json("parse error: not valid JSON");
+  json doc = std::move(*parsed);
   if (doc.is_array()) return invalid(nullptr, "batch requests are not supported");
   if (!doc.is_object()) return invalid(nullptr, "a request must be a JSON object");
 
@@ -284,44 +227,36 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
       if (!policy) return std::unexpected(invalid_params("'eviction': " + policy.error()));
       out.eviction = *policy;
     } else if (key == "max_tokens") {
-      auto n = int_get(v, key, 1, std::numeric_limits<int>::max());
+      auto n = param(fields::integer(v, key, 1, std::numeric_limits<int>::max()));
       if (!n) return std::unexpected(n.error());
       out.max_tokens = *n;
     } else if (key == "temperature") {
-      auto f = sampling_float_get(v, key, /*zero_allowed=*/true, std::numeric_limits<float>::max(),
-                                  "0 = greedy");
+      auto f = param(fields::sampling_float(v, key, /*zero_allowed=*/true,
+                                            std::numeric_limits<float>::max(), "0 = greedy"));
       if (!f) return std::unexpected(f.error());
       out.sampling.temperature = *f;
     } else if (key == "top_k") {
-      auto n = int_get(v, key, 0, std::numeric_limits<int>::max());
+      auto n = param(fields::integer(v, key, 0, std::numeric_limits<int>::max()));
       if (!n) return std::unexpected(n.error());
       out.sampling.top_k = *n;
     } else if (key == "top_p") {
-      auto f = sampling_float_get(v, key, /*zero_allowed=*/false, 1.0, "1 = no limit");
+      auto f = param(fields::sampling_float(v, key, /*zero_allowed=*/false, 1.0, "1 = no limit"));
       if (!f) return std::unexpected(f.error());
       out.sampling.top_p = *f;
     } else if (key == "seed") {
-      if (v.is_number_unsigned()) {
-        out.sampling.seed = v.get<std::uint64_t>();
-      } else if (v.is_number_integer() && v.get<long long>() >= 0) {
-        out.sampling.seed = static_cast<std::uint64_t>(v.get<long long>());
-      } else {
-        return std::unexpected(invalid_params("'seed' must be a non-negative integer"));
-      }
+      auto seed = param(fields::seed(v, key));
+      if (!seed) return std::unexpected(seed.error());
+      out.sampling.seed = *seed;
     } else if (key == "stop") {
-      if (!v.is_array())
-        return std::unexpected(invalid_params("'stop' must be an array of strings"));
-      for (const auto& s : v) {
-        if (!s.is_string())
-          return std::unexpected(invalid_params("'stop' must be an array of strings"));
-        out.stop.push_back(s.get<std::string>());
-      }
+      auto stop = param(fields::strings(v, key));
+      if (!stop) return std::unexpected(stop.error());
+      out.stop = std::move(*stop);
     } else if (key == "priority") {
-      auto n = int_get(v, key, 0, std::numeric_limits<int>::max());
+      auto n = param(fields::integer(v, key, 0, std::numeric_limits<int>::max()));
       if (!n) return std::unexpected(n.error());
       out.priority = *n;
     } else if (key == "n") {
-      auto n = int_get(v, key, 1, std::numeric_limits<int>::max());
+      auto n = param(fields::integer(v, key, 1, std::numeric_limits<int>::max()));
       if (!n) return std::unexpected(n.error());
       out.n = *n;
     } else if (key == "stream") {

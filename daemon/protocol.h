@@ -39,9 +39,6 @@ inline constexpr int kPermissionDenied = -32003;  // a privileged method from a 
 inline constexpr int kNoPrefixCache = -32004;     // a cache method while the prefix cache is off
 }  // namespace rpc_code
 
-// The longest `cache_salt` accepted: a tenant or namespace name, not data.
-inline constexpr std::size_t kMaxCacheSaltBytes = 256;
-
 // The deepest nesting of arrays and objects a request line may have; the
 // request object itself is level 1, so `params` may hold 63 more. No request
 // needs more than 3. The limit exists because nlohmann::json copies, compares
@@ -70,6 +67,16 @@ struct CallError {
   RpcError error;
 };
 
+// JSON text parsed with the limits below (no raw NUL byte, at most
+// kMaxJsonDepth levels, checked as it parses, with no recursion); the HTTP
+// API's bodies are read the same way. `too_deep` tells the two refusals
+// apart.
+struct JsonParseError {
+  bool too_deep = false;
+  std::string message;
+};
+std::expected<nlohmann::json, JsonParseError> json_parse(std::string_view text);
+
 // Parses one line (without its '\n'). Refuses, with kParseError, text that is
 // not JSON (a raw NUL byte included, where nlohmann::json would stop reading)
 // and, with kInvalidRequest, anything but a single request object:
@@ -97,7 +104,7 @@ struct GenerateParams {
   int priority = 0;
   int n = 1;  // samples from one prefill; the engine checks the upper bound
   bool stream = false;
-  std::string cache_salt;  // prefix-cache namespace; at most kMaxCacheSaltBytes
+  std::string cache_salt;  // prefix-cache namespace; at most fields::kMaxCacheSaltBytes
   // Parsed here (EvictionPolicy::parse); the engine checks it against the
   // page size. Unset: the daemon's --eviction.
   std::optional<EvictionPolicy> eviction;

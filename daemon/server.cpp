@@ -69,7 +69,8 @@ Server::Server(asio::io_context& io, EngineLoop& engine, ServerOptions options)
       signals_(io, SIGINT, SIGTERM, SIGHUP),
       watchdog_timer_(io),
       drain_timer_(io),
-      config_(options_.config) {}
+      config_(options_.config),
+      http_context_{engine, *this, options_.chat_template} {}
 
 Server::~Server() {
   if (owns_socket_file_) {
@@ -169,7 +170,7 @@ void Server::accept() {
       // A transient failure (EMFILE, ECONNABORTED) must not end the daemon's
       // life as a server; log and keep accepting.
       log_warning("accept failed: " + ec.message());
-    } else if (static_cast<int>(sessions_.size()) >= config_.max_connections) {
+    } else if (connections() >= config_.max_connections) {
       log_warning("refusing a connection: max_connections reached");
       const std::string line = error_line(
           nullptr, {rpc_code::kTooManyPending, "too many connections (max_connections)"});
@@ -179,15 +180,30 @@ void Server::accept() {
       // No credentials (the peer already vanished) means no privileges: the
       // session treats an unknown peer as an outsider.
       const auto peer = peer_credentials(socket.native_handle());
-      auto session = std::make_shared<Session>(std::move(socket), engine_, *this, options_.session,
-                                               peer, [this](Session* s) { sessions_.erase(s); });
+      auto session = std::make_shared<Session>(
+          std::move(socket), engine_, *this, options_.session, peer,
+          [this](Session* s) { sessions_.erase(s); },
+          [this](stream::socket s, std::string bytes) {
+            serve_http(std::move(s), std::move(bytes));
+          });
       sessions_.emplace(session.get(), session);
       log_info("client connected: " + (peer ? to_string(*peer) : "unknown peer") + " (" +
-               std::to_string(sessions_.size()) + " connections)");
+               std::to_string(connections()) + " connections)");
       session->start();
     }
     accept();
   });
+}
+
+void Server::serve_http(stream::socket socket, std::string already_read) {
+  http::ConnectionOptions o;
+  o.max_output_bytes = options_.session.max_output_bytes;
+  o.peer = peer_credentials(socket.native_handle());
+  auto connection =
+      http::Connection::make(std::move(socket), http_context_, std::move(o),
+                             [this](http::Connection* c) { http_connections_.erase(c); });
+  http_connections_.emplace(connection.get(), connection);
+  connection->start(std::move(already_read));
 }
 
 void Server::shutdown() {
@@ -239,9 +255,11 @@ void Server::finish_stop(const std::string& why) {
   // out are queued on io_ before the session stop below, so clients get them.
   engine_.stop();
   asio::post(io_, [this] {
-    // stop() may close a session, which erases it from sessions_.
+    // stop() may close a connection, which erases it from its map.
     auto sessions = sessions_;
     for (auto& [ptr, session] : sessions) session->stop();
+    auto http_connections = http_connections_;
+    for (auto& [ptr, connection] : http_connections) connection->stop();
   });
 }
 

@@ -56,6 +56,8 @@
 #include "daemon/config.h"
 #include "daemon/control.h"
 #include "daemon/engine_loop.h"
+#include "daemon/http/chat_template.h"
+#include "daemon/http/connection.h"
 #include "daemon/session.h"
 
 namespace kvtier::daemon {
@@ -77,6 +79,8 @@ struct ServerOptions {
   // A listening Unix stream socket inherited from systemd (sd_listen_fds), or
   // -1 to bind socket_path. The server takes ownership of it.
   int activated_fd = -1;
+  // The model's, for /v1/chat/completions (main loads it with the model).
+  http::ChatTemplate chat_template;
 };
 
 // Whether a daemon could bind a Unix socket at `path`: the path fits a
@@ -109,7 +113,10 @@ class Server : public DaemonControl {
   // DaemonControl.
   const DaemonConfig& config() const override { return config_; }
   void config_update(ConfigChangeFn change, ConfigDoneFn done) override;
-  int connections() const override { return static_cast<int>(sessions_.size()); }
+  int connections() const override {
+    return static_cast<int>(sessions_.size() + http_connections_.size());
+  }
+  bool stopping() const override { return stopping_; }
   void shutdown() override;
 
  private:
@@ -119,6 +126,8 @@ class Server : public DaemonControl {
   };
 
   void accept();
+  // Serves a Unix-socket connection that turned out to speak HTTP.
+  void serve_http(asio::local::stream_protocol::socket socket, std::string already_read);
   void watchdog_ping();
   void wait_signal();
   void reload();
@@ -138,6 +147,8 @@ class Server : public DaemonControl {
   std::deque<PendingUpdate> updates_;  // head: being applied
   std::optional<std::chrono::microseconds> watchdog_interval_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
+  http::Context http_context_;
+  std::unordered_map<http::Connection*, std::shared_ptr<http::Connection>> http_connections_;
   bool listening_ = false;
   bool owns_socket_file_ = false;  // bound here, so removed on exit
   bool stopping_ = false;          // draining or stopped: no more accepting

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "daemon/cache_methods.h"
+#include "daemon/http/connection.h"
 #include "daemon/log.h"
 
 namespace kvtier::daemon {
@@ -41,7 +42,7 @@ const std::array<Session::Method, 15>& Session::methods() {
 
 Session::Session(asio::local::stream_protocol::socket socket, EngineLoop& engine,
                  DaemonControl& control, SessionOptions options,
-                 std::optional<PeerCredentials> peer, ClosedHandler on_closed)
+                 std::optional<PeerCredentials> peer, ClosedHandler on_closed, HttpHandoff on_http)
     : socket_(std::move(socket)),
       flush_timer_(socket_.get_executor()),
       engine_(engine),
@@ -49,10 +50,8 @@ Session::Session(asio::local::stream_protocol::socket socket, EngineLoop& engine
       options_(options),
       peer_(peer),
       on_closed_(std::move(on_closed)),
-      connection_([] {
-        static std::uint64_t next = 1;  // sessions are made on the one io thread
-        return next++;
-      }()),
+      on_http_(std::move(on_http)),
+      connection_(next_connection_number()),
       framer_(control.config().max_line_bytes) {}
 
 RequestOwner Session::owner() const {
@@ -73,6 +72,13 @@ void Session::read() {
     if (ec) {
       if (ec != asio::error::eof) log_debug("connection read failed: " + ec.message());
       self->close();
+      return;
+    }
+    if (std::exchange(self->first_read_, false) && n > 0 && http::starts_http(self->read_buf_[0]) &&
+        self->on_http_) {
+      self->closed_ = true;  // the socket goes on, as HTTP
+      self->on_http_(std::move(self->socket_), std::string(self->read_buf_.data(), n));
+      if (self->on_closed_) self->on_closed_(self.get());
       return;
     }
     // The limit in force when the bytes arrived (config.set may change it).

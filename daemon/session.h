@@ -1,4 +1,8 @@
-// One client connection on the Unix socket.
+// One JSON-RPC client connection on the Unix socket.
+//
+// HTTP on the same socket: a connection whose first byte starts an HTTP
+// request (http::starts_http) is handed, with the bytes read, to the
+// server's HTTP side (HttpHandoff) before anything is parsed here.
 //
 // Framing: newline-delimited JSON-RPC 2.0 (protocol.h); a line over
 // max_line_bytes (a runtime setting, read before every read) gets a
@@ -66,12 +70,16 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   // Called once when the connection has closed, on the io thread.
   using ClosedHandler = std::function<void(Session*)>;
+  // Takes over a connection that speaks HTTP, with the bytes read from it.
+  using HttpHandoff =
+      std::function<void(asio::local::stream_protocol::socket socket, std::string already_read)>;
 
   // `peer`: the client's credentials, nullopt when the kernel could not
   // tell (then no privileged call is allowed). `engine` and `control` must
   // outlive the session's handlers.
   Session(asio::local::stream_protocol::socket socket, EngineLoop& engine, DaemonControl& control,
-          SessionOptions options, std::optional<PeerCredentials> peer, ClosedHandler on_closed);
+          SessionOptions options, std::optional<PeerCredentials> peer, ClosedHandler on_closed,
+          HttpHandoff on_http = {});
 
   // Starts reading. REQUIRES: the session is owned by a shared_ptr.
   void start();
@@ -138,6 +146,8 @@ class Session : public std::enable_shared_from_this<Session> {
   SessionOptions options_;
   std::optional<PeerCredentials> peer_;
   ClosedHandler on_closed_;
+  HttpHandoff on_http_;
+  bool first_read_ = true;
   std::uint64_t connection_;  // this session's number, unique in the daemon's life
 
   LineFramer framer_;

@@ -50,7 +50,7 @@ constexpr std::string_view kPreemptions[] = {"swap", "recompute"};
 constexpr std::string_view kRemoteWrites[] = {"through", "back", "off"};
 
 // Captureless lambdas, so each row is plain data.
-const std::array<Setting, 35> kSettings = {{
+const std::array<Setting, 36> kSettings = {{
     {.name = "model",
      .type = T::kDirectory,
      .group = G::kGeneral,
@@ -170,6 +170,15 @@ const std::array<Setting, 35> kSettings = {{
      .range = range_of(limits::kDrainTimeout),
      .get = [](const DaemonConfig& c) -> json { return c.drain_timeout; },
      .set = [](DaemonConfig& c, const json& v) { return stored(v, c.drain_timeout); }},
+    {.name = "http_timeout",
+     .type = T::kSeconds,
+     .group = G::kServer,
+     .runtime = true,
+     .description = "Seconds an HTTP request may take to arrive whole (then 408), and an idle "
+                    "keep-alive HTTP connection stays open",
+     .range = range_of(limits::kHttpTimeout),
+     .get = [](const DaemonConfig& c) -> json { return c.http_timeout; },
+     .set = [](DaemonConfig& c, const json& v) { return stored(v, c.http_timeout); }},
     {.name = "log_level",
      .type = T::kChoice,
      .group = G::kServer,

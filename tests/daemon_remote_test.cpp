@@ -174,7 +174,7 @@ TEST_F(DaemonRemoteTest, AValueChangedInRedisIsACountedMissNeverServed) {
   generate(*ca, kShared + "one", 0.0f, 0);
   wait_shared(*ca, 3);
   const tiers::RedisReply keys = redis_.command({"KEYS", "kvtier:*"});
-  ASSERT_GE(keys.elements.size(), 3u);  // the prompt's blocks, and maybe the answer's
+  ASSERT_GE(keys.elements.size(), 3u);                // the prompt's blocks, and maybe the answer's
   for (const tiers::RedisReply& key : keys.elements)  // one byte of each payload
     redis_.command({"SETRANGE", key.str, "4000", "x"});
 

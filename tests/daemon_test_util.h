@@ -101,6 +101,19 @@ class Client {
     }
   }
 
+  // Whatever bytes arrive next (at least one; those already read past a
+  // line first), unframed; nullopt on timeout or EOF.
+  std::optional<std::string> read_raw(std::chrono::steady_clock::duration timeout = kTimeout) {
+    if (!buf_.empty()) return std::exchange(buf_, std::string());
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+    pollfd p{fd_, POLLIN, 0};
+    if (ms <= 0 || ::poll(&p, 1, static_cast<int>(ms)) <= 0) return std::nullopt;
+    char chunk[65536];
+    const ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
+    if (n <= 0) return std::nullopt;
+    return std::string(chunk, static_cast<std::size_t>(n));
+  }
+
   // Sends a request and returns its response, collecting notifications.
   std::optional<json> call(const json& request, std::vector<json>* notifications = nullptr) {
     if (!send(request)) return std::nullopt;
@@ -281,7 +294,7 @@ class Daemon {
     return false;
   }
 
-  std::unique_ptr<Client> connect() { return std::make_unique<Client>(socket_path_); }
+  std::unique_ptr<Client> connect() const { return std::make_unique<Client>(socket_path_); }
 
   bool exited() {
     if (exit_status_) return true;

@@ -130,7 +130,7 @@ TEST(SettingsTableTest, RuntimeRowsAreExactlyTheOnesConfigSetChanges) {
   // The ones config.h and docs/protocol.md name.
   EXPECT_EQ(runtime,
             (std::set<std::string>{"log_level", "max_pending", "max_line_bytes", "drain_timeout",
-                                   "token_budget", "max_batch_size", "policy"}));
+                                   "http_timeout", "token_budget", "max_batch_size", "policy"}));
 }
 
 TEST(SettingsTableTest, ConfigGetListsEveryRowWithItsDescriptionDefaultAndRange) {

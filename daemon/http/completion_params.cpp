@@ -1,0 +1,295 @@
+#include "daemon/http/completion_params.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "daemon/param_fields.h"
+
+namespace kvtier::daemon::http {
+
+namespace {
+
+using nlohmann::json;
+constexpr int kIntMax = std::numeric_limits<int>::max();
+
+std::unexpected<ParamError> refuse(const std::string& param, std::string message) {
+  return std::unexpected(ParamError{400, std::move(message), param, ""});
+}
+
+// A field parser's result (param_fields.h) as ours.
+template <typename T>
+std::expected<T, ParamError> field(const std::string& key, std::expected<T, std::string> r) {
+  if (!r) return refuse(key, std::move(r.error()));
+  return std::move(*r);
+}
+
+// The fields both endpoints take. False when `key` is none of them (the
+// caller goes on); true once it is taken into `spec`.
+std::expected<bool, ParamError> common_field(const std::string& key, const json& v,
+                                             const std::string& served, GenerationSpec& spec,
+                                             bool& stream_options) {
+  RequestParams& p = spec.params;
+  if (key == "model") {
+    if (!v.is_string()) return refuse(key, "'model' must be a string");
+    if (v.get<std::string>() != served)
+      return std::unexpected(ParamError{404,
+                                        "The model '" + v.get<std::string>() +
+                                            "' does not exist; this server serves '" + served + "'",
+                                        key, "model_not_found"});
+  } else if (key == "temperature") {
+    auto f = field(
+        key, fields::sampling_float(v, key, true, std::numeric_limits<float>::max(), "0 = greedy"));
+    if (!f) return std::unexpected(f.error());
+    p.sampling.temperature = *f;
+  } else if (key == "top_p") {
+    auto f = field(key, fields::sampling_float(v, key, false, 1.0, "1 = no limit"));
+    if (!f) return std::unexpected(f.error());
+    p.sampling.top_p = *f;
+  } else if (key == "top_k") {
+    auto k = field(key, fields::integer(v, key, -1, kIntMax));
+    if (!k) return std::unexpected(k.error());
+    p.sampling.top_k = std::max(*k, 0);  // -1: no limit, as vLLM
+  } else if (key == "n") {
+    auto n = field(key, fields::integer(v, key, 1, kIntMax));
+    if (!n) return std::unexpected(n.error());
+    p.n = *n;
+  } else if (key == "seed") {
+    // Any 64-bit integer, as OpenAI's and vLLM's: a negative one is taken
+    // as its two's complement.
+    if (v.is_number_unsigned())
+      p.sampling.seed = v.get<std::uint64_t>();
+    else if (v.is_number_integer())
+      p.sampling.seed = static_cast<std::uint64_t>(v.get<std::int64_t>());
+    else
+      return refuse(key, "'seed' must be an integer");
+  } else if (key == "stop") {
+    if (v.is_string()) {
+      p.stop = {v.get<std::string>()};
+    } else {
+      auto stop = field(key, fields::strings(v, key));
+      if (!stop) return std::unexpected(stop.error());
+      p.stop = std::move(*stop);
+    }
+  } else if (key == "stream") {
+    if (!v.is_boolean()) return refuse(key, "'stream' must be true or false");
+    spec.stream = v.get<bool>();
+  } else if (key == "stream_options") {
+    if (!v.is_object()) return refuse(key, "'stream_options' must be an object");
+    for (const auto& [k, o] : v.items()) {
+      if (k != "include_usage" || !o.is_boolean())
+        return refuse(key, "'stream_options' takes {\"include_usage\": true | false}");
+      spec.include_usage = o.get<bool>();
+    }
+    stream_options = true;
+  } else if (key == "cache_salt") {
+    auto salt = field(key, fields::cache_salt(v));
+    if (!salt) return std::unexpected(salt.error());
+    p.cache_salt = std::move(*salt);
+  } else if (key == "priority") {
+    auto n = field(key, fields::integer(v, key, 0, kIntMax));
+    if (!n) return std::unexpected(n.error());
+    p.priority = *n;
+  } else if (key == "user") {
+    if (!v.is_string()) return refuse(key, "'user' must be a string");
+  } else if (key == "presence_penalty" || key == "frequency_penalty") {
+    if (!v.is_number()) return refuse(key, "'" + key + "' must be a number");
+    if (v.get<double>() != 0) return refuse(key, "'" + key + "' is not supported (only 0)");
+  } else if (key == "logit_bias") {
+    if (!v.is_object() || !v.empty()) return refuse(key, "'logit_bias' is not supported (only {})");
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Fields both endpoints check once all are read.
+std::expected<void, ParamError> finish(const GenerationSpec& spec, bool stream_options) {
+  if (stream_options && !spec.stream)
+    return refuse("stream_options", "'stream_options' needs \"stream\": true");
+  return {};
+}
+
+std::unexpected<ParamError> unknown(const std::string& key) {
+  return refuse(key, "Unrecognized request argument supplied: " + key);
+}
+
+std::expected<int, ParamError> max_tokens(const std::string& key, const json& v) {
+  return field(key, fields::integer(v, key, 1, kIntMax));
+}
+
+// "prompt" as one or more prompts.
+std::expected<void, ParamError> prompts(const json& v, GenerationSpec& spec) {
+  const auto usage = [] {
+    return refuse("prompt",
+                  "'prompt' must be a string, an array of token ids, an array of strings or an "
+                  "array of arrays of token ids, not empty");
+  };
+  if (v.is_string()) {
+    spec.prompts.emplace_back(v.get<std::string>());
+    return {};
+  }
+  if (!v.is_array() || v.empty()) return usage();
+  if (v.front().is_number()) {
+    auto ids = field("prompt", fields::token_ids(v, "prompt"));
+    if (!ids) return std::unexpected(ids.error());
+    spec.prompts.emplace_back(std::move(*ids));
+    return {};
+  }
+  for (const json& one : v) {
+    if (one.is_string()) {
+      spec.prompts.emplace_back(one.get<std::string>());
+    } else if (one.is_array() && !one.empty()) {
+      auto ids = field("prompt", fields::token_ids(one, "prompt"));
+      if (!ids) return std::unexpected(ids.error());
+      spec.prompts.emplace_back(std::move(*ids));
+    } else {
+      return usage();
+    }
+  }
+  return {};
+}
+
+// A message's text: a string, or an array of {"type": "text", "text": ...}
+// parts (OpenAI's newer form), joined.
+std::expected<std::string, ParamError> message_text(const json& content) {
+  if (content.is_null()) return std::string();
+  if (content.is_string()) return content.get<std::string>();
+  const auto usage = [] {
+    return refuse("messages",
+                  "a message's 'content' must be a string or an array of "
+                  "{\"type\": \"text\", \"text\": ...} parts (text only)");
+  };
+  if (!content.is_array()) return usage();
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      return usage();
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::expected<std::vector<ChatTemplate::Message>, ParamError> messages(const json& v) {
+  if (!v.is_array() || v.empty())
+    return refuse("messages", "'messages' must be a non-empty array of messages");
+  std::vector<ChatTemplate::Message> out;
+  for (const json& m : v) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      return refuse("messages", "each message must be an object with a 'role'");
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant")
+      return refuse("messages",
+                    "a message's role must be system, developer, user or "
+                    "assistant, not '" +
+                        role + "'");
+    for (const auto& [key, value] : m.items())
+      if (key != "role" && key != "content" && key != "name")
+        return refuse("messages",
+                      "a message takes 'role', 'content' and 'name', not '" + key + "'");
+    auto text = message_text(m.contains("content") ? m["content"] : json(nullptr));
+    if (!text) return std::unexpected(text.error());
+    out.push_back({std::move(role), std::move(*text)});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::expected<GenerationSpec, ParamError> completion_spec(const json& body,
+                                                          const std::string& served_model) {
+  if (!body.is_object()) return refuse("", "the request body must be a JSON object");
+  GenerationSpec spec;
+  spec.api = Api::kCompletions;
+  spec.model = served_model;
+  spec.params.max_tokens = 16;  // OpenAI's default for completions
+  bool have_prompt = false, stream_options = false, echo = false;
+  for (const auto& [key, v] : body.items()) {
+    if (v.is_null()) continue;
+    auto taken = common_field(key, v, served_model, spec, stream_options);
+    if (!taken) return std::unexpected(taken.error());
+    if (*taken) continue;
+    if (key == "prompt") {
+      if (auto ok = prompts(v, spec); !ok) return std::unexpected(ok.error());
+      have_prompt = true;
+    } else if (key == "max_tokens") {
+      auto n = max_tokens(key, v);
+      if (!n) return std::unexpected(n.error());
+      spec.params.max_tokens = *n;
+    } else if (key == "echo") {
+      if (!v.is_boolean()) return refuse(key, "'echo' must be true or false");
+      echo = v.get<bool>();
+    } else if (key == "logprobs") {
+      if (!v.is_number_integer()) return refuse(key, "'logprobs' must be an integer");
+      return refuse(key, "'logprobs' is not supported");
+    } else if (key == "best_of") {
+      if (!v.is_number_integer()) return refuse(key, "'best_of' must be an integer");
+      if (v.get<long long>() > 1) return refuse(key, "'best_of' above 1 is not supported");
+    } else if (key == "suffix") {
+      if (!v.is_string() || !v.get<std::string>().empty())
+        return refuse(key, "'suffix' is not supported");
+    } else {
+      return unknown(key);
+    }
+  }
+  if (!have_prompt) return refuse("prompt", "'prompt' is required");
+  if (echo) {
+    for (const auto& p : spec.prompts) {
+      if (!std::holds_alternative<std::string>(p))
+        return refuse("echo", "'echo' needs text prompts");
+      spec.echo.push_back(std::get<std::string>(p));
+    }
+  }
+  if (auto ok = finish(spec, stream_options); !ok) return std::unexpected(ok.error());
+  return spec;
+}
+
+std::expected<GenerationSpec, ParamError> chat_spec(const json& body,
+                                                    const std::string& served_model,
+                                                    const ChatTemplate& chat, int context) {
+  if (!body.is_object()) return refuse("", "the request body must be a JSON object");
+  GenerationSpec spec;
+  spec.api = Api::kChat;
+  spec.model = served_model;
+  spec.params.max_tokens = context;
+  bool have_messages = false, stream_options = false;
+  std::vector<ChatTemplate::Message> conversation;
+  for (const auto& [key, v] : body.items()) {
+    if (v.is_null()) continue;
+    auto taken = common_field(key, v, served_model, spec, stream_options);
+    if (!taken) return std::unexpected(taken.error());
+    if (*taken) continue;
+    if (key == "messages") {
+      auto m = messages(v);
+      if (!m) return std::unexpected(m.error());
+      conversation = std::move(*m);
+      have_messages = true;
+    } else if (key == "max_tokens" || key == "max_completion_tokens") {
+      auto n = max_tokens(key, v);
+      if (!n) return std::unexpected(n.error());
+      spec.params.max_tokens = *n;
+    } else if (key == "logprobs" || key == "top_logprobs") {
+      if (key == "logprobs" && v.is_boolean() && !v.get<bool>()) continue;
+      return refuse(key, "'" + key + "' is not supported");
+    } else if (key == "response_format") {
+      if (!v.is_object() || v.value("type", "") != "text" || v.size() != 1)
+        return refuse(key, "'response_format' supports {\"type\": \"text\"} only");
+    } else if (key == "tools" || key == "functions") {
+      if (!v.is_array() || !v.empty()) return refuse(key, "tools are not supported");
+    } else if (key == "tool_choice" || key == "function_call") {
+      if (v != "none") return refuse(key, "tools are not supported");
+    } else {
+      return unknown(key);
+    }
+  }
+  if (!have_messages) return refuse("messages", "'messages' is required");
+  spec.prompts.emplace_back(chat.render(conversation));
+  for (const std::string& s : chat.stop)
+    if (std::find(spec.params.stop.begin(), spec.params.stop.end(), s) == spec.params.stop.end())
+      spec.params.stop.push_back(s);
+  if (auto ok = finish(spec, stream_options); !ok) return std::unexpected(ok.error());
+  return spec;
+}
+
+}  // namespace kvtier::daemon::http

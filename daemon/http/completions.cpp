@@ -1,0 +1,24 @@
+// POST /v1/completions (completion_params.h says what it takes,
+// generation.h how it answers).
+#include "daemon/control.h"
+#include "daemon/http/body.h"
+#include "daemon/http/completion_params.h"
+#include "daemon/http/errors.h"
+#include "daemon/http/openai.h"
+#include "daemon/http/routes.h"
+
+namespace kvtier::daemon::http {
+
+void completions(const Request& request, const std::shared_ptr<Exchange>& exchange,
+                 Context& context) {
+  auto body = json_body(request);
+  if (!body) return exchange->respond(std::move(body.error()));
+  auto spec = completion_spec(*body, served_model_name(context.control.config()));
+  if (!spec) {
+    const ParamError& e = spec.error();
+    return exchange->respond(error_response(e.status, e.message, e.param, e.code));
+  }
+  run_generation(std::move(*spec), exchange, context);
+}
+
+}  // namespace kvtier::daemon::http

@@ -1,0 +1,333 @@
+#include "daemon/http/connection.h"
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cstdio>
+#include <deque>
+#include <sstream>
+#include <unordered_set>
+
+#include "daemon/control.h"
+#include "daemon/http/errors.h"
+#include "daemon/http/routes.h"
+#include "daemon/log.h"
+
+namespace kvtier::daemon::http {
+
+namespace {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using error_code = boost::system::error_code;
+
+// Bytes of pipelined requests kept while an answer is made; past them the
+// connection stops reading until the answer is done.
+constexpr std::size_t kMaxBufferedBytes = 64 << 10;
+
+// Equal strings, in time that does not depend on where they differ.
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+template <class Protocol>
+class ConnectionImpl final : public Connection,
+                             public Exchange,
+                             public std::enable_shared_from_this<ConnectionImpl<Protocol>> {
+ public:
+  ConnectionImpl(typename Protocol::socket socket, Context& context, ConnectionOptions options,
+                 ClosedHandler on_closed)
+      : socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        context_(context),
+        options_(std::move(options)),
+        on_closed_(std::move(on_closed)),
+        number_(next_connection_number()) {}
+
+  void start(std::string already_read) override {
+    in_ = std::move(already_read);
+    next_request();
+  }
+
+  void stop() override {
+    if (closed_ || stopping_) return;
+    stopping_ = true;
+    if (!writing_) return close();
+    timer_.expires_after(std::chrono::seconds(1));
+    timer_.async_wait([self = this->shared_from_this()](error_code ec) {
+      if (!ec) self->close();
+    });
+  }
+
+  // Exchange.
+  void respond(Response r) override {
+    if (closed_ || state_ != State::kAnswering) return;
+    bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), 11};
+    res.set(bhttp::field::server, "kvtier");
+    res.set(bhttp::field::content_type, r.content_type);
+    for (const auto& [name, value] : r.headers) res.set(name, value);
+    res.keep_alive(keep_alive_);
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+    std::ostringstream os;
+    os << res;
+    send(std::move(os).str());
+    answered();
+  }
+
+  void stream_begin() override {
+    if (closed_ || state_ != State::kAnswering) return;
+    state_ = State::kStreaming;
+    bhttp::response<bhttp::empty_body> res{bhttp::status::ok, 11};
+    res.set(bhttp::field::server, "kvtier");
+    res.set(bhttp::field::content_type, "text/event-stream");
+    res.set(bhttp::field::cache_control, "no-cache");
+    res.keep_alive(keep_alive_);
+    res.chunked(true);
+    std::ostringstream os;
+    os << res.base();
+    send(std::move(os).str());
+  }
+
+  void stream_event(std::string_view data) override {
+    if (closed_ || state_ != State::kStreaming) return;
+    std::string event = "data: ";
+    event.append(data);
+    event += "\n\n";
+    send(beast::buffers_to_string(bhttp::make_chunk(asio::buffer(event))));
+  }
+
+  void stream_end() override {
+    if (closed_ || state_ != State::kStreaming) return;
+    send(beast::buffers_to_string(bhttp::make_chunk_last()));
+    answered();
+  }
+
+  void post(std::function<void()> fn) override {
+    asio::post(socket_.get_executor(), [self = this->shared_from_this(), fn = std::move(fn)] {
+      if (!self->closed_) fn();
+    });
+  }
+  void track(DaemonRequestId id) override { requests_.insert(id); }
+  void untrack(DaemonRequestId id) override { requests_.erase(id); }
+  RequestOwner owner() const override {
+    return {number_, options_.peer ? std::optional<uid_t>(options_.peer->uid) : std::nullopt};
+  }
+
+ private:
+  enum class State { kReading, kAnswering, kStreaming };
+
+  // Waits for (or parses what is buffered of) the next request.
+  void next_request() {
+    state_ = State::kReading;
+    parser_.emplace();
+    parser_->header_limit(kMaxHeaderBytes);
+    parser_->body_limit(context_.control.config().max_line_bytes);
+    parser_->eager(true);
+    arm_timer();
+    parse();
+    read();
+  }
+
+  // From now (the start of a wait for a request, or its first byte), the
+  // request has http_timeout to arrive.
+  void arm_timer() {
+    const double seconds = context_.control.config().http_timeout;
+    timer_.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(
+        std::chrono::duration<double>(seconds)));
+    timer_.async_wait([self = this->shared_from_this(), seconds](error_code ec) {
+      if (ec || self->closed_ || self->state_ != State::kReading) return;
+      if (self->in_.empty() && !self->parser_->got_some()) {
+        self->close();  // an idle keep-alive connection
+        return;
+      }
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", seconds);
+      self->fail(408, std::string("the request did not arrive whole within http_timeout (") + text +
+                          " s)");
+    });
+  }
+
+  void read() {
+    if (reading_ || closed_ || stopping_) return;
+    if (state_ != State::kReading && in_.size() >= kMaxBufferedBytes) return;
+    reading_ = true;
+    socket_.async_read_some(asio::buffer(read_buf_),
+                            [self = this->shared_from_this()](error_code ec, std::size_t n) {
+                              self->reading_ = false;
+                              if (self->closed_) return;
+                              if (ec) {
+                                if (ec != asio::error::eof)
+                                  log_debug("HTTP connection read failed: " + ec.message());
+                                self->close();  // a client that left: its generations are cancelled
+                                return;
+                              }
+                              const bool first = self->in_.empty() && !self->parser_->got_some();
+                              self->in_.append(self->read_buf_.data(), n);
+                              if (self->state_ == State::kReading) {
+                                if (first) self->arm_timer();
+                                self->parse();
+                              }
+                              self->read();
+                            });
+  }
+
+  void parse() {
+    if (state_ != State::kReading || closed_) return;
+    error_code ec;
+    const std::size_t used = parser_->put(asio::buffer(in_), ec);
+    in_.erase(0, used);
+    if (ec == bhttp::error::need_more) return;
+    if (ec == bhttp::error::body_limit)
+      return fail(413, "the request body is longer than max_line_bytes (" +
+                           std::to_string(context_.control.config().max_line_bytes) + ")");
+    if (ec == bhttp::error::header_limit)
+      return fail(431, "the request's header block is longer than " +
+                           std::to_string(kMaxHeaderBytes) + " bytes");
+    if (ec) return fail(400, "malformed HTTP request: " + ec.message());
+    if (!parser_->is_done()) return;
+    timer_.cancel();
+    handle(parser_->release());
+  }
+
+  void handle(bhttp::request<bhttp::string_body> req) {
+    state_ = State::kAnswering;
+    keep_alive_ = req.keep_alive() && !stopping_;
+    Request r;
+    r.method = std::string(req.method_string());
+    r.target = std::string(req.target());
+    for (const auto& field : req) {
+      std::string name(field.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      r.headers[name] = std::string(field.value());
+    }
+    r.body = std::move(req.body());
+    if (!options_.api_key.empty() && !(r.method == "GET" && r.path() == "/health")) {
+      const std::string auth = r.header("authorization");
+      if (auth.rfind("Bearer ", 0) != 0 || !same_secret(auth.substr(7), options_.api_key)) {
+        Response denied = error_response(401,
+                                         "a valid API key is required (Authorization: "
+                                         "Bearer <key>)",
+                                         "", "invalid_api_key");
+        denied.headers.emplace_back("WWW-Authenticate", "Bearer");
+        return respond(std::move(denied));
+      }
+    }
+    dispatch(r, this->shared_from_this(), context_);
+  }
+
+  // The answer to the current request is complete (queued).
+  void answered() {
+    if (!keep_alive_) {
+      stopping_ = true;  // close once it is written
+      if (!writing_) close();
+      return;
+    }
+    next_request();
+  }
+
+  // Answers the current request with an error and closes: after a request
+  // that did not parse, the stream cannot be trusted.
+  void fail(int status, const std::string& why) {
+    log_debug("HTTP request refused (" + std::to_string(status) + "): " + why);
+    state_ = State::kAnswering;
+    keep_alive_ = false;
+    respond(error_response(status, why));
+  }
+
+  void send(std::string bytes) {
+    if (closed_) return;
+    out_bytes_ += bytes.size();
+    if (out_bytes_ > options_.max_output_bytes) {
+      log_warning("dropping an HTTP client that does not read its answers (" +
+                  std::to_string(out_bytes_) + " bytes queued)");
+      close();
+      return;
+    }
+    out_.push_back(std::move(bytes));
+    if (!writing_) write_next();
+  }
+
+  void write_next() {
+    writing_ = true;
+    asio::async_write(socket_, asio::buffer(out_.front()),
+                      [self = this->shared_from_this()](error_code ec, std::size_t) {
+                        self->writing_ = false;
+                        if (self->closed_) return;
+                        self->out_bytes_ -= self->out_.front().size();
+                        self->out_.pop_front();
+                        if (ec) {
+                          log_debug("HTTP connection write failed: " + ec.message());
+                          self->close();
+                        } else if (!self->out_.empty()) {
+                          self->write_next();
+                        } else if (self->stopping_) {
+                          self->close();
+                        }
+                      });
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    error_code ignored;
+    timer_.cancel();
+    socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+    socket_.close(ignored);
+    out_.clear();
+    out_bytes_ = 0;
+    // Nobody is left to read these results: give their KV back now.
+    for (DaemonRequestId id : requests_) (void)context_.engine.cancel(id, owner(), false);
+    requests_.clear();
+    if (on_closed_) on_closed_(this);
+  }
+
+  typename Protocol::socket socket_;
+  asio::steady_timer timer_;
+  Context& context_;
+  ConnectionOptions options_;
+  ClosedHandler on_closed_;
+  std::uint64_t number_;
+
+  State state_ = State::kReading;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::string in_;  // read, not yet parsed
+  std::array<char, 16384> read_buf_;
+  bool reading_ = false;
+  bool keep_alive_ = true;
+  std::deque<std::string> out_;
+  std::size_t out_bytes_ = 0;
+  bool writing_ = false;
+  bool stopping_ = false;  // no more requests; close once out_ is written
+  bool closed_ = false;
+  std::unordered_set<DaemonRequestId> requests_;
+};
+
+}  // namespace
+
+std::shared_ptr<Connection> Connection::make(asio::local::stream_protocol::socket socket,
+                                             Context& context, ConnectionOptions options,
+                                             ClosedHandler on_closed) {
+  return std::make_shared<ConnectionImpl<asio::local::stream_protocol>>(
+      std::move(socket), context, std::move(options), std::move(on_closed));
+}
+
+std::shared_ptr<Connection> Connection::make(asio::ip::tcp::socket socket, Context& context,
+                                             ConnectionOptions options, ClosedHandler on_closed) {
+  return std::make_shared<ConnectionImpl<asio::ip::tcp>>(std::move(socket), context,
+                                                         std::move(options), std::move(on_closed));
+}
+
+std::string_view Request::path() const {
+  const std::string_view t = target;
+  return t.substr(0, t.find('?'));
+}
+
+std::string Request::header(const std::string& name) const {
+  auto it = headers.find(name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+}  // namespace kvtier::daemon::http

@@ -1,0 +1,82 @@
+// What an HTTP route (routes.h) sees of one request and the connection it
+// came on, and how it answers: once and whole (respond), or as a stream of
+// server-sent events (stream_begin, stream_event..., stream_end). The
+// connection (connection.h) implements it; routes never see Boost.Beast.
+//
+// Contract: exactly one of respond() or stream_begin() per request; after
+// stream_begin(), any number of stream_event() and then one stream_end().
+// The connection reads the next request of a keep-alive connection only once
+// the answer is complete. Calls after the connection has closed do nothing.
+//
+// Thread-safety: every method but post() on the connection's io thread.
+// post() may be called from any thread (the engine's sinks hop back with it).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "daemon/access.h"
+#include "daemon/engine_loop.h"
+
+namespace kvtier::daemon {
+class DaemonControl;
+}
+
+namespace kvtier::daemon::http {
+
+struct Request {
+  std::string method;                          // "GET", "POST", ...
+  std::string target;                          // as sent: "/v1/completions?x=1"
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+
+  // The target without its query string.
+  std::string_view path() const;
+  // A header's value ("" when absent); `name` lower-case.
+  std::string header(const std::string& name) const;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // more, e.g. Retry-After
+};
+
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+
+  virtual void respond(Response response) = 0;
+  // A 200 text/event-stream answer, sent chunked.
+  virtual void stream_begin() = 0;
+  // One event: "data: <data>" and a blank line.
+  virtual void stream_event(std::string_view data) = 0;
+  virtual void stream_end() = 0;
+
+  // Runs `fn` on the connection's io thread; dropped if the connection is
+  // gone by then.
+  virtual void post(std::function<void()> fn) = 0;
+  // A generation the engine runs for this request: cancelled if the client
+  // goes away before untrack(), as on JSON-RPC (session.h).
+  virtual void track(DaemonRequestId id) = 0;
+  virtual void untrack(DaemonRequestId id) = 0;
+  // Who submits this connection's requests (for cancel_allowed).
+  virtual RequestOwner owner() const = 0;
+};
+
+struct ChatTemplate;
+
+// What every route may use beside its exchange; outlives every connection.
+struct Context {
+  EngineLoop& engine;
+  DaemonControl& control;
+  const ChatTemplate& chat_template;  // the model's (chat_template.h)
+};
+
+}  // namespace kvtier::daemon::http

@@ -1,0 +1,177 @@
+#include "daemon/http/generation.h"
+
+#include <optional>
+
+#include "daemon/http/errors.h"
+#include "daemon/http/openai.h"
+
+namespace kvtier::daemon::http {
+
+namespace {
+
+using nlohmann::json;
+
+class Run : public std::enable_shared_from_this<Run> {
+ public:
+  Run(GenerationSpec spec, std::shared_ptr<Exchange> exchange, Context& context)
+      : spec_(std::move(spec)),
+        exchange_(std::move(exchange)),
+        context_(context),
+        created_(unix_now()),
+        results_(spec_.prompts.size()),
+        role_sent_(spec_.prompts.size() * spec_.params.n, false) {}
+
+  void start() {
+    for (std::size_t p = 0; p < spec_.prompts.size(); ++p) {
+      auto self = shared_from_this();
+      EventSink sink = [self, p](EngineEvent event) {  // on the engine thread
+        self->exchange_->post(
+            [self, p, event = std::move(event)]() mutable { self->on_event(p, std::move(event)); });
+      };
+      auto id = context_.engine.submit(spec_.prompts[p], spec_.params, std::move(sink),
+                                       exchange_->owner());
+      if (!id) {
+        cancel_all();
+        finished_ = true;
+        Response r =
+            id.error() == EngineLoop::SubmitError::kTooManyPending
+                ? error_response(429, "too many pending requests (max_pending); retry later")
+                : error_response(503, "the daemon is shutting down");
+        if (id.error() == EngineLoop::SubmitError::kTooManyPending)
+          r.headers.emplace_back("Retry-After", "1");
+        return exchange_->respond(std::move(r));
+      }
+      if (p == 0) id_ = (spec_.api == Api::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(*id);
+      ids_.push_back(*id);
+      exchange_->track(*id);
+    }
+  }
+
+ private:
+  void on_event(std::size_t prompt, EngineEvent event) {
+    if (finished_) return;
+    const int choice = static_cast<int>(prompt) * spec_.params.n + event.sample;
+    if (!event.final) {
+      if (spec_.stream && !event.text.empty()) chunk(choice, event.text, nullptr);
+      return;
+    }
+    exchange_->untrack(event.id);
+    if (!event.result) return fail(event);
+    if (spec_.stream) {
+      for (std::size_t s = 0; s < event.result->samples.size(); ++s)
+        chunk(static_cast<int>(prompt) * spec_.params.n + static_cast<int>(s), "",
+              openai_finish_reason(event.result->samples[s].finish_reason));
+    }
+    results_[prompt] = std::move(*event.result);
+    if (++done_ < spec_.prompts.size()) return;
+    finished_ = true;
+    std::vector<GenerateResult> all;
+    for (auto& r : results_) all.push_back(std::move(*r));
+    if (spec_.stream) {
+      if (spec_.include_usage)
+        exchange_->stream_event(
+            dump(answer("chunk", {{"choices", json::array()}, {"usage", usage_json(all)}})));
+      exchange_->stream_event("[DONE]");
+      exchange_->stream_end();
+      return;
+    }
+    json choices = json::array();
+    for (std::size_t p = 0; p < all.size(); ++p) {
+      for (std::size_t s = 0; s < all[p].samples.size(); ++s) {
+        const SampleResult& sample = all[p].samples[s];
+        json c = {{"index", p * spec_.params.n + s},
+                  {"logprobs", nullptr},
+                  {"finish_reason", openai_finish_reason(sample.finish_reason)}};
+        const std::string text = (spec_.echo.empty() ? "" : spec_.echo[p]) + sample.text;
+        if (spec_.api == Api::kChat)
+          c["message"] = {{"role", "assistant"}, {"content", text}};
+        else
+          c["text"] = text;
+        choices.push_back(std::move(c));
+      }
+    }
+    Response r;
+    r.body = dump(answer("whole", {{"choices", std::move(choices)}, {"usage", usage_json(all)}}));
+    exchange_->respond(std::move(r));
+  }
+
+  // An answer ("whole") or a chunk of one: the fields every one starts
+  // with, then `rest`.
+  json answer(std::string_view kind, json rest) const {
+    const bool chat = spec_.api == Api::kChat;
+    const char* object = !chat             ? "text_completion"
+                         : kind == "chunk" ? "chat.completion.chunk"
+                                           : "chat.completion";
+    json out = {{"id", id_}, {"object", object}, {"created", created_}, {"model", spec_.model}};
+    out.update(rest);
+    return out;
+  }
+
+  // One streamed piece of choice `choice`: text, or its end (finish_reason).
+  void chunk(int choice, const std::string& text, const char* finish_reason) {
+    if (!began_) {
+      exchange_->stream_begin();
+      began_ = true;
+    }
+    json c = {{"index", choice},
+              {"logprobs", nullptr},
+              {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
+    if (spec_.api == Api::kChat) {
+      json delta = json::object();
+      if (!role_sent_[choice]) {  // a choice's first chunk names the role
+        delta["role"] = "assistant";
+        role_sent_[choice] = true;
+      }
+      if (!finish_reason) delta["content"] = text;
+      c["delta"] = std::move(delta);
+    } else {
+      const std::size_t prompt = static_cast<std::size_t>(choice / spec_.params.n);
+      std::string t = text;
+      if (!spec_.echo.empty() && !role_sent_[choice]) {  // echo: the prompt comes first
+        t = spec_.echo[prompt] + t;
+        role_sent_[choice] = true;
+      }
+      c["text"] = t;
+    }
+    exchange_->stream_event(dump(answer("chunk", {{"choices", json::array({c})}})));
+  }
+
+  // A request the engine refused or failed: the whole answer is that error.
+  void fail(const EngineEvent& event) {
+    finished_ = true;
+    cancel_all();
+    const int status = event.invalid_params ? 400 : 500;
+    if (!began_) return exchange_->respond(error_response(status, event.error));
+    exchange_->stream_event(dump(error_object(status, event.error)));
+    exchange_->stream_event("[DONE]");
+    exchange_->stream_end();
+  }
+
+  void cancel_all() {
+    for (DaemonRequestId id : ids_) {
+      (void)context_.engine.cancel(id, exchange_->owner(), false);
+      exchange_->untrack(id);
+    }
+  }
+
+  GenerationSpec spec_;
+  std::shared_ptr<Exchange> exchange_;
+  Context& context_;
+  std::int64_t created_;
+  std::string id_;
+  std::vector<DaemonRequestId> ids_;
+  std::vector<std::optional<GenerateResult>> results_;  // by prompt
+  std::size_t done_ = 0;                                // prompts final
+  std::vector<bool> role_sent_;                         // by choice: its first chunk went out
+  bool began_ = false;                                  // the stream's header went out
+  bool finished_ = false;  // answered (or failed): later events are dropped
+};
+
+}  // namespace
+
+void run_generation(GenerationSpec spec, const std::shared_ptr<Exchange>& exchange,
+                    Context& context) {
+  std::make_shared<Run>(std::move(spec), exchange, context)->start();
+}
+
+}  // namespace kvtier::daemon::http

@@ -1,0 +1,46 @@
+// One OpenAI generation request in flight, for /v1/completions and
+// /v1/chat/completions alike: its prompts submitted to the engine (one
+// engine request per prompt, each with n samples: choice p * n + s), the
+// engine's events gathered, and the answer written through the exchange:
+// whole, or as server-sent events ending in "data: [DONE]".
+//
+// A streamed answer starts with the first token, so a request the engine
+// refuses (a prompt longer than the context, a token outside the
+// vocabulary) still gets its 400 rather than a stream holding an error.
+// Each choice's last chunk carries its finish_reason; with
+// stream_options.include_usage a chunk with no choices and the usage comes
+// before [DONE].
+//
+// The generations are tracked on the exchange: a client that disconnects
+// cancels them. A submit the engine refuses answers 429 (queue full, with
+// Retry-After) or 503 (stopping), after cancelling the prompts already
+// submitted.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "daemon/http/exchange.h"
+#include "engine/request.h"
+
+namespace kvtier::daemon::http {
+
+enum class Api { kCompletions, kChat };
+
+struct GenerationSpec {
+  Api api = Api::kCompletions;
+  std::string model;  // the served name, echoed in the answer
+  std::vector<std::variant<std::string, std::vector<int>>> prompts;
+  RequestParams params;  // everything but the prompt; n samples per prompt
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  // Completions with echo: each prompt's text, put before its choices' text.
+  std::vector<std::string> echo;
+};
+
+void run_generation(GenerationSpec spec, const std::shared_ptr<Exchange>& exchange,
+                    Context& context);
+
+}  // namespace kvtier::daemon::http

@@ -1,0 +1,48 @@
+// The typed fields of a generation request that JSON-RPC's `generate`
+// (protocol.h) and the OpenAI endpoints (http/) both take, each checked one
+// way for both: the error is the message for the client, naming the key.
+// Value rules that need the model (vocabulary, context, stop strings) are
+// the engine's (Scheduler::submit).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvtier::daemon::fields {
+
+// The longest `cache_salt` accepted: a tenant or namespace name, not data.
+inline constexpr std::size_t kMaxCacheSaltBytes = 256;
+
+// An integer in [min, max].
+std::expected<int, std::string> integer(const nlohmann::json& v, std::string_view key, int min,
+                                        int max);
+
+// temperature and top_p: a number in [0, max] (zero_allowed) or (0, max],
+// judged on the double the client sent and only then narrowed to the
+// engine's float; a positive value below the smallest positive float becomes
+// that float, not 0. `meaning` explains the range in the message.
+std::expected<float, std::string> sampling_float(const nlohmann::json& v, std::string_view key,
+                                                 bool zero_allowed, double max,
+                                                 std::string_view meaning);
+
+// A non-negative integer up to 2^64 - 1.
+std::expected<std::uint64_t, std::string> seed(const nlohmann::json& v, std::string_view key);
+
+// Token ids: an array of non-negative integers.
+std::expected<std::vector<int>, std::string> token_ids(const nlohmann::json& v,
+                                                       std::string_view key);
+
+// An array of strings.
+std::expected<std::vector<std::string>, std::string> strings(const nlohmann::json& v,
+                                                             std::string_view key);
+
+// A string of at most kMaxCacheSaltBytes.
+std::expected<std::string, std::string> cache_salt(const nlohmann::json& v);
+
+}  // namespace kvtier::daemon::fields
