@@ -247,8 +247,9 @@ void EngineLoop::handle(SubmitCommand& c) {
   auto rid = scheduler_->submit(std::move(params));
   if (!rid) return fail(c.id, c.sink, rid.error(), true);
   by_daemon_[c.id] = *rid;
-  live_.emplace(*rid,
-                Live{c.id, std::move(c.sink), c.submitted, std::nullopt, std::nullopt, samples, 0});
+  live_.emplace(
+      *rid, Live{c.id, std::move(c.sink), c.submitted, std::nullopt, std::nullopt, samples, 0,
+                 std::vector<std::optional<Clock::time_point>>(static_cast<std::size_t>(samples))});
 }
 
 void EngineLoop::handle(CancelCommand& c) {
@@ -272,6 +273,7 @@ void EngineLoop::handle(StatsCommand& c) {
   s.cancelled = cancelled_;
   s.failed = failed_;
   s.tokens_generated = tokens_generated_;
+  s.requests = metrics_;
   if (const KvCache* cache = scheduler_->cache()) s.cache = cache->stats();
   c.reply(std::move(s));
 }
@@ -307,6 +309,16 @@ void EngineLoop::step() {
     Live& live = it->second;
     tokens_generated_ += static_cast<long>(e.tokens.size());
     if (!e.tokens.empty() && !live.first_token) live.first_token = now;
+    if (!e.tokens.empty() && e.sample >= 0 && e.sample < static_cast<int>(live.last_token.size())) {
+      auto& last = live.last_token[static_cast<std::size_t>(e.sample)];
+      // A step that made several tokens of the sample spreads its time.
+      if (last) {
+        const double gap = std::chrono::duration<double>(now - *last).count() /
+                           static_cast<double>(e.tokens.size());
+        for (std::size_t t = 0; t < e.tokens.size(); ++t) metrics_.inter_token.observe(gap);
+      }
+      last = now;
+    }
     if (!e.error.empty()) {
       // One failed sample fails the request: its siblings' results would be
       // an incomplete answer.
@@ -353,6 +365,12 @@ void EngineLoop::finish(RequestId rid, Live& live, bool cancelled) {
       live.admitted ? ms_between(live.submitted, *live.admitted) : ms_between(live.submitted, now);
   r.ttft_ms = live.first_token ? ms_between(live.submitted, *live.first_token) : 0;
   r.total_ms = ms_between(live.submitted, now);
+  metrics_.queue.observe(r.queue_ms / 1e3);
+  if (live.first_token) metrics_.ttft.observe(r.ttft_ms / 1e3);
+  metrics_.e2e.observe(r.total_ms / 1e3);
+  ++metrics_.finished[r.finish_reason];
+  metrics_.prompt_tokens += r.prompt_tokens;
+  for (int t = 0; t < kNumTiers; ++t) metrics_.cached_tokens[t] += r.cached_tokens[t];
 
   const DaemonRequestId id = live.id;
   EventSink sink = std::move(live.sink);

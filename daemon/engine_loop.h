@@ -24,6 +24,7 @@
 #include <deque>
 #include <expected>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -88,6 +89,19 @@ struct EngineEvent {
 // session's executor) and must not block or call back into the EngineLoop.
 using EventSink = std::function<void(EngineEvent)>;
 
+// What the engine measured of the requests it finished (a request with n
+// samples is one), over the daemon's life: for /metrics.
+struct RequestMetrics {
+  tiers::LatencyHistogram queue;        // submit -> admitted by the scheduler
+  tiers::LatencyHistogram ttft;         // submit -> first generated token
+  tiers::LatencyHistogram inter_token;  // between consecutive tokens of a sample
+  tiers::LatencyHistogram e2e;          // submit -> final
+  // By GenerateResult::finish_reason: length, stop, context, cancelled.
+  std::map<std::string, long> finished;
+  long prompt_tokens = 0;       // of the requests finished
+  PerTier<long> cached_tokens;  // of those, served from each tier
+};
+
 struct EngineStats {
   SchedulerStats scheduler;
   int pending = 0;  // submitted and not yet final
@@ -97,6 +111,7 @@ struct EngineStats {
   long failed = 0;                  // refused by validation or failed by the engine
   long tokens_generated = 0;        // over every request and sample since start
   std::optional<CacheStats> cache;  // null when the prefix cache is off
+  RequestMetrics requests;
 };
 
 // What a task run on the engine thread (EngineLoop::call) may use. Valid
@@ -229,6 +244,8 @@ class EngineLoop {
     std::optional<Clock::time_point> first_token;
     int samples = 1;           // RequestParams::n
     int samples_finished = 0;  // the request is final when this reaches `samples`
+    // By sample: when its last token came (inter-token latency).
+    std::vector<std::optional<Clock::time_point>> last_token;
   };
 
   EngineLoop(std::unique_ptr<Model> model, Device device, std::unique_ptr<Tokenizer> tokenizer,
@@ -265,6 +282,7 @@ class EngineLoop {
   long cancelled_ = 0;
   long failed_ = 0;
   long tokens_generated_ = 0;
+  RequestMetrics metrics_;
   std::function<void()> on_drained_;  // set by drain(), called once live_ is empty
 
   // Shared with submitting threads.

@@ -70,7 +70,8 @@ Server::Server(asio::io_context& io, EngineLoop& engine, ServerOptions options)
       watchdog_timer_(io),
       drain_timer_(io),
       config_(options_.config),
-      http_context_{engine, *this, options_.chat_template} {}
+      http_context_{engine, *this, options_.chat_template, http_counts_,
+                    std::chrono::steady_clock::now()} {}
 
 Server::~Server() {
   if (owns_socket_file_) {

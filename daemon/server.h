@@ -147,6 +147,7 @@ class Server : public DaemonControl {
   std::deque<PendingUpdate> updates_;  // head: being applied
   std::optional<std::chrono::microseconds> watchdog_interval_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
+  http::HttpCounts http_counts_;
   http::Context http_context_;
   std::unordered_map<http::Connection*, std::shared_ptr<http::Connection>> http_connections_;
   bool listening_ = false;

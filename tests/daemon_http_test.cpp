@@ -396,5 +396,62 @@ TEST_F(DaemonHttpTest, AFullQueueIs429AndADrainingDaemon503) {
   EXPECT_EQ(refused.rfind("HTTP/1.1 503", 0), 0u) << refused;
 }
 
+// The value of the sample `series` (name and labels as /metrics writes
+// them) in a Prometheus text answer; -1 when absent.
+double metric(const std::string& text, const std::string& series) {
+  std::size_t at = 0;
+  while ((at = text.find(series + " ", at)) != std::string::npos) {
+    if (at == 0 || text[at - 1] == '\n') return std::atof(text.c_str() + at + series.size() + 1);
+    at += series.size();
+  }
+  return -1;
+}
+
+TEST_F(DaemonHttpTest, MetricsPassPromtoolAndMoveAsARequestsBlocksMove) {
+  auto d = start();
+  const HttpAnswer before = curl(*d, "GET", "/metrics");
+  ASSERT_EQ(before.status, 200) << before.body;
+  EXPECT_GT(metric(before.body, "kvtier_uptime_seconds"), 0);
+  EXPECT_GT(metric(before.body, "kvtier_resident_memory_bytes"), 0);
+  EXPECT_EQ(metric(before.body, "kvtier_tier_hits_total{tier=\"l1\"}"), 0);
+  EXPECT_NE(before.body.find("kvtier_build_info{version=\""), std::string::npos);
+
+  // A prompt twice (the second finds its blocks in L1), then its blocks
+  // flushed down to L2 and the prompt a third time (promoted from L2).
+  const json body = {{"prompt", kPrompt + kPrompt}, {"max_tokens", 2}};
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(curl(*d, "POST", "/v1/completions", body).status, 200);
+  auto admin = d->connect();
+  ASSERT_TRUE(admin->call(request(1, "cache.flush", {{"tier", "l1"}})).has_value());
+  ASSERT_EQ(curl(*d, "POST", "/v1/completions", body).status, 200);
+  const HttpAnswer after = curl(*d, "GET", "/metrics");
+  ASSERT_EQ(after.status, 200);
+  const std::string& m = after.body;
+  EXPECT_EQ(metric(m, "kvtier_requests_finished_total{finish_reason=\"length\"}"), 3);
+  EXPECT_EQ(metric(m, "kvtier_time_to_first_token_seconds_count"), 3);
+  EXPECT_EQ(metric(m, "kvtier_http_responses_total{route=\"/v1/completions\",code=\"200\"}"), 3);
+  EXPECT_GT(metric(m, "kvtier_tier_hits_total{tier=\"l1\"}"), 0);
+  EXPECT_GT(metric(m, "kvtier_tier_hits_total{tier=\"l2\"}"), 0);
+  EXPECT_GT(metric(m, "kvtier_tier_demotions_total{tier=\"l2\"}"), 0);
+  EXPECT_GT(metric(m, "kvtier_tier_transfer_seconds_count{tier=\"l2\"}"), 0);
+  EXPECT_GT(metric(m, "kvtier_prompt_tokens_cached_total{tier=\"l2\"}"), 0);
+  EXPECT_EQ(metric(m, "kvtier_prompt_tokens_total"),
+            metric(m, "kvtier_prompt_tokens_computed_total") +
+                metric(m, "kvtier_prompt_tokens_cached_total{tier=\"l1\"}") +
+                metric(m, "kvtier_prompt_tokens_cached_total{tier=\"l2\"}"));
+
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "promtool is not installed (Debian's prometheus package; "
+                    "scripts/install-deps.sh installs it): the format was not checked";
+  const std::string file = (d->dir() / "metrics.txt").string();
+  std::ofstream(file) << m;
+  const std::string check = "promtool check metrics < '" + file + "' 2>&1";
+  FILE* p = ::popen(check.c_str(), "r");
+  std::string said;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) said.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << said;
+  EXPECT_EQ(said, "") << "promtool's lint";
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -64,6 +64,7 @@ class ConnectionImpl final : public Connection,
   // Exchange.
   void respond(Response r) override {
     if (closed_ || state_ != State::kAnswering) return;
+    ++context_.counts.answers[{std::string(route_label(path_)), r.status}];
     bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), 11};
     res.set(bhttp::field::server, "kvtier");
     res.set(bhttp::field::content_type, r.content_type);
@@ -80,6 +81,7 @@ class ConnectionImpl final : public Connection,
   void stream_begin() override {
     if (closed_ || state_ != State::kAnswering) return;
     state_ = State::kStreaming;
+    ++context_.counts.answers[{std::string(route_label(path_)), 200}];
     bhttp::response<bhttp::empty_body> res{bhttp::status::ok, 11};
     res.set(bhttp::field::server, "kvtier");
     res.set(bhttp::field::content_type, "text/event-stream");
@@ -204,6 +206,7 @@ class ConnectionImpl final : public Connection,
       r.headers[name] = std::string(field.value());
     }
     r.body = std::move(req.body());
+    path_ = std::string(r.path());
     if (!options_.api_key.empty() && !(r.method == "GET" && r.path() == "/health")) {
       const std::string auth = r.header("authorization");
       if (auth.rfind("Bearer ", 0) != 0 || !same_secret(auth.substr(7), options_.api_key)) {
@@ -234,6 +237,7 @@ class ConnectionImpl final : public Connection,
     log_debug("HTTP request refused (" + std::to_string(status) + "): " + why);
     state_ = State::kAnswering;
     keep_alive_ = false;
+    path_.clear();  // no route: "other"
     respond(error_response(status, why));
   }
 
@@ -297,6 +301,7 @@ class ConnectionImpl final : public Connection,
   std::array<char, 16384> read_buf_;
   bool reading_ = false;
   bool keep_alive_ = true;
+  std::string path_;  // of the request being answered
   std::deque<std::string> out_;
   std::size_t out_bytes_ = 0;
   bool writing_ = false;

@@ -12,6 +12,7 @@
 // post() may be called from any thread (the engine's sinks hop back with it).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -72,11 +73,19 @@ class Exchange {
 
 struct ChatTemplate;
 
+// Answers by route (a route's path, or "other") and status, for /metrics.
+struct HttpCounts {
+  std::map<std::pair<std::string, int>, long> answers;
+};
+
 // What every route may use beside its exchange; outlives every connection.
+// io thread only.
 struct Context {
   EngineLoop& engine;
   DaemonControl& control;
   const ChatTemplate& chat_template;  // the model's (chat_template.h)
+  HttpCounts& counts;
+  std::chrono::steady_clock::time_point started;  // the daemon's start, for its uptime
 };
 
 }  // namespace kvtier::daemon::http

@@ -7,13 +7,20 @@
 namespace kvtier::daemon::http {
 
 std::span<const Route> routes() {
-  static const std::array<Route, 4> table = {{
+  static const std::array<Route, 5> table = {{
       {"GET", "/health", &health},
+      {"GET", "/metrics", &metrics},
       {"GET", "/v1/models", &list_models},
       {"POST", "/v1/completions", &completions},
       {"POST", "/v1/chat/completions", &chat_completions},
   }};
   return table;
+}
+
+std::string_view route_label(std::string_view path) {
+  for (const Route& route : routes())
+    if (path == route.path) return route.path;
+  return "other";
 }
 
 void dispatch(const Request& request, const std::shared_ptr<Exchange>& exchange, Context& context) {

@@ -22,6 +22,9 @@ struct Route {
 
 std::span<const Route> routes();
 
+// The route `path` is, or "other": a label of bounded cardinality.
+std::string_view route_label(std::string_view path);
+
 // Answers `request` through its route.
 void dispatch(const Request& request, const std::shared_ptr<Exchange>& exchange, Context& context);
 
@@ -30,6 +33,7 @@ void health(const Request&, const std::shared_ptr<Exchange>&, Context&);       /
 void list_models(const Request&, const std::shared_ptr<Exchange>&, Context&);  // models.cpp
 void completions(const Request&, const std::shared_ptr<Exchange>&, Context&);  // completions.cpp
 void chat_completions(const Request&, const std::shared_ptr<Exchange>&,
-                      Context&);  // chat_completions.cpp
+                      Context&);                                           // chat_completions.cpp
+void metrics(const Request&, const std::shared_ptr<Exchange>&, Context&);  // metrics.cpp
 
 }  // namespace kvtier::daemon::http
