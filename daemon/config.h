@@ -82,6 +82,11 @@ struct DaemonConfig {
   bool allow_any_uid = false;              // privileged calls from any uid, not only ours and root
   std::size_t max_output_bytes = 8 << 20;  // replies queued for a client before it is dropped
   int max_connections = 64;                // connections served at once
+  // The HTTP API on TCP as well as on the socket: "HOST:PORT", or a port
+  // alone for loopback; empty = the socket only. Beyond loopback an API key
+  // file is required (http/listener.h).
+  std::string http_listen;
+  std::string http_api_key_file;  // a file (mode 0600) holding the Bearer token HTTP needs
 
   // A service holds many sequences at once: 16 full contexts of the bundled
   // model (16 MiB of KV for it) rather than the engine's single-context

@@ -97,6 +97,11 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
     }
   }
 
+  auto http_listen = http::listen_spec(c);
+  if (!http_listen) {
+    log_error(http_listen.error());
+    return 1;
+  }
   auto chat_template = http::ChatTemplate::load(c.model_dir);
   if (!chat_template) {
     log_error(chat_template.error());
@@ -117,6 +122,7 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
   server_options.socket_group = socket_group;
   server_options.activated_fd = activated->value_or(-1);
   server_options.chat_template = std::move(*chat_template);
+  server_options.http_listen = std::move(*http_listen);
   // SIGHUP parses the same arguments again: the file as it is now, the
   // command line still winning (cli.h).
   if (!cl.config_file.empty()) {

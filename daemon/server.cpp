@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <utility>
 
 #include "daemon/access.h"
@@ -66,6 +67,7 @@ Server::Server(asio::io_context& io, EngineLoop& engine, ServerOptions options)
       engine_(engine),
       options_(std::move(options)),
       acceptor_(io),
+      tcp_acceptor_(io),
       signals_(io, SIGINT, SIGTERM, SIGHUP),
       watchdog_timer_(io),
       drain_timer_(io),
@@ -90,7 +92,7 @@ std::expected<void, std::string> Server::listen() {
     const auto local = acceptor_.local_endpoint(ec);
     if (!ec) config_.socket_path = local.path();
     listening_ = true;
-    return {};
+    return listen_tcp();
   }
   // Asked again: the path may have changed since main() asked.
   auto state = path_state(path);
@@ -121,6 +123,22 @@ std::expected<void, std::string> Server::listen() {
   }
   acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return std::unexpected("cannot listen on " + path + ": " + ec.message());
+  return listen_tcp();
+}
+
+std::expected<void, std::string> Server::listen_tcp() {
+  if (!options_.http_listen) return {};
+  const asio::ip::tcp::endpoint& at = options_.http_listen->endpoint;
+  boost::system::error_code ec;
+  tcp_acceptor_.open(at.protocol(), ec);
+  if (!ec) tcp_acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) tcp_acceptor_.bind(at, ec);
+  if (!ec) tcp_acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    std::ostringstream where;
+    where << at;
+    return std::unexpected("http_listen: cannot listen on " + where.str() + ": " + ec.message());
+  }
   return {};
 }
 
@@ -153,6 +171,13 @@ void Server::start() {
   }
   notify_ready("serving on " + config_.socket_path);
   accept();
+  if (options_.http_listen) {
+    std::ostringstream at;
+    at << options_.http_listen->endpoint;
+    log_info("HTTP API also on " + at.str() +
+             (options_.http_listen->api_key.empty() ? "" : " (API key required)"));
+    accept_tcp();
+  }
 }
 
 void Server::watchdog_ping() {
@@ -164,6 +189,43 @@ void Server::watchdog_ping() {
   });
 }
 
+bool Server::room_for_one_more() {
+  if (connections() < config_.max_connections) return true;
+  log_warning("refusing a connection: max_connections reached");
+  return false;
+}
+
+void Server::accept_tcp() {
+  tcp_acceptor_.async_accept([this](boost::system::error_code ec, asio::ip::tcp::socket socket) {
+    if (stopping_) return;
+    if (ec) {
+      log_warning("HTTP accept failed: " + ec.message());
+    } else if (!room_for_one_more()) {
+      const std::string busy =
+          "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+      boost::system::error_code ignored;
+      asio::write(socket, asio::buffer(busy), ignored);  // tiny; the socket buffer takes it
+    } else {
+      http::ConnectionOptions o;
+      o.max_output_bytes = options_.session.max_output_bytes;
+      o.api_key = options_.http_listen->api_key;
+      boost::system::error_code peer_ec;
+      const auto peer = socket.remote_endpoint(peer_ec);
+      if (!peer_ec) {
+        std::ostringstream who;
+        who << peer;
+        log_info("HTTP client connected from " + who.str());
+      }
+      auto connection =
+          http::Connection::make(std::move(socket), http_context_, std::move(o),
+                                 [this](http::Connection* c) { http_connections_.erase(c); });
+      http_connections_.emplace(connection.get(), connection);
+      connection->start({});
+    }
+    accept_tcp();
+  });
+}
+
 void Server::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, stream::socket socket) {
     if (stopping_) return;
@@ -171,8 +233,7 @@ void Server::accept() {
       // A transient failure (EMFILE, ECONNABORTED) must not end the daemon's
       // life as a server; log and keep accepting.
       log_warning("accept failed: " + ec.message());
-    } else if (connections() >= config_.max_connections) {
-      log_warning("refusing a connection: max_connections reached");
+    } else if (!room_for_one_more()) {
       const std::string line = error_line(
           nullptr, {rpc_code::kTooManyPending, "too many connections (max_connections)"});
       boost::system::error_code ignored;
@@ -217,6 +278,7 @@ void Server::stop() {
   stopping_ = true;
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  tcp_acceptor_.close(ignored);
   if (owns_socket_file_) {
     std::error_code fs_ignored;
     fs::remove(config_.socket_path, fs_ignored);

@@ -58,6 +58,7 @@
 #include "daemon/engine_loop.h"
 #include "daemon/http/chat_template.h"
 #include "daemon/http/connection.h"
+#include "daemon/http/listener.h"
 #include "daemon/session.h"
 
 namespace kvtier::daemon {
@@ -81,6 +82,9 @@ struct ServerOptions {
   int activated_fd = -1;
   // The model's, for /v1/chat/completions (main loads it with the model).
   http::ChatTemplate chat_template;
+  // The HTTP API's TCP listener (http_listen), checked by main; none when
+  // nullopt.
+  std::optional<http::ListenSpec> http_listen;
 };
 
 // Whether a daemon could bind a Unix socket at `path`: the path fits a
@@ -98,8 +102,9 @@ class Server : public DaemonControl {
   ~Server();
 
   // Removes a stale socket file, binds, listens, sets the socket's mode to
-  // 0660 and its group; or adopts the activated socket. Errors name the path
-  // and the reason.
+  // 0660 and its group; or adopts the activated socket. Then binds the HTTP
+  // API's TCP listener, if any. Errors name the path or address and the
+  // reason.
   std::expected<void, std::string> listen();
 
   // Starts accepting, watching SIGINT/SIGTERM and pinging the watchdog, and
@@ -126,6 +131,10 @@ class Server : public DaemonControl {
   };
 
   void accept();
+  std::expected<void, std::string> listen_tcp();
+  void accept_tcp();
+  // Whether one more connection fits max_connections; logs when not.
+  bool room_for_one_more();
   // Serves a Unix-socket connection that turned out to speak HTTP.
   void serve_http(asio::local::stream_protocol::socket socket, std::string already_read);
   void watchdog_ping();
@@ -140,6 +149,7 @@ class Server : public DaemonControl {
   EngineLoop& engine_;
   ServerOptions options_;
   asio::local::stream_protocol::acceptor acceptor_;
+  asio::ip::tcp::acceptor tcp_acceptor_;
   asio::signal_set signals_;
   asio::steady_timer watchdog_timer_;
   asio::steady_timer drain_timer_;

@@ -50,7 +50,7 @@ constexpr std::string_view kPreemptions[] = {"swap", "recompute"};
 constexpr std::string_view kRemoteWrites[] = {"through", "back", "off"};
 
 // Captureless lambdas, so each row is plain data.
-const std::array<Setting, 36> kSettings = {{
+const std::array<Setting, 38> kSettings = {{
     {.name = "model",
      .type = T::kDirectory,
      .group = G::kGeneral,
@@ -194,6 +194,22 @@ const std::array<Setting, 36> kSettings = {{
      .description = "Group the socket file is given to (mode 0660); empty = the daemon's",
      .get = [](const DaemonConfig& c) -> json { return c.socket_group; },
      .set = [](DaemonConfig& c, const json& v) { return stored(v, c.socket_group); }},
+    {.name = "http_listen",
+     .type = T::kText,
+     .group = G::kServer,
+     .runtime = false,
+     .description = "Serve the HTTP API on TCP too: HOST:PORT, or a port alone for loopback; "
+                    "empty = the socket only. Beyond loopback http_api_key_file is required",
+     .get = [](const DaemonConfig& c) -> json { return c.http_listen; },
+     .set = [](DaemonConfig& c, const json& v) { return stored(v, c.http_listen); }},
+    {.name = "http_api_key_file",
+     .type = T::kText,
+     .group = G::kServer,
+     .runtime = false,
+     .description = "A file (readable by its owner only) holding the API key HTTP clients on "
+                    "TCP send as \"Authorization: Bearer <key>\"; empty = none",
+     .get = [](const DaemonConfig& c) -> json { return c.http_api_key_file; },
+     .set = [](DaemonConfig& c, const json& v) { return stored(v, c.http_api_key_file); }},
     {.name = "allow_any_uid",
      .type = T::kBool,
      .group = G::kServer,

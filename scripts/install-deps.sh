@@ -8,8 +8,20 @@ packages=(
   build-essential cmake ninja-build pkg-config git clang-format
   liburing-dev librocksdb-dev libboost-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev libssl-dev libhiredis-dev libsystemd-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev fio gnuplot-nox redis-server redis-tools curl prometheus
+  libopenblas-dev fio gnuplot-nox redis-server redis-tools curl prometheus nodejs
 )
+
+# The openai npm package for tests/openai_client_test.cpp, where npm can
+# reach its registry (the test skips with the reason where it cannot).
+openai_client() {
+  local dir
+  dir="$(cd "$(dirname "$0")/.." && pwd)/tests/openai_client"
+  [ -f "$dir/node_modules/openai/package.json" ] && return 0
+  command -v npm >/dev/null || return 0
+  echo "kvtier: installing the openai npm package in $dir" >&2
+  (cd "$dir" && timeout 300 npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "kvtier: npm ci failed in $dir; tests/openai_client_test.cpp will skip" >&2
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -17,10 +29,14 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+  openai_client
+  exit 0
+fi
 
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 echo "kvtier: installing ${missing[*]}" >&2
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+openai_client

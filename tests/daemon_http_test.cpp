@@ -396,6 +396,44 @@ TEST_F(DaemonHttpTest, AFullQueueIs429AndADrainingDaemon503) {
   EXPECT_EQ(refused.rfind("HTTP/1.1 503", 0), 0u) << refused;
 }
 
+TEST_F(DaemonHttpTest, OnTcpBeyondLoopbackAKeyIsRequiredAndChecked) {
+  test_util::TempDir dir;
+  const std::string port = std::to_string(test_util::free_tcp_port());
+  // Every interface, no key: refused before the model loads.
+  const RunResult open = run_kvtierd(
+      {"--socket", (dir.path() / "s.sock").string(), "--http-listen", "0.0.0.0:" + port});
+  EXPECT_TRUE(exited_nonzero(open));
+  EXPECT_TRUE(test_util::contains(open.err, "http_api_key_file")) << open.err;
+  for (const char* bad : {"localhost:0", "1.2.3:80", "[::1]", "eighty"}) {
+    const RunResult r =
+        run_kvtierd({"--socket", (dir.path() / "s.sock").string(), "--http-listen", bad});
+    EXPECT_TRUE(exited_nonzero(r)) << bad;
+    EXPECT_TRUE(test_util::contains(r.err, "http_listen")) << r.err;
+  }
+
+  const std::filesystem::path key = dir.path() / "key";
+  std::ofstream(key) << "0123456789abcdef0123\n";
+  std::filesystem::permissions(
+      key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto d = start({"--http-listen", "0.0.0.0:" + port, "--http-api-key-file", key.string()});
+  const auto tcp = [&](const std::string& path, const std::string& extra) {
+    const std::string cmd =
+        "curl -s -o /dev/null -w '%{http_code}' " + extra + " http://127.0.0.1:" + port + path;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char code[8] = {};
+    const std::size_t n = std::fread(code, 1, 3, p);
+    ::pclose(p);
+    return n == 3 ? std::atoi(code) : 0;
+  };
+  EXPECT_EQ(tcp("/v1/models", ""), 401);
+  EXPECT_EQ(tcp("/v1/models", "-H 'Authorization: Bearer wrong-key-0123456789'"), 401);
+  EXPECT_EQ(tcp("/v1/models", "-H 'Authorization: Bearer 0123456789abcdef0123'"), 200);
+  EXPECT_EQ(tcp("/health", ""), 200);  // for load balancers
+  EXPECT_EQ(tcp("/metrics", ""), 401);
+  // The socket is guarded by its file mode, not the key.
+  EXPECT_EQ(curl(*d, "GET", "/v1/models").status, 200);
+}
+
 // The value of the sample `series` (name and labels as /metrics writes
 // them) in a Prometheus text answer; -1 when absent.
 double metric(const std::string& text, const std::string& series) {

@@ -5,9 +5,7 @@
 // installs it).
 #pragma once
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -119,18 +117,7 @@ class RedisServer {
   int port() const { return port_; }
   const std::filesystem::path& dir() const { return dir_.path(); }
 
-  // A loopback port nothing listens on now (the kernel's choice).
-  static int free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::close(fd);
-    return ntohs(a.sin_port);
-  }
+  static int free_port() { return free_tcp_port(); }
   // A command on the server, as an operator would send it.
   tiers::RedisReply command(const tiers::RedisConnection::Command& c) const {
     auto connection =

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -23,6 +25,19 @@
 #include "engine/tokenizer.h"
 
 namespace kvtier::test_util {
+
+// A loopback TCP port nothing listens on now (the kernel's choice).
+inline int free_tcp_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
 
 // models/fortunes-char and its tokenizer, loaded on first use and kept for
 // the rest of the process (tests run one at a time, so sharing the Model's

@@ -1,0 +1,67 @@
+#include "daemon/http/listener.h"
+
+#include <charconv>
+
+#include "tiers/private_file.h"
+
+namespace kvtier::daemon::http {
+
+namespace {
+
+namespace ip = boost::asio::ip;
+
+constexpr std::size_t kMinKeyBytes = 16, kMaxKeyBytes = 4096;
+
+std::expected<ip::tcp::endpoint, std::string> endpoint_of(const std::string& text) {
+  const std::string usage = "http_listen '" + text +
+                            "': give HOST:PORT (127.0.0.1:8000, [::1]:8000, 0.0.0.0:8000) or "
+                            "a port alone for loopback";
+  std::string host = "127.0.0.1", port = text;
+  if (const std::size_t colon = text.rfind(':'); colon != std::string::npos) {
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);
+    if (host.empty() || host == "localhost") host = "127.0.0.1";
+  }
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535)
+    return std::unexpected(usage);
+  boost::system::error_code bad;
+  const ip::address address = ip::make_address(host, bad);
+  if (bad) return std::unexpected(usage);
+  return ip::tcp::endpoint(address, static_cast<unsigned short>(value));
+}
+
+}  // namespace
+
+std::expected<std::optional<ListenSpec>, std::string> listen_spec(const DaemonConfig& config) {
+  if (config.http_listen.empty()) {
+    if (!config.http_api_key_file.empty())
+      return std::unexpected(
+          std::string("http_api_key_file is set but http_listen is not: the "
+                      "Unix socket is guarded by its file mode, not a key"));
+    return std::nullopt;
+  }
+  auto endpoint = endpoint_of(config.http_listen);
+  if (!endpoint) return std::unexpected(endpoint.error());
+  ListenSpec spec{*endpoint, {}};
+  if (!config.http_api_key_file.empty()) {
+    auto key =
+        tiers::read_private_file("http_api_key_file", config.http_api_key_file, kMaxKeyBytes);
+    if (!key) return std::unexpected(key.error());
+    if (key->size() < kMinKeyBytes)
+      return std::unexpected("http_api_key_file " + config.http_api_key_file + ": a key of " +
+                             std::to_string(key->size()) + " bytes; give at least " +
+                             std::to_string(kMinKeyBytes));
+    spec.api_key = std::move(*key);
+  } else if (!endpoint->address().is_loopback()) {
+    return std::unexpected("http_listen " + config.http_listen +
+                           " is reachable beyond this machine: set http_api_key_file to a file "
+                           "(mode 0600) holding the API key clients must send");
+  }
+  return spec;
+}
+
+}  // namespace kvtier::daemon::http
