@@ -337,6 +337,7 @@ void EngineLoop::step() {
       EngineEvent progress;
       progress.id = live.id;
       progress.sample = e.sample;
+      progress.logprobs = with_text(e.logprobs);
       progress.tokens = std::move(e.tokens);
       progress.text = std::move(e.text);
       live.sink(std::move(progress));
@@ -351,11 +352,12 @@ void EngineLoop::step() {
 void EngineLoop::finish(RequestId rid, Live& live, bool cancelled) {
   const auto now = Clock::now();
   GenerateResult r;
-  r.samples.resize(static_cast<std::size_t>(live.samples), SampleResult{{}, {}, "cancelled"});
+  r.samples.resize(static_cast<std::size_t>(live.samples), SampleResult{{}, {}, "cancelled", {}});
   for (const Request* req : scheduler_->samples(rid)) {
     SampleResult& s = r.samples.at(static_cast<std::size_t>(req->sample_index()));
     s.tokens.assign(req->generated().begin(), req->generated().end());
     s.text = req->text();
+    s.logprobs = with_text(req->logprobs());
     if (req->finish_reason()) s.finish_reason = std::string(to_string(*req->finish_reason()));
     r.prompt_tokens = static_cast<int>(req->prompt().size());
     if (req->sample_index() == 0) r.cached_tokens = req->cached_tokens();
@@ -383,6 +385,20 @@ void EngineLoop::finish(RequestId rid, Live& live, bool cancelled) {
   event.final = true;
   event.result = std::move(r);
   sink(std::move(event));
+}
+
+std::vector<TokenLogprobs> EngineLoop::with_text(std::span<const LogprobsEntry> entries) const {
+  const auto text_of = [this](const TokenLogprob& t) {
+    return LogprobText{t.token, tokenizer_->decode(std::span(&t.token, 1)), t.logprob};
+  };
+  std::vector<TokenLogprobs> out;
+  out.reserve(entries.size());
+  for (const LogprobsEntry& e : entries) {
+    TokenLogprobs t{text_of(e.chosen), {}};
+    for (const TokenLogprob& alt : e.top) t.top.push_back(text_of(alt));
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 void EngineLoop::fail(DaemonRequestId id, const EventSink& sink, std::string error,

@@ -45,11 +45,25 @@ namespace kvtier::daemon {
 
 using DaemonRequestId = std::uint64_t;
 
+// A token's logprob (token_logprobs, sampler.h) with the token's text, as
+// an answer shows it. The text is the token's bytes: part of a UTF-8
+// character for some BPE tokens.
+struct LogprobText {
+  int token = 0;
+  std::string text;
+  float logprob = 0;
+};
+struct TokenLogprobs {
+  LogprobText chosen;
+  std::vector<LogprobText> top;  // the most likely alternatives, most likely first
+};
+
 // What one sample of a finished request produced.
 struct SampleResult {
-  std::vector<int> tokens;    // generated ids, the prompt excluded
-  std::string text;           // cut before a stop string
-  std::string finish_reason;  // "length" | "stop" | "context" | "cancelled"
+  std::vector<int> tokens;              // generated ids, the prompt excluded
+  std::string text;                     // cut before a stop string
+  std::string finish_reason;            // "length" | "stop" | "context" | "cancelled"
+  std::vector<TokenLogprobs> logprobs;  // one per token, when RequestParams::logprobs asked
 };
 
 // What a finished request produced.
@@ -74,9 +88,10 @@ struct GenerateResult {
 // `final` set (its last): a result, or an error.
 struct EngineEvent {
   DaemonRequestId id = 0;
-  int sample = 0;           // which sample the tokens and text belong to
-  std::vector<int> tokens;  // sampled since the last event
-  std::string text;         // text that became final since the last event
+  int sample = 0;                       // which sample the tokens and text belong to
+  std::vector<int> tokens;              // sampled since the last event
+  std::vector<TokenLogprobs> logprobs;  // theirs, when RequestParams::logprobs asked
+  std::string text;                     // text that became final since the last event
   bool final = false;
   std::optional<GenerateResult> result;  // final and succeeded (or was cancelled)
   // final and refused or failed: invalid_params says whether the request
@@ -263,6 +278,8 @@ class EngineLoop {
   // it. `cancelled`: every sample not done counts as cancelled.
   void finish(RequestId rid, Live& live, bool cancelled);
   void fail(DaemonRequestId id, const EventSink& sink, std::string error, bool invalid_params);
+  // Logprobs with each token's text.
+  std::vector<TokenLogprobs> with_text(std::span<const LogprobsEntry> entries) const;
   void cancel_all();
   // Removes `id` from the set of non-final requests (under mu_).
   void mark_final(DaemonRequestId id);

@@ -262,6 +262,14 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
     } else if (key == "stream") {
       if (!v.is_boolean()) return std::unexpected(invalid_params("'stream' must be true or false"));
       out.stream = v.get<bool>();
+    } else if (key == "ignore_eos") {
+      if (!v.is_boolean())
+        return std::unexpected(invalid_params("'ignore_eos' must be true or false"));
+      out.ignore_eos = v.get<bool>();
+    } else if (key == "logprobs") {
+      auto n = param(fields::integer(v, key, 0, kMaxLogprobs));
+      if (!n) return std::unexpected(n.error());
+      out.logprobs = *n;
     } else {
       return std::unexpected(invalid_params("unknown parameter '" + key + "'"));
     }

@@ -108,6 +108,8 @@ struct GenerateParams {
   // Parsed here (EvictionPolicy::parse); the engine checks it against the
   // page size. Unset: the daemon's --eviction.
   std::optional<EvictionPolicy> eviction;
+  int logprobs = -1;        // alternatives per token's logprob (0..20); -1: none
+  bool ignore_eos = false;  // generate past the end-of-text token
 };
 
 // Refuses with kInvalidParams, naming the key: params that are not an

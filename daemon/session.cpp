@@ -201,6 +201,8 @@ void Session::method_generate(RpcCall& call) {
   rp.n = params->n;
   rp.cache_salt = std::move(params->cache_salt);
   rp.eviction = params->eviction;
+  rp.logprobs = params->logprobs;
+  rp.ignore_eos = params->ignore_eos;
   const bool stream = params->stream;
 
   // The sink runs on the engine thread; hop to this session's executor.
@@ -224,13 +226,34 @@ void Session::reply_submit_error(const RpcCall& call, EngineLoop::SubmitError er
   reply_error(call, {rpc_code::kShuttingDown, "the daemon is shutting down"});
 }
 
+namespace {
+
+// [{"token": id, "text", "logprob", "top": [{"token", "text", "logprob"}]}].
+json logprobs_to_json(const std::vector<TokenLogprobs>& entries) {
+  const auto one = [](const LogprobText& t) {
+    return json{{"token", t.token}, {"text", t.text}, {"logprob", t.logprob}};
+  };
+  json out = json::array();
+  for (const TokenLogprobs& e : entries) {
+    json entry = one(e.chosen);
+    entry["top"] = json::array();
+    for (const LogprobText& alt : e.top) entry["top"].push_back(one(alt));
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+}  // namespace
+
 void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent event) {
   if (!event.final) {
     if (stream) {
-      send(notification_line("generate.token", {{"id", event.id},
-                                                {"sample", event.sample},
-                                                {"tokens", event.tokens},
-                                                {"text", event.text}}));
+      json note = {{"id", event.id},
+                   {"sample", event.sample},
+                   {"tokens", event.tokens},
+                   {"text", event.text}};
+      if (!event.logprobs.empty()) note["logprobs"] = logprobs_to_json(event.logprobs);
+      send(notification_line("generate.token", note));
     }
     return;
   }
@@ -244,7 +267,9 @@ void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent even
   json samples = json::array();
   std::size_t completion_tokens = 0;
   for (const SampleResult& s : r.samples) {
-    samples.push_back({{"text", s.text}, {"tokens", s.tokens}, {"finish_reason", s.finish_reason}});
+    json sample = {{"text", s.text}, {"tokens", s.tokens}, {"finish_reason", s.finish_reason}};
+    if (!s.logprobs.empty()) sample["logprobs"] = logprobs_to_json(s.logprobs);
+    samples.push_back(std::move(sample));
     completion_tokens += s.tokens.size();
   }
   // The top level is sample 0, so an n = 1 client never looks at `samples`.

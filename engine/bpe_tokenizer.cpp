@@ -353,6 +353,11 @@ int BpeTokenizer::token_id(std::string_view bytes) const {
   return it == id_by_bytes_.end() ? -1 : it->second;
 }
 
+std::optional<int> BpeTokenizer::end_of_text() const {
+  const int id = token_id("<|endoftext|>");
+  return id >= 0 ? std::optional<int>(id) : std::nullopt;
+}
+
 void BpeTokenizer::merge_piece(std::string_view piece, std::vector<int>& out) const {
   // The symbols form a linked list over the piece's bytes; symbol i keeps its
   // slot when it absorbs its right neighbour, whose slot dies (id -1).

@@ -74,6 +74,9 @@ class BpeTokenizer final : public Tokenizer {
   // The id of the token whose bytes are exactly `bytes`, or -1.
   int token_id(std::string_view bytes) const;
 
+  // <|endoftext|>, when encoder.json has it.
+  std::optional<int> end_of_text() const override;
+
  private:
   // parse()'s parts: encoder.json's tokens (and the 256 byte tokens), then
   // vocab.bpe's merges, each checked against what came before.

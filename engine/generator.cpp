@@ -98,6 +98,10 @@ std::expected<Generation, std::string> generate(
   while (ok) {
     const int token = sampler.sample(last);
     out.tokens.push_back(token);
+    if (tokenizer != nullptr && !options.ignore_eos && token == tokenizer->end_of_text()) {
+      out.finish = FinishReason::kStop;  // the end of the text, which writes none
+      break;
+    }
     if (tokenizer != nullptr) {
       const std::string piece = tokenizer->decode(std::span(&token, 1));
       out.text += piece;

@@ -22,7 +22,7 @@ namespace kvtier {
 
 enum class FinishReason {
   kLength,   // max_tokens generated
-  kStop,     // a stop string appeared
+  kStop,     // a stop string appeared, or the end-of-text token
   kContext,  // the sequence reached the model's block_size
 };
 
@@ -39,6 +39,9 @@ struct GenerateOptions {
   // decode step. The default, none, keeps every page, and the results are
   // exactly what they were before policies existed.
   EvictionPolicy eviction;
+  // Generate past the tokenizer's end-of-text token (Tokenizer::end_of_text)
+  // instead of stopping there.
+  bool ignore_eos = false;
 };
 
 struct Generation {

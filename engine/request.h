@@ -86,6 +86,11 @@ struct RequestParams {
   // Which KV pages to drop as the sequence grows (engine/eviction_policy.h);
   // unset means the scheduler's default (SchedulerConfig::eviction).
   std::optional<EvictionPolicy> eviction;
+  // Each generated token's logprob and the `logprobs` most likely
+  // alternatives' (token_logprobs, sampler.h); -1: none.
+  int logprobs = -1;
+  // Generate past the tokenizer's end-of-text token instead of stopping.
+  bool ignore_eos = false;
 };
 
 // The most samples one request may ask for.
@@ -141,6 +146,9 @@ class Request {
   // The generated text, cut before a stop string (as generate() cuts it);
   // empty without a tokenizer.
   const std::string& text() const { return text_; }
+  // The generated tokens' logprobs, one entry per token; empty unless
+  // RequestParams::logprobs asked.
+  const std::vector<LogprobsEntry>& logprobs() const { return logprobs_; }
 
   const SequenceKv& kv() const { return kv_; }
   const EvictionPolicy& eviction() const { return evictor_.policy(); }
@@ -168,6 +176,8 @@ class Request {
   int max_tokens_;
   SamplingParams sampling_;
   std::vector<std::string> stop_;
+  int logprobs_top_ = -1;  // RequestParams::logprobs
+  bool ignore_eos_ = false;
   RequestId group_;
   int sample_index_ = 0;
   int num_samples_ = 1;
@@ -183,6 +193,7 @@ class Request {
   std::string error_;
   std::string text_;
   std::size_t text_emitted_ = 0;  // bytes of text_ already handed out in step events
+  std::vector<LogprobsEntry> logprobs_;
 
   SequenceKv kv_;
   // Both carry their position in the request's random stream and in the text

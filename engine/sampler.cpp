@@ -78,6 +78,32 @@ std::size_t pick_by_cumulative_sum(std::span<const double> weights, double targe
 
 }  // namespace
 
+LogprobsEntry token_logprobs(std::span<const float> logits, int token, int top) {
+  float max = kNegInf;
+  for (float l : logits) max = std::max(max, sanitize(l));
+  double sum = 0.0;
+  for (float l : logits) sum += softmax_weight(sanitize(l), max, 1.0);
+  const double log_sum = std::log(sum);
+  const auto logprob = [&](int id) {
+    const float l = sanitize(logits[static_cast<std::size_t>(id)]);
+    const double lp = l == max ? -log_sum : (l - max) - log_sum;
+    return static_cast<float>(lp);
+  };
+  LogprobsEntry out;
+  out.chosen = {token, logprob(token)};
+  const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(top), logits.size());
+  if (k == 0) return out;
+  std::vector<std::uint64_t> keys(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    keys[i] = rank_key(sanitize(logits[i]), static_cast<int>(i));
+  std::partial_sort(keys.begin(), keys.begin() + static_cast<long>(k), keys.end());
+  for (std::size_t i = 0; i < k; ++i) {
+    const int id = rank_key_id(keys[i]);
+    out.top.push_back({id, logprob(id)});
+  }
+  return out;
+}
+
 std::expected<void, std::string> SamplingParams::validate() const {
   if (!std::isfinite(temperature) || temperature < 0.0f) {
     return std::unexpected("temperature must be finite and >= 0 (0 = greedy), got " +

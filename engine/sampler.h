@@ -77,6 +77,27 @@ class Sampler {
   std::vector<double> weights_;
 };
 
+// How likely a token was, as OpenAI's and vLLM's "logprobs" report it: its
+// natural-log probability under softmax(logits), the model's own
+// distribution (temperature 1, before top_k and top_p, whatever the
+// request samples with), and the `top` most likely tokens', in the order
+// (logprob desc, id asc). NaN logits count as -inf. Deterministic: the sum
+// runs in id order in double precision, so a token's logprob depends only
+// on its row's logits. Reporting them changes nothing the Sampler draws.
+struct TokenLogprob {
+  int token = 0;
+  float logprob = 0;
+};
+struct LogprobsEntry {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;
+};
+// The most alternatives one token may report (OpenAI's top_logprobs limit).
+inline constexpr int kMaxLogprobs = 20;
+
+// REQUIRES: logits non-empty, token in range, 0 <= top <= kMaxLogprobs.
+LogprobsEntry token_logprobs(std::span<const float> logits, int token, int top);
+
 // Limits on stop strings, checked by validate_stop_strings(). They bound the
 // per-byte work of StopMatcher::feed().
 inline constexpr std::size_t kMaxStopStrings = 16;

@@ -231,6 +231,9 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params) {
   if (params.priority < 0)
     return std::unexpected("priority must be 0 (most urgent) or more, got " +
                            std::to_string(params.priority));
+  if (params.logprobs < -1 || params.logprobs > kMaxLogprobs)
+    return std::unexpected("logprobs must be in [0, " + std::to_string(kMaxLogprobs) +
+                           "] alternatives (or -1: none), got " + std::to_string(params.logprobs));
   if (params.n < 1 || params.n > kMaxSamples)
     return std::unexpected("n (samples) must be in [1, " + std::to_string(kMaxSamples) + "], got " +
                            std::to_string(params.n));

@@ -153,6 +153,8 @@ struct RequestEvent {
   RequestId id = 0;         // the id submit() returned (a sample's group())
   int sample = 0;           // which sample of it (0 unless RequestParams::n > 1)
   std::vector<int> tokens;  // sampled this step (at most one today)
+  // Their logprobs, one entry per token, when RequestParams::logprobs asked.
+  std::vector<LogprobsEntry> logprobs;
   // Text that became final this step: bytes that might still begin a stop
   // string are held back until they cannot (as generate()'s on_text).
   std::string text;

@@ -12,9 +12,17 @@ void Scheduler::sample_and_append(Request& r, std::span<const float> logits, Req
   const int token = r.sampler_.sample(logits);
   r.tokens_.push_back(token);
   event.tokens.push_back(token);
+  if (r.logprobs_top_ >= 0) {
+    r.logprobs_.push_back(token_logprobs(logits, token, r.logprobs_top_));
+    event.logprobs.push_back(r.logprobs_.back());
+  }
   std::optional<FinishReason> finish;
   bool stopped = false;
-  if (tokenizer_ != nullptr) {
+  if (tokenizer_ != nullptr && !r.ignore_eos_ && token == tokenizer_->end_of_text()) {
+    // The end of the text: a stop, whose token writes no text.
+    finish = FinishReason::kStop;
+    stopped = true;
+  } else if (tokenizer_ != nullptr) {
     const std::string piece = tokenizer_->decode(std::span(&token, 1));
     r.text_ += piece;
     if (auto at = r.stop_matcher_.feed(piece)) {

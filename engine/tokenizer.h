@@ -16,6 +16,7 @@
 #include <expected>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +38,10 @@ class Tokenizer {
   virtual std::string decode(std::span<const int> tokens) const = 0;
 
   virtual int vocab_size() const = 0;
+
+  // The token that ends a text, where the vocabulary has one (GPT-2's
+  // <|endoftext|>, id 50256): generation stops when the model samples it.
+  virtual std::optional<int> end_of_text() const { return std::nullopt; }
 
   // Builds the tokenizer a config names. Errors name the file and the problem.
   static std::expected<std::unique_ptr<Tokenizer>, std::string> load(const TokenizerSpec& spec);

@@ -107,6 +107,7 @@ TEST_F(BpeTokenizerTest, EmptyTextEncodesToNoIds) { EXPECT_TRUE(encode("").empty
 TEST_F(BpeTokenizerTest, EndOfTextIsDecodedButNeverProducedFromText) {
   const int eot[] = {50256};
   EXPECT_EQ(tok_->decode(eot), "<|endoftext|>");
+  EXPECT_EQ(tok_->end_of_text(), 50256);  // where generation stops
   for (const int id : encode("a<|endoftext|>b")) EXPECT_NE(id, 50256);
 }
 

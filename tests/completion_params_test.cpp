@@ -45,7 +45,7 @@ TEST(CompletionParamsTest, EveryFormOfPromptAndTheExtensions) {
                                   {"seed", -1},
                                   {"stream", true},
                                   {"stream_options", {{"include_usage", true}}},
-                                  {"echo", true},
+                                  {"echo", false},
                                   {"cache_salt", "tenant"},
                                   {"priority", 2},
                                   {"user", "u"},
@@ -53,7 +53,8 @@ TEST(CompletionParamsTest, EveryFormOfPromptAndTheExtensions) {
                                   {"logit_bias", json::object()},
                                   {"best_of", 1},
                                   {"suffix", nullptr},
-                                  {"logprobs", nullptr}},
+                                  {"logprobs", 3},
+                                  {"ignore_eos", true}},
                              "m");
   ASSERT_TRUE(all.has_value()) << all.error().message;
   EXPECT_EQ(all->params.max_tokens, 5);
@@ -61,9 +62,15 @@ TEST(CompletionParamsTest, EveryFormOfPromptAndTheExtensions) {
   EXPECT_EQ(all->params.sampling.seed, ~std::uint64_t{0});  // -1 as two's complement
   EXPECT_EQ(all->params.stop, (std::vector<std::string>{"\n"}));
   EXPECT_TRUE(all->include_usage);
-  EXPECT_EQ(all->echo, (std::vector<std::string>{"x"}));
+  EXPECT_TRUE(all->echo.empty());
+  auto echo = completion_spec(json{{"prompt", "x"}, {"echo", true}}, "m");
+  ASSERT_TRUE(echo.has_value());
+  EXPECT_EQ(echo->echo, (std::vector<std::string>{"x"}));
   EXPECT_EQ(all->params.cache_salt, "tenant");
   EXPECT_EQ(all->params.priority, 2);
+  EXPECT_EQ(all->params.logprobs, 3);
+  EXPECT_TRUE(all->params.ignore_eos);
+  EXPECT_EQ(completion_spec(json{{"prompt", "x"}}, "m")->params.logprobs, -1);
 }
 
 TEST(CompletionParamsTest, RefusalsNameTheFieldAndTheStatus) {
@@ -86,6 +93,8 @@ TEST(CompletionParamsTest, RefusalsNameTheFieldAndTheStatus) {
   EXPECT_EQ(refused(json{{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}).param,
             "stream_options");
   EXPECT_EQ(refused(json{{"prompt", {1, 2}}, {"echo", true}}).param, "echo");
+  EXPECT_EQ(refused(json{{"prompt", "x"}, {"echo", true}, {"logprobs", 1}}).param, "echo");
+  EXPECT_EQ(refused(json{{"prompt", "x"}, {"logprobs", 21}}).param, "logprobs");
   EXPECT_EQ(refused(json{{"prompt", "x"}, {"cache_salt", std::string(300, 's')}}).param,
             "cache_salt");
   const ParamError unknown = refused(json{{"prompt", "x"}, {"foo", 1}});
@@ -120,6 +129,14 @@ TEST(CompletionParamsTest, ChatRendersTheTemplateAndAddsItsStops) {
       chat_spec(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}}, "m", t, 256);
   ASSERT_TRUE(unbounded.has_value());
   EXPECT_EQ(unbounded->params.max_tokens, 256);  // the context ends it
+  EXPECT_EQ(unbounded->params.logprobs, -1);
+  const json one = {{"role", "user"}, {"content", "x"}};
+  auto logprobs = chat_spec(json{{"messages", {one}}, {"logprobs", true}, {"top_logprobs", 4}}, "m",
+                            t, 256);
+  ASSERT_TRUE(logprobs.has_value());
+  EXPECT_EQ(logprobs->params.logprobs, 4);
+  EXPECT_EQ(chat_spec(json{{"messages", {one}}, {"logprobs", true}}, "m", t, 256)->params.logprobs,
+            0);
 
   for (const json& bad :
        {json{{"messages", json::array()}},
@@ -127,7 +144,8 @@ TEST(CompletionParamsTest, ChatRendersTheTemplateAndAddsItsStops) {
         json{{"messages", {{{"content", "x"}}}}},
         json{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
         json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tools", {{{"x", 1}}}}},
-        json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"prompt", "x"}}}) {
+        json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"prompt", "x"}},
+        json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}}) {
     auto r = chat_spec(bad, "m", t, 256);
     EXPECT_FALSE(r.has_value()) << bad.dump();
   }

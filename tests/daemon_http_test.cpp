@@ -249,6 +249,62 @@ TEST_F(DaemonHttpTest, PromptListsTokenIdsAndSamplesAreChoicesInOrder) {
   EXPECT_EQ(echo.doc()["choices"][0]["text"], "Q: Why?\nA:" + rpc_ids["text"].get<std::string>());
 }
 
+TEST_F(DaemonHttpTest, LogprobsAreTheEnginesInOpenAisShapes) {
+  auto d = start();
+  const json rpc = rpc_generate(
+      *d, {{"prompt", kPrompt}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 2}});
+  const json want = rpc["samples"][0]["logprobs"];
+  ASSERT_EQ(want.size(), 8u) << rpc.dump();
+
+  const json body = {{"prompt", kPrompt}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 2}};
+  const HttpAnswer a = curl(*d, "POST", "/v1/completions", body);
+  ASSERT_EQ(a.status, 200) << a.body;
+  const json lp = a.doc()["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 8u) << lp;
+  std::string joined;
+  for (std::size_t t = 0; t < 8; ++t) {
+    EXPECT_EQ(lp["tokens"][t], want[t]["text"]);
+    EXPECT_EQ(lp["token_logprobs"][t], want[t]["logprob"]);
+    EXPECT_EQ(lp["text_offset"][t], joined.size());
+    joined += lp["tokens"][t].get<std::string>();
+    ASSERT_EQ(lp["top_logprobs"][t].size(), 2u);
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(lp["top_logprobs"][t][want[t]["text"].get<std::string>()], want[t]["logprob"]);
+  }
+  EXPECT_EQ(joined, a.doc()["choices"][0]["text"]);
+
+  // Streamed: the same tokens, chunk by chunk.
+  json stream = body;
+  stream["stream"] = true;
+  const HttpAnswer sa = curl(*d, "POST", "/v1/completions", stream);
+  ASSERT_EQ(sa.status, 200) << sa.body;
+  json streamed = json::array();
+  for (const json& e : events(sa.body)) {
+    if (!e.is_object() || e["choices"].empty() || e["choices"][0]["logprobs"].is_null()) continue;
+    for (const json& t : e["choices"][0]["logprobs"]["tokens"]) streamed.push_back(t);
+  }
+  EXPECT_EQ(streamed, lp["tokens"]);
+
+  // Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}.
+  const HttpAnswer c = curl(*d, "POST", "/v1/chat/completions",
+                            json{{"messages", {{{"role", "user"}, {"content", "Why?"}}}},
+                                 {"max_tokens", 4},
+                                 {"logprobs", true},
+                                 {"top_logprobs", 2}});
+  ASSERT_EQ(c.status, 200) << c.body;
+  const json content = c.doc()["choices"][0]["logprobs"]["content"];
+  ASSERT_FALSE(content.empty()) << c.body;
+  EXPECT_TRUE(content[0]["logprob"].is_number());
+  EXPECT_EQ(content[0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(content[0]["bytes"].size(), content[0]["token"].get<std::string>().size());
+  EXPECT_EQ(curl(*d, "POST", "/v1/completions", json{{"prompt", "x"}, {"logprobs", 21}}).status,
+            400);
+  EXPECT_EQ(
+      curl(*d, "POST", "/v1/completions", json{{"prompt", "x"}, {"logprobs", 1}, {"echo", true}})
+          .status,
+      400);
+}
+
 TEST_F(DaemonHttpTest, CachedPromptTokensAreInTheUsage) {
   auto d = start();
   const json body = {{"prompt", kPrompt + kPrompt}, {"max_tokens", 2}};

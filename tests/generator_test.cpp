@@ -95,6 +95,26 @@ TEST_F(GeneratorTest, StopsBeforeTheStopStringAndStreamsTheSameText) {
   EXPECT_LT(stopped->tokens.size(), free_run->tokens.size());
 }
 
+TEST_F(GeneratorTest, StopsAtTheEndOfTextTokenUnlessToldToIgnoreIt) {
+  const auto free_run = run("Q: Why? A:", sampled(5, 40));
+  ASSERT_TRUE(free_run.has_value());
+  const int eot = free_run->tokens[10];  // the end of the text, to this tokenizer
+  const std::size_t first = static_cast<std::size_t>(
+      std::find(free_run->tokens.begin(), free_run->tokens.end(), eot) - free_run->tokens.begin());
+  const test_util::WithEndOfText tokenizer(*tokenizer_, eot);
+  const auto stopped = generate(*model_, *pool_, &tokenizer, encode("Q: Why? A:"), sampled(5, 40));
+  ASSERT_TRUE(stopped.has_value()) << stopped.error();
+  EXPECT_EQ(stopped->finish, FinishReason::kStop);
+  ASSERT_EQ(stopped->tokens.size(), first + 1) << "it ends with the end-of-text token";
+  EXPECT_EQ(stopped->tokens.back(), eot);
+  EXPECT_EQ(stopped->text, free_run->text.substr(0, first)) << "which writes no text";
+  auto o = sampled(5, 40);
+  o.ignore_eos = true;
+  const auto ignored = generate(*model_, *pool_, &tokenizer, encode("Q: Why? A:"), o);
+  ASSERT_TRUE(ignored.has_value());
+  EXPECT_EQ(ignored->tokens, free_run->tokens);
+}
+
 TEST_F(GeneratorTest, EndsAtTheContextWithItsOwnReason) {
   const int context = model_->config().block_size;
   std::string prompt(static_cast<std::size_t>(context) - 5, 'a');

@@ -355,6 +355,47 @@ TEST(SamplerTest, PositiveInfinityTakesAllTheMass) {
 
 // --- validate_stop_strings ---
 
+TEST(TokenLogprobsTest, LogSoftmaxOfTheChosenAndTheTopInOrder) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l));
+  const LogprobsEntry e = token_logprobs(logits, 2, 3);
+  EXPECT_EQ(e.chosen.token, 2);
+  EXPECT_NEAR(e.chosen.logprob, 2.0 - std::log(sum), 1e-6);
+  ASSERT_EQ(e.top.size(), 3u);
+  EXPECT_EQ(e.top[0].token, 1);  // the tie at 3.0 goes to the lower id
+  EXPECT_EQ(e.top[1].token, 3);
+  EXPECT_EQ(e.top[2].token, 2);
+  EXPECT_FLOAT_EQ(e.top[0].logprob, e.top[1].logprob);
+  EXPECT_FLOAT_EQ(e.top[2].logprob, e.chosen.logprob);
+  double mass = 0;
+  for (int t = 0; t < 5; ++t) mass += std::exp(token_logprobs(logits, t, 0).chosen.logprob);
+  EXPECT_NEAR(mass, 1.0, 1e-6);
+  EXPECT_TRUE(token_logprobs(logits, 0, 0).top.empty());
+  EXPECT_EQ(token_logprobs(logits, 0, 20).top.size(), 5u);  // no more than the vocabulary
+}
+
+TEST(TokenLogprobsTest, NanIsNegativeInfinityAndInfinitiesShareTheMass) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> nan = {std::nanf(""), 0.0f};
+  EXPECT_EQ(token_logprobs(nan, 0, 0).chosen.logprob, -inf);
+  EXPECT_FLOAT_EQ(token_logprobs(nan, 1, 0).chosen.logprob, 0.0f);
+  const std::vector<float> two_inf = {inf, 5.0f, inf};
+  EXPECT_NEAR(token_logprobs(two_inf, 0, 0).chosen.logprob, std::log(0.5), 1e-6);
+  EXPECT_EQ(token_logprobs(two_inf, 1, 0).chosen.logprob, -inf);
+}
+
+TEST(TokenLogprobsTest, ReportingThemChangesNothingDrawn) {
+  std::vector<float> logits(50, 0.0f);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(static_cast<float>(i));
+  Sampler plain({0.8f, 0, 1.0f, 9}), reporting({0.8f, 0, 1.0f, 9});
+  for (int i = 0; i < 100; ++i) {
+    const int token = reporting.sample(logits);
+    (void)token_logprobs(logits, token, 5);
+    EXPECT_EQ(plain.sample(logits), token);
+  }
+}
+
 TEST(ValidateStopStringsTest, AcceptsLimits) {
   EXPECT_TRUE(validate_stop_strings({}).has_value());
   EXPECT_TRUE(validate_stop_strings({"\n", "User:"}).has_value());

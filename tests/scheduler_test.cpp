@@ -690,6 +690,81 @@ TEST_F(SchedulerTest, RefusesBadSampleCounts) {
 }
 
 // Sample seeds never collide within a request, and sample 0 keeps the seed.
+TEST_F(SchedulerTest, LogprobsAreEachRowsOwnWhateverTheBatch) {
+  SchedulerConfig c;
+  c.max_kv_tokens = 2048;
+  c.max_batch_size = 4;
+  std::vector<RequestParams> ps;
+  for (int i = 0; i < 3; ++i) {
+    ps.push_back(params("Q: What is " + std::to_string(i) + "? A:", 12, 0, sampled(i)));
+    ps.back().logprobs = 3;
+  }
+  auto together = make(c);
+  Trace trace;
+  std::vector<RequestId> ids;
+  for (const auto& p : ps) ids.push_back(submit(*together, trace, p));
+  ASSERT_TRUE(drain(*together, trace));
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    const Request& r = *together->find(ids[i]);
+    ASSERT_EQ(r.logprobs().size(), r.generated().size());
+    for (std::size_t t = 0; t < r.logprobs().size(); ++t) {
+      EXPECT_EQ(r.logprobs()[t].chosen.token, r.generated()[t]);
+      EXPECT_LE(r.logprobs()[t].chosen.logprob, 0.0f);
+      ASSERT_EQ(r.logprobs()[t].top.size(), 3u);
+      EXPECT_GE(r.logprobs()[t].top[0].logprob, r.logprobs()[t].top[2].logprob);
+    }
+    auto alone_s = make(c);
+    Trace t2;
+    const RequestId id = submit(*alone_s, t2, ps[i]);
+    ASSERT_TRUE(drain(*alone_s, t2));
+    const Request& a = *alone_s->find(id);
+    ASSERT_EQ(a.logprobs().size(), r.logprobs().size());
+    for (std::size_t t = 0; t < a.logprobs().size(); ++t) {  // bit for bit
+      EXPECT_EQ(a.logprobs()[t].chosen.logprob, r.logprobs()[t].chosen.logprob);
+      for (int k = 0; k < 3; ++k)
+        EXPECT_EQ(a.logprobs()[t].top[k].token, r.logprobs()[t].top[k].token);
+    }
+  }
+  RequestParams none = params("Q: Why? A:", 4);
+  auto s = make(c);
+  Trace t3;
+  const RequestId id = submit(*s, t3, none);
+  ASSERT_TRUE(drain(*s, t3));
+  EXPECT_TRUE(s->find(id)->logprobs().empty());
+  RequestParams too_many = none;
+  too_many.logprobs = kMaxLogprobs + 1;
+  EXPECT_FALSE(s->submit(too_many).has_value());
+}
+
+TEST_F(SchedulerTest, TheEndOfTextTokenStopsARequestAsGenerateStops) {
+  RequestParams p = params("Q: Why? A:", 40, 0, sampled(5));
+  const Generation free_run = alone(p);
+  const int eot = free_run.tokens[10];
+  const test_util::WithEndOfText tokenizer(*tokenizer_, eot);
+  auto s = Scheduler::create(*model_, &tokenizer, SchedulerConfig{});
+  ASSERT_TRUE(s.has_value()) << s.error();
+  Trace trace;
+  const RequestId id = submit(**s, trace, p);
+  RequestParams ignoring = p;
+  ignoring.ignore_eos = true;
+  const RequestId ignored = submit(**s, trace, ignoring);
+  ASSERT_TRUE(drain(**s, trace));
+  tiers::BlockPool pool(model_->kv_layout(16).block_bytes(), 17);
+  GenerateOptions o;
+  o.sampling = p.sampling;
+  o.max_tokens = p.max_tokens;
+  const auto want = generate(*model_, pool, &tokenizer, p.prompt, o);
+  ASSERT_TRUE(want.has_value());
+  const Request& r = *(*s)->find(id);
+  EXPECT_EQ(r.finish_reason(), FinishReason::kStop);
+  EXPECT_EQ(std::vector<int>(r.generated().begin(), r.generated().end()), want->tokens);
+  EXPECT_EQ(r.generated().back(), eot);
+  EXPECT_EQ(r.text(), want->text);
+  const Request& g = *(*s)->find(ignored);
+  EXPECT_EQ(std::vector<int>(g.generated().begin(), g.generated().end()), free_run.tokens);
+}
+
 TEST(SampleSeedTest, DistinctPerSampleAndIdentityForSampleZero) {
   for (const std::uint64_t seed : {0ull, 7ull, ~0ull}) {
     EXPECT_EQ(sample_seed(seed, 0), seed);

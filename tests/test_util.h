@@ -39,6 +39,24 @@ inline int free_tcp_port() {
   return ntohs(a.sin_port);
 }
 
+// A tokenizer with one token standing for the end of the text, for models
+// whose vocabulary has none (the bundled character model): the rest is
+// `inner`'s.
+class WithEndOfText final : public Tokenizer {
+ public:
+  WithEndOfText(const Tokenizer& inner, int eot) : inner_(inner), eot_(eot) {}
+  std::expected<std::vector<int>, std::string> encode(std::string_view text) const override {
+    return inner_.encode(text);
+  }
+  std::string decode(std::span<const int> tokens) const override { return inner_.decode(tokens); }
+  int vocab_size() const override { return inner_.vocab_size(); }
+  std::optional<int> end_of_text() const override { return eot_; }
+
+ private:
+  const Tokenizer& inner_;
+  int eot_;
+};
+
 // models/fortunes-char and its tokenizer, loaded on first use and kept for
 // the rest of the process (tests run one at a time, so sharing the Model's
 // scratch buffers is safe). Throws, failing the calling test, if it cannot load.

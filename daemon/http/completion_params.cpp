@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "daemon/param_fields.h"
+#include "engine/sampler.h"
 
 namespace kvtier::daemon::http {
 
@@ -89,6 +91,9 @@ std::expected<bool, ParamError> common_field(const std::string& key, const json&
     auto n = field(key, fields::integer(v, key, 0, kIntMax));
     if (!n) return std::unexpected(n.error());
     p.priority = *n;
+  } else if (key == "ignore_eos") {
+    if (!v.is_boolean()) return refuse(key, "'ignore_eos' must be true or false");
+    p.ignore_eos = v.get<bool>();
   } else if (key == "user") {
     if (!v.is_string()) return refuse(key, "'user' must be a string");
   } else if (key == "presence_penalty" || key == "frequency_penalty") {
@@ -221,8 +226,9 @@ std::expected<GenerationSpec, ParamError> completion_spec(const json& body,
       if (!v.is_boolean()) return refuse(key, "'echo' must be true or false");
       echo = v.get<bool>();
     } else if (key == "logprobs") {
-      if (!v.is_number_integer()) return refuse(key, "'logprobs' must be an integer");
-      return refuse(key, "'logprobs' is not supported");
+      auto n = field(key, fields::integer(v, key, 0, kMaxLogprobs));
+      if (!n) return std::unexpected(n.error());
+      spec.params.logprobs = *n;
     } else if (key == "best_of") {
       if (!v.is_number_integer()) return refuse(key, "'best_of' must be an integer");
       if (v.get<long long>() > 1) return refuse(key, "'best_of' above 1 is not supported");
@@ -234,6 +240,10 @@ std::expected<GenerationSpec, ParamError> completion_spec(const json& body,
     }
   }
   if (!have_prompt) return refuse("prompt", "'prompt' is required");
+  if (echo && spec.params.logprobs >= 0)
+    return refuse("echo",
+                  "'echo' with 'logprobs' would need the prompt's logprobs, which this "
+                  "server does not compute");
   if (echo) {
     for (const auto& p : spec.prompts) {
       if (!std::holds_alternative<std::string>(p))
@@ -253,7 +263,8 @@ std::expected<GenerationSpec, ParamError> chat_spec(const json& body,
   spec.api = Api::kChat;
   spec.model = served_model;
   spec.params.max_tokens = context;
-  bool have_messages = false, stream_options = false;
+  bool have_messages = false, stream_options = false, logprobs = false;
+  std::optional<int> top_logprobs;
   std::vector<ChatTemplate::Message> conversation;
   for (const auto& [key, v] : body.items()) {
     if (v.is_null()) continue;
@@ -269,9 +280,13 @@ std::expected<GenerationSpec, ParamError> chat_spec(const json& body,
       auto n = max_tokens(key, v);
       if (!n) return std::unexpected(n.error());
       spec.params.max_tokens = *n;
-    } else if (key == "logprobs" || key == "top_logprobs") {
-      if (key == "logprobs" && v.is_boolean() && !v.get<bool>()) continue;
-      return refuse(key, "'" + key + "' is not supported");
+    } else if (key == "logprobs") {
+      if (!v.is_boolean()) return refuse(key, "'logprobs' must be true or false");
+      logprobs = v.get<bool>();
+    } else if (key == "top_logprobs") {
+      auto n = field(key, fields::integer(v, key, 0, kMaxLogprobs));
+      if (!n) return std::unexpected(n.error());
+      top_logprobs = *n;
     } else if (key == "response_format") {
       if (!v.is_object() || v.value("type", "") != "text" || v.size() != 1)
         return refuse(key, "'response_format' supports {\"type\": \"text\"} only");
@@ -284,6 +299,9 @@ std::expected<GenerationSpec, ParamError> chat_spec(const json& body,
     }
   }
   if (!have_messages) return refuse("messages", "'messages' is required");
+  if (top_logprobs && !logprobs)
+    return refuse("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+  if (logprobs) spec.params.logprobs = top_logprobs.value_or(0);
   spec.prompts.emplace_back(chat.render(conversation));
   for (const std::string& s : chat.stop)
     if (std::find(spec.params.stop.begin(), spec.params.stop.end(), s) == spec.params.stop.end())

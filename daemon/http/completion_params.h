@@ -4,7 +4,8 @@
 //
 //   top_k       keep the k most likely tokens (0 or -1: no limit), as vLLM;
 //   cache_salt  the prefix-cache namespace (a tenant), as on JSON-RPC;
-//   priority    0 = most urgent, for the `priority` policy, as vLLM.
+//   priority    0 = most urgent, for the `priority` policy, as vLLM;
+//   ignore_eos  generate past the end-of-text token, as vLLM.
 //
 // OpenAI fields a GPT-2 engine cannot honour are accepted at their neutral
 // value only (presence_penalty and frequency_penalty 0, an empty

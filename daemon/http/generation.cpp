@@ -19,7 +19,8 @@ class Run : public std::enable_shared_from_this<Run> {
         context_(context),
         created_(unix_now()),
         results_(spec_.prompts.size()),
-        role_sent_(spec_.prompts.size() * spec_.params.n, false) {}
+        role_sent_(spec_.prompts.size() * spec_.params.n, false),
+        offsets_(spec_.prompts.size() * spec_.params.n, 0) {}
 
   void start() {
     for (std::size_t p = 0; p < spec_.prompts.size(); ++p) {
@@ -52,7 +53,11 @@ class Run : public std::enable_shared_from_this<Run> {
     if (finished_) return;
     const int choice = static_cast<int>(prompt) * spec_.params.n + event.sample;
     if (!event.final) {
-      if (spec_.stream && !event.text.empty()) chunk(choice, event.text, nullptr);
+      // With logprobs every token gets its chunk, text or not (a stop
+      // string's first bytes are held back until they cannot be one).
+      const bool logprobs = spec_.params.logprobs >= 0 && !event.logprobs.empty();
+      if (spec_.stream && (!event.text.empty() || logprobs))
+        chunk(choice, event.text, nullptr, event.logprobs);
       return;
     }
     exchange_->untrack(event.id);
@@ -60,7 +65,7 @@ class Run : public std::enable_shared_from_this<Run> {
     if (spec_.stream) {
       for (std::size_t s = 0; s < event.result->samples.size(); ++s)
         chunk(static_cast<int>(prompt) * spec_.params.n + static_cast<int>(s), "",
-              openai_finish_reason(event.result->samples[s].finish_reason));
+              openai_finish_reason(event.result->samples[s].finish_reason), {});
     }
     results_[prompt] = std::move(*event.result);
     if (++done_ < spec_.prompts.size()) return;
@@ -79,10 +84,12 @@ class Run : public std::enable_shared_from_this<Run> {
     for (std::size_t p = 0; p < all.size(); ++p) {
       for (std::size_t s = 0; s < all[p].samples.size(); ++s) {
         const SampleResult& sample = all[p].samples[s];
+        const std::string echo = spec_.echo.empty() ? "" : spec_.echo[p];
+        std::size_t offset = echo.size();
         json c = {{"index", p * spec_.params.n + s},
-                  {"logprobs", nullptr},
+                  {"logprobs", logprobs_json(sample.logprobs, offset)},
                   {"finish_reason", openai_finish_reason(sample.finish_reason)}};
-        const std::string text = (spec_.echo.empty() ? "" : spec_.echo[p]) + sample.text;
+        const std::string text = echo + sample.text;
         if (spec_.api == Api::kChat)
           c["message"] = {{"role", "assistant"}, {"content", text}};
         else
@@ -107,15 +114,64 @@ class Run : public std::enable_shared_from_this<Run> {
     return out;
   }
 
-  // One streamed piece of choice `choice`: text, or its end (finish_reason).
-  void chunk(int choice, const std::string& text, const char* finish_reason) {
+  // Logprobs as the API writes them, null when not asked for. Completions:
+  // {"tokens", "token_logprobs", "top_logprobs" ({text: logprob}),
+  // "text_offset"}, the offsets counted on from `offset` (the choice's
+  // bytes so far); chat: {"content": [{"token", "logprob", "bytes",
+  // "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
+  json logprobs_json(const std::vector<TokenLogprobs>& entries, std::size_t& offset) const {
+    if (spec_.params.logprobs < 0) return nullptr;
+    const auto bytes = [](const std::string& text) {
+      json b = json::array();
+      for (unsigned char c : text) b.push_back(c);
+      return b;
+    };
+    if (spec_.api == Api::kChat) {
+      json content = json::array();
+      for (const TokenLogprobs& t : entries) {
+        json top = json::array();
+        for (const LogprobText& alt : t.top)
+          top.push_back(
+              {{"token", alt.text}, {"logprob", alt.logprob}, {"bytes", bytes(alt.text)}});
+        content.push_back({{"token", t.chosen.text},
+                           {"logprob", t.chosen.logprob},
+                           {"bytes", bytes(t.chosen.text)},
+                           {"top_logprobs", std::move(top)}});
+      }
+      return {{"content", std::move(content)}};
+    }
+    json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+         offsets = json::array();
+    for (const TokenLogprobs& t : entries) {
+      tokens.push_back(t.chosen.text);
+      token_logprobs.push_back(t.chosen.logprob);
+      json alternatives = json::object();
+      for (const LogprobText& alt : t.top) alternatives[alt.text] = alt.logprob;
+      top.push_back(std::move(alternatives));
+      offsets.push_back(offset);
+      offset += t.chosen.text.size();
+    }
+    return {{"tokens", std::move(tokens)},
+            {"token_logprobs", std::move(token_logprobs)},
+            {"top_logprobs", std::move(top)},
+            {"text_offset", std::move(offsets)}};
+  }
+
+  // One streamed piece of choice `choice`: text (and its tokens' logprobs),
+  // or its end (finish_reason).
+  void chunk(int choice, const std::string& text, const char* finish_reason,
+             const std::vector<TokenLogprobs>& logprobs) {
     if (!began_) {
       exchange_->stream_begin();
       began_ = true;
     }
-    json c = {{"index", choice},
-              {"logprobs", nullptr},
-              {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
+    const std::size_t prompt_of = static_cast<std::size_t>(choice / spec_.params.n);
+    if (!spec_.echo.empty() && !role_sent_[choice])  // offsets count the echoed prompt
+      offsets_[choice] = spec_.echo[prompt_of].size();
+    json c = {
+        {"index", choice},
+        {"logprobs", finish_reason ? json(nullptr) : logprobs_json(logprobs, offsets_[choice])},
+        {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
     if (spec_.api == Api::kChat) {
       json delta = json::object();
       if (!role_sent_[choice]) {  // a choice's first chunk names the role
@@ -163,8 +219,9 @@ class Run : public std::enable_shared_from_this<Run> {
   std::vector<std::optional<GenerateResult>> results_;  // by prompt
   std::size_t done_ = 0;                                // prompts final
   std::vector<bool> role_sent_;                         // by choice: its first chunk went out
-  bool began_ = false;                                  // the stream's header went out
-  bool finished_ = false;  // answered (or failed): later events are dropped
+  std::vector<std::size_t> offsets_;  // by choice: its text's bytes so far (text_offset)
+  bool began_ = false;                // the stream's header went out
+  bool finished_ = false;             // answered (or failed): later events are dropped
 };
 
 }  // namespace
