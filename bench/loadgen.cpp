@@ -4,6 +4,8 @@
 //   build/bench/loadgen --socket /tmp/k.sock --workload a,b,c,d --rate 8
 //                       --concurrency 8 --duration 60 --seed 1 [--pid PID] [--out-prefix run1]
 //
+// --api http sends the same requests as streamed POST /v1/completions
+// (docs/http.md) instead of JSON-RPC generate, on the same socket.
 // --socket given more than once drives a fleet: arrivals go to the daemons
 // round-robin, `concurrency` connections each, and the stats are summed.
 //
@@ -29,6 +31,10 @@ int main(int argc, char** argv) {
   app.add_option("--socket", o.sockets,
                  "kvtierd's socket; more than one: a fleet, sent requests round-robin")
       ->required();
+  app.add_option("--api", o.api,
+                 "How requests are sent: jsonrpc (generate) or http (/v1/completions)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"jsonrpc", "http"}));
   app.add_option("--workload", workload,
                  "Mix of a (shared system prompt), b (multi-turn chats), c (priority mix with a "
                  "low-priority batch job), d (random prompts), e (many applications' system "
@@ -88,9 +94,9 @@ int main(int argc, char** argv) {
   }
   const Summary s = summarize(result);
   std::printf(
-      "workload %s, rate %.2f/s, %zu daemon(s), concurrency %d each, duration %.0f s, "
+      "workload %s over %s, rate %.2f/s, %zu daemon(s), concurrency %d each, duration %.0f s, "
       "seed %llu\n",
-      o.kinds.c_str(), o.rate, o.sockets.size(), o.concurrency, o.duration_s,
+      o.kinds.c_str(), o.api.c_str(), o.rate, o.sockets.size(), o.concurrency, o.duration_s,
       static_cast<unsigned long long>(o.seed));
   print_summary(s, stdout);
   const bool wrote = write_requests_csv(prefix + "-requests.csv", result) &&

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "bench/loadgen_stats.h"
+#include "bench/loadgen_wire.h"
 #include "ctl/rpc_client.h"
 
 namespace kvtier::bench {
@@ -82,39 +83,17 @@ long read_rss_kb(int pid) {
 
 namespace {
 
-// cached_tokens as {"l1":..,"l2":..,"l3":..,"remote":..} or [l1, l2, ...];
-// zeros when absent.
-std::array<int, kTiers> parse_cached(const json& result) {
-  std::array<int, kTiers> out{};
-  auto it = result.find("cached_tokens");
-  if (it == result.end()) return out;
-  if (it->is_object()) {
-    for (int t = 0; t < kTiers; ++t)
-      if (auto v = it->find(kTierNames[t]); v != it->end() && v->is_number())
-        out[t] = v->get<int>();
-  } else if (it->is_array()) {
-    for (int t = 0; t < kTiers && t < static_cast<int>(it->size()); ++t)
-      if ((*it)[t].is_number()) out[t] = (*it)[t].get<int>();
-  } else if (it->is_number()) {
-    out[0] = it->get<int>();  // one total: counted as L1
-  }
-  return out;
-}
-
-double number_or(const json& j, const char* key, double fallback) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
-}
-
 class Runner;
 
 // One socket, one request in flight at most.
 struct Connection {
-  Connection(asio::io_context& io, int daemon) : socket(io), daemon(daemon) {}
+  Connection(asio::io_context& io, int daemon, std::unique_ptr<Wire> wire)
+      : socket(io), daemon(daemon), wire(std::move(wire)) {}
   stream::socket socket;
   int daemon;  // index into LoadOptions::sockets
-  std::string in;
-  std::string out;    // the line being written
+  std::unique_ptr<Wire> wire;
+  std::array<char, 16384> in;
+  std::string out;    // the request being written
   long current = -1;  // index into records, -1 = idle
   bool alive = true;
 };
@@ -136,10 +115,14 @@ class Runner {
       result.error = "no kvtierd socket to drive";
       return result;
     }
+    if (!make_wire(options_.api)) {
+      result.error = "no such API '" + options_.api + "' (jsonrpc or http)";
+      return result;
+    }
     backlogs_.resize(options_.sockets.size());
     for (int d = 0; d < static_cast<int>(options_.sockets.size()); ++d) {
       for (int i = 0; i < options_.concurrency; ++i) {
-        auto c = std::make_unique<Connection>(io_, d);
+        auto c = std::make_unique<Connection>(io_, d, make_wire(options_.api));
         boost::system::error_code ec;
         c->socket.connect(stream::endpoint(options_.sockets[d]), ec);
         if (ec) {
@@ -280,13 +263,7 @@ class Runner {
   void send(int conn, long idx) {
     Connection& c = *connections_[conn];
     RequestRecord& r = records_[idx];
-    const WorkItem& w = r.item;
-    json params = {{"prompt", w.prompt},           {"max_tokens", w.max_tokens},
-                   {"temperature", w.temperature}, {"seed", w.seed},
-                   {"priority", w.priority},       {"stream", true}};
-    c.out =
-        json{{"jsonrpc", "2.0"}, {"id", idx}, {"method", "generate"}, {"params", params}}.dump() +
-        "\n";
+    c.out = c.wire->request(r);
     c.current = idx;
     r.connection = conn;
     r.sent_s = now_s();
@@ -299,53 +276,22 @@ class Runner {
 
   void read(int conn) {
     Connection& c = *connections_[conn];
-    asio::async_read_until(c.socket, asio::dynamic_buffer(c.in), '\n',
-                           [this, conn](boost::system::error_code ec, std::size_t n) {
-                             if (ec) {
-                               fail_connection(conn, "connection closed: " + ec.message());
-                               return;
-                             }
-                             Connection& c = *connections_[conn];
-                             const std::string line = c.in.substr(0, n - 1);
-                             c.in.erase(0, n);
-                             on_line(conn, line);
-                             if (c.alive) read(conn);
-                           });
-  }
-
-  void on_line(int conn, const std::string& line) {
-    Connection& c = *connections_[conn];
-    json msg = json::parse(line, nullptr, false);
-    if (msg.is_discarded() || !msg.is_object() || c.current < 0) return;
-    RequestRecord& r = records_[c.current];
-    if (!msg.contains("id")) {  // generate.token for the one request on this connection
-      if (r.first_token_s < 0) r.first_token_s = now_s();
-      return;
-    }
-    if (!msg["id"].is_number() || msg["id"].get<long>() != c.current) return;
-    r.done_s = now_s();
-    if (auto err = msg.find("error"); err != msg.end()) {
-      r.error = "error " + (err->contains("code") ? (*err)["code"].dump() : std::string("?")) +
-                ": " + err->value("message", std::string());
-    } else if (auto res = msg.find("result"); res != msg.end() && res->is_object()) {
-      const json& result = *res;
-      r.finish_reason = result.value("finish_reason", std::string());
-      r.prompt_tokens = result.value("prompt_tokens", 0);
-      r.completion_tokens = result.value("completion_tokens", 0);
-      r.text = result.value("text", std::string());
-      if (auto t = result.find("tokens"); t != result.end() && t->is_array())
-        r.tokens = t->get<std::vector<int>>();
-      if (auto t = result.find("timings"); t != result.end() && t->is_object()) {
-        r.queue_ms = number_or(*t, "queue_ms", -1);
-        r.daemon_ttft_ms = number_or(*t, "ttft_ms", -1);
-        r.total_ms = number_or(*t, "total_ms", -1);
-      }
-      r.cached = parse_cached(result);
-      if (r.finish_reason == "cancelled") r.error = "cancelled by the daemon";
-    } else {
-      r.error = "response without result";
-    }
-    complete(conn);
+    c.socket.async_read_some(asio::buffer(c.in),
+                             [this, conn](boost::system::error_code ec, std::size_t n) {
+                               if (ec) {
+                                 fail_connection(conn, "connection closed: " + ec.message());
+                                 return;
+                               }
+                               Connection& c = *connections_[conn];
+                               if (c.current >= 0) {
+                                 RequestRecord& r = records_[c.current];
+                                 if (c.wire->feed(std::string_view(c.in.data(), n), r, now_s())) {
+                                   r.done_s = now_s();
+                                   complete(conn);
+                                 }
+                               }
+                               if (c.alive) read(conn);
+                             });
   }
 
   void complete(int conn) {

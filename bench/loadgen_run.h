@@ -27,6 +27,7 @@ namespace kvtier::bench {
 
 struct LoadOptions {
   std::vector<std::string> sockets;  // one per daemon; arrivals go round-robin
+  std::string api = "jsonrpc";       // how requests are sent: jsonrpc | http (loadgen_wire.h)
   double rate = 4;                   // arrivals per second (Poisson), over all daemons
   int concurrency = 8;               // connections to each daemon = its requests in flight
   double duration_s = 30;
