@@ -387,6 +387,27 @@ TEST_F(DaemonHttpTest, BadHttpGetsAnErrorOrAClosedConnectionAndJsonRpcGoesOn) {
   EXPECT_TRUE(rpc_alive(*d));
 }
 
+TEST_F(DaemonHttpTest, AClientThatExpects100ContinueIsToldToGoOn) {
+  auto d = start();
+  Client c(d->socket_path());
+  const std::string body = json{{"prompt", "Q: Why?\nA:"}, {"max_tokens", 3}}.dump();
+  ASSERT_TRUE(
+      c.send_raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                 "Content-Length: " +
+                 std::to_string(body.size()) + "\r\n\r\n"));
+  const auto go_on = c.read_raw(10s);
+  ASSERT_TRUE(go_on.has_value());
+  EXPECT_EQ(go_on->rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << *go_on;
+  ASSERT_TRUE(c.send_raw(body));
+  std::string answer = go_on->substr(std::min(go_on->size(), std::size_t{25}));
+  while (answer.find("usage") == std::string::npos) {
+    auto more = c.read_raw(10s);
+    if (!more) break;
+    answer += *more;
+  }
+  EXPECT_NE(answer.find("HTTP/1.1 200 OK"), std::string::npos) << answer;
+}
+
 TEST_F(DaemonHttpTest, AClientThatLeavesCancelsItsGeneration) {
   auto d = start();
   Client c(d->socket_path());

@@ -124,6 +124,7 @@ class ConnectionImpl final : public Connection,
   // Waits for (or parses what is buffered of) the next request.
   void next_request() {
     state_ = State::kReading;
+    continued_ = false;
     parser_.emplace();
     parser_->header_limit(kMaxHeaderBytes);
     parser_->body_limit(context_.control.config().max_line_bytes);
@@ -181,17 +182,26 @@ class ConnectionImpl final : public Connection,
     error_code ec;
     const std::size_t used = parser_->put(asio::buffer(in_), ec);
     in_.erase(0, used);
-    if (ec == bhttp::error::need_more) return;
     if (ec == bhttp::error::body_limit)
       return fail(413, "the request body is longer than max_line_bytes (" +
                            std::to_string(context_.control.config().max_line_bytes) + ")");
     if (ec == bhttp::error::header_limit)
       return fail(431, "the request's header block is longer than " +
                            std::to_string(kMaxHeaderBytes) + " bytes");
-    if (ec) return fail(400, "malformed HTTP request: " + ec.message());
-    if (!parser_->is_done()) return;
-    timer_.cancel();
-    handle(parser_->release());
+    if (ec && ec != bhttp::error::need_more)
+      return fail(400, "malformed HTTP request: " + ec.message());
+    if (parser_->is_done()) {
+      timer_.cancel();
+      return handle(parser_->release());
+    }
+    // A client that asks before sending its body (curl does past 1 KiB) is
+    // told to go on, rather than left to wait a second for it.
+    if (parser_->is_header_done() && !continued_) {
+      continued_ = true;
+      const auto expect = parser_->get().find(bhttp::field::expect);
+      if (expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue"))
+        send("HTTP/1.1 100 Continue\r\n\r\n");
+    }
   }
 
   void handle(bhttp::request<bhttp::string_body> req) {
@@ -301,7 +311,8 @@ class ConnectionImpl final : public Connection,
   std::array<char, 16384> read_buf_;
   bool reading_ = false;
   bool keep_alive_ = true;
-  std::string path_;  // of the request being answered
+  bool continued_ = false;  // the current request's header was looked at for Expect
+  std::string path_;        // of the request being answered
   std::deque<std::string> out_;
   std::size_t out_bytes_ = 0;
   bool writing_ = false;
