@@ -52,7 +52,8 @@ Session::Session(asio::local::stream_protocol::socket socket, EngineLoop& engine
       on_closed_(std::move(on_closed)),
       on_http_(std::move(on_http)),
       connection_(next_connection_number()),
-      framer_(control.config().max_line_bytes) {}
+      framer_(control.config().max_line_bytes),
+      out_(socket_, options.max_output_bytes) {}
 
 RequestOwner Session::owner() const {
   return {connection_, peer_ ? std::optional<uid_t>(peer_->uid) : std::nullopt};
@@ -133,40 +134,29 @@ void Session::reply_error(const RpcCall& call, const RpcError& error) {
 
 void Session::send(std::string line) {
   if (closed_) return;
-  out_bytes_ += line.size();
-  if (out_bytes_ > options_.max_output_bytes) {
-    log_warning("dropping a client that does not read its replies (" + std::to_string(out_bytes_) +
-                " bytes queued)");
+  const std::size_t bytes = line.size();
+  if (!out_.push(std::move(line), shared_from_this(),
+                 [this](boost::system::error_code ec) { written(ec); })) {
+    log_warning("dropping a client that does not read its replies (" +
+                std::to_string(out_.queued_bytes() + bytes) + " bytes queued)");
     close();
-    return;
   }
-  out_.push_back(std::move(line));
-  if (!writing_) write_next();
 }
 
-void Session::write_next() {
-  writing_ = true;
-  asio::async_write(socket_, asio::buffer(out_.front()),
-                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                      self->writing_ = false;
-                      if (self->closed_) return;
-                      self->out_bytes_ -= self->out_.front().size();
-                      self->out_.pop_front();
-                      if (ec) {
-                        log_debug("connection write failed: " + ec.message());
-                        self->close();
-                      } else if (!self->out_.empty()) {
-                        self->write_next();
-                      } else if (self->stopping_) {
-                        self->close();
-                      }
-                    });
+void Session::written(boost::system::error_code ec) {
+  if (closed_) return;
+  if (ec) {
+    log_debug("connection write failed: " + ec.message());
+    close();
+  } else if (stopping_) {
+    close();
+  }
 }
 
 void Session::stop() {
   if (closed_ || stopping_) return;
   stopping_ = true;
-  if (!writing_) {
+  if (!out_.writing()) {
     close();
     return;
   }
@@ -184,7 +174,6 @@ void Session::close() {
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
   out_.clear();
-  out_bytes_ = 0;
   // Nobody is left to read these results: give their KV back now.
   for (DaemonRequestId id : requests_) (void)engine_.cancel(id, owner(), privileged());
   if (on_closed_) on_closed_(this);

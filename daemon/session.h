@@ -13,10 +13,8 @@
 // when the engine finishes, so several generations may be in flight on one
 // connection and their responses may come in any order (match them by id).
 //
-// Slow clients: replies queue in a per-connection buffer. When the bytes
-// queued and not yet written pass max_output_bytes the client is dropped,
-// so a stalled reader costs the daemon bounded memory and never stalls the
-// engine (which only ever posts to this session's executor).
+// Slow clients: replies queue in a bounded per-connection WriteQueue
+// (max_output_bytes); a client that does not read them is dropped.
 //
 // Privileged methods (Method::privileged: `shutdown`, `config.set`,
 // `cache.pin`, `cache.unpin`, `cache.flush`) are refused with
@@ -52,6 +50,7 @@
 #include "daemon/engine_loop.h"
 #include "daemon/line_framer.h"
 #include "daemon/protocol.h"
+#include "daemon/write_queue.h"
 
 namespace kvtier::daemon {
 
@@ -105,7 +104,8 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void read();
   void on_line(const std::string& line);
-  void write_next();
+  // A write of out_ failed, or out_ went empty.
+  void written(boost::system::error_code ec);
   void close();
   void reply(const RpcCall& call, const nlohmann::json& result);
   void reply_error(const RpcCall& call, const RpcError& error);
@@ -152,9 +152,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   LineFramer framer_;
   std::array<char, 16384> read_buf_;
-  std::deque<std::string> out_;
-  std::size_t out_bytes_ = 0;  // bytes in out_, the one being written included
-  bool writing_ = false;
+  WriteQueue<asio::local::stream_protocol::socket> out_;
   bool stopping_ = false;  // no more reads; close once out_ is written
   bool closed_ = false;
   std::unordered_set<DaemonRequestId> requests_;  // this session's requests not yet final

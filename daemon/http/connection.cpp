@@ -11,6 +11,7 @@
 #include "daemon/http/errors.h"
 #include "daemon/http/routes.h"
 #include "daemon/log.h"
+#include "daemon/write_queue.h"
 
 namespace kvtier::daemon::http {
 
@@ -44,7 +45,8 @@ class ConnectionImpl final : public Connection,
         context_(context),
         options_(std::move(options)),
         on_closed_(std::move(on_closed)),
-        number_(next_connection_number()) {}
+        number_(next_connection_number()),
+        out_(socket_, options_.max_output_bytes) {}
 
   void start(std::string already_read) override {
     in_ = std::move(already_read);
@@ -54,7 +56,7 @@ class ConnectionImpl final : public Connection,
   void stop() override {
     if (closed_ || stopping_) return;
     stopping_ = true;
-    if (!writing_) return close();
+    if (!out_.writing()) return close();
     timer_.expires_after(std::chrono::seconds(1));
     timer_.async_wait([self = this->shared_from_this()](error_code ec) {
       if (!ec) self->close();
@@ -235,7 +237,7 @@ class ConnectionImpl final : public Connection,
   void answered() {
     if (!keep_alive_) {
       stopping_ = true;  // close once it is written
-      if (!writing_) close();
+      if (!out_.writing()) close();
       return;
     }
     next_request();
@@ -253,34 +255,24 @@ class ConnectionImpl final : public Connection,
 
   void send(std::string bytes) {
     if (closed_) return;
-    out_bytes_ += bytes.size();
-    if (out_bytes_ > options_.max_output_bytes) {
+    const std::size_t size = bytes.size();
+    if (!out_.push(std::move(bytes), this->shared_from_this(),
+                   [this](error_code ec) { written(ec); })) {
       log_warning("dropping an HTTP client that does not read its answers (" +
-                  std::to_string(out_bytes_) + " bytes queued)");
+                  std::to_string(out_.queued_bytes() + size) + " bytes queued)");
       close();
-      return;
     }
-    out_.push_back(std::move(bytes));
-    if (!writing_) write_next();
   }
 
-  void write_next() {
-    writing_ = true;
-    asio::async_write(socket_, asio::buffer(out_.front()),
-                      [self = this->shared_from_this()](error_code ec, std::size_t) {
-                        self->writing_ = false;
-                        if (self->closed_) return;
-                        self->out_bytes_ -= self->out_.front().size();
-                        self->out_.pop_front();
-                        if (ec) {
-                          log_debug("HTTP connection write failed: " + ec.message());
-                          self->close();
-                        } else if (!self->out_.empty()) {
-                          self->write_next();
-                        } else if (self->stopping_) {
-                          self->close();
-                        }
-                      });
+  // A write of out_ failed, or out_ went empty.
+  void written(error_code ec) {
+    if (closed_) return;
+    if (ec) {
+      log_debug("HTTP connection write failed: " + ec.message());
+      close();
+    } else if (stopping_) {
+      close();
+    }
   }
 
   void close() {
@@ -291,7 +283,6 @@ class ConnectionImpl final : public Connection,
     socket_.shutdown(asio::socket_base::shutdown_both, ignored);
     socket_.close(ignored);
     out_.clear();
-    out_bytes_ = 0;
     // Nobody is left to read these results: give their KV back now.
     for (DaemonRequestId id : requests_) (void)context_.engine.cancel(id, owner(), false);
     requests_.clear();
@@ -313,9 +304,7 @@ class ConnectionImpl final : public Connection,
   bool keep_alive_ = true;
   bool continued_ = false;  // the current request's header was looked at for Expect
   std::string path_;        // of the request being answered
-  std::deque<std::string> out_;
-  std::size_t out_bytes_ = 0;
-  bool writing_ = false;
+  WriteQueue<typename Protocol::socket> out_;
   bool stopping_ = false;  // no more requests; close once out_ is written
   bool closed_ = false;
   std::unordered_set<DaemonRequestId> requests_;
