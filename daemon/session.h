@@ -38,7 +38,6 @@
 #include <array>
 #include <boost/asio.hpp>
 #include <cstddef>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>

@@ -131,8 +131,8 @@ TEST(CompletionParamsTest, ChatRendersTheTemplateAndAddsItsStops) {
   EXPECT_EQ(unbounded->params.max_tokens, 256);  // the context ends it
   EXPECT_EQ(unbounded->params.logprobs, -1);
   const json one = {{"role", "user"}, {"content", "x"}};
-  auto logprobs = chat_spec(json{{"messages", {one}}, {"logprobs", true}, {"top_logprobs", 4}}, "m",
-                            t, 256);
+  auto logprobs =
+      chat_spec(json{{"messages", {one}}, {"logprobs", true}, {"top_logprobs", 4}}, "m", t, 256);
   ASSERT_TRUE(logprobs.has_value());
   EXPECT_EQ(logprobs->params.logprobs, 4);
   EXPECT_EQ(chat_spec(json{{"messages", {one}}, {"logprobs", true}}, "m", t, 256)->params.logprobs,

@@ -3,7 +3,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cstdio>
-#include <deque>
 #include <sstream>
 #include <unordered_set>
 
