@@ -247,6 +247,7 @@ std::expected<std::unique_ptr<BpeTokenizer>, std::string> BpeTokenizer::parse(
   if (auto ok = tok->read_vocabulary(doc, enc_where); !ok) return std::unexpected(ok.error());
   if (auto ok = tok->read_merges(vocab_bpe_text, vocab_bpe_name, enc_where); !ok)
     return std::unexpected(ok.error());
+  if (const int eot = tok->token_id("<|endoftext|>"); eot >= 0) tok->end_of_text_ = eot;
   return tok;
 }
 
@@ -351,11 +352,6 @@ std::expected<void, std::string> BpeTokenizer::read_merges(std::string_view voca
 int BpeTokenizer::token_id(std::string_view bytes) const {
   const auto it = id_by_bytes_.find(bytes);
   return it == id_by_bytes_.end() ? -1 : it->second;
-}
-
-std::optional<int> BpeTokenizer::end_of_text() const {
-  const int id = token_id("<|endoftext|>");
-  return id >= 0 ? std::optional<int>(id) : std::nullopt;
 }
 
 void BpeTokenizer::merge_piece(std::string_view piece, std::vector<int>& out) const {

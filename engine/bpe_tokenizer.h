@@ -38,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -75,7 +76,7 @@ class BpeTokenizer final : public Tokenizer {
   int token_id(std::string_view bytes) const;
 
   // <|endoftext|>, when encoder.json has it.
-  std::optional<int> end_of_text() const override;
+  std::optional<int> end_of_text() const override { return end_of_text_; }
 
  private:
   // parse()'s parts: encoder.json's tokens (and the 256 byte tokens), then
@@ -107,6 +108,7 @@ class BpeTokenizer final : public Tokenizer {
 
   std::vector<std::string> id_to_bytes_;
   IdByBytes id_by_bytes_;
+  std::optional<int> end_of_text_;  // looked up once: the engine asks per token
   int byte_ids_[256] = {};
   std::unordered_map<std::uint64_t, Merge> merges_;  // by pair_key(left id, right id)
 

@@ -19,7 +19,7 @@ class Run : public std::enable_shared_from_this<Run> {
         context_(context),
         created_(unix_now()),
         results_(spec_.prompts.size()),
-        role_sent_(spec_.prompts.size() * spec_.params.n, false),
+        first_sent_(spec_.prompts.size() * spec_.params.n, false),
         offsets_(spec_.prompts.size() * spec_.params.n, 0) {}
 
   void start() {
@@ -166,7 +166,7 @@ class Run : public std::enable_shared_from_this<Run> {
       began_ = true;
     }
     const std::size_t prompt_of = static_cast<std::size_t>(choice / spec_.params.n);
-    if (!spec_.echo.empty() && !role_sent_[choice])  // offsets count the echoed prompt
+    if (!spec_.echo.empty() && !first_sent_[choice])  // offsets count the echoed prompt
       offsets_[choice] = spec_.echo[prompt_of].size();
     json c = {
         {"index", choice},
@@ -174,18 +174,18 @@ class Run : public std::enable_shared_from_this<Run> {
         {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
     if (spec_.api == Api::kChat) {
       json delta = json::object();
-      if (!role_sent_[choice]) {  // a choice's first chunk names the role
+      if (!first_sent_[choice]) {  // a choice's first chunk names the role
         delta["role"] = "assistant";
-        role_sent_[choice] = true;
+        first_sent_[choice] = true;
       }
       if (!finish_reason) delta["content"] = text;
       c["delta"] = std::move(delta);
     } else {
       const std::size_t prompt = static_cast<std::size_t>(choice / spec_.params.n);
       std::string t = text;
-      if (!spec_.echo.empty() && !role_sent_[choice]) {  // echo: the prompt comes first
+      if (!spec_.echo.empty() && !first_sent_[choice]) {  // echo: the prompt comes first
         t = spec_.echo[prompt] + t;
-        role_sent_[choice] = true;
+        first_sent_[choice] = true;
       }
       c["text"] = t;
     }
@@ -218,7 +218,7 @@ class Run : public std::enable_shared_from_this<Run> {
   std::vector<DaemonRequestId> ids_;
   std::vector<std::optional<GenerateResult>> results_;  // by prompt
   std::size_t done_ = 0;                                // prompts final
-  std::vector<bool> role_sent_;                         // by choice: its first chunk went out
+  std::vector<bool> first_sent_;                        // by choice: its first chunk went out
   std::vector<std::size_t> offsets_;  // by choice: its text's bytes so far (text_offset)
   bool began_ = false;                // the stream's header went out
   bool finished_ = false;             // answered (or failed): later events are dropped
