@@ -6,10 +6,10 @@
 
 #include <fstream>
 
-#include "daemon/build_info.h"
 #include "daemon/control.h"
 #include "daemon/http/prometheus_text.h"
 #include "daemon/http/routes.h"
+#include "engine/build_info.h"
 
 namespace kvtier::daemon::http {
 
