@@ -1,51 +1,17 @@
 #include "daemon/cli.h"
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
-#include <filesystem>
+#include <set>
 #include <sstream>
-#include <string_view>
+#include <string>
 
+#include "daemon/config_file.h"
 #include "daemon/setting_flags.h"
+#include "engine/build_info.h"
 
 namespace kvtier::daemon {
 
 namespace {
-
-// A config file is a regular file of at most kMaxConfigBytes: CLI11 reads
-// the whole of it into memory, so /dev/zero or a FIFO would hang the daemon
-// and grow it without bound.
-constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
-std::string config_file_check(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) return path + ": no such file";
-  if (!std::filesystem::is_regular_file(status)) return path + ": not a regular file";
-  const auto bytes = std::filesystem::file_size(path, ec);
-  if (ec) return path + ": " + ec.message();
-  if (bytes > kMaxConfigBytes)
-    return path + ": " + std::to_string(bytes) + " bytes; a config file has at most " +
-           std::to_string(kMaxConfigBytes);
-  return "";
-}
-
-// `text` for an error message: at most 64 bytes, and bytes that are not
-// printable ASCII as \xNN, so a binary file cannot garble the terminal.
-std::string printable(std::string_view text) {
-  std::string out;
-  for (std::size_t i = 0; i < text.size() && i < 64; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char hex[5];
-      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
-      out += hex;
-    }
-  }
-  if (text.size() > 64) out += "...";
-  return out;
-}
 
 // The tier settings that depend on one another, in flag words: the
 // preemption default follows the prefix cache, and the L2 default (256 MiB)
@@ -98,8 +64,9 @@ CLI::Option* oneshot_flags_add(CLI::App& app, OneShotOptions& one) {
       ->capture_default_str();
   oneshot->add_option("--top-p", one.top_p, "Nucleus sampling mass in (0, 1]")
       ->capture_default_str();
-  oneshot->add_option("--seed", one.seed, "Seed of this request's random stream")
-      ->capture_default_str();
+  oneshot->add_option("--seed", one.seed,
+                      "Seed of this request's random stream [default: a random one, printed "
+                      "after the text]");
   oneshot->add_option("--stop", one.stop, "Stop when this text appears (repeatable)");
   oneshot
       ->add_option("--prefill-chunk", one.prefill_chunk, "Prompt tokens per prefill step; 0 = all")
@@ -108,24 +75,35 @@ CLI::Option* oneshot_flags_add(CLI::App& app, OneShotOptions& one) {
   return prompt_opt;
 }
 
-// What a parse error tells the user.
+// What a parse error tells the user: --help and --version their text (exit
+// 0), a value refused a bad configuration, anything else (an unknown flag,
+// a missing value) a usage error.
 CliExit parse_failure(const CLI::App& app, const CLI::ParseError& e) {
   CliExit exit;
-  // CLI11 words an unknown config key as "INI was not able to parse KEY",
-  // even for TOML; say what is wrong instead.
-  const std::string what = e.what();
-  const std::string prefix = "INI was not able to parse ";
-  if (dynamic_cast<const CLI::ConfigError*>(&e) && what.starts_with(prefix)) {
-    exit.code = e.get_exit_code();
-    exit.err = "kvtierd: unknown setting '" + printable(what.substr(prefix.size())) +
-               "' in the config file (its keys are the long flag names: see --help)\n";
-    return exit;
-  }
   std::ostringstream out, err;
-  exit.code = app.exit(e, out, err);
+  const int code = app.exit(e, out, err);
   exit.out = out.str();
   exit.err = err.str();
+  const bool bad_value = dynamic_cast<const CLI::ValidationError*>(&e) != nullptr ||
+                         dynamic_cast<const CLI::ConversionError*>(&e) != nullptr;
+  exit.code = code == 0 ? 0 : bad_value ? kExitConfig : kExitUsage;
   return exit;
+}
+
+CliExit bad_config(const std::string& why) { return {kExitConfig, "", "kvtierd: " + why + "\n"}; }
+
+// Stores the config file's settings (the command line's are stored after
+// them, and win). Fills `from_file` with the names of those the file gave.
+std::expected<void, std::string> config_file_apply(const std::string& path, DaemonConfig& c,
+                                                   std::set<std::string>& from_file) {
+  auto entries = config_file_read(path);
+  if (!entries) return std::unexpected(entries.error());
+  for (const ConfigFileEntry& e : *entries) {
+    if (auto ok = setting_store(*e.setting, c, e.value); !ok)
+      return std::unexpected(e.where + ": " + ok.error());
+    from_file.insert(e.setting->name);
+  }
+  return {};
 }
 
 }  // namespace
@@ -143,12 +121,12 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
       "Settings marked (runtime) change without a restart: `kvtierctl config set`, or edit\n"
       "the --config file and send SIGHUP. A SIZE is bytes, or a number with a suffix in\n"
       "powers of 1024 (256M, 4GiB)."};
-  app.set_config("--config", "",
-                 "Read settings from this TOML/INI file: keys are the long flag names "
+  app.add_option("--config", cl.config_file,
+                 "Read settings from this TOML file: keys are the long flag names "
                  "(max-kv-tokens = 8192); command-line flags win")
       ->type_name("FILE")
       ->check(CLI::Validator(config_file_check, ""));
-  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.set_version_flag("--version", version_text("kvtierd"), "Print the version and exit");
   // Before the settings' groups, so that --help lists it first.
   CLI::Option* prompt_opt = oneshot_flags_add(app, one);
   SettingFlags flags(app, defaults);
@@ -161,22 +139,23 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
     return std::unexpected(parse_failure(app, e));
   }
 
-  if (auto ok = flags.apply(c); !ok) {
-    return std::unexpected(CliExit{2, "", "kvtierd: " + ok.error() + "\n"});
+  std::set<std::string> from_file;
+  if (!cl.config_file.empty()) {
+    if (auto ok = config_file_apply(cl.config_file, c, from_file); !ok)
+      return std::unexpected(bad_config(ok.error()));
   }
-  if (auto ok = tiers_resolve(c.scheduler, flags.given("preemption"), flags.given("l2_bytes"));
-      !ok) {
-    return std::unexpected(CliExit{2, "", "kvtierd: " + ok.error() + "\n"});
-  }
+  if (auto ok = flags.apply(c); !ok) return std::unexpected(bad_config(ok.error()));
+  const auto given = [&](const char* name) {
+    return flags.given(name) || from_file.contains(name);
+  };
+  if (auto ok = tiers_resolve(c.scheduler, given("preemption"), given("l2_bytes")); !ok)
+    return std::unexpected(bad_config(ok.error()));
   if (prompt_opt->count() > 0) {
     one.model_dir = c.model_dir;
     one.page_size = c.scheduler.page_size;
     cl.oneshot = one;
   } else if (auto ok = c.scheduler.validate(); !ok) {
-    return std::unexpected(CliExit{2, "", "kvtierd: " + ok.error() + "\n"});
-  }
-  if (auto* config_opt = app.get_config_ptr(); config_opt && config_opt->count() > 0) {
-    cl.config_file = config_opt->as<std::string>();
+    return std::unexpected(bad_config(ok.error()));
   }
   return cl;
 }

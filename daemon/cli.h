@@ -1,11 +1,13 @@
-// kvtierd's command line and config file (CLI11): every setting of the
-// settings table (config.h) as a flag and as a key of the --config file
-// (setting_flags.h), plus the one-shot flags (oneshot.h). `kvtierd --help`
-// is the reference.
+// kvtierd's command line (CLI11) and config file (TOML, config_file.h):
+// every setting of the settings table (config.h) as a flag
+// (setting_flags.h) and as a key of the --config file, plus the one-shot
+// flags (oneshot.h), --help and --version. `kvtierd --help` is the
+// reference.
 //
 // Config-file keys are the long flag names without the dashes in front
-// (`max-kv-tokens = 8192`); flags on the command line override the file.
-// Unknown keys and bad values are errors, as they are for flags.
+// (`max-kv-tokens = 8192`, or `max_kv_tokens`); flags on the command line
+// override the file. Unknown keys and bad values are errors, as they are
+// for flags.
 //
 // The daemon parses its arguments at start-up and, on SIGHUP, parses the same
 // arguments again: a reload sees what a restart would see, the file as it is
@@ -31,6 +33,13 @@ struct CommandLine {
 };
 
 // Why parsing stopped without a CommandLine: --help (code 0) or an error.
+// kvtierd's exit codes beside 0 and 1 (failed while starting or running):
+// a command line it cannot read, and a configuration it cannot run with
+// (sysexits.h's EX_CONFIG), whether from a flag, the config file or what
+// the machine has (systemd's unit does not restart it on the latter).
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitConfig = 78;
+
 struct CliExit {
   int code = 0;
   std::string out;  // for stdout (the help text)

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <boost/asio.hpp>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <new>
@@ -25,6 +27,7 @@
 #include "daemon/oneshot.h"
 #include "daemon/server.h"
 #include "daemon/systemd_notify.h"
+#include "engine/build_info.h"
 
 namespace {
 
@@ -61,15 +64,41 @@ DaemonConfig default_config() {
   return c;
 }
 
+// The socket's folder, made if missing and writable, or why not: asked
+// before the model loads, so that a daemon that cannot bind says so at once.
+std::expected<void, std::string> socket_dir_prepare(const std::string& socket_path) {
+  const auto dir = std::filesystem::path(socket_path).parent_path();
+  if (dir.empty()) return {};
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::string why;
+  if (ec) {
+    why = "cannot create " + dir.string() + " for the socket: " + ec.message();
+  } else if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    why = "cannot create the socket in " + dir.string() + ": " + std::strerror(errno);
+  }
+  if (why.empty()) return {};
+  if (socket_path == default_socket_path()) {
+    why += std::getenv("XDG_RUNTIME_DIR")
+               ? " (pass --socket PATH)"
+               : " (pass --socket PATH, or set XDG_RUNTIME_DIR to serve in "
+                 "$XDG_RUNTIME_DIR/kvtier; the system path is for the service, see "
+                 "daemon/systemd)";
+  }
+  return std::unexpected(why);
+}
+
 int serve(const CommandLine& cl, const std::vector<std::string>& args) {
   const DaemonConfig& c = cl.config;
   log_level_set(c.log_level);
+  log_info(kvtier::version_text("kvtierd") + " starting: model " + c.model_dir + ", device " +
+           c.device);
   std::optional<gid_t> socket_group;
   if (!c.socket_group.empty()) {
     auto gid = group_id(c.socket_group);
     if (!gid) {
       log_error("--socket-group: " + gid.error());
-      return 2;
+      return kExitConfig;
     }
     socket_group = *gid;
   }
@@ -86,32 +115,29 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
     // Before the model loads: a daemon that could not bind says so at once.
     if (auto ok = socket_path_check(c.socket_path); !ok) {
       log_error(ok.error());
-      return 1;
+      return kExitConfig;
     }
-    std::error_code ec;
-    const auto dir = std::filesystem::path(c.socket_path).parent_path();
-    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-    if (ec) {
-      log_error("cannot create " + dir.string() + ": " + ec.message());
-      return 1;
+    if (auto ok = socket_dir_prepare(c.socket_path); !ok) {
+      log_error(ok.error());
+      return kExitConfig;
     }
   }
 
   auto http_listen = http::listen_spec(c);
   if (!http_listen) {
     log_error(http_listen.error());
-    return 1;
+    return kExitConfig;
   }
   auto chat_template = http::ChatTemplate::load(c.model_dir);
   if (!chat_template) {
     log_error(chat_template.error());
-    return 1;
+    return kExitConfig;
   }
   notify_status("loading the model from " + c.model_dir);
   auto engine = EngineLoop::create(c.model_dir, {c.scheduler, c.max_pending, c.device});
   if (!engine) {
     log_error(engine.error());
-    return 1;
+    return kExitConfig;
   }
   asio::io_context io(1);  // one Asio thread: sessions need no locks among themselves
   ServerOptions server_options;
@@ -139,7 +165,7 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
   Server server(io, **engine, std::move(server_options));
   if (auto ok = server.listen(); !ok) {
     log_error(ok.error());
-    return 1;
+    return kExitConfig;
   }
   (*engine)->start();
   server.start();

@@ -78,6 +78,23 @@ json from_text(const Setting& s, const std::string& text) {
   return text;
 }
 
+}  // namespace
+
+std::expected<json, std::string> setting_value_from_text(const Setting& s, std::string text) {
+  if (s.type == SettingType::kBytes) {
+    // AsSizeValue throws what it cannot read, where CLI11 would catch it.
+    try {
+      CLI::AsSizeValue size(false);
+      if (std::string error = size(text); !error.empty()) return std::unexpected(error);
+    } catch (const CLI::ParseError& e) {
+      return std::unexpected(std::string(e.what()));
+    }
+  }
+  return from_text(s, text);
+}
+
+namespace {
+
 // The row's check, run by CLI11 on each value it parses; CLI11 puts the
 // flag's name in front of the message.
 CLI::Validator check_of(const Setting& s) {

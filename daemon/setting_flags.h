@@ -1,7 +1,7 @@
 // The settings table (config.h) as kvtierd's flags: one CLI11 option per
-// row, named after it (--max-batch-size for max_batch_size), which CLI11
-// also reads as the --config file's key (max-batch-size = 8). A bool row is
-// a flag and its negation (--prefix-cache, --no-prefix-cache).
+// row, named after it (--max-batch-size for max_batch_size). A bool row is
+// a flag and its negation (--prefix-cache, --no-prefix-cache). The config
+// file is config_file.h's.
 //
 // Each option shows, in `kvtierd --help`, the row's description (marked
 // "(runtime)" when config.set and SIGHUP may change it), its type with the
@@ -23,6 +23,13 @@
 
 namespace kvtier::daemon {
 
+// A value as text (a flag's, or a config file's string) as the JSON
+// setting_store() checks: a size's suffix turned into bytes ("256M"), a
+// number as a number, anything else as the string, which a numeric row then
+// refuses. The error: a size that does not read.
+std::expected<nlohmann::json, std::string> setting_value_from_text(const Setting& s,
+                                                                   std::string text);
+
 class SettingFlags {
  public:
   // Adds every row's option to `app`: general ones to `app` itself, the
@@ -34,11 +41,11 @@ class SettingFlags {
   SettingFlags& operator=(const SettingFlags&) = delete;
 
   // After app.parse(): stores in `config` every setting given on the command
-  // line or in the config file. Checked as they were parsed, so an error
-  // here (naming the flag) means the table disagrees with itself.
+  // line. Checked as they were parsed, so an error here (naming the flag)
+  // means the table disagrees with itself.
   std::expected<void, std::string> apply(DaemonConfig& config) const;
 
-  // Whether the setting `name` ("l2_bytes") was given.
+  // Whether the setting `name` ("l2_bytes") was given on the command line.
   bool given(std::string_view name) const;
 
  private:

@@ -58,7 +58,7 @@ TEST(SettingFlagsTest, EveryRowHasAFlagAndEveryFlagARow) {
 }
 
 // --help as kvtierd prints it: outside the one-shot group (a request's
-// flags, not settings), every flag is a row's, --config or --help.
+// flags, not settings), every flag is a row's, --config, --version or --help.
 TEST(SettingFlagsTest, HelpListsEveryRowsFlagAndOnlyThemBesideTheOneShotOnes) {
   auto help = parse({"--help"});
   ASSERT_FALSE(help);
@@ -75,7 +75,7 @@ TEST(SettingFlagsTest, HelpListsEveryRowsFlagAndOnlyThemBesideTheOneShotOnes) {
     std::istringstream each(names);
     for (std::string name; std::getline(each, name, ',');) listed.insert(name);
   }
-  std::set<std::string> expected = {"--config"};
+  std::set<std::string> expected = {"--config", "--version"};
   for (const Setting& s : settings()) {
     expected.insert(setting_flag(s));
     if (s.type == SettingType::kBool) expected.insert("--no-" + setting_flag(s).substr(2));
