@@ -3,7 +3,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 
 namespace kvtier::daemon {
 
@@ -11,7 +15,37 @@ namespace {
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 
+// "2026-11-26T02:45:01.123+0000 ": now, local time.
+std::string timestamp() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t secs = std::chrono::system_clock::to_time_t(now);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm local{};
+  ::localtime_r(&secs, &local);
+  char date[32], zone[8];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &local);
+  std::strftime(zone, sizeof zone, "%z", &local);
+  char out[64];
+  std::snprintf(out, sizeof out, "%s.%03d%s ", date, static_cast<int>(ms), zone);
+  return out;
+}
+
 }  // namespace
+
+std::string log_number(double v) {
+  if (!std::isfinite(v)) return v != v ? "nan" : (v > 0 ? "inf" : "-inf");
+  const double a = std::fabs(v);
+  const int decimals = a == std::floor(a) || a >= 100 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  std::string text = buf;
+  if (text.find('.') != std::string::npos) {
+    while (text.back() == '0') text.pop_back();
+    if (text.back() == '.') text.pop_back();
+  }
+  return text == "-0" ? "0" : text;
+}
 
 std::string_view to_string(LogLevel level) {
   switch (level) {
@@ -46,7 +80,7 @@ void log_write(LogLevel level, std::string_view message) {
   if (journald) {
     line = "<" + std::to_string(static_cast<int>(level)) + ">";
   } else {
-    line = "kvtierd: ";
+    line = timestamp() + "kvtierd: ";
     line += to_string(level);
     line += ": ";
   }

@@ -1,7 +1,12 @@
 // Logging to stderr in a form journald understands: under systemd (the
 // JOURNAL_STREAM variable is set) each line starts with the syslog priority
-// prefix "<N>", which journald turns into the entry's priority; on a
-// terminal the level is written as a word instead.
+// prefix "<N>", which journald turns into the entry's priority and stamps
+// with its own time; elsewhere a line starts with the local time to the
+// millisecond and the level as a word:
+//
+//   2026-11-26T02:45:01.123+0000 kvtierd: info: listening on /run/kvtier/kvtierd.sock
+//
+// Numbers in messages are written as people write them (log_number).
 //
 // Thread-safety: log_write() may be called from any thread; each call writes
 // one line with a single write so lines from threads do not interleave.
@@ -26,6 +31,12 @@ void log_level_set(LogLevel level);
 LogLevel log_level();
 
 void log_write(LogLevel level, std::string_view message);
+
+// A measurement as people write it, never in exponent form: a whole number
+// without a fraction ("10"), others with at most three decimals below 1, two
+// below 10, one below 100 and none above, trailing zeros dropped ("0.25",
+// "3.14", "33.1", "1234").
+std::string log_number(double v);
 
 inline void log_error(std::string_view m) { log_write(LogLevel::kError, m); }
 inline void log_warning(std::string_view m) { log_write(LogLevel::kWarning, m); }

@@ -290,10 +290,10 @@ void Server::stop() {
     finish_stop("drain_timeout is 0");
     return;
   }
-  notify_stopping("stopping: letting running requests finish (up to " +
-                  std::to_string(static_cast<long>(timeout)) + " s)");
-  log_info("draining: running requests may finish within drain_timeout (" +
-           std::to_string(timeout) + " s); new ones are refused");
+  notify_stopping("stopping: letting running requests finish (up to " + log_number(timeout) +
+                  " s)");
+  log_info("draining: running requests may finish within drain_timeout (" + log_number(timeout) +
+           " s); new ones are refused");
   // The engine posts its final events before it calls back, so they reach
   // the sessions before finish_stop closes them.
   engine_.drain([this] { asio::post(io_, [this] { finish_stop("every request finished"); }); });

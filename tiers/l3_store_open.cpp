@@ -65,9 +65,6 @@ std::expected<std::unique_ptr<L3Store>, std::string> L3Store::open(const L3Optio
   // The slab last: nothing after it can fail, and it undoes its own
   // failures.
   if (auto ok = store->open_slab(slab_path, *keep_free); !ok) return std::unexpected(ok.error());
-  store->warnings_.push_back("L3: recovered " + std::to_string(store->entries_.size()) +
-                             " blocks; " + std::to_string(store->free_.size()) + " of " +
-                             std::to_string(num_slots) + " slots free");
   return store;
 }
 
