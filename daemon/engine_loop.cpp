@@ -16,6 +16,33 @@ std::string micros(double seconds) {
   return buf;
 }
 
+// A duration in milliseconds as people write it: "33.1 ms", "1.24 s".
+std::string duration_text(double ms) {
+  return ms < 1000 ? log_number(ms) + " ms" : log_number(ms / 1e3) + " s";
+}
+
+// The info line of a finished request: who asked, what it cost, where its
+// prompt came from, how long it took and why it stopped.
+std::string finished_line(DaemonRequestId id, const RequestOwner& owner, const GenerateResult& r) {
+  std::size_t generated = 0;
+  for (const SampleResult& s : r.samples) generated += s.tokens.size();
+  std::string cached;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (r.cached_tokens[t] == 0) continue;
+    cached += (cached.empty() ? "" : ", ") + std::string(to_string(static_cast<Tier>(t))) + " " +
+              std::to_string(r.cached_tokens[t]);
+  }
+  return "request " + std::to_string(id) + " " + r.finish_reason + ": " +
+         (owner.uid ? "uid " + std::to_string(*owner.uid)
+                    : "connection " + std::to_string(owner.connection)) +
+         ", " + std::to_string(r.prompt_tokens) +
+         " prompt tokens (cached: " + (cached.empty() ? "none" : cached) + "), " +
+         std::to_string(generated) + " generated" +
+         (r.samples.size() > 1 ? " in " + std::to_string(r.samples.size()) + " samples" : "") +
+         ", TTFT " + (r.ttft_ms > 0 ? duration_text(r.ttft_ms) : "-") + ", total " +
+         duration_text(r.total_ms);
+}
+
 // Start-up with the prefix cache: what the tiers are, what is wrong with
 // them (the daemon runs on what works), and what loading costs against
 // recomputing, which decides whether a short prefix is worth a load.
@@ -42,7 +69,9 @@ void cache_start(Scheduler& scheduler) {
             : !before.tier[Tier::kL3].available
                 ? std::string("unavailable")
                 : std::to_string(before.tier[Tier::kL3].capacity_blocks) + " blocks in " +
-                      c.l3_path + " (" + std::string(to_string(c.write_policy)) + ")") +
+                      c.l3_path + " (" + std::string(to_string(c.write_policy)) + ", " +
+                      std::to_string(before.tier[Tier::kL3].used_blocks) +
+                      " recovered from the last run)") +
            ", remote " +
            (c.remote.empty() ? std::string("off")
             : !before.tier[Tier::kRemote].available
@@ -200,9 +229,13 @@ void EngineLoop::call(std::function<void(EngineAccess&)> task) {
   cv_.notify_one();
 }
 
-void EngineLoop::mark_final(DaemonRequestId id) {
+RequestOwner EngineLoop::mark_final(DaemonRequestId id) {
   std::lock_guard lock(mu_);
-  active_.erase(id);
+  auto it = active_.find(id);
+  if (it == active_.end()) return {};
+  RequestOwner owner = it->second;
+  active_.erase(it);
+  return owner;
 }
 
 void EngineLoop::run() {
@@ -360,7 +393,10 @@ void EngineLoop::finish(RequestId rid, Live& live, bool cancelled) {
     s.logprobs = with_text(req->logprobs());
     if (req->finish_reason()) s.finish_reason = std::string(to_string(*req->finish_reason()));
     r.prompt_tokens = static_cast<int>(req->prompt().size());
-    if (req->sample_index() == 0) r.cached_tokens = req->cached_tokens();
+    if (req->sample_index() == 0) {
+      r.cached_tokens = req->cached_tokens();
+      r.seed = req->sampling().seed;
+    }
   }
   r.finish_reason = cancelled ? "cancelled" : r.samples.front().finish_reason;
   r.queue_ms =
@@ -379,7 +415,7 @@ void EngineLoop::finish(RequestId rid, Live& live, bool cancelled) {
   by_daemon_.erase(id);
   live_.erase(rid);
   scheduler_->forget(rid);
-  mark_final(id);
+  log_info(finished_line(id, mark_final(id), r));
   EngineEvent event;
   event.id = id;
   event.final = true;

@@ -76,6 +76,9 @@ struct GenerateResult {
   // "cancelled" when the request was cancelled, else sample 0's.
   std::string finish_reason;
   int prompt_tokens = 0;
+  // The request's seed (sample 0's; sample i's is sample_seed(seed, i)):
+  // given, or drawn for it (fields::random_seed).
+  std::uint64_t seed = 0;
   // Prompt tokens served from the prefix cache, by the tier they were found
   // in (L1, L2, L3): Request::cached_tokens() of sample 0.
   TierCounts cached_tokens;
@@ -281,8 +284,9 @@ class EngineLoop {
   // Logprobs with each token's text.
   std::vector<TokenLogprobs> with_text(std::span<const LogprobsEntry> entries) const;
   void cancel_all();
-  // Removes `id` from the set of non-final requests (under mu_).
-  void mark_final(DaemonRequestId id);
+  // Removes `id` from the set of non-final requests (under mu_); returns
+  // who submitted it.
+  RequestOwner mark_final(DaemonRequestId id);
 
   // Engine-thread state. The Model and Tokenizer live on the heap so the
   // Scheduler's references to them stay valid.

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "daemon/param_fields.h"
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
@@ -32,7 +33,8 @@ int oneshot_run(const OneShotOptions& o) {
   kvtier::tiers::BlockPool pool(layout.block_bytes(), blocks);
 
   kvtier::GenerateOptions options;
-  options.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
+  const std::uint64_t seed = o.seed.value_or(fields::random_seed());
+  options.sampling = {o.temperature, o.top_k, o.top_p, seed};
   options.max_tokens = o.max_tokens;
   options.stop = o.stop;
   options.page_size = o.page_size;
@@ -53,8 +55,10 @@ int oneshot_run(const OneShotOptions& o) {
   }
   echo("");
   std::cout << std::endl;
-  std::fprintf(stderr, "[%zu prompt tokens, %zu generated, finish: %s]\n", prompt->size(),
-               out->tokens.size(), std::string(kvtier::to_string(out->finish)).c_str());
+  std::fprintf(stderr, "[%zu prompt tokens, %zu generated, finish: %s, seed %llu]\n",
+               prompt->size(), out->tokens.size(),
+               std::string(kvtier::to_string(out->finish)).c_str(),
+               static_cast<unsigned long long>(seed));
   return 0;
 }
 

@@ -4,19 +4,23 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "engine/request.h"
 
 namespace kvtier::daemon {
 
 struct OneShotOptions {
   std::string model_dir;
   std::string prompt;
-  int max_tokens = 200;
-  float temperature = 0.8f;
-  int top_k = 0;
-  float top_p = 1.0f;
-  std::uint64_t seed = 0;
+  // A request's defaults, as `generate` and the HTTP API have them.
+  int max_tokens = RequestParams{}.max_tokens;
+  float temperature = SamplingParams{}.temperature;
+  int top_k = SamplingParams{}.top_k;
+  float top_p = SamplingParams{}.top_p;
+  std::optional<std::uint64_t> seed;  // none: a random one, printed with the summary
   std::vector<std::string> stop;
   int page_size = 16;
   int prefill_chunk = 0;

@@ -1,6 +1,9 @@
 #include "daemon/param_fields.h"
 
+#include <sys/random.h>
+
 #include <charconv>
+#include <chrono>
 #include <limits>
 
 namespace kvtier::daemon::fields {
@@ -71,6 +74,16 @@ std::expected<std::uint64_t, std::string> seed(const json& v, std::string_view k
   if (v.is_number_integer() && v.get<long long>() >= 0)
     return static_cast<std::uint64_t>(v.get<long long>());
   return std::unexpected(quoted(key) + " must be a non-negative integer");
+}
+
+std::uint64_t random_seed() {
+  std::uint64_t seed = 0;
+  // 8 bytes from the urandom source neither block nor come back short once
+  // the system has booted; the clock only stands in should the call fail.
+  if (::getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) {
+    seed = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  return seed >> 11;
 }
 
 std::expected<std::vector<int>, std::string> token_ids(const json& v, std::string_view key) {

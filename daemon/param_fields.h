@@ -34,6 +34,13 @@ std::expected<float, std::string> sampling_float(const nlohmann::json& v, std::s
 // A non-negative integer up to 2^64 - 1.
 std::expected<std::uint64_t, std::string> seed(const nlohmann::json& v, std::string_view key);
 
+// The seed of a request that gives none: drawn from the system's random
+// source, so that two sampled runs of one prompt differ (as with OpenAI's,
+// vLLM's and llama-server's defaults). The answer reports it, so the run
+// can still be replayed with it; it is below 2^53, so that every JSON client
+// (JavaScript's numbers are doubles) reads it back exactly.
+std::uint64_t random_seed();
+
 // Token ids: an array of non-negative integers.
 std::expected<std::vector<int>, std::string> token_ids(const nlohmann::json& v,
                                                        std::string_view key);

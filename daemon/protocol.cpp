@@ -212,6 +212,7 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
     return std::unexpected(invalid_params("generate takes its parameters by name (an object)"));
   }
   GenerateParams out;
+  out.sampling.seed = fields::random_seed();  // unless the request gives one
   bool have_prompt = false;
   for (const auto& [key, v] : params.items()) {
     auto taken = prefix_field_get(key, v, out.prompt, out.cache_salt, have_prompt);

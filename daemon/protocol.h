@@ -99,7 +99,7 @@ struct GenerateParams {
   // Exactly one of the two: text to encode, or token ids.
   std::variant<std::string, std::vector<int>> prompt;
   int max_tokens = 64;
-  SamplingParams sampling;  // temperature 1, top_k 0, top_p 1, seed 0 unless given
+  SamplingParams sampling;  // temperature 1, top_k 0, top_p 1, a random seed unless given
   std::vector<std::string> stop;
   int priority = 0;
   int n = 1;  // samples from one prefill; the engine checks the upper bound

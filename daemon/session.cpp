@@ -5,7 +5,9 @@
 
 #include "daemon/cache_methods.h"
 #include "daemon/http/connection.h"
+#include "daemon/http/openai.h"
 #include "daemon/log.h"
+#include "engine/build_info.h"
 
 namespace kvtier::daemon {
 
@@ -174,6 +176,10 @@ void Session::close() {
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
   out_.clear();
+  log_info("client disconnected: " + (peer_ ? to_string(*peer_) : std::string("unknown peer")) +
+           (requests_.empty()
+                ? std::string()
+                : ", cancelling its " + std::to_string(requests_.size()) + " running requests"));
   // Nobody is left to read these results: give their KV back now.
   for (DaemonRequestId id : requests_) (void)engine_.cancel(id, owner(), privileged());
   if (on_closed_) on_closed_(this);
@@ -268,6 +274,7 @@ void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent even
                {"tokens", first.tokens},
                {"finish_reason", r.finish_reason},
                {"samples", std::move(samples)},
+               {"seed", r.seed},
                {"prompt_tokens", r.prompt_tokens},
                {"completion_tokens", completion_tokens},
                {"cached_tokens", per_tier_to_json(r.cached_tokens)},
@@ -305,7 +312,9 @@ void Session::method_stats(RpcCall& call) {
   engine_.stats([self, call](EngineStats s) {
     asio::post(self->socket_.get_executor(), [self, call, s] {
       const SchedulerStats& q = s.scheduler;
-      self->reply(call, {{"waiting", q.waiting},
+      self->reply(call, {{"version", version()},
+                         {"git_revision", git_revision()},
+                         {"waiting", q.waiting},
                          {"prefilling", q.prefilling},
                          {"running", q.running},
                          {"blocks_used", q.blocks_used},
@@ -335,9 +344,12 @@ void Session::method_health(RpcCall& call) {
   const ModelConfig& m = engine_.model_config();
   const SchedulerConfig& c = control_.config().scheduler;
   reply(call, {{"status", "ok"},
+               {"version", version()},
+               {"git_revision", git_revision()},
                {"device", engine_.device()},
                {"model",
-                {{"n_layer", m.n_layer},
+                {{"name", http::served_model_name(control_.config())},
+                 {"n_layer", m.n_layer},
                  {"n_head", m.n_head},
                  {"n_embd", m.n_embd},
                  {"vocab_size", m.vocab_size},

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Sets up this machine (Debian 12), builds kvtier and runs the bundled
-# character-level model on a prompt. Extra arguments go to kvtierd, e.g.
-#   scripts/run.sh --prompt "Q: Why" --temperature 0
+# Sets up this machine (Debian 12), builds kvtier and runs kvtierd with the
+# bundled character-level model. Extra arguments go to kvtierd:
+#   scripts/run.sh                                   # one generation from a sample prompt
+#   scripts/run.sh --prompt "Q: Why" --temperature 0 # one generation from yours
+#   scripts/run.sh --socket /tmp/kvtier.sock         # serve (no --prompt): kvtierctl, curl, ...
+# Set-up and build output go to stderr, so stdout is kvtierd's alone (the
+# generated text, in one-shot mode).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh
+scripts/install-deps.sh >&2
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_BUILD_TESTS=OFF >/dev/null
-cmake --build build --target kvtierd
+cmake --build build --target kvtierd kvtierctl >&2
 case " $* " in
-  *" --prompt"*) ;;
+  *" --prompt"* | *" --socket"* | *" --config"* | *" --help"* | *" -h "* | *" --version"*) ;;
   *) set -- --prompt "The secret of life is" "$@" ;;
 esac
 exec build/daemon/kvtierd "$@"

@@ -150,7 +150,17 @@ TEST_F(DaemonHttpTest, EveryEndpointAnswersOnTheSocket) {
     EXPECT_EQ(doc["usage"]["prompt_tokens"], rpc["prompt_tokens"]);
     EXPECT_EQ(doc["usage"]["completion_tokens"], 20);
     EXPECT_EQ(doc["usage"]["total_tokens"], rpc["prompt_tokens"].get<int>() + 20);
+    EXPECT_EQ(doc["seed"], seed);
   }
+  // Without a seed, a random one, which the answer names and which replays
+  // the text.
+  const json unseeded = {{"prompt", kPrompt}, {"max_tokens", 20}, {"temperature", 0.8}};
+  const HttpAnswer drawn = curl(*d, "POST", "/v1/completions", unseeded);
+  ASSERT_EQ(drawn.status, 200) << drawn.body;
+  ASSERT_TRUE(drawn.doc()["seed"].is_number_unsigned()) << drawn.body;
+  json replay = unseeded;
+  replay["seed"] = drawn.doc()["seed"];
+  EXPECT_EQ(rpc_generate(*d, replay)["text"], drawn.doc()["choices"][0]["text"]);
 
   // Chat: the conversation through the model's template (Q: and A:), then
   // as a completion of that text.

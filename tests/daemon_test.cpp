@@ -19,6 +19,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +28,8 @@
 #if defined(KVTIER_HAVE_CUDA)
 #include "kernels/cuda/cuda_device.h"
 #endif
+#include "daemon/cli.h"
+#include "engine/build_info.h"
 #include "engine/request.h"
 #include "tiers/host_memory.h"
 
@@ -82,6 +85,76 @@ TEST(DaemonTest, GreedyAndSeededGenerateMatchTheEngineInProcess) {
     EXPECT_GE(res["timings"]["total_ms"].get<double>(), res["timings"]["ttft_ms"].get<double>());
   }
   shutdown(d);
+}
+
+// Without a seed, two sampled runs differ in their seeds (not all the same
+// text, as seed 0 for all once made them), and the seed the result reports
+// replays the run exactly, in the daemon and in the engine.
+TEST(DaemonTest, ARequestWithoutASeedGetsARandomOneThatReplaysIt) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto c = d.connect();
+  const json unseeded = {{"prompt", "A fool"}, {"max_tokens", 24}};
+  std::vector<std::uint64_t> seeds;
+  for (int i = 0; i < 2; ++i) {
+    auto r = c->call(request(10 + i, "generate", unseeded));
+    ASSERT_TRUE(r && r->contains("result")) << (r ? r->dump() : "no answer");
+    const json& res = (*r)["result"];
+    ASSERT_TRUE(res["seed"].is_number_unsigned()) << res.dump();
+    const std::uint64_t seed = res["seed"].get<std::uint64_t>();
+    EXPECT_LT(seed, std::uint64_t{1} << 53);  // exact in every JSON client
+    seeds.push_back(seed);
+    // The protocol's defaults: temperature 1, 64 tokens unless given.
+    const Generation want = reference("A fool", 24, 1.0f, seed);
+    EXPECT_EQ(res["tokens"].get<std::vector<int>>(), want.tokens) << "seed " << seed;
+    json replay = unseeded;
+    replay["seed"] = seed;
+    auto again = c->call(request(20 + i, "generate", replay));
+    ASSERT_TRUE(again && again->contains("result"));
+    EXPECT_EQ((*again)["result"]["tokens"], res["tokens"]);
+    EXPECT_EQ((*again)["result"]["seed"], seed);
+  }
+  EXPECT_NE(seeds[0], seeds[1]);
+  shutdown(d);
+}
+
+// What an operator reads: the version at start-up and in health and stats,
+// one info line per finished request and per disconnect, each line stamped
+// with the time when not under journald.
+TEST(DaemonTest, TheLogAndHealthSayWhatAnOperatorNeeds) {
+  Daemon d({"--log-level", "info"});
+  ASSERT_TRUE(d.wait_ready());
+  EXPECT_TRUE(test_util::contains(d.log(), version_text("kvtierd") + " starting")) << d.log();
+  {
+    auto c = d.connect();
+    auto health = c->call(request(1, "health"));
+    ASSERT_TRUE(health && health->contains("result"));
+    EXPECT_EQ((*health)["result"]["version"], std::string(version()));
+    EXPECT_EQ((*health)["result"]["git_revision"], std::string(git_revision()));
+    EXPECT_EQ((*health)["result"]["model"]["name"], "fortunes-char");
+    auto stats = c->call(request(2, "stats"));
+    ASSERT_TRUE(stats && stats->contains("result"));
+    EXPECT_EQ((*stats)["result"]["version"], std::string(version()));
+    auto r = c->call(request(3, "generate", generate_params("The meaning of", 7, 0.0f, 0)));
+    ASSERT_TRUE(r && r->contains("result"));
+    const std::string id = std::to_string((*r)["result"]["id"].get<long>());
+    EXPECT_TRUE(d.wait_log("request " + id + " length: uid " + std::to_string(::geteuid()) +
+                           ", 14 prompt tokens (cached: none), 7 generated, TTFT "))
+        << d.log();
+  }
+  EXPECT_TRUE(d.wait_log("client disconnected: ")) << d.log();
+  shutdown(d);
+  // Every line of kvtierd's starts "YYYY-MM-DDTHH:MM:SS.mmm+ZZZZ kvtierd: ".
+  std::istringstream lines(d.log());
+  int stamped = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("kvtierd: ") == std::string::npos) continue;
+    const bool ok = line.size() > 29 && line[4] == '-' && line[10] == 'T' && line[19] == '.' &&
+                    line.find(" kvtierd: ") == 28;
+    EXPECT_TRUE(ok) << "not stamped: " << line;
+    stamped += ok;
+  }
+  EXPECT_GE(stamped, 4);
 }
 
 TEST(DaemonTest, StreamedNotificationsConcatenateToTheFinalText) {
@@ -546,25 +619,74 @@ TEST(DaemonTest, AnUnknownOrUnusableDeviceIsRefusedWithTheReason) {
   expect_refused(base, {{{"--device", "cuda"}, "device cuda: "}});
 }
 
-TEST(DaemonTest, BadConfigFileExitsNonZeroWithAMessage) {
+bool exited_with(const RunResult& r, int code) {
+  return r.status && WIFEXITED(*r.status) && WEXITSTATUS(*r.status) == code;
+}
+
+// Every way a configuration can be wrong ends in one exit code, 78
+// (EX_CONFIG, which the systemd unit does not restart on), and a message
+// naming the file, the line and the key; a command line kvtierd cannot
+// read is a usage error, 2.
+TEST(DaemonTest, BadConfigurationExits78WithTheFileLineAndKey) {
   test_util::TempDir dir;
+  const std::string path = (dir.path() / "kvtierd.toml").string();
   auto run = [&](const std::string& text) {
-    const auto config = dir.write("kvtierd.toml", text);
-    return run_kvtierd({"--config", config.string(), "--socket", (dir.path() / "s.sock").string(),
-                        "--model", kModelDir.string()});
+    dir.write("kvtierd.toml", text);
+    return run_kvtierd({"--config", path, "--socket", (dir.path() / "s.sock").string(), "--model",
+                        kModelDir.string()});
   };
-  auto unknown = run("max-kv-tokenz = 1024\n");
-  EXPECT_TRUE(exited_nonzero(unknown));
-  EXPECT_TRUE(test_util::contains(unknown.err, "unknown setting 'max-kv-tokenz'"));
-  auto bad_value = run("max-kv-tokens = \"lots\"\n");
-  EXPECT_TRUE(exited_nonzero(bad_value));
-  EXPECT_TRUE(test_util::contains(bad_value.err, "max-kv-tokens"));
-  auto out_of_range = run("max-pending = 0\n");
-  EXPECT_TRUE(exited_nonzero(out_of_range));
-  EXPECT_TRUE(test_util::contains(out_of_range.err, "max-pending"));
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"# a comment\n\nmax-kv-tokenz = 1024\n", path + ":3: max-kv-tokenz: no such setting"},
+      {"max-kv-tokens = \"lots\"\n", path + ":1: max-kv-tokens: must be an integer"},
+      {"token-budget = 64\nmax-pending = 0\n", path + ":2: max-pending: must be an integer in"},
+      {"max-batch-size = 4\nmax_batch_size = 4\n",
+       path + ":2: max_batch_size: given already, at " + path + ":1: max-batch-size"},
+      {"[tiers]\nl2-bytes = 0\n", path + ":1: tiers: settings are top-level keys"},
+      {"max-batch-size = = 4\n", path + ":1: not TOML"},
+      {"l2-bytes = \"12 parsecs\"\n", path + ":1: l2-bytes: "},
+  };
+  for (const auto& [text, says] : refused) {
+    auto r = run(text);
+    EXPECT_TRUE(exited_with(r, 78)) << text << r.err;
+    EXPECT_TRUE(test_util::contains(r.err, says)) << text << "\nsaid: " << r.err;
+  }
   auto missing = run_kvtierd({"--config", (dir.path() / "none.toml").string()});
-  EXPECT_TRUE(exited_nonzero(missing));
+  EXPECT_TRUE(exited_with(missing, 78)) << missing.err;
   EXPECT_TRUE(test_util::contains(missing.err, "none.toml"));
+  auto bad_flag = run_kvtierd({"--max-batch-size", "0"});
+  EXPECT_TRUE(exited_with(bad_flag, 78)) << bad_flag.err;
+  auto unknown_flag = run_kvtierd({"--max-batch-sise", "4"});
+  EXPECT_TRUE(exited_with(unknown_flag, 2)) << unknown_flag.err;
+}
+
+// Names as config.get prints them work in the file beside the flags' names,
+// and the command line wins over both.
+TEST(DaemonTest, TheConfigFileTakesUnderscoreNamesAndTheCommandLineWins) {
+  test_util::TempDir dir;
+  const auto file = dir.write("kvtierd.toml",
+                              "max_batch_size = 3\ntoken-budget = 48\nl2_bytes = \"1M\"\n"
+                              "drain_timeout = 2.5\n");
+  daemon::DaemonConfig defaults;
+  defaults.model_dir = kModelDir.string();
+  auto cl =
+      daemon::cli_parse({"kvtierd", "--config", file.string(), "--token-budget", "32"}, defaults);
+  ASSERT_TRUE(cl) << cl.error().err;
+  EXPECT_EQ(cl->config.scheduler.max_batch_size, 3);
+  EXPECT_EQ(cl->config.scheduler.token_budget, 32);
+  EXPECT_EQ(cl->config.scheduler.cache.l2_bytes, std::size_t{1} << 20);
+  EXPECT_EQ(cl->config.drain_timeout, 2.5);
+}
+
+TEST(DaemonTest, VersionNamesTheReleaseAndTheGitRevision) {
+  FILE* p = ::popen(KVTIER_DAEMON_PATH " --version", "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char chunk[256];
+  for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, p)) > 0;) out.append(chunk, n);
+  EXPECT_EQ(::pclose(p), 0);
+  EXPECT_EQ(out, version_text("kvtierd") + "\n");
+  EXPECT_TRUE(out.starts_with("kvtierd " + std::string(version()) + " (git ")) << out;
+  EXPECT_NE(git_revision(), "") << out;
 }
 
 // A datagram socket standing in for systemd's notification socket.

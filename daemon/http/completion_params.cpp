@@ -107,6 +107,15 @@ std::expected<bool, ParamError> common_field(const std::string& key, const json&
   return true;
 }
 
+// What both endpoints start from: a random seed, which a "seed" replaces.
+GenerationSpec spec_start(Api api, const std::string& served_model) {
+  GenerationSpec spec;
+  spec.api = api;
+  spec.model = served_model;
+  spec.params.sampling.seed = fields::random_seed();
+  return spec;
+}
+
 // Fields both endpoints check once all are read.
 std::expected<void, ParamError> finish(const GenerationSpec& spec, bool stream_options) {
   if (stream_options && !spec.stream)
@@ -205,9 +214,7 @@ std::expected<std::vector<ChatTemplate::Message>, ParamError> messages(const jso
 std::expected<GenerationSpec, ParamError> completion_spec(const json& body,
                                                           const std::string& served_model) {
   if (!body.is_object()) return refuse("", "the request body must be a JSON object");
-  GenerationSpec spec;
-  spec.api = Api::kCompletions;
-  spec.model = served_model;
+  GenerationSpec spec = spec_start(Api::kCompletions, served_model);
   spec.params.max_tokens = 16;  // OpenAI's default for completions
   bool have_prompt = false, stream_options = false, echo = false;
   for (const auto& [key, v] : body.items()) {
@@ -259,9 +266,7 @@ std::expected<GenerationSpec, ParamError> chat_spec(const json& body,
                                                     const std::string& served_model,
                                                     const ChatTemplate& chat, int context) {
   if (!body.is_object()) return refuse("", "the request body must be a JSON object");
-  GenerationSpec spec;
-  spec.api = Api::kChat;
-  spec.model = served_model;
+  GenerationSpec spec = spec_start(Api::kChat, served_model);
   spec.params.max_tokens = context;
   bool have_messages = false, stream_options = false, logprobs = false;
   std::optional<int> top_logprobs;

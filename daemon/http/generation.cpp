@@ -109,7 +109,11 @@ class Run : public std::enable_shared_from_this<Run> {
     const char* object = !chat             ? "text_completion"
                          : kind == "chunk" ? "chat.completion.chunk"
                                            : "chat.completion";
-    json out = {{"id", id_}, {"object", object}, {"created", created_}, {"model", spec_.model}};
+    json out = {{"id", id_},
+                {"object", object},
+                {"created", created_},
+                {"model", spec_.model},
+                {"seed", spec_.params.sampling.seed}};
     out.update(rest);
     return out;
   }
