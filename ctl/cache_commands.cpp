@@ -1,7 +1,9 @@
 #include "ctl/cache_commands.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "engine/tier.h"
@@ -47,37 +49,104 @@ std::string per_tier(const json& j) {
   return out;
 }
 
+// What a cell of the tier table is made from: its tier's row.
+struct TierCell {
+  const char* tier;
+  const json& row;
+  long looked_up;  // every tier's hits plus the misses; 0 when unknown
+};
+// One column of the tier table. `keep` ranks the columns for a narrow
+// screen: the lowest ranks are kept first.
+struct Column {
+  const char* header;
+  int width;  // negative: left-aligned
+  int keep;
+  std::string (*cell)(const TierCell&);
+};
+
+std::string count(const json& row, const char* key) { return std::to_string(num(row, key)); }
+
+std::string decimal(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", v);
+  return buf;
+}
+
+constexpr Column kColumns[] = {
+    {"tier", -6, 0, [](const TierCell& c) { return std::string(c.tier); }},
+    {"avail", -5, 1,
+     [](const TierCell& c) { return std::string(c.row.value("available", false) ? "yes" : "no"); }},
+    {"used/capacity", 15, 2,
+     [](const TierCell& c) {
+       return count(c.row, "used_blocks") + "/" + count(c.row, "capacity_blocks");
+     }},
+    {"hits", 8, 3, [](const TierCell& c) { return count(c.row, "hits"); }},
+    {"hit%", 6, 4,
+     [](const TierCell& c) {
+       return c.looked_up > 0 ? decimal(100.0 * num(c.row, "hits") / c.looked_up)
+                              : std::string("-");
+     }},
+    {"demoted", 8, 5, [](const TierCell& c) { return count(c.row, "demotions"); }},
+    {"promoted", 8, 6, [](const TierCell& c) { return count(c.row, "promotions"); }},
+    {"in MiB", 8, 9, [](const TierCell& c) { return mib(num(c.row, "bytes_in")); }},
+    {"out MiB", 8, 10, [](const TierCell& c) { return mib(num(c.row, "bytes_out")); }},
+    {"dropped", 7, 7, [](const TierCell& c) { return count(c.row, "dropped"); }},
+    {"cksum", 6, 11, [](const TierCell& c) { return count(c.row, "checksum_failures"); }},
+    {"io_err", 6, 12, [](const TierCell& c) { return count(c.row, "io_errors"); }},
+    {"mean us", 9, 13, [](const TierCell& c) { return decimal(real(c.row, "transfer_mean_us")); }},
+    {"p99 us", 9, 8, [](const TierCell& c) { return decimal(real(c.row, "transfer_p99_us")); }},
+};
+constexpr std::size_t kNumColumns = std::size(kColumns);
+
+// The most telling columns that fit in `width` (a prefix of the `keep`
+// order, so a column never shows without a more telling one); shown in
+// table order.
+std::array<bool, kNumColumns> columns_fitting(std::size_t width) {
+  std::array<std::size_t, kNumColumns> by_keep{};
+  for (std::size_t i = 0; i < kNumColumns; ++i) by_keep[i] = i;
+  std::ranges::sort(by_keep, {}, [](std::size_t i) { return kColumns[i].keep; });
+  std::array<bool, kNumColumns> shown{};
+  std::size_t used = 0;
+  for (std::size_t i : by_keep) {
+    const std::size_t need =
+        static_cast<std::size_t>(std::abs(kColumns[i].width)) + (used > 0 ? 1 : 0);
+    if (used + need > width) break;
+    shown[i] = true;
+    used += need;
+  }
+  return shown;
+}
+
+std::string padded(const std::string& text, int width) {
+  const std::size_t w = static_cast<std::size_t>(std::abs(width));
+  if (text.size() >= w) return text;
+  const std::string pad(w - text.size(), ' ');
+  return width < 0 ? text + pad : pad + text;
+}
+
 }  // namespace
 
-std::string tier_table_text(const json& tiers, long missed_blocks) {
-  long looked_up = missed_blocks;
+std::string tier_table_text(const json& tiers, long missed_blocks, std::size_t width) {
+  long looked_up = 0;
   if (missed_blocks >= 0) {
+    looked_up = missed_blocks;
     for (const char* t : kTiers) looked_up += num(tiers.value(t, json::object()), "hits");
   }
-  std::string out;
-  char line[256];
-  std::snprintf(line, sizeof(line), "%-6s %-5s %15s %8s %6s %8s %8s %8s %8s %7s %6s %6s %9s %9s\n",
-                "tier", "avail", "used/capacity", "hits", "hit%", "demoted", "promoted", "in MiB",
-                "out MiB", "dropped", "cksum", "io_err", "mean us", "p99 us");
-  out += line;
+  const auto shown = columns_fitting(width);
+  auto line = [&](auto&& text_of) {
+    std::string out;
+    for (std::size_t i = 0; i < kNumColumns; ++i) {
+      if (!shown[i]) continue;
+      if (!out.empty()) out += ' ';
+      out += padded(text_of(kColumns[i]), kColumns[i].width);
+    }
+    return out + "\n";
+  };
+  std::string out = line([](const Column& c) { return std::string(c.header); });
   for (const char* t : kTiers) {
     const json row = tiers.value(t, json::object());
-    const std::string used =
-        std::to_string(num(row, "used_blocks")) + "/" + std::to_string(num(row, "capacity_blocks"));
-    std::string rate = "-";
-    if (looked_up > 0) {
-      char buf[16];
-      std::snprintf(buf, sizeof(buf), "%.1f", 100.0 * num(row, "hits") / looked_up);
-      rate = buf;
-    }
-    std::snprintf(line, sizeof(line),
-                  "%-6s %-5s %15s %8ld %6s %8ld %8ld %8s %8s %7ld %6ld %6ld %9.1f %9.1f\n", t,
-                  row.value("available", false) ? "yes" : "no", used.c_str(), num(row, "hits"),
-                  rate.c_str(), num(row, "demotions"), num(row, "promotions"),
-                  mib(num(row, "bytes_in")).c_str(), mib(num(row, "bytes_out")).c_str(),
-                  num(row, "dropped"), num(row, "checksum_failures"), num(row, "io_errors"),
-                  real(row, "transfer_mean_us"), real(row, "transfer_p99_us"));
-    out += line;
+    const TierCell cell{t, row, looked_up};
+    out += line([&](const Column& c) { return c.cell(cell); });
   }
   // A tier on several servers: each one's breaker, and why it last failed.
   for (const char* t : kTiers) {
@@ -93,6 +162,22 @@ std::string tier_table_text(const json& tiers, long missed_blocks) {
   return out;
 }
 
+std::string tier_costs_text(const json& costs) {
+  const json samples = costs.value("samples", json::object());
+  char part[160];
+  std::snprintf(part, sizeof(part), "load or recompute: prefill %.1f us/token (%ld samples)",
+                real(costs, "prefill_per_token_us"), num(samples, "prefill"));
+  std::string out = part;
+  for (int t = 1; t < kNumTiers; ++t) {  // L1 has nothing to load
+    const std::string name = kTiers[static_cast<std::size_t>(t)];
+    std::snprintf(part, sizeof(part), "; %s %.1f us + %.1f us/block (%ld)", kTierNames[t].label,
+                  real(costs, (name + "_latency_us").c_str()),
+                  real(costs, (name + "_per_block_us").c_str()), num(samples, name.c_str()));
+    out += part;
+  }
+  return out + "\n";
+}
+
 std::expected<void, CallFailure> run_tiers(RpcClient& client, bool json_out) {
   auto result = client.call("tiers", json::object());
   if (!result) return std::unexpected(result.error());
@@ -100,9 +185,9 @@ std::expected<void, CallFailure> run_tiers(RpcClient& client, bool json_out) {
     std::cout << dump(*result) << "\n";
     return {};
   }
-  const json costs = result->value("costs", json::object());
   const json tiers = result->value("tiers", json::object());
-  std::cout << tier_table_text(tiers);
+  // A daemon older than `missed_blocks` in `tiers` leaves the hit rates out.
+  std::cout << tier_table_text(tiers, result->value("missed_blocks", -1L));
   // How each tier stores a block (int8: quantised, lossy, about 4x the blocks).
   std::string formats;
   for (const char* t : kTiers) {
@@ -111,18 +196,8 @@ std::expected<void, CallFailure> run_tiers(RpcClient& client, bool json_out) {
     formats += std::string(t) + " " + row.value("format", std::string("exact")) + " " +
                std::to_string(num(row, "block_bytes")) + " bytes/block";
   }
-  std::cout << "formats: " << formats << "\n";
-  // What the cost model weighs: a tier's load against recomputing.
-  const json samples = costs.value("samples", json::object());
-  std::printf("load or recompute: prefill %.1f us/token (%ld samples)",
-              real(costs, "prefill_per_token_us"), num(samples, "prefill"));
-  for (int t = 1; t < kNumTiers; ++t) {  // L1 has nothing to load
-    const std::string name = kTiers[static_cast<std::size_t>(t)];
-    std::printf("; %s %.1f us + %.1f us/block (%ld)", kTierNames[t].label,
-                real(costs, (name + "_latency_us").c_str()),
-                real(costs, (name + "_per_block_us").c_str()), num(samples, name.c_str()));
-  }
-  std::printf("\n");
+  std::cout << "formats: " << formats << "\n"
+            << tier_costs_text(result->value("costs", json::object()));
   return {};
 }
 

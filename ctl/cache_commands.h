@@ -25,8 +25,15 @@ struct CachePrompt {
 
 // The `tiers` table (the "tiers" object of `tiers` or of `stats.cache`), one
 // line per tier, with a header; hit rates from `missed_blocks` when given
-// (the blocks looked up are every tier's hits plus the misses).
-std::string tier_table_text(const nlohmann::json& tiers, long missed_blocks = -1);
+// (the blocks looked up are every tier's hits plus the misses). Its columns
+// are those that fit in `width` characters, the most telling first; every
+// node of a tier on several servers then has a line of its own.
+std::string tier_table_text(const nlohmann::json& tiers, long missed_blocks = -1,
+                            std::size_t width = std::string::npos);
+
+// The cost model's figures (`tiers.costs`, `stats.cache.costs`) on one line:
+// "load or recompute: prefill 1.2 us/token (5 samples); L2 ...".
+std::string tier_costs_text(const nlohmann::json& costs);
 
 std::expected<void, CallFailure> run_tiers(RpcClient& client, bool json_out);
 

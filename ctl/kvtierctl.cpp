@@ -1,23 +1,29 @@
 // kvtierctl: the command-line client of kvtierd (docs/protocol.md).
 //
-// The socket: --socket, else $KVTIER_SOCKET, else kvtierd's own default
+// The socket: -s/--socket, else $KVTIER_SOCKET, else kvtierd's own default
 // ($XDG_RUNTIME_DIR/kvtier/kvtierd.sock, or /run/kvtier/kvtierd.sock).
-// Every failure is one line on stderr, starting "kvtierctl: ", and the exit
-// code says which kind it was (kExit* below, and --help).
+// Every failure, a usage error included, is one line on stderr, starting
+// "kvtierctl: ", and the exit code says which kind it was (kExit* below,
+// and --help). Every command takes --json: its raw result on one line.
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "ctl/cache_commands.h"
+#include "ctl/generate_command.h"
 #include "ctl/rpc_client.h"
+#include "ctl/status_text.h"
 #include "ctl/top.h"
 
 namespace {
 
 using kvtier::ctl::CallFailure;
+using kvtier::ctl::GenerateArgs;
 using kvtier::ctl::RpcClient;
 using nlohmann::json;
 
@@ -29,7 +35,7 @@ constexpr int kExitRpcError = 4;     // the daemon answered with a JSON-RPC erro
 constexpr const char* kExitCodesHelp =
     "Exit codes: 0 ok, 2 usage error, 3 kvtierd unreachable (or it broke the connection),\n"
     "4 kvtierd answered the request with an error.\n"
-    "The socket: --socket, else $KVTIER_SOCKET, else $XDG_RUNTIME_DIR/kvtier/kvtierd.sock\n"
+    "The socket: -s/--socket, else $KVTIER_SOCKET, else $XDG_RUNTIME_DIR/kvtier/kvtierd.sock\n"
     "(/run/kvtier/kvtierd.sock without XDG_RUNTIME_DIR).";
 
 std::string default_socket_path() {
@@ -47,81 +53,26 @@ int fail(const CallFailure& f) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-struct GenerateArgs {
-  std::string prompt;
-  int max_tokens = 64;
-  double temperature = 0.8;
-  int top_k = 0;
-  double top_p = 1.0;
-  std::uint64_t seed = 0;
-  std::vector<std::string> stop;
-  int priority = 0;
-  int samples = 1;
-  std::string cache_salt;
-  std::string eviction;
-  bool stream = false;
-  bool json_out = false;
-};
+int done(const std::expected<void, CallFailure>& ok) { return ok ? kExitOk : fail(ok.error()); }
 
-int run_generate(RpcClient& client, const GenerateArgs& a) {
-  json params = {{"prompt", a.prompt},
-                 {"max_tokens", a.max_tokens},
-                 {"temperature", a.temperature},
-                 {"top_k", a.top_k},
-                 {"top_p", a.top_p},
-                 {"seed", a.seed},
-                 {"priority", a.priority},
-                 {"n", a.samples},
-                 {"stream", a.stream}};
-  if (!a.stop.empty()) params["stop"] = a.stop;
-  if (!a.cache_salt.empty()) params["cache_salt"] = a.cache_salt;
-  if (!a.eviction.empty()) params["eviction"] = a.eviction;
-  // Text mode streams sample 0 live; with several samples the others are
-  // printed whole at the end, as interleaved text would be unreadable.
-  if (a.stream && !a.json_out) std::cout << a.prompt << std::flush;
-  auto result = client.call("generate", params, [&](const json& n) {
-    if (a.json_out) {
-      std::cout << dump(n) << std::endl;
-    } else if (n.value("method", "") == "generate.token" && n["params"].value("sample", 0) == 0) {
-      std::cout << n["params"].value("text", "") << std::flush;
-    }
-  });
-  if (!result) {
-    if (a.stream && !a.json_out) std::cout << std::endl;
-    return fail(result.error());
-  }
-  if (a.json_out) {
-    std::cout << dump(*result) << std::endl;
-    return kExitOk;
-  }
-  if (!a.stream) std::cout << a.prompt << result->value("text", "");
-  std::cout << std::endl;
-  const json samples = result->value("samples", json::array());
-  for (std::size_t i = 1; i < samples.size(); ++i) {
-    std::cout << "--- sample " << i << " ---\n"
-              << a.prompt << samples[i].value("text", "") << std::endl;
-  }
-  const json cached = result->value("cached_tokens", json::object());
-  std::fprintf(stderr,
-               "[%d prompt tokens (cached: l1 %d, l2 %d, l3 %d, remote %d), %d generated, "
-               "finish: %s, %.1f ms]\n",
-               result->value("prompt_tokens", 0), cached.value("l1", 0), cached.value("l2", 0),
-               cached.value("l3", 0), cached.value("remote", 0),
-               result->value("completion_tokens", 0),
-               result->value("finish_reason", std::string("?")).c_str(),
-               (*result)["timings"].value("total_ms", 0.0));
+// Calls `method` and prints its result: raw on one line with json_out, else
+// as `text` makes it.
+int run_method(RpcClient& client, const std::string& method, const json& params, bool json_out,
+               const std::function<std::string(const json&)>& text) {
+  auto result = client.call(method, params);
+  if (!result) return fail(result.error());
+  std::cout << (json_out ? dump(*result) + "\n" : text(*result));
   return kExitOk;
 }
 
-int run_simple(RpcClient& client, const std::string& method, bool json_out) {
-  auto result = client.call(method, json::object());
+// `call METHOD [PARAMS]`: any method, its notifications and result as JSON.
+int run_call(RpcClient& client, const std::string& method, const json& params, bool json_out) {
+  auto result =
+      client.call(method, params, [](const json& n) { std::cout << dump(n) << std::endl; });
   if (!result) return fail(result.error());
-  if (json_out || !result->is_object() || method == "health") {
-    std::cout << result->dump(json_out ? -1 : 2) << "\n";
-  } else {
-    for (const auto& [key, value] : result->items())
-      std::cout << key << ": " << dump(value) << "\n";
-  }
+  std::cout << (json_out ? dump(*result)
+                         : result->dump(2, ' ', false, json::error_handler_t::replace))
+            << "\n";
   return kExitOk;
 }
 
@@ -156,7 +107,7 @@ int run_config_get(RpcClient& client, const std::vector<std::string>& names, boo
   return kExitOk;
 }
 
-int run_config_set(RpcClient& client, const std::vector<std::string>& pairs) {
+int run_config_set(RpcClient& client, const std::vector<std::string>& pairs, bool json_out) {
   json changes = json::object();
   for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
     // A value that reads as JSON is sent as such (32, 0.5, true); anything
@@ -165,13 +116,30 @@ int run_config_set(RpcClient& client, const std::vector<std::string>& pairs) {
     if (value.is_discarded()) value = pairs[i + 1];
     changes[setting_name(pairs[i])] = value;
   }
-  auto result = client.call("config.set", changes);
-  if (!result) return fail(result.error());
-  const json changed = result->value("changed", json::object());
-  if (changed.empty()) std::cout << "nothing changed\n";
-  for (const auto& [name, value] : changed.items())
-    std::cout << name << " = " << dump(value) << "\n";
-  return kExitOk;
+  return run_method(client, "config.set", changes, json_out, [](const json& r) {
+    const json changed = r.value("changed", json::object());
+    std::string out = changed.empty() ? "nothing changed\n" : "";
+    for (const auto& [name, value] : changed.items()) out += name + " = " + dump(value) + "\n";
+    return out;
+  });
+}
+
+// A usage error as one line, pointing at the help of the (sub)command it
+// was in: "kvtierctl: --max-tokens: ...; see kvtierctl generate --help".
+int usage_error(const CLI::App& app, std::string message) {
+  std::string command = "kvtierctl";
+  const CLI::App* at = &app;
+  while (!at->get_subcommands().empty()) {
+    at = at->get_subcommands().front();
+    command += " " + at->get_name();
+  }
+  // CLI11 finds the subcommand missing before the word that was meant as one.
+  if (!at->get_subcommands({}).empty() && !at->remaining().empty()) {
+    message = "'" + at->remaining().front() + "' is not a command of " + command;
+  }
+  for (char& c : message) c = c == '\n' ? ' ' : c;
+  std::fprintf(stderr, "kvtierctl: %s; see %s --help\n", message.c_str(), command.c_str());
+  return kExitUsage;
 }
 
 }  // namespace
@@ -181,55 +149,63 @@ int main(int argc, char** argv) {
   app.footer(kExitCodesHelp);
   app.require_subcommand(1);
   std::string socket_path = default_socket_path();
-  app.add_option("--socket", socket_path, "kvtierd's socket (env KVTIER_SOCKET)")
+  app.add_option("-s,--socket", socket_path, "kvtierd's socket (env KVTIER_SOCKET)")
       ->capture_default_str();
+  constexpr const char* kDaemons = "; default: the daemon's";
+  auto daemons = [&](std::string text) { return text + kDaemons; };
 
   GenerateArgs g;
   auto* gen = app.add_subcommand("generate", "Generate a continuation of a prompt");
-  gen->add_option("--prompt", g.prompt, "Prompt text")->required();
-  gen->add_option("--max-tokens", g.max_tokens, "Tokens to generate at most")
-      ->capture_default_str();
-  gen->add_option("--temperature", g.temperature, "Sampling temperature; 0 = greedy")
-      ->capture_default_str();
-  gen->add_option("--top-k", g.top_k, "Keep the k most likely tokens; 0 = all")
-      ->capture_default_str();
-  gen->add_option("--top-p", g.top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
-  gen->add_option("--seed", g.seed, "Seed of the request's random stream")->capture_default_str();
+  auto* prompt = gen->add_option("--prompt", g.prompt, "Prompt text");
+  auto* prompt_file = gen->add_option("--prompt-file", g.prompt_file,
+                                      "Read the prompt from this file (- = stdin); with no "
+                                      "prompt given, it is read from stdin unless a terminal");
+  auto* prompt_tokens =
+      gen->add_option("--tokens", g.tokens, "Token ids as the prompt: 1,2,3")->delimiter(',');
+  prompt->excludes(prompt_file)->excludes(prompt_tokens);
+  prompt_file->excludes(prompt_tokens);
+  gen->add_option("--max-tokens", g.max_tokens, daemons("Tokens to generate at most"));
+  gen->add_option("--temperature", g.temperature, daemons("Sampling temperature; 0 = greedy"));
+  gen->add_option("--top-k", g.top_k, daemons("Keep the k most likely tokens; 0 = all"));
+  gen->add_option("--top-p", g.top_p, daemons("Nucleus sampling mass in (0, 1]"));
+  gen->add_option("--seed", g.seed,
+                  "Seed of the request's random stream; default: the daemon's, a random one "
+                  "it reports (the closing line's `seed N`) for --seed to replay the run");
   gen->add_option("--stop", g.stop, "Stop at this text (repeatable)");
-  gen->add_option("--priority", g.priority, "0 = most urgent (policy priority)")
-      ->capture_default_str();
-  gen->add_option("-n,--samples", g.samples, "Samples from one prefill (the protocol's n)")
-      ->capture_default_str();
+  gen->add_option("--priority", g.priority, daemons("0 = most urgent (policy priority)"));
+  gen->add_option("-n,--samples", g.samples,
+                  daemons("Samples from one prefill (the protocol's n)"));
   gen->add_option("--cache-salt", g.cache_salt,
                   "Prefix-cache namespace: shares cached blocks only with the same salt");
   gen->add_option("--eviction", g.eviction,
-                  "KV eviction policy (none, window:W, sinks:S,window:W, h2o:...); default: "
-                  "the daemon's");
+                  daemons("KV eviction policy (none, window:W, sinks:S,window:W, h2o:...)"));
   gen->add_flag("--stream", g.stream, "Print text as it is generated (sample 0)");
   gen->add_flag("--json", g.json_out,
                 "Print the raw JSON (notifications and result), one per line");
 
-  bool json_out = false;
   auto* stats = app.add_subcommand("stats", "Scheduler and request counters");
-  stats->add_flag("--json", json_out, "Print the raw JSON result");
-  auto* health = app.add_subcommand("health", "Check that the daemon answers");
-  health->add_flag("--json", json_out, "Print the raw JSON result");
+  auto* health = app.add_subcommand("health", "Check that the daemon answers, on one line");
   auto* shutdown = app.add_subcommand(
       "shutdown", "Stop the daemon: running requests may finish within its drain_timeout");
+  std::uint64_t cancel_id = 0;
+  auto* cancel = app.add_subcommand(
+      "cancel", "Cancel a running generate: its answer ends with finish_reason cancelled");
+  cancel
+      ->add_option("id", cancel_id,
+                   "The daemon's request id (the generate result's and notifications' id)")
+      ->required();
 
   auto* config = app.add_subcommand("config", "Read or change the daemon's settings");
   config->require_subcommand(1);
   std::vector<std::string> get_names;
   auto* config_get = config->add_subcommand("get", "Every setting (or those named) and its value");
   config_get->add_option("names", get_names, "Settings to show (default: all)");
-  config_get->add_flag("--json", json_out, "Print the raw JSON result");
   std::vector<std::string> set_pairs;
   auto* config_set = config->add_subcommand(
       "set", "Change runtime settings, all or none: config set token_budget 32 policy priority");
   config_set->add_option("pairs", set_pairs, "NAME VALUE [NAME VALUE ...]")->required();
 
-  auto* tiers = app.add_subcommand("tiers", "The prefix cache's tiers and load costs");
-  tiers->add_flag("--json", json_out, "Print the raw JSON result");
+  auto* tiers = app.add_subcommand("tiers", "The prefix cache's tiers, hit rates and load costs");
 
   auto* cache = app.add_subcommand("cache", "Look at and steer the prefix cache");
   cache->require_subcommand(1);
@@ -246,11 +222,9 @@ int main(int argc, char** argv) {
                     ->delimiter(',');
     text->excludes(ids);
     sub->add_option("--cache-salt", cache_prompt.cache_salt, "Prefix-cache namespace");
-    sub->add_flag("--json", json_out, "Print the raw JSON result");
     prompt_commands.push_back(sub);
   }
   auto* cache_tree = cache->add_subcommand("tree", "A summary of the radix tree per tier");
-  cache_tree->add_flag("--json", json_out, "Print the raw JSON result");
   std::string flush_tier;
   auto* cache_flush =
       cache->add_subcommand("flush",
@@ -259,16 +233,35 @@ int main(int argc, char** argv) {
   cache_flush->add_option("tier", flush_tier, "l1 | l2 | l3 | remote | all")
       ->required()
       ->check(CLI::IsMember({"l1", "l2", "l3", "remote", "all"}));
-  cache_flush->add_flag("--json", json_out, "Print the raw JSON result");
 
-  bool once = false;
-  double interval = 1.0;
+  kvtier::ctl::TopOptions top_options;
   auto* top = app.add_subcommand("top", "Live view of requests, batch and KV use");
-  top->add_flag("--once", once, "Print one frame and exit");
-  top->add_option("--interval", interval, "Seconds between frames")
+  top->add_flag("--once", top_options.once, "Print one frame and exit");
+  top->add_option("--interval", top_options.interval_s,
+                  "Seconds between frames (and between tries to reconnect)")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
 
+  std::string call_method, call_params = "{}";
+  auto* call = app.add_subcommand(
+      "call", "Send any method, print its result as JSON: call cancel '{\"id\": 3}'");
+  call->add_option("method", call_method, "The method (see: call help)")->required();
+  call->add_option("params", call_params, "Its params as JSON")->capture_default_str();
+
+  // --json on every command: the raw result, one line, for scripts.
+  bool json_out = false;
+  std::vector<CLI::App*> commands = {&app};
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    const auto subs = commands[i]->get_subcommands([](CLI::App*) { return true; });
+    commands.insert(commands.end(), subs.begin(), subs.end());
+    if (subs.empty() && commands[i]->get_option_no_throw("--json") == nullptr) {
+      commands[i]->add_flag("--json", json_out,
+                            commands[i] == top ? "Each frame's stats and config as one JSON line"
+                                               : "Print the raw JSON result on one line");
+    }
+  }
+
+  json call_params_json;
   try {
     app.parse(argc, argv);
     if (config_set->parsed() && set_pairs.size() % 2 != 0) {
@@ -279,22 +272,45 @@ int main(int argc, char** argv) {
         throw CLI::ValidationError("cache " + sub->get_name(), "give a prompt or --tokens");
       }
     }
+    if (call->parsed()) {
+      call_params_json = json::parse(call_params, nullptr, false);
+      if (call_params_json.is_discarded())
+        throw CLI::ValidationError("params", "not valid JSON: " + call_params);
+    }
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    return usage_error(app, e.what());
+  }
+  if (gen->parsed()) {
+    if (auto read = kvtier::ctl::generate_prompt_read(g); !read)
+      return usage_error(app, read.error());
   }
 
+  if (top->parsed()) {
+    top_options.json_out = json_out;
+    return done(kvtier::ctl::top_run(socket_path, top_options));
+  }
   auto client = RpcClient::connect(socket_path);
   if (!client) return fail(client.error());
-  if (gen->parsed()) return run_generate(*client, g);
-  if (stats->parsed()) return run_simple(*client, "stats", json_out);
-  if (health->parsed()) return run_simple(*client, "health", json_out);
-  if (shutdown->parsed()) return run_simple(*client, "shutdown", false);
+  if (gen->parsed()) return done(kvtier::ctl::run_generate(*client, g));
+  if (stats->parsed()) {
+    return run_method(*client, "stats", json::object(), json_out, kvtier::ctl::stats_text);
+  }
+  if (health->parsed()) {
+    return run_method(*client, "health", json::object(), json_out, kvtier::ctl::health_text);
+  }
+  if (shutdown->parsed()) {
+    return run_method(*client, "shutdown", json::object(), json_out,
+                      [](const json&) { return std::string("kvtierd is stopping\n"); });
+  }
+  if (cancel->parsed()) {
+    return run_method(*client, "cancel", {{"id", cancel_id}}, json_out, [](const json& r) {
+      return "cancelled request " + dump(r.value("cancelled", json())) + "\n";
+    });
+  }
+  if (call->parsed()) return run_call(*client, call_method, call_params_json, json_out);
   if (config_get->parsed()) return run_config_get(*client, get_names, json_out);
-  if (config_set->parsed()) return run_config_set(*client, set_pairs);
-  auto done = [](const std::expected<void, CallFailure>& ok) {
-    return ok ? kExitOk : fail(ok.error());
-  };
+  if (config_set->parsed()) return run_config_set(*client, set_pairs, json_out);
   if (tiers->parsed()) return done(kvtier::ctl::run_tiers(*client, json_out));
   for (CLI::App* sub : prompt_commands) {
     if (sub->parsed()) {
@@ -305,10 +321,6 @@ int main(int argc, char** argv) {
   if (cache_tree->parsed()) return done(kvtier::ctl::run_cache_tree(*client, json_out));
   if (cache_flush->parsed()) {
     return done(kvtier::ctl::run_cache_flush(*client, flush_tier, json_out));
-  }
-  if (top->parsed()) {
-    auto ok = kvtier::ctl::top_run(*client, once, interval);
-    return ok ? kExitOk : fail(ok.error());
   }
   return kExitUsage;
 }

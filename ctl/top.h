@@ -3,6 +3,7 @@
 // interval from `stats` and `config.get`.
 #pragma once
 
+#include <cstddef>
 #include <expected>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,15 +13,29 @@
 
 namespace kvtier::ctl {
 
-// One frame of text (no terminal control codes). `previous` is the stats of
-// the frame before, `seconds` the time between the two: with them the
-// frame shows rates; without them (the first frame), it shows none.
+// One frame of text (no terminal control codes), no line wider than `width`
+// characters. `previous` is the stats of the frame before, `seconds` the
+// time between the two: with them the frame shows rates; without them (the
+// first frame), it shows none.
 std::string top_frame(const nlohmann::json& stats, const nlohmann::json& config,
-                      const std::optional<nlohmann::json>& previous, double seconds);
+                      const std::optional<nlohmann::json>& previous, double seconds,
+                      std::size_t width);
 
-// Draws frames until the connection fails or, with `once`, after one frame
-// (printed plainly, for scripts and tests). Live frames clear the terminal
-// first.
-std::expected<void, CallFailure> top_run(RpcClient& client, bool once, double interval_s);
+// How wide top draws: the terminal's width when stdout is one, else
+// $COLUMNS when set, else 80.
+std::size_t top_width();
+
+struct TopOptions {
+  bool once = false;        // one frame, printed plainly, for scripts and tests
+  double interval_s = 1.0;  // between frames, and between tries to reconnect
+  bool json_out = false;    // each frame's inputs, {"stats": ..., "config": ...}, one line
+};
+
+// Draws frames from the daemon at `socket_path`. A live view outlives the
+// daemon: when it cannot be reached the screen says so and top tries again
+// every interval, going on with fresh frames once it answers. Returns only
+// with `once` (a failure: unreachable or an error answer), or on an error
+// answer. Frames clear the screen first when stdout is a terminal.
+std::expected<void, CallFailure> top_run(const std::string& socket_path, const TopOptions& options);
 
 }  // namespace kvtier::ctl

@@ -3,10 +3,15 @@
 // tokens must equal the engine's in-process result, their failures must be
 // one line with the documented exit code.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <iterator>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -38,22 +43,27 @@ struct ProcessResult {
 };
 
 // Runs `args` (args[0] looked up in PATH) to completion with `env` added to
-// the environment; stdout and stderr go through files in `dir`.
+// the environment and `in` as stdin; stdout and stderr go through files in
+// `dir`.
 ProcessResult run_process(std::vector<std::string> args, const std::filesystem::path& dir,
-                          std::vector<std::string> env = {}) {
+                          std::vector<std::string> env = {},
+                          const std::filesystem::path& in = "/dev/null") {
   const auto out_path = dir / "out.txt", err_path = dir / "err.txt";
   std::vector<std::string> envs = environment_with(env);
   std::vector<char*> argv = c_strings(args);
   std::vector<char*> envp = c_strings(envs);
   const int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int in_fd = ::open(in.c_str(), O_RDONLY | O_CLOEXEC);
   const pid_t pid = ::fork();
   if (pid == 0) {
+    ::dup2(in_fd, STDIN_FILENO);
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(err_fd, STDERR_FILENO);
     ::execvpe(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
+  ::close(in_fd);
   ::close(out_fd);
   ::close(err_fd);
   ProcessResult r;
@@ -85,9 +95,10 @@ class CtlTest : public ::testing::Test {
     ASSERT_TRUE(std::filesystem::exists(kCtlPath))
         << kCtlPath << " is missing: build the kvtierctl target too";
   }
-  ProcessResult ctl(std::vector<std::string> args, std::vector<std::string> env = {}) {
+  ProcessResult ctl(std::vector<std::string> args, std::vector<std::string> env = {},
+                    const std::filesystem::path& in = "/dev/null") {
     args.insert(args.begin(), kCtlPath.string());
-    return run_process(std::move(args), scratch_.path(), std::move(env));
+    return run_process(std::move(args), scratch_.path(), std::move(env), in);
   }
   test_util::TempDir scratch_;
 };
@@ -95,6 +106,62 @@ class CtlTest : public ::testing::Test {
 bool one_line(const std::string& text) {
   return !text.empty() && text.find('\n') == text.size() - 1;
 }
+
+// A kvtierctl left running (top), its stdout read through a pipe as it
+// comes; killed and reaped at the end.
+class RunningCtl {
+ public:
+  explicit RunningCtl(std::vector<std::string> args) {
+    args.insert(args.begin(), kCtlPath.string());
+    std::vector<char*> argv = c_strings(args);
+    int fds[2];
+    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(fds[1], STDOUT_FILENO);  // the copy is not close-on-exec
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~RunningCtl() {
+    ::kill(pid_, SIGKILL);
+    reap(pid_);
+    ::close(fd_);
+  }
+  RunningCtl(const RunningCtl&) = delete;
+  RunningCtl& operator=(const RunningCtl&) = delete;
+
+  // Reads on until a line with `needle` arrives after the last one found;
+  // false on EOF or timeout.
+  bool wait_line(const std::string& needle) {
+    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+    for (;;) {
+      if (auto at = out_.find(needle, seen_); at != std::string::npos) {
+        if (auto nl = out_.find('\n', at); nl != std::string::npos) {
+          seen_ = nl + 1;
+          return true;
+        }
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+      char chunk[4096];
+      const ssize_t n = ::read(fd_, chunk, sizeof(chunk));
+      if (n <= 0) return false;
+      out_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+  const std::string& out() const { return out_; }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string out_;
+  std::size_t seen_ = 0;
+};
 
 TEST_F(CtlTest, GenerateMatchesTheEngineAndStreamsTheSameText) {
   Daemon d;
@@ -290,6 +357,286 @@ TEST_F(CtlTest, PythonClientStreamsTheSameTokensAsTheEngine) {
       dir.path());
   EXPECT_EQ(unreachable.exit_code, 3);
   shutdown(d);
+}
+
+TEST_F(CtlTest, UsageErrorsAreOneLineAndHelpIsWhole) {
+  // No daemon: a bad command line is refused before any connection.
+  const std::vector<std::vector<std::string>> bad = {
+      {"generate", "--prompt", "x", "--max-tokens", "abc"},
+      {"--frobnicate", "stats"},
+      {"stats", "--frobnicate"},
+      {"generate", "--prompt"},
+      {"no-such-command"},
+      {"config", "set", "token_budget"},
+      {"cache", "flush", "l9"},
+      {"top", "--interval", "0"},
+      {"generate", "--prompt", "x", "--tokens", "1,2"},
+  };
+  for (const auto& args : bad) {
+    auto r = ctl(args);
+    EXPECT_EQ(r.exit_code, 2) << args.front();
+    EXPECT_TRUE(one_line(r.err)) << r.err;
+    EXPECT_TRUE(r.err.starts_with("kvtierctl: ")) << r.err;
+    EXPECT_TRUE(test_util::contains(r.err, "--help")) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+  EXPECT_TRUE(test_util::contains(ctl(bad.front()).err, "--max-tokens"));
+  auto help = ctl({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* command : {"generate", "cancel", "call", "top"})
+    EXPECT_TRUE(test_util::contains(help.out, command));
+  auto generate_help = ctl({"generate", "--help"});
+  EXPECT_EQ(generate_help.exit_code, 0);
+  EXPECT_TRUE(test_util::contains(generate_help.out, "--prompt-file"));
+}
+
+TEST_F(CtlTest, HealthIsOneLineAndStatsATable) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string sock = d.socket_path();
+  ASSERT_EQ(ctl({"-s", sock, "generate", "--prompt", "x", "--max-tokens", "5"}).exit_code, 0);
+
+  auto health = ctl({"-s", sock, "health"});
+  ASSERT_EQ(health.exit_code, 0) << health.err;
+  EXPECT_TRUE(one_line(health.out)) << health.out;
+  const json raw = json::parse(ctl({"-s", sock, "health", "--json"}).out);
+  EXPECT_TRUE(health.out.starts_with(raw["status"].get<std::string>() + "  ")) << health.out;
+  EXPECT_TRUE(test_util::contains(health.out, "device " + raw["device"].get<std::string>()));
+  EXPECT_TRUE(test_util::contains(health.out,
+                                  std::to_string(raw["model"]["n_layer"].get<int>()) + " layers"));
+  if (raw.contains("version")) {
+    EXPECT_TRUE(test_util::contains(health.out, raw["version"].get<std::string>()));
+  }
+
+  auto stats = ctl({"-s", sock, "stats"});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  EXPECT_FALSE(json::accept(stats.out)) << stats.out;
+  EXPECT_EQ(stats.out.find('{'), std::string::npos) << stats.out;  // no JSON inside either
+  EXPECT_TRUE(std::regex_search(stats.out, std::regex("\nrequests_completed +1\n"))) << stats.out;
+  EXPECT_TRUE(std::regex_search(stats.out, std::regex("\ntokens_generated +5\n"))) << stats.out;
+  EXPECT_TRUE(test_util::contains(stats.out, "# cache\n")) << stats.out;
+  EXPECT_TRUE(test_util::contains(stats.out, "hit%")) << stats.out;  // the tier table
+  EXPECT_TRUE(test_util::contains(stats.out, "load or recompute")) << stats.out;
+  shutdown(d);
+}
+
+// The value in `column` of the tier table's row for `tier` (the table's
+// header names the columns; each cell is one word).
+std::string tier_cell(const std::string& table, const std::string& tier,
+                      const std::string& column) {
+  std::istringstream lines(table);
+  std::vector<std::string> header;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::vector<std::string> cells{std::istream_iterator<std::string>(words), {}};
+    if (!cells.empty() && cells[0] == "tier") header = cells;
+    if (header.empty() || cells.empty() || cells[0] != tier) continue;
+    for (std::size_t i = 0; i < header.size() && i < cells.size(); ++i)
+      if (header[i] == column) return cells[i];
+  }
+  return "";
+}
+
+TEST_F(CtlTest, TiersShowHitRates) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string sock = d.socket_path();
+  const std::string prompt = "Q: What is the difference between a cat and a lion? A: ";
+  ASSERT_EQ(ctl({"-s", sock, "cache", "warm", prompt}).exit_code, 0);
+  ASSERT_EQ(ctl({"-s", sock, "generate", "--prompt", prompt, "--max-tokens", "3"}).exit_code, 0);
+  auto tiers = ctl({"-s", sock, "tiers"});
+  ASSERT_EQ(tiers.exit_code, 0) << tiers.err;
+  const std::string rate = tier_cell(tiers.out, "l1", "hit%");
+  ASSERT_TRUE(std::regex_match(rate, std::regex("[0-9]+\\.[0-9]"))) << tiers.out;
+  EXPECT_GT(std::stod(rate), 0.0);
+  EXPECT_LE(std::stod(rate), 100.0);
+  shutdown(d);
+}
+
+TEST_F(CtlTest, TopFitsTheScreen) {
+  ::unsetenv("COLUMNS");  // only the runs below that set it
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string sock = d.socket_path();
+  ASSERT_EQ(
+      ctl({"-s", sock, "cache", "warm", "Q: What is the difference between a cat?"}).exit_code, 0);
+  for (const auto& [env, width] : std::vector<std::pair<std::vector<std::string>, std::size_t>>{
+           {{}, 80}, {{"COLUMNS=60"}, 60}, {{"COLUMNS=200"}, 200}}) {
+    auto top = ctl({"-s", sock, "top", "--once"}, env);
+    ASSERT_EQ(top.exit_code, 0) << top.err;
+    EXPECT_TRUE(test_util::contains(top.out, "hit%")) << top.out;
+    for (const std::string& line : top.out_lines()) EXPECT_LE(line.size(), width) << line;
+  }
+  // A wide screen has room for every column.
+  EXPECT_TRUE(
+      test_util::contains(ctl({"-s", sock, "top", "--once"}, {"COLUMNS=200"}).out, "io_err"));
+  shutdown(d);
+}
+
+TEST_F(CtlTest, TopSurvivesADaemonRestart) {
+  const std::string sock = (scratch_.path() / "k.sock").string();
+  auto first = std::make_unique<Daemon>(std::vector<std::string>{"--socket", sock});
+  ASSERT_TRUE(first->wait_ready());
+  RunningCtl top({"-s", sock, "top", "--interval", "0.1"});
+  ASSERT_TRUE(top.wait_line("batch    ")) << top.out();
+  shutdown(*first);
+  ASSERT_TRUE(top.wait_line("kvtierd unreachable at " + sock + ", retrying...")) << top.out();
+  Daemon second({"--socket", sock});
+  ASSERT_TRUE(second.wait_ready());
+  EXPECT_TRUE(top.wait_line("batch    ")) << top.out();
+  shutdown(second);
+  // --once does not wait for a daemon.
+  auto once = ctl({"-s", sock, "top", "--once"});
+  EXPECT_EQ(once.exit_code, 3);
+  EXPECT_TRUE(one_line(once.err)) << once.err;
+}
+
+TEST_F(CtlTest, CancelByRequestId) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string sock = d.socket_path();
+  auto unknown = ctl({"-s", sock, "cancel", "12345"});
+  EXPECT_EQ(unknown.exit_code, 4);
+  EXPECT_TRUE(one_line(unknown.err)) << unknown.err;
+  EXPECT_TRUE(test_util::contains(unknown.err, "-32602")) << unknown.err;
+
+  // A long request (every sample to the context's end) is still running
+  // when kvtierctl, started at its first token, cancels it.
+  auto c = d.connect();
+  json params = generate_params("Wait", 250, 0.8f, 3, true);
+  params["n"] = 8;
+  params["ignore_eos"] = true;
+  ASSERT_TRUE(c->send(request(1, "generate", params)));
+  auto note = c->read();
+  ASSERT_TRUE(note && note->contains("params"));
+  const json id = (*note)["params"]["id"];
+  auto cancel = ctl({"-s", sock, "cancel", id.dump(), "--json"});
+  ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
+  EXPECT_EQ(json::parse(cancel.out)["cancelled"], id);
+  std::optional<json> response;
+  while ((response = c->read()) && !response->contains("id")) {
+  }
+  ASSERT_TRUE(response.has_value());
+  EXPECT_EQ((*response)["result"]["finish_reason"], "cancelled");
+  shutdown(d);
+}
+
+TEST_F(CtlTest, GenerateTakesItsPromptFromAFileStdinOrTokenIds) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string sock = d.socket_path();
+  const std::string prompt = "Q: Why is the sky\nA:";
+  const std::vector<std::string> sampling = {"--max-tokens", "20", "--seed", "5"};
+  auto gen = [&](std::vector<std::string> args, const std::filesystem::path& in = "/dev/null") {
+    args.insert(args.begin(), {"-s", sock, "generate"});
+    args.insert(args.end(), sampling.begin(), sampling.end());
+    return ctl(args, {}, in);
+  };
+  auto want = gen({"--prompt", prompt});
+  ASSERT_EQ(want.exit_code, 0) << want.err;
+  const auto file = scratch_.write("prompt.txt", prompt);
+  auto from_file = gen({"--prompt-file", file.string()});
+  EXPECT_EQ(from_file.exit_code, 0) << from_file.err;
+  EXPECT_EQ(from_file.out, want.out);
+  auto from_stdin = gen({}, file);
+  EXPECT_EQ(from_stdin.exit_code, 0) << from_stdin.err;
+  EXPECT_EQ(from_stdin.out, want.out);
+  auto from_dash = gen({"--prompt-file", "-"}, file);
+  EXPECT_EQ(from_dash.exit_code, 0) << from_dash.err;
+  EXPECT_EQ(from_dash.out, want.out);
+
+  // The same prompt as token ids: the same tokens come back.
+  auto ids = test_util::bundled_model().tokenizer->encode(prompt);
+  ASSERT_TRUE(ids.has_value());
+  std::string list;
+  for (int t : *ids) list += (list.empty() ? "" : ",") + std::to_string(t);
+  auto by_text = gen({"--prompt", prompt, "--json"});
+  auto by_ids = gen({"--tokens", list, "--json"});
+  ASSERT_EQ(by_ids.exit_code, 0) << by_ids.err;
+  EXPECT_EQ(json::parse(by_ids.out)["tokens"], json::parse(by_text.out)["tokens"]);
+
+  auto missing = gen({"--prompt-file", (scratch_.path() / "none.txt").string()});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_TRUE(one_line(missing.err)) << missing.err;
+  EXPECT_TRUE(test_util::contains(missing.err, "none.txt")) << missing.err;
+  shutdown(d);
+}
+
+TEST_F(CtlTest, GenerateSendsOnlyWhatItIsGiven) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string prompt = "A fool";
+  auto gen = ctl({"-s", d.socket_path(), "generate", "--prompt", prompt, "--json"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  const json result = json::parse(gen.out);
+  // The same request with nothing but the prompt (and the seed the daemon
+  // drew, where it draws one) gets the same tokens: the daemon's defaults.
+  json params = {{"prompt", prompt}};
+  if (result.contains("seed")) params["seed"] = result["seed"];
+  auto c = d.connect();
+  auto plain = c->call(request(1, "generate", params));
+  ASSERT_TRUE(plain && plain->contains("result"));
+  EXPECT_EQ(result["tokens"], (*plain)["result"]["tokens"]);
+  if (result.contains("seed")) {
+    auto text = ctl({"-s", d.socket_path(), "generate", "--prompt", prompt});
+    EXPECT_TRUE(std::regex_search(text.err, std::regex("seed [0-9]+"))) << text.err;
+  }
+  shutdown(d);
+}
+
+TEST_F(CtlTest, CallPassesAnyMethodThrough) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string sock = d.socket_path();
+  auto health = ctl({"-s", sock, "call", "health"});
+  ASSERT_EQ(health.exit_code, 0) << health.err;
+  auto direct = d.connect()->call(request(1, "health"));
+  ASSERT_TRUE(direct.has_value());
+  EXPECT_EQ(json::parse(health.out), (*direct)["result"]);
+  auto set = ctl({"-s", sock, "call", "config.set", R"({"token_budget": 40})", "--json"});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  EXPECT_EQ(json::parse(set.out)["changed"]["token_budget"], 40);
+  auto unknown = ctl({"-s", sock, "call", "no.such.method"});
+  EXPECT_EQ(unknown.exit_code, 4);
+  EXPECT_TRUE(one_line(unknown.err)) << unknown.err;
+  EXPECT_TRUE(test_util::contains(unknown.err, "-32601")) << unknown.err;
+  auto not_json = ctl({"-s", sock, "call", "cancel", "{id: 1"});
+  EXPECT_EQ(not_json.exit_code, 2);
+  EXPECT_TRUE(one_line(not_json.err)) << not_json.err;
+  shutdown(d);
+}
+
+TEST_F(CtlTest, JsonOnEveryCommand) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string prompt = "Q: What is the difference between a cat?";
+  const std::vector<std::vector<std::string>> commands = {
+      {"generate", "--prompt", "x", "--max-tokens", "3"},
+      {"stats"},
+      {"health"},
+      {"tiers"},
+      {"config", "get", "token_budget"},
+      {"config", "set", "token_budget", "48"},
+      {"cache", "warm", prompt},
+      {"cache", "lookup", prompt},
+      {"cache", "pin", prompt},
+      {"cache", "unpin", prompt},
+      {"cache", "tree"},
+      {"cache", "flush", "l1"},
+      {"top", "--once"},
+      {"call", "stats"},
+      {"shutdown"},  // last
+  };
+  for (std::vector<std::string> args : commands) {
+    args.insert(args.begin(), {"-s", d.socket_path()});
+    args.push_back("--json");
+    auto r = ctl(args);
+    ASSERT_EQ(r.exit_code, 0) << args[2] << ": " << r.err;
+    const auto lines = r.out_lines();
+    ASSERT_FALSE(lines.empty()) << args[2];
+    EXPECT_TRUE(json::parse(lines.back(), nullptr, false).is_object()) << args[2] << ": " << r.out;
+  }
+  EXPECT_TRUE(exited_zero(d.wait_exit()));
 }
 
 }  // namespace

@@ -225,16 +225,23 @@ inline std::vector<char*> c_strings(std::vector<std::string>& strings) {
 class Daemon {
  public:
   // `env`: extra "NAME=VALUE" entries for the child's environment. The
-  // daemon runs the bundled model and logs at warning level unless
-  // `extra_args` names --model or --log-level; its stderr goes to
+  // daemon runs the bundled model, on a socket in its own directory, and
+  // logs at warning level unless `extra_args` names --model, --socket (a
+  // restart on the same socket) or --log-level; its stderr goes to
   // log_path().
   explicit Daemon(std::vector<std::string> extra_args = {}, std::vector<std::string> env = {}) {
     socket_path_ = (dir_.path() / "kvtierd.sock").string();
     log_path_ = (dir_.path() / "kvtierd.log").string();
-    std::vector<std::string> args = {KVTIER_DAEMON_PATH, "--socket", socket_path_};
+    std::vector<std::string> args = {KVTIER_DAEMON_PATH};
     const auto names = [&](const char* flag) {
       return std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end();
     };
+    if (auto given = std::find(extra_args.begin(), extra_args.end(), "--socket");
+        given != extra_args.end() && given + 1 != extra_args.end()) {
+      socket_path_ = *(given + 1);
+    } else {
+      args.insert(args.end(), {"--socket", socket_path_});
+    }
     if (!names("--model")) args.insert(args.end(), {"--model", kModelDir.string()});
     if (!names("--log-level")) args.insert(args.end(), {"--log-level", "warning"});
     args.insert(args.end(), extra_args.begin(), extra_args.end());

@@ -1,0 +1,23 @@
+// The text forms of `kvtierctl stats` and `kvtierctl health`: the results
+// of the `stats` and `health` methods (docs/protocol.md) made readable.
+//
+// Both show every field the daemon sends, known or not, so a field added to
+// the protocol is never hidden; the known ones are grouped and laid out.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace kvtier::ctl {
+
+// An aligned table, one "name  value" line per counter under a "# group"
+// heading (requests, engine, KV blocks, anything else, then the prefix
+// cache with its tier table and load costs), with the daemon's version on
+// top when it says it.
+std::string stats_text(const nlohmann::json& stats);
+
+// One line: "ok  kvtierd 0.3 (rev abc)  device cpu  model 4 layers, ...",
+// with the version and revision when the daemon says them.
+std::string health_text(const nlohmann::json& health);
+
+}  // namespace kvtier::ctl
