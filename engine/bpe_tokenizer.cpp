@@ -1,9 +1,9 @@
 #include "engine/bpe_tokenizer.h"
 
-#include <algorithm>
 #include <array>
 #include <cassert>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <queue>
 
@@ -12,83 +12,6 @@ namespace {
 
 using tokenizer_detail::utf8_append;
 using tokenizer_detail::utf8_decode;
-
-// ---------------------------------------------------------------------------
-// Unicode classification (see bpe_char_classify in the header for coverage).
-
-struct CodePointRange {
-  char32_t lo, hi;  // inclusive
-};
-
-// Unicode White_Space, which is what \s means in the `regex` module GPT-2 used.
-constexpr CodePointRange kSpaceRanges[] = {
-    {0x0009, 0x000D}, {0x0020, 0x0020}, {0x0085, 0x0085}, {0x00A0, 0x00A0}, {0x1680, 0x1680},
-    {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}};
-
-// \p{L} over the blocks the header lists, sorted and disjoint.
-constexpr CodePointRange kLetterRanges[] = {
-    {0x0041, 0x005A},   {0x0061, 0x007A},   {0x00AA, 0x00AA},   {0x00B5, 0x00B5},
-    {0x00BA, 0x00BA},   {0x00C0, 0x00D6},   {0x00D8, 0x00F6},   {0x00F8, 0x02C1},
-    {0x02C6, 0x02D1},   {0x02E0, 0x02E4},   {0x02EC, 0x02EC},   {0x02EE, 0x02EE},
-    {0x0370, 0x0374},   {0x0376, 0x0377},   {0x037A, 0x037D},   {0x037F, 0x037F},
-    {0x0386, 0x0386},   {0x0388, 0x038A},   {0x038C, 0x038C},   {0x038E, 0x03A1},
-    {0x03A3, 0x03F5},   {0x03F7, 0x0481},   {0x048A, 0x052F},   {0x0531, 0x0556},
-    {0x0559, 0x0559},   {0x0560, 0x0588},   {0x05D0, 0x05EA},   {0x05EF, 0x05F2},
-    {0x0620, 0x064A},   {0x066E, 0x066F},   {0x0671, 0x06D3},   {0x06D5, 0x06D5},
-    {0x06E5, 0x06E6},   {0x06EE, 0x06EF},   {0x06FA, 0x06FC},   {0x06FF, 0x06FF},
-    {0x0E01, 0x0E30},   {0x0E32, 0x0E33},   {0x0E40, 0x0E46},   {0x10A0, 0x10C5},
-    {0x10C7, 0x10C7},   {0x10CD, 0x10CD},   {0x10D0, 0x10FA},   {0x10FC, 0x10FF},
-    {0x1100, 0x11FF},   {0x1E00, 0x1F15},   {0x1F18, 0x1F1D},   {0x1F20, 0x1F45},
-    {0x1F48, 0x1F4D},   {0x1F50, 0x1F57},   {0x1F59, 0x1F59},   {0x1F5B, 0x1F5B},
-    {0x1F5D, 0x1F5D},   {0x1F5F, 0x1F7D},   {0x1F80, 0x1FB4},   {0x1FB6, 0x1FBC},
-    {0x1FBE, 0x1FBE},   {0x1FC2, 0x1FC4},   {0x1FC6, 0x1FCC},   {0x1FD0, 0x1FD3},
-    {0x1FD6, 0x1FDB},   {0x1FE0, 0x1FEC},   {0x1FF2, 0x1FF4},   {0x1FF6, 0x1FFC},
-    {0x2071, 0x2071},   {0x207F, 0x207F},   {0x2090, 0x209C},   {0x2102, 0x2102},
-    {0x2107, 0x2107},   {0x210A, 0x2113},   {0x2115, 0x2115},   {0x2119, 0x211D},
-    {0x2124, 0x2124},   {0x2126, 0x2126},   {0x2128, 0x2128},   {0x212A, 0x212D},
-    {0x212F, 0x2139},   {0x213C, 0x213F},   {0x2145, 0x2149},   {0x214E, 0x214E},
-    {0x2183, 0x2184},   {0x3005, 0x3006},   {0x3031, 0x3035},   {0x303B, 0x303C},
-    {0x3041, 0x3096},   {0x309D, 0x309F},   {0x30A1, 0x30FA},   {0x30FC, 0x30FF},
-    {0x3105, 0x312F},   {0x3131, 0x318E},   {0x31A0, 0x31BF},   {0x31F0, 0x31FF},
-    {0x3400, 0x4DBF},   {0x4E00, 0x9FFF},   {0xAC00, 0xD7A3},   {0xF900, 0xFA6D},
-    {0xFA70, 0xFAD9},   {0xFF21, 0xFF3A},   {0xFF41, 0xFF5A},   {0xFF66, 0xFFBE},
-    {0xFFC2, 0xFFC7},   {0xFFCA, 0xFFCF},   {0xFFD2, 0xFFD7},   {0xFFDA, 0xFFDC},
-    {0x20000, 0x2A6DF}, {0x2A700, 0x2B81D}, {0x2B820, 0x2CEAD}, {0x2CEB0, 0x2EBE0},
-    {0x2EBF0, 0x2EE5D}, {0x2F800, 0x2FA1D}, {0x30000, 0x3134A},
-};
-// \p{N}: every \p{Nd} range, plus \p{Nl} and \p{No} in the blocks the header lists.
-constexpr CodePointRange kNumberRanges[] = {
-    {0x0030, 0x0039},   {0x00B2, 0x00B3},   {0x00B9, 0x00B9},   {0x00BC, 0x00BE},
-    {0x0660, 0x0669},   {0x06F0, 0x06F9},   {0x07C0, 0x07C9},   {0x0966, 0x096F},
-    {0x09E6, 0x09EF},   {0x0A66, 0x0A6F},   {0x0AE6, 0x0AEF},   {0x0B66, 0x0B6F},
-    {0x0BE6, 0x0BEF},   {0x0C66, 0x0C6F},   {0x0CE6, 0x0CEF},   {0x0D66, 0x0D6F},
-    {0x0DE6, 0x0DEF},   {0x0E50, 0x0E59},   {0x0ED0, 0x0ED9},   {0x0F20, 0x0F29},
-    {0x1040, 0x1049},   {0x1090, 0x1099},   {0x17E0, 0x17E9},   {0x1810, 0x1819},
-    {0x1946, 0x194F},   {0x19D0, 0x19D9},   {0x1A80, 0x1A89},   {0x1A90, 0x1A99},
-    {0x1B50, 0x1B59},   {0x1BB0, 0x1BB9},   {0x1C40, 0x1C49},   {0x1C50, 0x1C59},
-    {0x2070, 0x2070},   {0x2074, 0x2079},   {0x2080, 0x2089},   {0x2150, 0x2182},
-    {0x2185, 0x2189},   {0x2460, 0x249B},   {0x24EA, 0x24FF},   {0x2776, 0x2793},
-    {0x3007, 0x3007},   {0x3021, 0x3029},   {0x3038, 0x303A},   {0x3192, 0x3195},
-    {0x3220, 0x3229},   {0x3248, 0x324F},   {0x3251, 0x325F},   {0x3280, 0x3289},
-    {0x32B1, 0x32BF},   {0xA620, 0xA629},   {0xA8D0, 0xA8D9},   {0xA900, 0xA909},
-    {0xA9D0, 0xA9D9},   {0xA9F0, 0xA9F9},   {0xAA50, 0xAA59},   {0xABF0, 0xABF9},
-    {0xFF10, 0xFF19},   {0x104A0, 0x104A9}, {0x10D30, 0x10D39}, {0x10D40, 0x10D49},
-    {0x11066, 0x1106F}, {0x110F0, 0x110F9}, {0x11136, 0x1113F}, {0x111D0, 0x111D9},
-    {0x112F0, 0x112F9}, {0x11450, 0x11459}, {0x114D0, 0x114D9}, {0x11650, 0x11659},
-    {0x116C0, 0x116C9}, {0x116D0, 0x116E3}, {0x11730, 0x11739}, {0x118E0, 0x118E9},
-    {0x11950, 0x11959}, {0x11BF0, 0x11BF9}, {0x11C50, 0x11C59}, {0x11D50, 0x11D59},
-    {0x11DA0, 0x11DA9}, {0x11DE0, 0x11DE9}, {0x11F50, 0x11F59}, {0x16130, 0x16139},
-    {0x16A60, 0x16A69}, {0x16AC0, 0x16AC9}, {0x16B50, 0x16B59}, {0x16D70, 0x16D79},
-    {0x1CCF0, 0x1CCF9}, {0x1D7CE, 0x1D7FF}, {0x1E140, 0x1E149}, {0x1E2F0, 0x1E2F9},
-    {0x1E4F0, 0x1E4F9}, {0x1E5F1, 0x1E5FA}, {0x1E950, 0x1E959}, {0x1FBF0, 0x1FBF9},
-};
-
-bool in_ranges(std::span<const CodePointRange> ranges, char32_t cp) {
-  // First range whose end is at or past cp; cp is in it if it starts by cp.
-  auto it = std::lower_bound(ranges.begin(), ranges.end(), cp,
-                             [](const CodePointRange& r, char32_t c) { return r.hi < c; });
-  return it != ranges.end() && it->lo <= cp;
-}
 
 // ---------------------------------------------------------------------------
 // GPT-2's byte alphabet: each byte as one printable character.
@@ -145,79 +68,12 @@ std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\"";
 
 }  // namespace
 
-BpeCharClass bpe_char_classify(char32_t cp) {
-  if (cp < 0x80) {  // ASCII: the hot path
-    if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return BpeCharClass::kLetter;
-    if (cp >= '0' && cp <= '9') return BpeCharClass::kNumber;
-    if (cp == ' ' || (cp >= '\t' && cp <= '\r')) return BpeCharClass::kSpace;
-    return BpeCharClass::kOther;
-  }
-  if (in_ranges(kLetterRanges, cp)) return BpeCharClass::kLetter;
-  if (in_ranges(kNumberRanges, cp)) return BpeCharClass::kNumber;
-  if (in_ranges(kSpaceRanges, cp)) return BpeCharClass::kSpace;
-  return BpeCharClass::kOther;
-}
-
-std::vector<std::string_view> bpe_pretokenize(std::string_view text) {
-  // Decode once; the matcher below then walks characters by index.
-  // Character i spans bytes [begin(i), chars[i].end).
-  struct Char {
-    BpeCharClass cls;
-    bool is_space_char;  // U+0020 exactly: the regex's optional prefix " ?"
-    std::size_t end;
-  };
-  std::vector<Char> chars;
-  chars.reserve(text.size());
-  for (std::size_t off = 0; off < text.size();) {
-    const auto ch = utf8_decode(text, off);
-    const std::size_t len = ch.length == 0 ? 1 : ch.length;
-    const BpeCharClass cls =
-        ch.length == 0 ? BpeCharClass::kOther : bpe_char_classify(ch.code_point);
-    off += len;
-    chars.push_back({cls, ch.length == 1 && ch.code_point == ' ', off});
-  }
-  const std::size_t n = chars.size();
-  const auto begin = [&](std::size_t i) { return i == 0 ? std::size_t{0} : chars[i - 1].end; };
-  const auto cls_at = [&](std::size_t i) { return chars[i].cls; };
-  // Index past the run of class `cls` starting at i.
-  const auto run_end = [&](std::size_t i, BpeCharClass cls) {
-    while (i < n && chars[i].cls == cls) ++i;
-    return i;
-  };
-
-  std::vector<std::string_view> pieces;
-  std::size_t i = 0;
-  while (i < n) {
-    std::size_t j = i;  // the piece will be characters [i, j)
-    const std::string_view rest = text.substr(begin(i));
-    // 's|'t|'re|'ve|'m|'ll|'d (ASCII, case-sensitive)
-    if (rest.size() >= 2 && rest[0] == '\'') {
-      if (rest[1] == 's' || rest[1] == 't' || rest[1] == 'm' || rest[1] == 'd') {
-        j = i + 2;
-      } else if (rest.starts_with("'re") || rest.starts_with("'ve") || rest.starts_with("'ll")) {
-        j = i + 3;
-      }
-    }
-    if (j == i) {
-      // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`: one of the three runs,
-      // optionally after a single space. Whitespace never starts a run, so the
-      // class of the first non-prefix character picks the alternative.
-      const std::size_t start = (chars[i].is_space_char && i + 1 < n) ? i + 1 : i;
-      const BpeCharClass cls = cls_at(start);
-      if (cls != BpeCharClass::kSpace) j = run_end(start, cls);
-    }
-    if (j == i) {
-      // `\s+(?!\S)|\s+`: a whitespace run. When text follows, the first
-      // alternative backtracks one character so that the last space can
-      // prefix the next word; a lone whitespace character before text falls
-      // through to the second alternative and stands alone.
-      j = run_end(i, BpeCharClass::kSpace);
-      if (j < n && j - i >= 2) --j;
-    }
-    pieces.push_back(text.substr(begin(i), chars[j - 1].end - begin(i)));
-    i = j;
-  }
-  return pieces;
+std::expected<std::unique_ptr<BpeTokenizer>, std::string> BpeTokenizer::create() {
+  auto pretokenizer = BpePretokenizer::get();
+  if (!pretokenizer) return std::unexpected(std::move(pretokenizer.error()));
+  std::unique_ptr<BpeTokenizer> tok(new BpeTokenizer());
+  tok->pretokenizer_ = *pretokenizer;
+  return tok;
 }
 
 std::expected<std::unique_ptr<BpeTokenizer>, std::string> BpeTokenizer::load(
@@ -243,11 +99,12 @@ std::expected<std::unique_ptr<BpeTokenizer>, std::string> BpeTokenizer::parse(
     return std::unexpected(enc_where + ": expected a non-empty object {\"token\": id, ...}");
   }
 
-  std::unique_ptr<BpeTokenizer> tok(new BpeTokenizer());
-  if (auto ok = tok->read_vocabulary(doc, enc_where); !ok) return std::unexpected(ok.error());
-  if (auto ok = tok->read_merges(vocab_bpe_text, vocab_bpe_name, enc_where); !ok)
+  auto tok = create();
+  if (!tok) return tok;
+  if (auto ok = (*tok)->read_vocabulary(doc, enc_where); !ok) return std::unexpected(ok.error());
+  if (auto ok = (*tok)->read_merges(vocab_bpe_text, vocab_bpe_name, enc_where); !ok)
     return std::unexpected(ok.error());
-  if (const int eot = tok->token_id("<|endoftext|>"); eot >= 0) tok->end_of_text_ = eot;
+  if (const int eot = (*tok)->token_id("<|endoftext|>"); eot >= 0) (*tok)->end_of_text_ = eot;
   return tok;
 }
 
@@ -295,16 +152,61 @@ std::expected<void, std::string> BpeTokenizer::read_vocabulary(const nlohmann::j
   return {};
 }
 
+std::vector<bool> BpeTokenizer::byte_tokens() const {
+  std::vector<bool> produced(id_to_bytes_.size(), false);
+  for (const int id : byte_ids_) produced[id] = true;
+  return produced;
+}
+
+std::expected<void, std::string> BpeTokenizer::add_merge(std::string_view left,
+                                                         std::string_view right,
+                                                         const std::string& where,
+                                                         const std::string& vocab_where,
+                                                         std::vector<bool>& produced) {
+  int side_ids[2];
+  const std::string_view sides[2] = {left, right};
+  for (int s = 0; s < 2; ++s) {
+    auto bytes = alphabet_to_bytes(sides[s]);
+    if (!bytes) return std::unexpected(where + ": " + in_quotes(sides[s]) + ": " + bytes.error());
+    side_ids[s] = token_id(*bytes);
+    if (side_ids[s] < 0 || !produced[side_ids[s]]) {
+      return std::unexpected(where + ": unknown symbol " + in_quotes(sides[s]) +
+                             ": neither a byte nor the result of an earlier merge");
+    }
+  }
+  const std::string merged = id_to_bytes_[side_ids[0]] + id_to_bytes_[side_ids[1]];
+  const int merged_id = token_id(merged);
+  if (merged_id < 0) {
+    return std::unexpected(where + ": the merge's result " + in_quotes(bytes_to_alphabet(merged)) +
+                           " is not in " + vocab_where);
+  }
+  if (produced[merged_id]) {
+    return std::unexpected(where + ": " + in_quotes(bytes_to_alphabet(merged)) +
+                           " is already a byte or an earlier merge's result");
+  }
+  produced[merged_id] = true;
+  const int rank = static_cast<int>(merges_.size());
+  merges_.emplace(pair_key(side_ids[0], side_ids[1]), Merge{rank, merged_id});
+  return {};
+}
+
+std::optional<std::pair<std::string_view, std::string_view>> BpeTokenizer::merge_split(
+    std::string_view line) {
+  const std::size_t space = line.find(' ');
+  if (space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
+      line.find(' ', space + 1) != std::string_view::npos) {
+    return std::nullopt;
+  }
+  return std::pair{line.substr(0, space), line.substr(space + 1)};
+}
+
 std::expected<void, std::string> BpeTokenizer::read_merges(std::string_view vocab_bpe_text,
                                                            std::string_view vocab_bpe_name,
                                                            const std::string& enc_where) {
-  const std::size_t vocab_size = id_to_bytes_.size();
-  // vocab.bpe: produced[id] marks the tokens merges may use so far: the bytes,
-  // then each merge's result as its line is read.
+  // produced[id] marks the tokens merges may use so far: the bytes, then each
+  // merge's result as its line is read.
   const std::string bpe_where(vocab_bpe_name);
-  std::vector<bool> produced(vocab_size, false);
-  for (const int id : byte_ids_) produced[id] = true;
-  int rank = 0;
+  std::vector<bool> produced = byte_tokens();
   std::size_t line_no = 0;
   for (std::size_t pos = 0; pos < vocab_bpe_text.size();) {
     std::size_t nl = vocab_bpe_text.find('\n', pos);
@@ -316,35 +218,13 @@ std::expected<void, std::string> BpeTokenizer::read_merges(std::string_view voca
     if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
 
     const std::string where = bpe_where + ":" + std::to_string(line_no);
-    const std::size_t space = line.find(' ');
-    if (space == 0 || space == std::string_view::npos || space + 1 == line.size() ||
-        line.find(' ', space + 1) != std::string_view::npos) {
+    const auto sides = merge_split(line);
+    if (!sides) {
       return std::unexpected(where + ": expected two symbols separated by one space, got " +
                              in_quotes(line));
     }
-    int side_ids[2];
-    const std::string_view sides[2] = {line.substr(0, space), line.substr(space + 1)};
-    for (int s = 0; s < 2; ++s) {
-      auto bytes = alphabet_to_bytes(sides[s]);
-      if (!bytes) return std::unexpected(where + ": " + in_quotes(sides[s]) + ": " + bytes.error());
-      side_ids[s] = token_id(*bytes);
-      if (side_ids[s] < 0 || !produced[side_ids[s]]) {
-        return std::unexpected(where + ": unknown symbol " + in_quotes(sides[s]) +
-                               ": neither a byte nor the result of an earlier merge");
-      }
-    }
-    const std::string merged = id_to_bytes_[side_ids[0]] + id_to_bytes_[side_ids[1]];
-    const int merged_id = token_id(merged);
-    if (merged_id < 0) {
-      return std::unexpected(where + ": the merge's result " +
-                             in_quotes(bytes_to_alphabet(merged)) + " is not in " + enc_where);
-    }
-    if (produced[merged_id]) {
-      return std::unexpected(where + ": " + in_quotes(bytes_to_alphabet(merged)) +
-                             " is already a byte or an earlier merge's result");
-    }
-    produced[merged_id] = true;
-    merges_.emplace(pair_key(side_ids[0], side_ids[1]), Merge{rank++, merged_id});
+    if (auto ok = add_merge(sides->first, sides->second, where, enc_where, produced); !ok)
+      return ok;
   }
   return {};
 }
@@ -416,7 +296,7 @@ std::expected<std::vector<int>, std::string> BpeTokenizer::encode(std::string_vi
   std::vector<int> ids;
   ids.reserve(text.size() / 3 + 1);
   std::vector<int> piece_ids;
-  for (const std::string_view piece : bpe_pretokenize(text)) {
+  for (const std::string_view piece : pretokenizer_->split(text)) {
     const bool cacheable = piece.size() <= kCacheMaxPieceBytes;
     if (cacheable) {
       std::lock_guard lock(cache_mu_);

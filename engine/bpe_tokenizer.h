@@ -1,7 +1,7 @@
 // GPT-2's byte-level byte-pair encoding (BPE).
 //
 // How text becomes ids:
-//  1. Pre-tokenize: split the text into pieces (bpe_pretokenize below), so
+//  1. Pre-tokenize: split the text into pieces (bpe_pretokenizer.h), so
 //     merges never cross a word, number or punctuation boundary.
 //  2. Each piece starts as one symbol per byte. Every byte has a token, so any
 //     byte string encodes, including invalid UTF-8.
@@ -24,6 +24,12 @@
 //    files satisfy this; it is what lets encode() process merges with a
 //    priority queue and still match the reference one-rank-at-a-time loop.
 //
+// The same two tables, as Hugging Face names and writes them: vocab.json is
+// encoder.json, merges.txt is vocab.bpe. Its tokenizer.json holds both too,
+// as model.vocab and model.merges (each merge a "left right" string or, in
+// newer files, a ["left", "right"] pair), beside settings that must describe
+// GPT-2's byte-level BPE (see load_tokenizer_json).
+//
 // Special tokens such as <|endoftext|> (id 50256) are ordinary entries here:
 // decode() spells them out, and encode() never produces them from text.
 //
@@ -43,8 +49,10 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "engine/bpe_pretokenizer.h"
 #include "engine/tokenizer.h"
 
 namespace kvtier {
@@ -61,6 +69,19 @@ class BpeTokenizer final : public Tokenizer {
   static std::expected<std::unique_ptr<BpeTokenizer>, std::string> parse(
       std::string_view encoder_json_text, std::string_view encoder_name,
       std::string_view vocab_bpe_text, std::string_view vocab_bpe_name);
+
+  // Reads a Hugging Face tokenizer.json. Only GPT-2's byte-level BPE is
+  // accepted: model.type "BPE" with no subword prefix or suffix, a ByteLevel
+  // pre_tokenizer (use_regex true, add_prefix_space false), no normalizer, a
+  // ByteLevel decoder if any, and added_tokens that are model.vocab's own
+  // entries. Anything else is refused with an error naming the file and what
+  // it found (e.g. model.type "Unigram"); other errors as load's.
+  static std::expected<std::unique_ptr<BpeTokenizer>, std::string> load_tokenizer_json(
+      const std::filesystem::path& tokenizer_json);
+
+  // As load_tokenizer_json, from the file's contents; `name` stands for it in errors.
+  static std::expected<std::unique_ptr<BpeTokenizer>, std::string> parse_tokenizer_json(
+      std::string_view text, std::string_view name);
 
   // Never fails: byte-level BPE has a token for every byte.
   std::expected<std::vector<int>, std::string> encode(std::string_view text) const override;
@@ -86,6 +107,19 @@ class BpeTokenizer final : public Tokenizer {
   std::expected<void, std::string> read_merges(std::string_view vocab_bpe_text,
                                                std::string_view vocab_bpe_name,
                                                const std::string& enc_where);
+  // A "left right" merge line split at its one space; nullopt when it is not that.
+  static std::optional<std::pair<std::string_view, std::string_view>> merge_split(
+      std::string_view line);
+  // The tokens merges may use before the first merge: the 256 bytes', by id.
+  std::vector<bool> byte_tokens() const;
+  // Adds the merge of `left` and `right` (spelled in the byte alphabet) as the
+  // next rank, after checking both sides are in `produced` and the result is
+  // a new token of the vocabulary, which it then marks. `where` starts errors;
+  // `vocab_where` names the vocabulary.
+  std::expected<void, std::string> add_merge(std::string_view left, std::string_view right,
+                                             const std::string& where,
+                                             const std::string& vocab_where,
+                                             std::vector<bool>& produced);
   struct StringHash {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
@@ -102,10 +136,13 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   BpeTokenizer() = default;
+  // An empty tokenizer bound to the pre-tokenizer; fails where that does.
+  static std::expected<std::unique_ptr<BpeTokenizer>, std::string> create();
 
   // Runs the merges over one pre-tokenized piece and appends its token ids.
   void merge_piece(std::string_view piece, std::vector<int>& out) const;
 
+  const BpePretokenizer* pretokenizer_ = nullptr;  // the process's, never null once created
   std::vector<std::string> id_to_bytes_;
   IdByBytes id_by_bytes_;
   std::optional<int> end_of_text_;  // looked up once: the engine asks per token
@@ -120,34 +157,5 @@ class BpeTokenizer final : public Tokenizer {
   mutable std::mutex cache_mu_;
   mutable IdsByPiece cache_;  // GUARDED_BY(cache_mu_)
 };
-
-// The character classes GPT-2's pre-tokenizer distinguishes.
-enum class BpeCharClass { kLetter, kNumber, kSpace, kOther };
-
-// Approximates Unicode's \p{L} (letter), \p{N} (number) and \s (White_Space)
-// with a compact table; the pre-tokenizer needs nothing finer. Exact (checked
-// against Python's `regex` module, Unicode 16) for:
-//   * whitespace everywhere;
-//   * letters and numbers in U+0000..U+052F (ASCII, Latin-1, Latin Extended
-//     A/B, IPA, Greek, Cyrillic), Armenian, Hebrew, Arabic (U+0600..06FF),
-//     Thai, Georgian, Hangul, Latin Extended Additional, Greek Extended,
-//     U+2000..U+218F (superscripts, letterlike symbols, number forms),
-//     enclosed and dingbat numbers, CJK symbols, kana, bopomofo, CJK
-//     ideographs (all planes), CJK compatibility ideographs and fullwidth
-//     forms;
-//   * decimal digits (\p{Nd}) of every script.
-// Elsewhere letters and numbers count as kOther, so text in other scripts
-// (Devanagari letters, say) splits differently from GPT-2's own encoder:
-// the ids may differ, but decode(encode(s)) == s still holds.
-BpeCharClass bpe_char_classify(char32_t code_point);
-
-// Splits text the way GPT-2's pre-tokenizer regex
-//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// does: contractions, then an optional single space followed by a run of
-// letters, of numbers or of other characters, then whitespace runs (a run
-// followed by text gives up its last character, so " word" stays together).
-// Bytes that are not valid UTF-8 count as kOther, one byte at a time. The
-// pieces are views into `text` and concatenate back to it.
-std::vector<std::string_view> bpe_pretokenize(std::string_view text);
 
 }  // namespace kvtier

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 #include <system_error>
+#include <utility>
 
 namespace kvtier {
 namespace {
@@ -127,24 +128,35 @@ std::expected<std::filesystem::path, std::string> tokenizer_file(
   return model_dir / it->get<std::string>();
 }
 
+// The tokenizer files a model folder holds, when its config names none; kNone
+// when it holds none of the known sets (see model_config.h for the order).
+TokenizerSpec detect_tokenizer(const std::filesystem::path& model_dir) {
+  const auto exists = [&](const char* name) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(model_dir / name, ec);
+  };
+  TokenizerSpec spec;
+  for (const auto& [vocab, merges] :
+       {std::pair{"encoder.json", "vocab.bpe"}, std::pair{"vocab.json", "merges.txt"}}) {
+    if (exists(vocab) && exists(merges)) {
+      spec.type = TokenizerSpec::Type::kBpe;
+      spec.vocab = model_dir / vocab;
+      spec.merges = model_dir / merges;
+      return spec;
+    }
+  }
+  if (exists("tokenizer.json")) {
+    spec.type = TokenizerSpec::Type::kBpeTokenizerJson;
+    spec.vocab = model_dir / "tokenizer.json";
+  }
+  return spec;
+}
+
 std::expected<TokenizerSpec, std::string> parse_tokenizer(const json& root,
-                                                          const std::filesystem::path& model_dir,
-                                                          bool hf_dialect) {
+                                                          const std::filesystem::path& model_dir) {
   TokenizerSpec spec;
   auto it = root.find("tokenizer");
-  if (it == root.end() || it->is_null()) {
-    // A Hugging Face folder carries GPT-2's BPE files beside config.json.
-    std::error_code ec;
-    const auto encoder = model_dir / "encoder.json";
-    const auto merges = model_dir / "vocab.bpe";
-    if (hf_dialect && std::filesystem::is_regular_file(encoder, ec) &&
-        std::filesystem::is_regular_file(merges, ec)) {
-      spec.type = TokenizerSpec::Type::kBpe;
-      spec.vocab = encoder;
-      spec.merges = merges;
-    }
-    return spec;
-  }
+  if (it == root.end() || it->is_null()) return detect_tokenizer(model_dir);
   if (!it->is_object()) return Error("key \"tokenizer\" must be an object, got " + describe(*it));
   auto type = read_string(*it, "type");
   if (!type) return Error("key \"tokenizer.type\" must be a string");
@@ -210,7 +222,7 @@ std::expected<ModelConfig, std::string> parse_nanogpt(const json& root,
   auto eps = read_eps(root, "layer_norm_eps", 1e-5f);
   if (!eps) return Error(eps.error());
   c.layer_norm_eps = *eps;
-  auto tok = parse_tokenizer(root, model_dir, /*hf_dialect=*/false);
+  auto tok = parse_tokenizer(root, model_dir);
   if (!tok) return Error(tok.error());
   c.tokenizer = std::move(*tok);
   return c;
@@ -243,7 +255,7 @@ std::expected<ModelConfig, std::string> parse_hf(const json& root,
   auto eps = read_eps(root, "layer_norm_epsilon", 1e-5f);
   if (!eps) return Error(eps.error());
   c.layer_norm_eps = *eps;
-  auto tok = parse_tokenizer(root, model_dir, /*hf_dialect=*/true);
+  auto tok = parse_tokenizer(root, model_dir);
   if (!tok) return Error(tok.error());
   c.tokenizer = std::move(*tok);
   return c;

@@ -16,7 +16,14 @@
 // The optional "tokenizer" object names files relative to the model folder:
 //   {"type": "char", "vocab": "vocab.json"} or
 //   {"type": "bpe", "encoder": "encoder.json", "merges": "vocab.bpe"}.
-// A Hugging Face folder without it uses encoder.json + vocab.bpe when both exist.
+// It always wins. Without it, in either dialect, the folder's files decide, the
+// first of these that is there:
+//   encoder.json + vocab.bpe     (OpenAI's GPT-2 release)
+//   vocab.json + merges.txt      (Hugging Face's names for the same two formats)
+//   tokenizer.json               (Hugging Face's one-file form; Tokenizer::load
+//                                 accepts it only for GPT-2 byte-level BPE)
+// and none of them leaves the model without a tokenizer (kNone). A lone
+// vocab.json is not detected: nanoGPT's char vocabularies use that name too.
 #pragma once
 
 #include <expected>
@@ -30,9 +37,10 @@ namespace kvtier {
 enum class Gelu { kErf, kTanh };
 
 struct TokenizerSpec {
-  enum class Type { kNone, kChar, kBpe };
+  // kBpeTokenizerJson: GPT-2's BPE read from a Hugging Face tokenizer.json.
+  enum class Type { kNone, kChar, kBpe, kBpeTokenizerJson };
   Type type = Type::kNone;
-  std::filesystem::path vocab;   // char: the vocab file; bpe: encoder.json
+  std::filesystem::path vocab;   // char: the vocab file; bpe: encoder.json; tokenizer.json
   std::filesystem::path merges;  // bpe only: vocab.bpe
 };
 
@@ -61,8 +69,8 @@ struct ModelConfig {
   // Hugging Face configs must also describe plain GPT-2: n_inner null or
   // 4 * n_embd, tie_word_embeddings true if present, activation_function one of
   // gelu_new / gelu_pytorch_tanh (tanh) or gelu (erf). Unknown keys are ignored
-  // (training settings such as dropout). Tokenizer files are not opened here
-  // (for a Hugging Face folder, encoder.json and vocab.bpe are looked for).
+  // (training settings such as dropout). Tokenizer files are not opened here,
+  // only looked for when the config names none (see above).
   // Never throws.
   static std::expected<ModelConfig, std::string> parse(std::string_view json_text,
                                                        const std::filesystem::path& model_dir);

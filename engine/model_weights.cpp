@@ -164,24 +164,26 @@ class Problems {
   std::vector<std::string> missing_, unexpected_, other_;
 };
 
-// Checks dtype, shape and alignment of a tensor the config calls for; null on failure.
-const float* bind_tensor(const SafetensorsTensor& t, const std::string& name,
-                         const std::vector<std::uint64_t>& shape, kernels::WeightLayout layout,
-                         Problems& problems) {
-  if (t.dtype != "F32") {
-    problems.other("tensor '" + name + "': dtype " + t.dtype + ", only F32 is supported");
-    return nullptr;
+// Checks dtype and shape of a tensor the config calls for, and for F32 (which
+// is used in place) its alignment; false on failure.
+bool check_tensor(const SafetensorsTensor& t, const std::string& name,
+                  const std::vector<std::uint64_t>& shape, kernels::WeightLayout layout,
+                  Problems& problems) {
+  if (!safetensors_dtype_widens_to_f32(t.dtype)) {
+    problems.other("tensor '" + name + "': dtype " + t.dtype +
+                   ", only F32, F16 and BF16 are supported");
+    return false;
   }
   if (t.shape != shape) {
     problems.other("tensor '" + name + "': shape " + shape_string(t.shape) + ", expected " +
                    shape_string(shape) + " for weight_layout " + layout_name(layout));
-    return nullptr;
+    return false;
   }
-  if (reinterpret_cast<std::uintptr_t>(t.data) % alignof(float) != 0) {
+  if (t.dtype == "F32" && reinterpret_cast<std::uintptr_t>(t.data) % alignof(float) != 0) {
     problems.other("tensor '" + name + "': data is not 4-byte aligned in the file");
-    return nullptr;
+    return false;
   }
-  return reinterpret_cast<const float*>(t.data);
+  return true;
 }
 
 // The optional lm_head.weight must be wte itself: same dtype, shape and bytes.
@@ -283,6 +285,19 @@ constexpr std::size_t kChunkFloats = std::size_t{1} << 16;
 // Each tensor starts on a 64-byte boundary inside the buffer.
 constexpr std::size_t kAlignFloats = 64 / sizeof(float);
 
+// Floats a tensor of n elements takes in a buffer, padding included.
+std::size_t aligned_floats(std::size_t n) {
+  return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+}
+
+// A 64-byte aligned buffer of `floats` floats (at least one line), for
+// AlignedFree. Throws std::bad_alloc.
+float* aligned_buffer(std::size_t floats) {
+  void* p = std::aligned_alloc(64, std::max(floats, kAlignFloats) * sizeof(float));
+  if (p == nullptr) throw std::bad_alloc();
+  return static_cast<float*>(p);
+}
+
 std::uint64_t fnv1a(std::string_view text) {
   std::uint64_t h = 0xCBF29CE484222325ull;
   for (unsigned char ch : text) h = (h ^ ch) * 0x100000001B3ull;
@@ -325,8 +340,8 @@ struct AlignedFree {
 }  // namespace
 
 struct ModelWeights::Storage {
-  std::optional<SafetensorsFile> file;           // load(): the mapping
-  std::unique_ptr<float[], AlignedFree> buffer;  // random(): one 64-byte aligned block
+  std::optional<SafetensorsFile> file;           // load(): the mapping, when F32 tensors are used
+  std::unique_ptr<float[], AlignedFree> buffer;  // random(), or load()'s widened F16/BF16 tensors
 };
 
 ModelWeights::ModelWeights() : storage_(std::make_unique<Storage>()) {}
@@ -357,6 +372,15 @@ std::expected<ModelWeights, std::string> ModelWeights::load(
       param_specs(config, Slots{&w.wte_, &w.wpe_, &w.layers_, &w.ln_f_w_, &w.ln_f_b_});
   Problems problems;
   std::unordered_set<std::string> wanted;
+  // F32 tensors are used in place; F16 and BF16 ones are widened into one
+  // heap buffer, laid out as random() lays out its tensors.
+  struct Widen {
+    const ParamSpec* spec;
+    const SafetensorsTensor* tensor;
+    std::size_t offset;  // in floats, into the buffer
+  };
+  std::vector<Widen> to_widen;
+  std::size_t widened_floats = 0;
   for (const ParamSpec& spec : specs) {
     const std::string name = *prefix + spec.name;
     wanted.insert(name);
@@ -365,8 +389,14 @@ std::expected<ModelWeights, std::string> ModelWeights::load(
       problems.missing(name);
       continue;
     }
-    *spec.slot = bind_tensor(*t, name, spec.shape, config.weight_layout, problems);
-    w.parameter_bytes_ += t->bytes;
+    w.parameter_bytes_ += spec.elements() * sizeof(float);
+    if (!check_tensor(*t, name, spec.shape, config.weight_layout, problems)) continue;
+    if (t->dtype == "F32") {
+      *spec.slot = reinterpret_cast<const float*>(t->data);
+    } else {
+      to_widen.push_back({&spec, t, widened_floats});
+      widened_floats += aligned_floats(spec.elements());
+    }
   }
   for (const std::string& name : file->names()) {
     if (wanted.contains(name) || name == "lm_head.weight" ||
@@ -378,7 +408,18 @@ std::expected<ModelWeights, std::string> ModelWeights::load(
   check_lm_head(*file, file->find(*prefix + "wte.weight"), problems);
   if (!problems.empty()) return fail(problems.message());
 
-  w.storage_->file.emplace(std::move(*file));
+  if (!to_widen.empty()) {
+    float* buffer = aligned_buffer(widened_floats);
+    w.storage_->buffer.reset(buffer);
+    const auto n_widen = static_cast<std::int64_t>(to_widen.size());
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t i = 0; i < n_widen; ++i) {
+      safetensors_to_f32(*to_widen[i].tensor, buffer + to_widen[i].offset);
+    }
+    for (const Widen& t : to_widen) *t.spec->slot = buffer + t.offset;
+  }
+  // A file with no F32 tensor is not read again: unmap it.
+  if (to_widen.size() < specs.size()) w.storage_->file.emplace(std::move(*file));
   return w;
 }
 
@@ -396,12 +437,10 @@ ModelWeights ModelWeights::random(const ModelConfig& config, std::uint64_t seed)
     for (std::size_t begin = 0; begin < n; begin += kChunkFloats) {
       chunks.push_back({t, begin, std::min(kChunkFloats, n - begin)});
     }
-    total += (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+    total += aligned_floats(n);
     w.parameter_bytes_ += n * sizeof(float);
   }
-  float* buffer =
-      static_cast<float*>(std::aligned_alloc(64, std::max<std::size_t>(total, kAlignFloats) * 4));
-  if (buffer == nullptr) throw std::bad_alloc();
+  float* buffer = aligned_buffer(total);
   w.storage_->buffer.reset(buffer);
 
   const auto n_chunks = static_cast<std::int64_t>(chunks.size());

@@ -1,5 +1,6 @@
-// The parameters of a GPT-2 model, as read-only pointers into storage the
-// ModelWeights object owns: a memory-mapped safetensors file (never copied),
+// The parameters of a GPT-2 model, as read-only fp32 pointers into storage the
+// ModelWeights object owns: a memory-mapped safetensors file (F32 tensors,
+// never copied), a heap buffer of F16/BF16 tensors widened to fp32 at load,
 // or a heap buffer of seeded random values for speed work.
 //
 // Shapes (C = n_embd, V = vocab_size, T = block_size, L = n_layer). Linear
@@ -45,7 +46,9 @@ class ModelWeights {
   // (h.0.attn.c_attn.weight, with or without the "transformer." prefix; the
   // attn.bias / attn.masked_bias mask buffers are ignored). Errors name the
   // problem: bad or truncated header, missing or unexpected tensor, wrong
-  // shape or dtype (only F32), misaligned or out-of-file data, an lm_head.weight
+  // shape or dtype (F32, F16 or BF16; the half-precision ones are widened
+  // exactly to fp32 in memory, so they take twice their file size in RAM),
+  // misaligned F32 or out-of-file data, an lm_head.weight
   // that differs from wte, and a config with n_kv_head != n_head (GPT-2's fused
   // c_attn is 3C wide). The error lists every missing, unexpected and wrong
   // tensor (up to 8 of each), not just the first. Which names are used comes

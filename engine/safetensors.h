@@ -75,4 +75,18 @@ class SafetensorsFile {
 // Bytes per element of a safetensors dtype string; 0 for an unknown one.
 std::size_t safetensors_dtype_size(std::string_view dtype);
 
+// The floating-point dtypes safetensors_to_f32 widens exactly: F32, F16, BF16.
+bool safetensors_dtype_widens_to_f32(std::string_view dtype);
+
+// Writes the tensor's elements to out[0, t.elements()) as fp32, exactly:
+// F32 is copied, F16 converted with its subnormals, infinities and NaN
+// payloads kept, BF16 (the top half of an fp32) shifted into place. Reads the
+// little-endian bytes wherever they lie, aligned or not.
+// REQUIRES: safetensors_dtype_widens_to_f32(t.dtype); out holds t.elements() floats.
+void safetensors_to_f32(const SafetensorsTensor& t, float* out);
+
+// One element of each half-precision format, bits as stored.
+float f16_to_f32(std::uint16_t bits);
+float bf16_to_f32(std::uint16_t bits);
+
 }  // namespace kvtier

@@ -24,12 +24,18 @@ std::expected<std::unique_ptr<Tokenizer>, std::string> Tokenizer::load(const Tok
       if (!tok) return std::unexpected(std::move(tok.error()));
       return std::unique_ptr<Tokenizer>(std::move(*tok));
     }
+    case TokenizerSpec::Type::kBpeTokenizerJson: {
+      auto tok = BpeTokenizer::load_tokenizer_json(spec.vocab);
+      if (!tok) return std::unexpected(std::move(tok.error()));
+      return std::unique_ptr<Tokenizer>(std::move(*tok));
+    }
     case TokenizerSpec::Type::kNone:
       break;
   }
   return std::unexpected(
-      "the model config names no tokenizer (add \"tokenizer\": {\"type\": \"char\" | \"bpe\", "
-      "...})");
+      "the model has no tokenizer: its folder holds none of encoder.json + vocab.bpe, "
+      "vocab.json + merges.txt or tokenizer.json, and its config names none (add "
+      "\"tokenizer\": {\"type\": \"char\" | \"bpe\", ...})");
 }
 
 namespace tokenizer_detail {

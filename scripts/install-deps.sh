@@ -7,7 +7,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git clang-format
   liburing-dev librocksdb-dev libboost-dev libcli11-dev nlohmann-json3-dev
-  libxxhash-dev libtomlplusplus-dev libssl-dev libhiredis-dev libsystemd-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libxxhash-dev libtomlplusplus-dev libpcre2-dev libssl-dev libhiredis-dev libsystemd-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev fio gnuplot-nox redis-server redis-tools curl prometheus nodejs
 )
 

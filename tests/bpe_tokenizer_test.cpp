@@ -4,11 +4,15 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/bpe_pretokenizer.h"
+#include "engine/model_config.h"
 #include "engine/tokenizer.h"
 #include "tests/test_util.h"
 
@@ -95,6 +99,41 @@ TEST_F(BpeTokenizerTest, MatchesReferenceEncoder) {
        {220, 220, 220,   329, 357, 600,  1312, 796,   657,  26, 1312, 1279,
         299, 26,  19969, 72,  8,   1391, 2124, 15853, 1312, 26, 1782}},
       {"!!!???... ---   ***", {10185, 28358, 986, 11420, 220, 220, 17202}},
+      // Scripts, digits and marks beyond Latin, Greek and Cyrillic. These ids come
+      // from OpenAI's encoder.py algorithm (bytes_to_unicode, bpe, encode) run with
+      // Debian's python3-regex (regex 2022.10.31) over the same encoder.json and
+      // vocab.bpe; see SplitsLikeGpt2sRegex for the pieces.
+      {"नमस्ते दुनिया", {11976, 101, 11976, 106, 11976, 116, 24231, 235, 11976, 97,  24231, 229,
+                      28225, 99,  24231, 223, 11976, 101, 11976, 123, 11976, 107, 48077}},
+      {"१२३ और 456", {24231, 100, 24231, 101, 24231, 102, 28225, 242, 11976, 108, 604, 3980}},
+      {"สวัสดีชาวโลก ๑๒๓",
+       {19567, 103,   19567, 100,   19567, 109,   19567, 103,   19567, 242,   19567,
+        113,   19567, 232,   19567, 110,   19567, 100,   31479, 224,   19567, 98,
+        19567, 223,   220,   31479, 239,   31479, 240,   31479, 241}},
+      {"გამარჯობა მსოფლიო",
+       {157, 225, 240, 157, 225, 238, 157, 225, 249, 157, 225, 238,   157, 225, 254, 157,
+        225, 107, 157, 225, 251, 157, 225, 239, 157, 225, 238, 28053, 225, 249, 157, 225,
+        94,  157, 225, 251, 157, 225, 97,  157, 225, 248, 157, 225,   246, 157, 225, 251}},
+      {"你好，世界！2024年",
+       {19526, 254, 25001, 121, 171, 120, 234, 10310, 244, 45911, 234, 171, 120, 223, 1238, 1731,
+        33176, 112}},
+      {"العدد ١٢٣ والرقم 456",
+       {23525, 44690, 38843, 38843, 18923, 94, 149, 95, 149, 96, 42092, 23525, 26897, 149, 224,
+        25405, 604, 3980}},
+      {"e\u0301te\u0301 n\u0303o", {68, 136, 223, 660, 136, 223, 299, 136, 225, 78}},
+      {"👩\u200d👩\u200d👧 ok 🇫🇷!",
+       {41840, 102, 447, 235, 41840, 102, 447, 235, 41840, 100, 12876, 12520, 229, 104, 8582, 229,
+        115, 0}},
+      {"বাংলা ৭৮৯, தமிழ், ሰላም, សួស្តី",
+       {48071, 105, 48071, 122, 48071, 224, 48071, 110, 48071, 122, 220,   156, 100, 255,
+        156,   100, 106,   156, 100,   107, 11,    220, 156,   106, 97,    156, 106, 106,
+        156,   106, 123,   156, 106,   112, 156,   107, 235,   11,  28053, 230, 108, 157,
+        230,   233, 157,   230, 251,   11,  28053, 252, 253,   157, 252,   121, 157, 252,
+        253,   157, 253,   240, 157,   252, 237,   157, 252,   116}},
+      {"x²³ ½ Ⅻ ⅷ", {87, 31185, 126, 111, 25208, 2343, 227, 104, 2343, 227, 115}},
+      {"a\u180eb\u0085c\u00a0d\u2003 e\x1c"
+       "f",
+       {64, 157, 254, 236, 65, 126, 227, 66, 1849, 67, 447, 225, 304, 216, 69}},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(encode(c.text), c.ids) << "text: " << c.text;
@@ -216,6 +255,15 @@ TEST_F(BpeTokenizerTest, Encodes100KBOfFreshWords) {
   EXPECT_EQ(tok_->decode(ids), text);
 }
 
+// The pieces GPT-2's regex makes of each text.
+std::vector<std::string_view> pretokenize(std::string_view text) {
+  auto pretokenizer = BpePretokenizer::get();
+  EXPECT_TRUE(pretokenizer.has_value()) << pretokenizer.error();
+  return pretokenizer ? (*pretokenizer)->split(text) : std::vector<std::string_view>{};
+}
+
+// Expected pieces are regex.findall(pattern, text) with GPT-2's pattern (see
+// bpe_pretokenizer.h), run with Debian's python3-regex (regex 2022.10.31).
 TEST(BpePretokenizeTest, SplitsLikeGpt2sRegex) {
   struct Case {
     std::string text;
@@ -233,50 +281,91 @@ TEST(BpePretokenizeTest, SplitsLikeGpt2sRegex) {
       {" é日本 ²½", {" é日本", " ²½"}},
       {"a\u3000b", {"a", "\u3000", "b"}},
       {"😀😀 x", {"😀😀", " x"}},
-      {"\xff\xfe"
-       "a",
-       {"\xff\xfe", "a"}},  // invalid bytes join punctuation runs
+      // Letters, digits and combining marks (\p{M}: neither letter nor number)
+      // of scripts across Unicode.
+      {"नमस्ते दुनिया", {"नमस", "्", "त", "े", " द", "ु", "न", "ि", "य", "ा"}},
+      {"१२३ और 456", {"१२३", " और", " 456"}},
+      {"สวัสดีชาวโลก ๑๒๓", {"สว", "ั", "สด", "ี", "ชาวโลก", " ๑๒๓"}},
+      {"გამარჯობა მსოფლიო", {"გამარჯობა", " მსოფლიო"}},
+      {"你好，世界！2024年", {"你好", "，", "世界", "！", "2024", "年"}},
+      {"العدد ١٢٣ والرقم 456", {"العدد", " ١٢٣", " والرقم", " 456"}},
+      {"e\u0301te\u0301 n\u0303o", {"e", "\u0301", "te", "\u0301", " n", "\u0303", "o"}},
+      {"👩\u200d👩\u200d👧 ok 🇫🇷!", {"👩\u200d👩\u200d👧", " ok", " 🇫🇷!"}},
+      {"বাংলা ৭৮৯, தமிழ், ሰላም, សួស្តី",
+       {"ব", "াং", "ল", "া", " ৭৮৯", ",", " தம", "ி", "ழ", "்,", " ሰላም", ",", " ស", "ួ", "ស", "្", "ត",
+        "ី"}},
+      {"x²³ ½ Ⅻ ⅷ", {"x", "²³", " ½", " Ⅻ", " ⅷ"}},
+      // White_Space exactly: U+180E stopped being a space in Unicode 6.3, U+001C
+      // never was one; NEL, NBSP and EM SPACE are.
+      {"a\u180eb\u0085c\u00a0d\u2003 e\x1c"
+       "f",
+       {"a", "\u180e", "b", "\u0085", "c", "\u00a0", "d", "\u2003", " e", "\x1c", "f"}},
   };
   for (const Case& c : cases) {
-    EXPECT_EQ(bpe_pretokenize(c.text), c.pieces) << "text: " << c.text;
+    EXPECT_EQ(pretokenize(c.text), c.pieces) << "text: " << c.text;
+  }
+}
+
+// Python's strings cannot hold invalid UTF-8, so these have no reference: each
+// run of invalid bytes is a piece of its own and the text around it splits as
+// if they were not there.
+TEST(BpePretokenizeTest, InvalidUtf8BytesArePiecesOfTheirOwn) {
+  struct Case {
+    std::string text;
+    std::vector<std::string_view> pieces;
+  };
+  const Case cases[] = {
+      {"\xff\xfe"
+       "a",
+       {"\xff\xfe", "a"}},
+      {" \xff"
+       "x",
+       {" ", "\xff", "x"}},
+      {"ab\xc3", {"ab", "\xc3"}},                // truncated sequence
+      {"\xc3(", {"\xc3", "("}},                  // bad continuation
+      {"\xed\xa0\x80!", {"\xed\xa0\x80", "!"}},  // a surrogate
+      {"\xc0\xaf"
+       "b\x80",
+       {"\xc0\xaf", "b", "\x80"}},  // overlong '/', then a stray continuation byte
+      {"  \xff", {"  ", "\xff"}},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(pretokenize(c.text), c.pieces) << "text: " << c.text;
+  }
+  // And every byte still has its token: the ids decode back to the bytes.
+  auto tok = BpeTokenizer::load(kModelDir / "encoder.json", kModelDir / "vocab.bpe");
+  ASSERT_TRUE(tok.has_value()) << tok.error();
+  for (const Case& c : cases) {
+    auto ids = (*tok)->encode(c.text);
+    ASSERT_TRUE(ids.has_value());
+    EXPECT_EQ((*tok)->decode(*ids), c.text);
   }
 }
 
 TEST(BpePretokenizeTest, PiecesConcatenateToTheText) {
   const std::string text = "  mixed: 12ab 'll\t\n\n x😀é\xc3  \u00a0 end  ";
   std::string joined;
-  for (const std::string_view piece : bpe_pretokenize(text)) {
+  for (const std::string_view piece : pretokenize(text)) {
     EXPECT_FALSE(piece.empty());
     joined += piece;
   }
   EXPECT_EQ(joined, text);
 }
 
-TEST(BpeCharClassifyTest, ClassifiesTheCoveredScripts) {
-  EXPECT_EQ(bpe_char_classify(U'a'), BpeCharClass::kLetter);
-  EXPECT_EQ(bpe_char_classify(U'Z'), BpeCharClass::kLetter);
-  EXPECT_EQ(bpe_char_classify(U'é'), BpeCharClass::kLetter);
-  EXPECT_EQ(bpe_char_classify(U'ª'), BpeCharClass::kLetter);  // U+00AA, Lo
-  EXPECT_EQ(bpe_char_classify(U'Ж'), BpeCharClass::kLetter);
-  EXPECT_EQ(bpe_char_classify(U'λ'), BpeCharClass::kLetter);
-  EXPECT_EQ(bpe_char_classify(U'日'), BpeCharClass::kLetter);
-  EXPECT_EQ(bpe_char_classify(U'カ'), BpeCharClass::kLetter);
-  EXPECT_EQ(bpe_char_classify(U'한'), BpeCharClass::kLetter);
-  EXPECT_EQ(bpe_char_classify(U'7'), BpeCharClass::kNumber);
-  EXPECT_EQ(bpe_char_classify(U'²'), BpeCharClass::kNumber);  // U+00B2, No
-  EXPECT_EQ(bpe_char_classify(U'٣'), BpeCharClass::kNumber);  // Arabic-Indic three
-  EXPECT_EQ(bpe_char_classify(U'३'), BpeCharClass::kNumber);  // Devanagari three
-  EXPECT_EQ(bpe_char_classify(U'Ⅻ'), BpeCharClass::kNumber);  // U+216B, Nl
-  EXPECT_EQ(bpe_char_classify(U' '), BpeCharClass::kSpace);
-  EXPECT_EQ(bpe_char_classify(U'\n'), BpeCharClass::kSpace);
-  EXPECT_EQ(bpe_char_classify(0x00A0), BpeCharClass::kSpace);
-  EXPECT_EQ(bpe_char_classify(0x0085), BpeCharClass::kSpace);
-  EXPECT_EQ(bpe_char_classify(0x3000), BpeCharClass::kSpace);
-  EXPECT_EQ(bpe_char_classify(0x001C), BpeCharClass::kOther);  // not White_Space
-  EXPECT_EQ(bpe_char_classify(U'\''), BpeCharClass::kOther);
-  EXPECT_EQ(bpe_char_classify(U'×'), BpeCharClass::kOther);    // U+00D7, Sm
-  EXPECT_EQ(bpe_char_classify(0x0301), BpeCharClass::kOther);  // combining acute, Mn
-  EXPECT_EQ(bpe_char_classify(U'😀'), BpeCharClass::kOther);
+// Each call has its own match state; the compiled pattern is shared.
+TEST(BpePretokenizeTest, ConcurrentSplitsAgree) {
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "नमस्ते " + std::to_string(i) + " world, 你好！\xff ";
+  const std::vector<std::string_view> expected = pretokenize(text);
+  std::vector<std::vector<std::string_view>> results(4);
+  std::vector<std::thread> threads;
+  for (auto& result : results) {
+    threads.emplace_back([&text, &result] {
+      for (int round = 0; round < 20; ++round) result = pretokenize(text);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& result : results) EXPECT_EQ(result, expected);
 }
 
 // Loading errors. These use GPT-2's real encoder.json with a small vocab.bpe,
@@ -311,6 +400,124 @@ TEST_F(BpeLoadTest, LoadsThroughTokenizerLoad) {
   auto tok = Tokenizer::load(spec);
   ASSERT_TRUE(tok.has_value()) << tok.error();
   EXPECT_EQ((*tok)->vocab_size(), 50257);
+}
+
+// Hugging Face's names for OpenAI's two files, found beside a config that names no
+// tokenizer, and its one-file tokenizer.json, in both ways of writing merges.
+class BpeHuggingFaceFilesTest : public BpeLoadTest {
+ protected:
+  static std::string gpt2_merges() {
+    std::ifstream in(kModelDir / "vocab.bpe", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  // GPT-2's tokenizer.json as the tokenizers library writes it (settings trimmed
+  // to the ones that matter), built from encoder.json and vocab.bpe.
+  static nlohmann::json gpt2_tokenizer_json(bool merges_as_pairs) {
+    nlohmann::json merges = nlohmann::json::array();
+    std::istringstream lines(gpt2_merges());
+    std::string line;
+    std::getline(lines, line);  // #version
+    while (std::getline(lines, line)) {
+      if (line.empty()) continue;
+      const std::size_t space = line.find(' ');
+      if (merges_as_pairs) {
+        merges.push_back({line.substr(0, space), line.substr(space + 1)});
+      } else {
+        merges.push_back(line);
+      }
+    }
+    const nlohmann::json byte_level = {{"type", "ByteLevel"},
+                                       {"add_prefix_space", false},
+                                       {"trim_offsets", true},
+                                       {"use_regex", true}};
+    return {{"version", "1.0"},
+            {"added_tokens", {{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}}},
+            {"normalizer", nullptr},
+            {"pre_tokenizer", byte_level},
+            {"post_processor", byte_level},
+            {"decoder", byte_level},
+            {"model",
+             {{"type", "BPE"},
+              {"dropout", nullptr},
+              {"unk_token", nullptr},
+              {"continuing_subword_prefix", ""},
+              {"end_of_word_suffix", ""},
+              {"fuse_unk", false},
+              {"vocab", nlohmann::json::parse(gpt2_encoder())},
+              {"merges", merges}}}};
+  }
+  // Loads the tokenizer a Hugging Face config finds in dir_, and checks it
+  // encodes like GPT-2's own files.
+  void expect_gpt2_from_folder() {
+    dir_.write("config.json", R"({"model_type": "gpt2", "n_layer": 1, "n_head": 1,
+                                  "n_embd": 8, "vocab_size": 50257, "n_positions": 8})");
+    auto config = ModelConfig::load(dir_.path() / "config.json");
+    ASSERT_TRUE(config.has_value()) << config.error();
+    auto tok = Tokenizer::load(config->tokenizer);
+    ASSERT_TRUE(tok.has_value()) << tok.error();
+    auto reference = BpeTokenizer::load(kModelDir / "encoder.json", kModelDir / "vocab.bpe");
+    ASSERT_TRUE(reference.has_value()) << reference.error();
+    EXPECT_EQ((*tok)->vocab_size(), 50257);
+    EXPECT_EQ((*tok)->end_of_text(), 50256);
+    const std::string text = "Hugging Face's GPT-2 folder, 1234 times: naïve 日本語 😀";
+    EXPECT_EQ((*tok)->encode(text), (*reference)->encode(text));
+  }
+};
+
+TEST_F(BpeHuggingFaceFilesTest, ReadsVocabJsonAndMergesTxt) {
+  dir_.write("vocab.json", gpt2_encoder());
+  dir_.write("merges.txt", gpt2_merges());
+  expect_gpt2_from_folder();
+}
+
+TEST_F(BpeHuggingFaceFilesTest, ReadsTokenizerJsonWithStringMerges) {
+  dir_.write("tokenizer.json", gpt2_tokenizer_json(/*merges_as_pairs=*/false).dump());
+  expect_gpt2_from_folder();
+}
+
+TEST_F(BpeHuggingFaceFilesTest, ReadsTokenizerJsonWithPairMerges) {
+  dir_.write("tokenizer.json", gpt2_tokenizer_json(/*merges_as_pairs=*/true).dump());
+  expect_gpt2_from_folder();
+}
+
+TEST_F(BpeHuggingFaceFilesTest, RefusesTokenizerJsonThatIsNotGpt2ByteLevel) {
+  struct Case {
+    std::string pointer;  // a JSON pointer into GPT-2's tokenizer.json
+    nlohmann::json value;
+    std::string expected;  // a substring of the error
+  };
+  const Case cases[] = {
+      {"/model/type", "Unigram", "model.type is \"Unigram\" (expected \"BPE\")"},
+      {"/model/continuing_subword_prefix", "##", "model.continuing_subword_prefix is \"##\""},
+      {"/normalizer", {{"type", "NFC"}}, "normalizer is \"NFC\""},
+      {"/pre_tokenizer", {{"type", "Metaspace"}}, "pre_tokenizer is \"Metaspace\""},
+      {"/pre_tokenizer",
+       {{"type", "Sequence"}, {"pretokenizers", nlohmann::json::array()}},
+       "pre_tokenizer is \"Sequence\" (expected \"ByteLevel\")"},
+      {"/pre_tokenizer/add_prefix_space", true, "pre_tokenizer.add_prefix_space is true"},
+      {"/pre_tokenizer/use_regex", false, "pre_tokenizer.use_regex is false"},
+      {"/decoder", {{"type", "WordPiece"}}, "decoder is \"WordPiece\""},
+      {"/model/merges/1", 7, "model.merges[1]: expected \"left right\" or [\"left\", \"right\"]"},
+      {"/model/merges/1", "Ġa", "model.merges[1]: expected"},
+      {"/model/merges/2", {"Ġ", "x", "y"}, "model.merges[2]: expected"},
+      {"/model/merges/0", "Ġt he", "model.merges[0]: unknown symbol \"Ġt\""},
+      {"/added_tokens/0/id", 7, "added token \"<|endoftext|>\" (id 7) is not model.vocab's"},
+      {"/model/vocab", nlohmann::json::array(), "model.vocab must be a non-empty object"},
+  };
+  nlohmann::json gpt2 = gpt2_tokenizer_json(/*merges_as_pairs=*/false);
+  for (const Case& c : cases) {
+    nlohmann::json doc = gpt2;
+    doc[nlohmann::json::json_pointer(c.pointer)] = c.value;
+    const fs::path path = dir_.write("tokenizer.json", doc.dump());
+    auto tok = BpeTokenizer::load_tokenizer_json(path);
+    ASSERT_FALSE(tok.has_value()) << c.pointer;
+    EXPECT_TRUE(contains(tok.error(), path.string())) << c.pointer;
+    EXPECT_TRUE(contains(tok.error(), c.expected)) << c.pointer;
+  }
+  const fs::path path = dir_.write("tokenizer.json", "{\"model\": ");
+  auto tok = BpeTokenizer::load_tokenizer_json(path);
+  ASSERT_FALSE(tok.has_value());
+  EXPECT_TRUE(contains(tok.error(), path.string() + ": invalid JSON"));
 }
 
 TEST_F(BpeLoadTest, MissingFilesAreNamed) {

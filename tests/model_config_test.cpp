@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -152,6 +153,69 @@ TEST(ModelConfigTest, HuggingFaceFindsBpeFilesBesideConfig) {
   EXPECT_EQ(with->tokenizer.type, TokenizerSpec::Type::kBpe);
   EXPECT_EQ(with->tokenizer.vocab, dir.path() / "encoder.json");
   EXPECT_EQ(with->tokenizer.merges, dir.path() / "vocab.bpe");
+}
+
+// Each set of files a folder may hold, alone, in both dialects.
+TEST(ModelConfigTest, DetectsEachTokenizerLayoutInBothDialects) {
+  struct Layout {
+    std::vector<std::string> files;
+    TokenizerSpec::Type type;
+    std::string vocab, merges;  // expected file names; empty: none
+  };
+  const Layout layouts[] = {
+      {{"encoder.json", "vocab.bpe"}, TokenizerSpec::Type::kBpe, "encoder.json", "vocab.bpe"},
+      {{"vocab.json", "merges.txt"}, TokenizerSpec::Type::kBpe, "vocab.json", "merges.txt"},
+      {{"tokenizer.json"}, TokenizerSpec::Type::kBpeTokenizerJson, "tokenizer.json", ""},
+      // A lone vocab.json may be a char vocabulary: nothing is guessed.
+      {{"vocab.json"}, TokenizerSpec::Type::kNone, "", ""},
+      {{"merges.txt"}, TokenizerSpec::Type::kNone, "", ""},
+  };
+  for (const json& config : {nanogpt_json(), hf_json()}) {
+    for (const Layout& layout : layouts) {
+      TempDir dir;
+      for (const std::string& file : layout.files) dir.write(file, "{}");
+      SCOPED_TRACE(config.dump() + " with " + json(layout.files).dump());
+      auto c = parse(config, dir.path());
+      ASSERT_TRUE(c.has_value()) << c.error();
+      EXPECT_EQ(c->tokenizer.type, layout.type);
+      EXPECT_EQ(c->tokenizer.vocab, layout.vocab.empty() ? fs::path() : dir.path() / layout.vocab);
+      EXPECT_EQ(c->tokenizer.merges,
+                layout.merges.empty() ? fs::path() : dir.path() / layout.merges);
+    }
+  }
+}
+
+TEST(ModelConfigTest, DetectionPrefersOpenAiNamesThenPairsThenTokenizerJson) {
+  TempDir dir;
+  for (const char* file : {"tokenizer.json", "vocab.json", "merges.txt"}) dir.write(file, "{}");
+  auto c = parse(hf_json(), dir.path());
+  ASSERT_TRUE(c.has_value()) << c.error();
+  EXPECT_EQ(c->tokenizer.type, TokenizerSpec::Type::kBpe);
+  EXPECT_EQ(c->tokenizer.vocab, dir.path() / "vocab.json");
+
+  for (const char* file : {"encoder.json", "vocab.bpe"}) dir.write(file, "{}");
+  c = parse(hf_json(), dir.path());
+  ASSERT_TRUE(c.has_value()) << c.error();
+  EXPECT_EQ(c->tokenizer.vocab, dir.path() / "encoder.json");
+  EXPECT_EQ(c->tokenizer.merges, dir.path() / "vocab.bpe");
+}
+
+// models/fortunes-char keeps a char vocab.json; its config's entry must win
+// over any BPE files that happen to sit beside it.
+TEST(ModelConfigTest, AnExplicitTokenizerAlwaysWins) {
+  TempDir dir;
+  for (const char* file : {"vocab.json", "merges.txt", "tokenizer.json"}) dir.write(file, "{}");
+  json j = nanogpt_json();
+  j["tokenizer"] = {{"type", "char"}, {"vocab", "vocab.json"}};
+  auto c = parse(j, dir.path());
+  ASSERT_TRUE(c.has_value()) << c.error();
+  EXPECT_EQ(c->tokenizer.type, TokenizerSpec::Type::kChar);
+  EXPECT_EQ(c->tokenizer.vocab, dir.path() / "vocab.json");
+
+  auto bundled =
+      ModelConfig::load(fs::path(KVTIER_SOURCE_DIR) / "models" / "fortunes-char" / "config.json");
+  ASSERT_TRUE(bundled.has_value()) << bundled.error();
+  EXPECT_EQ(bundled->tokenizer.type, TokenizerSpec::Type::kChar);
 }
 
 TEST(ModelConfigTest, RejectsNonJsonAndNonObjects) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -11,9 +12,14 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "engine/generator.h"
 #include "engine/model.h"
+#include "engine/safetensors.h"
+#include "engine/sequence_kv.h"
 #include "tests/smaps.h"
 #include "tests/test_util.h"
 
@@ -316,18 +322,74 @@ TEST(ModelWeightsTest, RejectsBiasesWhenConfigHasNone) {
                     {"missing tensors:", "'transformer.h.0.attn.c_attn.bias'"});
 }
 
-TEST(ModelWeightsTest, RejectsNonF32Tensors) {
+TEST(ModelWeightsTest, RejectsNonFloatTensors) {
   const ModelConfig c = tiny_config(WeightLayout::kOutIn, true);
   auto tensors = model_tensors(c, "transformer.");
   Tensor* ln = find(tensors, "transformer.h.0.ln_1.weight");
-  ln->dtype = "F16";
-  ln->data.resize(16);
+  ln->dtype = "F64";
+  ln->data.resize(64);
   Tensor* wpe = find(tensors, "transformer.wpe.weight");
   wpe->dtype = "I64";
   wpe->data.resize(5 * 8 * 8);
   expect_load_error(c, tensors,
-                    {"tensor 'transformer.h.0.ln_1.weight': dtype F16, only F32 is supported",
+                    {"tensor 'transformer.h.0.ln_1.weight': dtype F64, only F32, F16 and BF16 "
+                     "are supported",
                      "tensor 'transformer.wpe.weight': dtype I64"});
+}
+
+// F16 and BF16 tensors, alone or beside F32 ones, are widened to fp32 in a
+// buffer of their own: exactly, whatever the alignment in the file.
+TEST(ModelWeightsTest, LoadsF16AndBf16TensorsWidenedToF32) {
+  const ModelConfig c = tiny_config(WeightLayout::kInOut, true);
+  for (const std::string mix : {"F16", "BF16", "mixed"}) {
+    SCOPED_TRACE(mix);
+    std::vector<Tensor> tensors = model_tensors(c, "");
+    std::vector<std::vector<float>> expected;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      Tensor& t = tensors[i];
+      const std::uint64_t n = product(t.shape);
+      const std::string dtype = mix != "mixed" ? mix
+                                : i % 3 == 0   ? "F32"
+                                : i % 3 == 1   ? "F16"
+                                               : "BF16";
+      std::vector<float> values(n);
+      std::vector<std::uint16_t> bits(n);
+      for (std::uint64_t j = 0; j < n; ++j) {  // j < 1024: it fits every mantissa
+        if (dtype == "F16") {
+          // Exponent field 4 + i % 16, mantissa j: (1 + j / 1024) * 2^(i % 16 - 11).
+          bits[j] = static_cast<std::uint16_t>(((4 + i % 16) << 10) | j);
+          values[j] = std::ldexp(1.0f + float(j) / 1024.0f, int(i % 16) - 11);
+        } else if (dtype == "BF16") {
+          bits[j] = static_cast<std::uint16_t>(0xC000 + i * 256 + j);  // negative, finite
+          values[j] = std::bit_cast<float>(std::uint32_t{bits[j]} << 16);
+        } else {
+          values[j] = float(i * 1000 + j);
+        }
+      }
+      t.dtype = dtype;
+      t.data = dtype == "F32" ? test_util::as_bytes(values) : test_util::as_bytes(bits);
+      expected.push_back(values);
+    }
+    // Half-precision data is read wherever it lies; F32 data is used in place,
+    // so a file with F32 tensors keeps them aligned.
+    TempDir dir;
+    const fs::path path = write_safetensors(dir.path() / "model.safetensors", tensors,
+                                            {.misalign = mix == "mixed" ? 0u : 2u});
+    auto w = ModelWeights::load(c, path);
+    ASSERT_TRUE(w.has_value()) << w.error();
+    EXPECT_EQ(w->parameter_bytes(), ModelWeights::random(c, 0).parameter_bytes());
+    const auto pointers = bound_pointers(*w, c);
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      SCOPED_TRACE(tensors[i].name);
+      const float* ptr = nullptr;
+      for (const auto& [name, p] : pointers) {
+        if (name == tensors[i].name) ptr = p;
+      }
+      ASSERT_NE(ptr, nullptr);
+      EXPECT_EQ(std::memcmp(ptr, expected[i].data(), expected[i].size() * sizeof(float)), 0);
+      EXPECT_EQ(in_file_mapping(ptr, path), tensors[i].dtype == "F32");
+    }
+  }
 }
 
 TEST(ModelWeightsTest, RejectsWrongShapes) {
@@ -484,6 +546,94 @@ TEST(ModelWeightsTest, RandomGpt2_124m) {
   const float last = w.wte()[std::size_t(c.vocab_size) * c.n_embd - 1];
   EXPECT_LT(std::abs(last), 0.2f);
   EXPECT_NE(last, 0.0f);
+}
+
+// fp32 bits rounded to the nearest BF16 (ties to even), as that BF16's bits.
+// The weights are finite, so no NaN needs care.
+std::uint16_t round_to_bf16(float x) {
+  const auto bits = std::bit_cast<std::uint32_t>(x);
+  return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// The F16 nearest to x (ties away from zero) and its bits, from the format's
+// fields: 1 sign, 5 exponent (bias 15), 10 mantissa bits. REQUIRES: |x| < 65504.
+std::pair<std::uint16_t, float> round_to_f16(float x) {
+  const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double a = std::abs(double(x));
+  if (a < 0x1p-14) {  // subnormal: a multiple of 2^-24 (1024 of them is the smallest normal)
+    const auto m = static_cast<std::uint16_t>(std::round(a * 0x1p24));
+    return {static_cast<std::uint16_t>(sign | m), float(std::copysign(m * 0x1p-24, x))};
+  }
+  int e = 0;
+  const double fraction = std::frexp(a, &e);  // a = fraction * 2^e, fraction in [0.5, 1)
+  auto m = static_cast<std::uint32_t>(std::round((fraction * 2 - 1) * 1024));
+  int exponent = e - 1;
+  if (m == 1024) m = 0, ++exponent;  // rounded up to the next power of two
+  const auto bits = static_cast<std::uint16_t>(sign | ((exponent + 15) << 10) | m);
+  return {bits, float(std::copysign(std::ldexp(1 + m / 1024.0, exponent), x))};
+}
+
+// The bundled model saved twice: in F32 with every weight rounded to what
+// F16 or BF16 can hold, and in that dtype itself. Both must load and produce
+// the same logits and greedy tokens, bit for bit.
+TEST(ModelWeightsTest, HalfPrecisionFilesGenerateLikeTheirF32Twin) {
+  const fs::path bundled = fs::path(KVTIER_SOURCE_DIR) / "models/fortunes-char";
+  auto source = SafetensorsFile::open(bundled / "model.safetensors");
+  ASSERT_TRUE(source.has_value()) << source.error();
+  for (const std::string dtype : {"F16", "BF16"}) {
+    SCOPED_TRACE(dtype);
+    std::vector<Tensor> rounded_f32, half;
+    for (const std::string& name : source->names()) {
+      const SafetensorsTensor& t = *source->find(name);
+      ASSERT_EQ(t.dtype, "F32") << name;
+      std::vector<float> values(t.elements());
+      std::memcpy(values.data(), t.data, t.bytes);
+      std::vector<std::uint16_t> bits(values.size());
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        if (dtype == "BF16") {
+          bits[i] = round_to_bf16(values[i]);
+          values[i] = std::bit_cast<float>(std::uint32_t{bits[i]} << 16);
+        } else {
+          std::tie(bits[i], values[i]) = round_to_f16(values[i]);
+        }
+      }
+      rounded_f32.push_back({name, "F32", t.shape, test_util::as_bytes(values)});
+      half.push_back({name, dtype, t.shape, test_util::as_bytes(bits)});
+    }
+    TempDir f32_dir, half_dir;
+    for (const TempDir* dir : {&f32_dir, &half_dir}) {
+      fs::copy_file(bundled / "config.json", dir->path() / "config.json");
+    }
+    write_safetensors(f32_dir.path() / "model.safetensors", rounded_f32);
+    write_safetensors(half_dir.path() / "model.safetensors", half);
+    EXPECT_LT(fs::file_size(half_dir.path() / "model.safetensors"),
+              fs::file_size(f32_dir.path() / "model.safetensors") * 6 / 10);
+
+    std::vector<std::vector<int>> generated;
+    std::vector<std::vector<float>> logits;
+    for (const TempDir* dir : {&f32_dir, &half_dir}) {
+      auto model = Model::load(dir->path());
+      ASSERT_TRUE(model.has_value()) << model.error();
+      tiers::BlockPool pool(model->kv_layout(16).block_bytes(), 32);
+      const std::vector<int> prompt = {43, 27, 1, 62, 70, 59, 72, 1, 67, 73};
+      SequenceKv kv(16);
+      ASSERT_TRUE(kv.reserve(pool, static_cast<int>(prompt.size())));
+      const Model::Chunk chunk{&kv, prompt, true};
+      auto out = model->forward(std::span(&chunk, 1), pool);
+      ASSERT_TRUE(out.has_value()) << out.error();
+      logits.emplace_back(out->begin(), out->end());
+      kv.release(pool);
+      GenerateOptions options;
+      options.sampling.temperature = 0.0f;
+      options.max_tokens = 48;
+      auto generation = generate(*model, pool, nullptr, prompt, options);
+      ASSERT_TRUE(generation.has_value()) << generation.error();
+      generated.push_back(generation->tokens);
+    }
+    EXPECT_EQ(test_util::as_bytes(logits[0]), test_util::as_bytes(logits[1]));
+    EXPECT_EQ(generated[0], generated[1]);
+    EXPECT_EQ(generated[0].size(), 48u);
+  }
 }
 
 // The model files the project ships and its test fixtures, when they exist.

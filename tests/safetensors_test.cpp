@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bit>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
@@ -331,6 +333,85 @@ TEST(SafetensorsTest, DtypeSizes) {
   EXPECT_EQ(safetensors_dtype_size("BOOL"), 1u);
   EXPECT_EQ(safetensors_dtype_size("F32 "), 0u);
   EXPECT_EQ(safetensors_dtype_size(""), 0u);
+}
+
+// A plain reference for a binary floating-point format with `exponent_bits`
+// and `mantissa_bits`: the value its fields spell, computed in double by
+// ldexp (exact for every half-precision value), as fp32 bits. NaNs keep their
+// payload, shifted to fp32's mantissa width.
+std::uint32_t reference_f32_bits(std::uint32_t bits, int exponent_bits, int mantissa_bits) {
+  const std::uint32_t sign = (bits >> (exponent_bits + mantissa_bits)) & 1u;
+  const std::uint32_t exponent = (bits >> mantissa_bits) & ((1u << exponent_bits) - 1);
+  const std::uint32_t mantissa = bits & ((1u << mantissa_bits) - 1);
+  const int bias = (1 << (exponent_bits - 1)) - 1;
+  if (exponent == (1u << exponent_bits) - 1) {  // infinity or NaN
+    return (sign << 31) | 0x7F800000u | (mantissa << (23 - mantissa_bits));
+  }
+  const double magnitude = exponent == 0 ? std::ldexp(double(mantissa), 1 - bias - mantissa_bits)
+                                         : std::ldexp(double(mantissa + (1u << mantissa_bits)),
+                                                      int(exponent) - bias - mantissa_bits);
+  const float value = static_cast<float>(sign ? -magnitude : magnitude);
+  return std::bit_cast<std::uint32_t>(value);
+}
+
+TEST(SafetensorsF32Test, WidensEveryF16AndBf16ValueBitForBit) {
+  for (std::uint32_t bits = 0; bits <= 0xFFFF; ++bits) {
+    SCOPED_TRACE(bits);
+    const auto h = static_cast<std::uint16_t>(bits);
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(f16_to_f32(h)), reference_f32_bits(bits, 5, 10));
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(bf16_to_f32(h)), reference_f32_bits(bits, 8, 7));
+  }
+}
+
+TEST(SafetensorsF32Test, WidensTheEdgeValues) {
+  struct Case {
+    std::uint16_t f16;
+    float expected;
+  };
+  const Case cases[] = {
+      {0x0000, 0.0f},         {0x3C00, 1.0f},     {0xC000, -2.0f},     {0x0001, 0x1p-24f},
+      {0x03FF, 0x1.ff8p-15f}, {0x0400, 0x1p-14f}, {0x8001, -0x1p-24f}, {0x7BFF, 65504.0f},
+      {0x3555, 0x1.554p-2f},  {0x7C00, INFINITY}, {0xFC00, -INFINITY},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(f16_to_f32(c.f16)),
+              std::bit_cast<std::uint32_t>(c.expected))
+        << std::hex << c.f16;
+  }
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(f16_to_f32(0x8000)), 0x80000000u);  // -0 stays negative
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(f16_to_f32(0x7E00)), 0x7FC00000u);  // quiet NaN
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(f16_to_f32(0xFD01)), 0xFFA02000u);  // signalling, payload
+  EXPECT_EQ(bf16_to_f32(0x3F80), 1.0f);
+  EXPECT_EQ(bf16_to_f32(0x0001), 0x1p-133f);  // the smallest BF16 subnormal
+  EXPECT_EQ(bf16_to_f32(0xFF80), -INFINITY);
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(bf16_to_f32(0x7FC1)), 0x7FC10000u);
+}
+
+// Through a file: the data of a 2-byte dtype sits at odd addresses as often as not.
+TEST(SafetensorsF32Test, WidensTensorsOfAFile) {
+  const std::vector<std::uint16_t> f16 = {0x3C00, 0x0001, 0xC000};
+  const std::vector<std::uint16_t> bf16 = {0x3F80, 0xBF00, 0x7F80};
+  const std::vector<float> f32 = {1.5f, -0.0f, 3.0f};
+  TempDir dir;
+  const fs::path path = test_util::write_safetensors(dir.path() / "half.safetensors",
+                                                     {{"a", "F16", {3}, test_util::as_bytes(f16)},
+                                                      {"b", "BF16", {3}, test_util::as_bytes(bf16)},
+                                                      {"c", "F32", {3}, test_util::as_bytes(f32)}},
+                                                     {.misalign = 1});
+  auto file = SafetensorsFile::open(path);
+  ASSERT_TRUE(file.has_value()) << file.error();
+  std::vector<float> out(3);
+  safetensors_to_f32(*file->find("a"), out.data());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 0x1p-24f, -2.0f}));
+  safetensors_to_f32(*file->find("b"), out.data());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, -0.5f, INFINITY}));
+  safetensors_to_f32(*file->find("c"), out.data());
+  EXPECT_EQ(test_util::as_bytes(out), test_util::as_bytes(f32));
+  for (const char* dtype : {"F32", "F16", "BF16"})
+    EXPECT_TRUE(safetensors_dtype_widens_to_f32(dtype));
+  for (const char* dtype : {"F64", "I16", "F8_E4M3", "f16"}) {
+    EXPECT_FALSE(safetensors_dtype_widens_to_f32(dtype)) << dtype;
+  }
 }
 
 }  // namespace
