@@ -6,7 +6,6 @@
 // draw its PNGs from those CSVs. A short fleet run (--fleet) must pass its
 // checks too, with answers served from the remote tier.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -30,24 +29,11 @@ fs::path soak_path() {
   return fs::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "bench" / "soak";
 }
 
-struct Run {
-  int status = -1;  // the exit status; -1 when it did not exit
-  std::string output;
-};
-
 // Runs the soak with `args` (and --kvtierd, --model, --out) and waits.
-Run run_soak(const std::string& args, const fs::path& out) {
-  const std::string cmd = "'" + soak_path().string() + "' --kvtierd '" + KVTIER_DAEMON_PATH +
-                          "' --model '" + KVTIER_SOURCE_DIR + "/models/fortunes-char' " + args +
-                          " --quiet --out '" + out.string() + "' 2>&1";
-  Run run;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return run;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) run.output.append(buf, n);
-  const int status = ::pclose(p);
-  if (WIFEXITED(status)) run.status = WEXITSTATUS(status);
-  return run;
+test_util::CommandResult run_soak(const std::string& args, const fs::path& out) {
+  return test_util::run_command("'" + soak_path().string() + "' --kvtierd '" + KVTIER_DAEMON_PATH +
+                                "' --model '" + KVTIER_SOURCE_DIR + "/models/fortunes-char' " +
+                                args + " --quiet --out '" + out.string() + "' 2>&1");
 }
 
 long count_lines(const fs::path& p) {
