@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -56,6 +57,12 @@ TEST(SoakTest, ShortSoakWithTinyTiersPassesItsChecks) {
   EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
   EXPECT_GT(count_lines(out / "soak-requests.csv"), 10) << output;  // header + requests
   EXPECT_GT(count_lines(out / "soak-stats.csv"), 10) << output;     // header + one a second
+  // The settings the plots' titles carry, with the tier sizes the daemon reported.
+  std::ifstream config(out / "soak-config.csv");
+  const std::string settings((std::istreambuf_iterator<char>(config)), {});
+  EXPECT_TRUE(test_util::contains(settings, "\nmodel,fortunes-char\n"));
+  EXPECT_TRUE(test_util::contains(settings, "\nduration_s,20\n"));
+  EXPECT_TRUE(test_util::contains(settings, "\nl2_blocks,16\n"));
 
   // The plot script reads these very CSVs (gnuplot is in install-deps.sh).
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
