@@ -561,6 +561,7 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(o.seed), o.l1_blocks, o.l2_blocks, o.l3_blocks);
     print_comparison(rows, stdout);
     std::printf("CSVs: %s/{l1,l1l2,l1l2l3}-{requests,stats,config}.csv\n", o.out.c_str());
+    std::printf("plot: %s/scripts/plot_soak.sh --compare %s\n", KVTIER_SOURCE_DIR, o.out.c_str());
     return ok ? 0 : 1;
   }
 

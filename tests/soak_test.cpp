@@ -3,8 +3,9 @@
 // block conservation, cached answers equal cold ones, clean exit) must pass
 // and its CSVs must hold rows. The soak bounds its own run (--duration plus
 // its drain timeout); nothing here is timed. scripts/plot_soak.sh must then
-// draw its PNGs from those CSVs. A short fleet run (--fleet) must pass its
-// checks too, with answers served from the remote tier.
+// draw its PNGs from those CSVs (tests/plot_soak_test.cpp checks what they
+// show). A short fleet run (--fleet) must pass its checks too, with answers
+// served from the remote tier.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,7 +73,7 @@ TEST(SoakTest, ShortSoakWithTinyTiersPassesItsChecks) {
   const std::string plot = "'" + std::string(KVTIER_SOURCE_DIR) + "/scripts/plot_soak.sh' '" +
                            (out / "soak").string() + "' >/dev/null 2>&1";
   EXPECT_EQ(std::system(plot.c_str()), 0) << plot;
-  for (const char* png : {"occupancy", "ttft", "throughput", "memory"}) {
+  for (const char* png : {"occupancy", "hitrate", "ttft", "throughput", "memory"}) {
     const fs::path f = out / ("soak-" + std::string(png) + ".png");
     EXPECT_TRUE(fs::exists(f) && fs::file_size(f) > 1000) << f;
   }
