@@ -10,9 +10,10 @@
 // round-robin, `concurrency` connections each, and the stats are summed.
 //
 // Prints a progress line while it runs, then a table; writes
-// <prefix>-requests.csv (one row per request) and <prefix>-stats.csv (one
-// row per second of the daemon's `stats`). Exit status 1 when a request was
-// lost or failed, 2 on a usage error or an unreachable daemon.
+// <prefix>-requests.csv (one row per request), <prefix>-stats.csv (one row
+// per second of the daemon's `stats`) and <prefix>-config.csv (the run's
+// settings, for scripts/plot_soak.sh's titles). Exit status 1 when a
+// request was lost or failed, 2 on a usage error or an unreachable daemon.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -56,7 +57,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "Workload and arrival seed")->capture_default_str();
   app.add_option("--pid", o.daemon_pids,
                  "kvtierd's pid, for its RSS (default: health.pid if sent); one per --socket");
-  app.add_option("--out-prefix", prefix, "CSV files: PREFIX-requests.csv, PREFIX-stats.csv")
+  app.add_option("--out-prefix", prefix,
+                 "CSV files: PREFIX-requests.csv, PREFIX-stats.csv, PREFIX-config.csv")
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "No progress line");
   CLI11_PARSE(app, argc, argv);
@@ -73,6 +75,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loadgen: give one --pid per --socket, or none\n");
     return 2;
   }
+  Settings settings;  // for the plots' titles, from the first daemon's health
   for (const std::string& socket : o.sockets) {
     auto client = kvtier::ctl::RpcClient::connect(socket);
     if (!client) {
@@ -81,7 +84,13 @@ int main(int argc, char** argv) {
     }
     int pid = 0;  // 0: unknown, no RSS
     if (auto h = client->call("health", nlohmann::json::object()); h && h->is_object()) {
-      if (h->contains("model")) o.context = (*h)["model"].value("block_size", o.context);
+      if (const auto m = h->find("model"); m != h->end() && m->is_object()) {
+        o.context = m->value("block_size", o.context);
+        if (settings.empty())
+          settings.emplace_back("model", "n_layer " + std::to_string(m->value("n_layer", 0)) +
+                                             " n_embd " + std::to_string(m->value("n_embd", 0)) +
+                                             " context " + std::to_string(o.context));
+      }
       pid = h->value("pid", 0);
     }
     if (!pids_given) o.daemon_pids.push_back(pid);
@@ -100,7 +109,8 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(o.seed));
   print_summary(s, stdout);
   const bool wrote = write_requests_csv(prefix + "-requests.csv", result) &&
-                     write_stats_csv(prefix + "-stats.csv", result);
-  if (wrote) std::printf("wrote %s-requests.csv, %s-stats.csv\n", prefix.c_str(), prefix.c_str());
+                     write_stats_csv(prefix + "-stats.csv", result) &&
+                     write_config_csv(prefix + "-config.csv", o, result, settings);
+  if (wrote) std::printf("wrote %s-{requests,stats,config}.csv\n", prefix.c_str());
   return s.lost == 0 && s.failed == 0 && wrote ? 0 : 1;
 }

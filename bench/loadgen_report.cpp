@@ -247,4 +247,38 @@ bool write_stats_csv(const std::string& path, const LoadResult& result) {
   return static_cast<bool>(f);
 }
 
+bool write_config_csv(const std::string& path, const LoadOptions& o, const LoadResult& result,
+                      const Settings& extra) {
+  std::ofstream f(path);
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return false;
+  }
+  char rate[32];
+  std::snprintf(rate, sizeof rate, "%g", o.rate);
+  Settings settings = extra;
+  settings.insert(settings.end(), {{"workload", o.kinds},
+                                   {"api", o.api},
+                                   {"rate", rate},
+                                   {"concurrency", std::to_string(o.concurrency)},
+                                   {"daemons", std::to_string(o.sockets.size())},
+                                   {"duration_s", fixed(o.duration_s, 0)},
+                                   {"seed", std::to_string(o.seed)}});
+  long capacity[kTiers] = {};
+  for (const auto& sample : result.samples) {
+    const StatsView v = view_stats(sample.stats);
+    for (int t = 0; t < kTiers; ++t) capacity[t] = std::max(capacity[t], v.tier[t].capacity);
+  }
+  for (int t = 0; t < kTiers; ++t)
+    if (capacity[t] > 0)
+      settings.emplace_back(std::string(kTierNames[t]) + "_blocks", std::to_string(capacity[t]));
+  f << "key,value\n";
+  for (auto [key, value] : settings) {
+    std::replace_if(
+        value.begin(), value.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+    f << key << ',' << value << '\n';
+  }
+  return static_cast<bool>(f);
+}
+
 }  // namespace kvtier::bench

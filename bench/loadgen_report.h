@@ -50,4 +50,13 @@ void print_comparison(const std::vector<std::pair<std::string, Summary>>& runs, 
 bool write_requests_csv(const std::string& path, const LoadResult& result);
 bool write_stats_csv(const std::string& path, const LoadResult& result);
 
+// The run's settings for scripts/plot_soak.sh's titles, one `key,value` a
+// line under a `key,value` header: `extra` first (what only the caller
+// knows: label, model, preemption, remote), then the load's (workload, api,
+// rate, concurrency, daemons, duration_s, seed) and the size in blocks of
+// each tier the daemon's stats gave one (l1_blocks, l2_blocks, l3_blocks).
+using Settings = std::vector<std::pair<std::string, std::string>>;
+bool write_config_csv(const std::string& path, const LoadOptions& options, const LoadResult& result,
+                      const Settings& extra);
+
 }  // namespace kvtier::bench

@@ -78,6 +78,13 @@ std::size_t block_bytes(const std::string& model_dir, int page) {
   return static_cast<std::size_t>(layers * 2 * embd * page * 4);
 }
 
+// The model folder's name, for the plots' titles ("models/x/" is x too).
+std::string model_name(const std::string& model_dir) {
+  fs::path p = fs::path(model_dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
 int model_context(const std::string& model_dir) {
   std::ifstream in(fs::path(model_dir) / "config.json");
   json c = json::parse(in, nullptr, false);
@@ -406,6 +413,11 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
                               : "kvtierd did not exit 0 after shutdown; see " + unclean});
   write_requests_csv((fs::path(o.out) / (tag + "-requests.csv")).string(), out.result);
   write_stats_csv((fs::path(o.out) / (tag + "-stats.csv")).string(), out.result);
+  Settings settings = {{"label", setup.label}, {"model", model_name(o.model)}};
+  if (!setup.preemption.empty()) settings.emplace_back("preemption", setup.preemption);
+  if (!setup.remote.empty())
+    settings.emplace_back("remote", "redis-server " + std::to_string(o.redis_bytes >> 20) + " MiB");
+  write_config_csv((fs::path(o.out) / (tag + "-config.csv")).string(), lo, out.result, settings);
   return out;
 }
 
@@ -453,7 +465,7 @@ int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& fl
   bool ok = true;
   for (std::size_t i = 0; i < rows.size(); ++i)
     ok = print_checks(checks[i], rows[i].first + ": ") && ok;
-  std::printf("CSVs: %s/fleet-{islands,shared}-{requests,stats}.csv\n", o.out.c_str());
+  std::printf("CSVs: %s/fleet-{islands,shared}-{requests,stats,config}.csv\n", o.out.c_str());
   std::printf("soak: %s\n", ok ? "all checks passed" : "FAILED");
   return ok ? 0 : 1;
 }
@@ -548,7 +560,8 @@ int main(int argc, char** argv) {
         o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
         static_cast<unsigned long long>(o.seed), o.l1_blocks, o.l2_blocks, o.l3_blocks);
     print_comparison(rows, stdout);
-    std::printf("CSVs: %s/{l1,l1l2,l1l2l3}-{requests,stats}.csv\n", o.out.c_str());
+    std::printf("CSVs: %s/{l1,l1l2,l1l2l3}-{requests,stats,config}.csv\n", o.out.c_str());
+    std::printf("plot: %s/scripts/plot_soak.sh --compare %s\n", KVTIER_SOURCE_DIR, o.out.c_str());
     return ok ? 0 : 1;
   }
 
@@ -561,7 +574,8 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(o.seed), o.l1_blocks, o.l2_blocks, o.l3_blocks);
   print_summary(r.summary, stdout);
   const bool ok = print_checks(r.checks);
-  std::printf("CSVs: %s/soak-requests.csv, %s/soak-stats.csv\n", o.out.c_str(), o.out.c_str());
+  std::printf("CSVs: %s/soak-{requests,stats,config}.csv\n", o.out.c_str());
+  std::printf("plot: %s/scripts/plot_soak.sh %s/soak\n", KVTIER_SOURCE_DIR, o.out.c_str());
   std::printf("soak: %s\n", ok ? "all checks passed" : "FAILED");
   return ok ? 0 : 1;
 }

@@ -3,16 +3,17 @@
 // block conservation, cached answers equal cold ones, clean exit) must pass
 // and its CSVs must hold rows. The soak bounds its own run (--duration plus
 // its drain timeout); nothing here is timed. scripts/plot_soak.sh must then
-// draw its PNGs from those CSVs. A short fleet run (--fleet) must pass its
-// checks too, with answers served from the remote tier.
+// draw its PNGs from those CSVs (tests/plot_soak_test.cpp checks what they
+// show). A short fleet run (--fleet) must pass its checks too, with answers
+// served from the remote tier.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,24 +31,11 @@ fs::path soak_path() {
   return fs::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "bench" / "soak";
 }
 
-struct Run {
-  int status = -1;  // the exit status; -1 when it did not exit
-  std::string output;
-};
-
 // Runs the soak with `args` (and --kvtierd, --model, --out) and waits.
-Run run_soak(const std::string& args, const fs::path& out) {
-  const std::string cmd = "'" + soak_path().string() + "' --kvtierd '" + KVTIER_DAEMON_PATH +
-                          "' --model '" + KVTIER_SOURCE_DIR + "/models/fortunes-char' " + args +
-                          " --quiet --out '" + out.string() + "' 2>&1";
-  Run run;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return run;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) run.output.append(buf, n);
-  const int status = ::pclose(p);
-  if (WIFEXITED(status)) run.status = WEXITSTATUS(status);
-  return run;
+test_util::CommandResult run_soak(const std::string& args, const fs::path& out) {
+  return test_util::run_command("'" + soak_path().string() + "' --kvtierd '" + KVTIER_DAEMON_PATH +
+                                "' --model '" + KVTIER_SOURCE_DIR + "/models/fortunes-char' " +
+                                args + " --quiet --out '" + out.string() + "' 2>&1");
 }
 
 long count_lines(const fs::path& p) {
@@ -70,6 +58,12 @@ TEST(SoakTest, ShortSoakWithTinyTiersPassesItsChecks) {
   EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
   EXPECT_GT(count_lines(out / "soak-requests.csv"), 10) << output;  // header + requests
   EXPECT_GT(count_lines(out / "soak-stats.csv"), 10) << output;     // header + one a second
+  // The settings the plots' titles carry, with the tier sizes the daemon reported.
+  std::ifstream config(out / "soak-config.csv");
+  const std::string settings((std::istreambuf_iterator<char>(config)), {});
+  EXPECT_TRUE(test_util::contains(settings, "\nmodel,fortunes-char\n"));
+  EXPECT_TRUE(test_util::contains(settings, "\nduration_s,20\n"));
+  EXPECT_TRUE(test_util::contains(settings, "\nl2_blocks,16\n"));
 
   // The plot script reads these very CSVs (gnuplot is in install-deps.sh).
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
@@ -79,7 +73,7 @@ TEST(SoakTest, ShortSoakWithTinyTiersPassesItsChecks) {
   const std::string plot = "'" + std::string(KVTIER_SOURCE_DIR) + "/scripts/plot_soak.sh' '" +
                            (out / "soak").string() + "' >/dev/null 2>&1";
   EXPECT_EQ(std::system(plot.c_str()), 0) << plot;
-  for (const char* png : {"occupancy", "ttft", "throughput", "memory"}) {
+  for (const char* png : {"occupancy", "hitrate", "ttft", "throughput", "memory"}) {
     const fs::path f = out / ("soak-" + std::string(png) + ".png");
     EXPECT_TRUE(fs::exists(f) && fs::file_size(f) > 1000) << f;
   }

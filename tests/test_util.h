@@ -1,5 +1,6 @@
 // Helpers shared by the test files: a self-deleting temporary directory, writing a
-// file, a substring check that prints both strings on failure, one safetensors
+// file, running a shell command for its output, a substring check that prints both
+// strings on failure, one safetensors
 // writer (well-formed files from a tensor list, or any header text for the reader's
 // error paths), and the bundled model loaded once per test process. Header-only;
 // each *_test.cpp includes what it uses.
@@ -8,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -111,6 +114,23 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// What a shell command printed (stdout; redirect stderr in the command to
+// have it too) and its exit status, -1 when it did not exit or could not run.
+struct CommandResult {
+  int status = -1;
+  std::string output;
+};
+inline CommandResult run_command(const std::string& command) {
+  CommandResult run;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return run;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) run.output.append(buf, n);
+  const int status = ::pclose(p);
+  if (WIFEXITED(status)) run.status = WEXITSTATUS(status);
+  return run;
+}
 
 // EXPECT_TRUE(contains(haystack, needle)) prints both on failure.
 inline ::testing::AssertionResult contains(std::string_view haystack, std::string_view needle) {
