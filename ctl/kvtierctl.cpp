@@ -19,6 +19,7 @@
 #include "ctl/rpc_client.h"
 #include "ctl/status_text.h"
 #include "ctl/top.h"
+#include "engine/build_info.h"
 
 namespace {
 
@@ -147,6 +148,8 @@ int usage_error(const CLI::App& app, std::string message) {
 int main(int argc, char** argv) {
   CLI::App app{"kvtierctl: talk to kvtierd over its Unix socket"};
   app.footer(kExitCodesHelp);
+  app.set_version_flag("--version", kvtier::version_text("kvtierctl"),
+                       "Print the version and exit");
   app.require_subcommand(1);
   std::string socket_path = default_socket_path();
   app.add_option("-s,--socket", socket_path, "kvtierd's socket (env KVTIER_SOCKET)")

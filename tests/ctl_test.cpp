@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon_test_util.h"
+#include "engine/build_info.h"
 
 namespace kvtier {
 namespace {
@@ -388,6 +389,9 @@ TEST_F(CtlTest, UsageErrorsAreOneLineAndHelpIsWhole) {
   auto generate_help = ctl({"generate", "--help"});
   EXPECT_EQ(generate_help.exit_code, 0);
   EXPECT_TRUE(test_util::contains(generate_help.out, "--prompt-file"));
+  auto version = ctl({"--version"});
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_EQ(version.out, version_text("kvtierctl") + "\n");
 }
 
 TEST_F(CtlTest, HealthIsOneLineAndStatsATable) {
