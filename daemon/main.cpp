@@ -2,7 +2,7 @@
 // (docs/protocol.md). With --prompt it instead generates once, prints the
 // text and exits (oneshot.h).
 //
-// Every setting is a flag and may also come from a TOML or INI file given
+// Every setting is a flag and may also come from a TOML file given
 // with --config (cli.h); config.h lists them and says which change at run
 // time.
 #include <omp.h>
