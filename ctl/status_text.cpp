@@ -134,8 +134,10 @@ std::string health_text(const json& health) {
     parts.push_back("device " + scalar_text(*device));
   if (auto m = health.find("model"); m != health.end() && m->is_object()) {
     auto n = [&](const char* key) { return scalar_text(m->value(key, json("?"))); };
-    parts.push_back("model " + n("n_layer") + " layers, " + n("n_head") + " heads, " + n("n_embd") +
-                    " wide, vocab " + n("vocab_size") + ", context " + n("block_size"));
+    const std::string name = m->contains("name") ? n("name") + ": " : "";
+    parts.push_back("model " + name + n("n_layer") + " layers, " + n("n_head") + " heads, " +
+                    n("n_embd") + " wide, vocab " + n("vocab_size") + ", context " +
+                    n("block_size"));
   }
   // Any other plain field as "name value"; `config` is config get's.
   for (const auto& [key, value] : health.items()) {

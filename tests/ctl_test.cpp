@@ -408,9 +408,8 @@ TEST_F(CtlTest, HealthIsOneLineAndStatsATable) {
   EXPECT_TRUE(test_util::contains(health.out, "device " + raw["device"].get<std::string>()));
   EXPECT_TRUE(test_util::contains(health.out,
                                   std::to_string(raw["model"]["n_layer"].get<int>()) + " layers"));
-  if (raw.contains("version")) {
-    EXPECT_TRUE(test_util::contains(health.out, raw["version"].get<std::string>()));
-  }
+  EXPECT_TRUE(test_util::contains(health.out, raw["version"].get<std::string>())) << health.out;
+  EXPECT_TRUE(test_util::contains(health.out, "model fortunes-char: ")) << health.out;
 
   auto stats = ctl({"-s", sock, "stats"});
   ASSERT_EQ(stats.exit_code, 0) << stats.err;
@@ -573,18 +572,20 @@ TEST_F(CtlTest, GenerateSendsOnlyWhatItIsGiven) {
   auto gen = ctl({"-s", d.socket_path(), "generate", "--prompt", prompt, "--json"});
   ASSERT_EQ(gen.exit_code, 0) << gen.err;
   const json result = json::parse(gen.out);
-  // The same request with nothing but the prompt (and the seed the daemon
-  // drew, where it draws one) gets the same tokens: the daemon's defaults.
-  json params = {{"prompt", prompt}};
-  if (result.contains("seed")) params["seed"] = result["seed"];
+  // The same request with nothing but the prompt and the seed the daemon
+  // drew gets the same tokens: the daemon's defaults.
+  ASSERT_TRUE(result.contains("seed")) << gen.out;
+  const json params = {{"prompt", prompt}, {"seed", result["seed"]}};
   auto c = d.connect();
   auto plain = c->call(request(1, "generate", params));
   ASSERT_TRUE(plain && plain->contains("result"));
   EXPECT_EQ(result["tokens"], (*plain)["result"]["tokens"]);
-  if (result.contains("seed")) {
-    auto text = ctl({"-s", d.socket_path(), "generate", "--prompt", prompt});
-    EXPECT_TRUE(std::regex_search(text.err, std::regex("seed [0-9]+"))) << text.err;
-  }
+  // Text mode names the seed, so a run can be replayed with --seed.
+  auto text = ctl({"-s", d.socket_path(), "generate", "--prompt", prompt});
+  std::smatch seed;
+  ASSERT_TRUE(std::regex_search(text.err, seed, std::regex("seed ([0-9]+)"))) << text.err;
+  auto again = ctl({"-s", d.socket_path(), "generate", "--prompt", prompt, "--seed", seed[1].str()});
+  EXPECT_EQ(again.out, text.out);
   shutdown(d);
 }
 
