@@ -584,7 +584,8 @@ TEST_F(CtlTest, GenerateSendsOnlyWhatItIsGiven) {
   auto text = ctl({"-s", d.socket_path(), "generate", "--prompt", prompt});
   std::smatch seed;
   ASSERT_TRUE(std::regex_search(text.err, seed, std::regex("seed ([0-9]+)"))) << text.err;
-  auto again = ctl({"-s", d.socket_path(), "generate", "--prompt", prompt, "--seed", seed[1].str()});
+  auto again =
+      ctl({"-s", d.socket_path(), "generate", "--prompt", prompt, "--seed", seed[1].str()});
   EXPECT_EQ(again.out, text.out);
   shutdown(d);
 }
