@@ -92,20 +92,6 @@ CliExit parse_failure(const CLI::App& app, const CLI::ParseError& e) {
 
 CliExit bad_config(const std::string& why) { return {kExitConfig, "", "kvtierd: " + why + "\n"}; }
 
-// Stores the config file's settings (the command line's are stored after
-// them, and win). Fills `from_file` with the names of those the file gave.
-std::expected<void, std::string> config_file_apply(const std::string& path, DaemonConfig& c,
-                                                   std::set<std::string>& from_file) {
-  auto entries = config_file_read(path);
-  if (!entries) return std::unexpected(entries.error());
-  for (const ConfigFileEntry& e : *entries) {
-    if (auto ok = setting_store(*e.setting, c, e.value); !ok)
-      return std::unexpected(e.where + ": " + ok.error());
-    from_file.insert(e.setting->name);
-  }
-  return {};
-}
-
 }  // namespace
 
 std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& args,
@@ -139,10 +125,12 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
     return std::unexpected(parse_failure(app, e));
   }
 
+  // The file's settings first: the command line's, stored after them, win.
   std::set<std::string> from_file;
   if (!cl.config_file.empty()) {
-    if (auto ok = config_file_apply(cl.config_file, c, from_file); !ok)
-      return std::unexpected(bad_config(ok.error()));
+    auto given = config_file_apply(cl.config_file, c);
+    if (!given) return std::unexpected(bad_config(given.error()));
+    from_file.insert(given->begin(), given->end());
   }
   if (auto ok = flags.apply(c); !ok) return std::unexpected(bad_config(ok.error()));
   const auto given = [&](const char* name) {

@@ -67,7 +67,8 @@ std::string config_file_check(const std::string& path) {
   return "";
 }
 
-std::expected<std::vector<ConfigFileEntry>, std::string> config_file_read(const std::string& path) {
+std::expected<std::vector<std::string>, std::string> config_file_apply(const std::string& path,
+                                                                       DaemonConfig& config) {
   if (std::string why = config_file_check(path); !why.empty()) return std::unexpected(why);
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
@@ -84,7 +85,7 @@ std::expected<std::vector<ConfigFileEntry>, std::string> config_file_read(const 
                            ": not TOML: " + printable(e.description()));
   }
 
-  std::vector<ConfigFileEntry> entries;
+  std::vector<std::string> given;
   std::map<std::string, std::string> seen;  // setting name -> where it was given
   for (const auto& [key, node] : table) {
     const std::string where =
@@ -105,12 +106,11 @@ std::expected<std::vector<ConfigFileEntry>, std::string> config_file_read(const 
       return std::unexpected(where + ": " + printable(value->get<std::string>()) +
                              " is not a directory");
     }
-    DaemonConfig scratch;  // checked here, so that the error names the line
-    if (auto ok = setting_store(*s, scratch, *value); !ok)
+    if (auto ok = setting_store(*s, config, *value); !ok)
       return std::unexpected(where + ": " + ok.error());
-    entries.push_back({s, std::move(*value), where});
+    given.emplace_back(s->name);
   }
-  return entries;
+  return given;
 }
 
 }  // namespace kvtier::daemon

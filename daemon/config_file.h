@@ -20,7 +20,6 @@
 
 #include <cstdint>
 #include <expected>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -32,19 +31,15 @@ namespace kvtier::daemon {
 // FIFO named by mistake must not hang or grow the daemon).
 inline constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
 
-// One setting the file gives, its value checked against the row.
-struct ConfigFileEntry {
-  const Setting* setting = nullptr;
-  nlohmann::json value;  // as setting_store() takes it
-  std::string where;     // "FILE:LINE: KEY", for later messages
-};
-
 // Why a path cannot be a config file ("no such file", "not a regular file",
 // too large); empty when it can.
 std::string config_file_check(const std::string& path);
 
-// The settings in `path`, in the file's order; an error is one line
-// starting with "FILE:LINE: " where the file has one.
-std::expected<std::vector<ConfigFileEntry>, std::string> config_file_read(const std::string& path);
+// Stores the settings in `path` into `config`, in the file's order, and
+// returns the names of those it gave. An error is one line starting with
+// "FILE:LINE: " where the file has one; `config` may then hold some of the
+// file's settings.
+std::expected<std::vector<std::string>, std::string> config_file_apply(const std::string& path,
+                                                                       DaemonConfig& config);
 
 }  // namespace kvtier::daemon
