@@ -199,7 +199,7 @@ void gpu_figures(const Model& model, const CpuFigures& cpu) {
   }
 
   // Decode steps at context 1016..1023 for B sequences.
-  for (int B : {1, 16, kGpuBatch}) {
+  for (int B : {1, 8, 16, kGpuBatch}) {
     const int steps = 8, start = ctx - steps;
     std::vector<SequenceKv> seqs(B, SequenceKv(kPage));
     for (auto& s : seqs) s.reserve(pool, ctx);

@@ -4,12 +4,18 @@
 //     cached in L1, in L2, in L3, and cold (targets: L2 >= 20x faster than
 //     cold, L3 >= 10x); also with L3 blocks moved whole instead of by
 //     layer, and from int8 lower tiers;
-//   * L1 <-> L2 block copy bandwidth against memcpy (target >= 0.8);
+//   * L1 <-> L2 block copy bandwidth against memcpy, or on a GPU against one
+//     large device <-> pinned copy (target >= 0.8);
 //   * a workload that forces preemption, run with swap and with recompute:
 //     recomputed tokens (swap must have none) and tokens/s.
 // Prints figures; asserts nothing.
 //
-//   build/bench/tier_bench [--l3-dir DIR]   (default: ./tier_bench_l3, removed after)
+//   build/bench/tier_bench [--l3-dir DIR] [--device cpu|cuda]
+//
+// --l3-dir: where the L3 stores go (default ./tier_bench_l3, removed after).
+// --device cuda: the GPU forward over an L1 in device memory and an L2 in
+// pinned host memory (engine/device.h); the block copy is then set against
+// a plain device <-> pinned copy measured in the same run.
 #include <omp.h>
 
 #include <algorithm>
@@ -24,7 +30,12 @@
 #include "bench/bench_util.h"
 #include "bench/machine_peaks.h"
 #include "bench/ttft.h"
+#include "engine/device.h"
 #include "engine/scheduler.h"
+
+#if defined(KVTIER_HAVE_CUDA)
+#include "tiers/cuda/cuda_memory.h"
+#endif
 
 namespace {
 
@@ -44,13 +55,88 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// A scheduler over the device asked for: its L1 and forward (the CPU's own
+// when the device is cpu). The device is declared first so that its L1
+// outlives the scheduler that hands blocks back to it.
+struct DeviceScheduler {
+  Device device;
+  std::unique_ptr<Scheduler> scheduler;
+};
+
+std::unique_ptr<DeviceScheduler> make_scheduler(Model& model, const SchedulerConfig& config,
+                                                const std::string& kind) {
+  auto device = open_device(model, config, {.kind = kind});
+  if (!device) {
+    std::printf("cannot open the device: %s\n", device.error().c_str());
+    return nullptr;
+  }
+  auto made = std::make_unique<DeviceScheduler>(std::move(*device), nullptr);
+  auto s = Scheduler::create(model, nullptr, config, made->device.l1.get(), made->device.forward);
+  if (!s) {
+    std::printf("cannot build the scheduler: %s\n", s.error().c_str());
+    return nullptr;
+  }
+  made->scheduler = std::move(*s);
+  return made;
+}
+
+// What the block copy is set against: memcpy on one thread (a block copy is
+// one memcpy on the engine thread) on the CPU; on the GPU, one large copy
+// from device to pinned host memory (a demotion's direction) and back, with
+// the tiers' own copy call. Prints both; returns the demotion direction's.
+double baseline_copy_bytes_per_second(const std::string& kind, std::size_t bytes) {
+  if (kind == "cpu") {
+    const double bw = kvtier::bench::memcpy_bytes_per_second(1);
+    std::printf("memcpy, 1 thread: %.2f GB/s\n", bw / 1e9);
+    return bw;
+  }
+#if defined(KVTIER_HAVE_CUDA)
+  auto device = tiers::cuda_device_region(bytes);
+  auto pinned = tiers::cuda_pinned_region(bytes);
+  if (!device || !pinned) {
+    std::printf("cannot measure the pinned copy: %s\n",
+                (device ? pinned.error() : device.error()).c_str());
+    if (device) device->free(device->base);
+    if (pinned) pinned->free(pinned->base);
+    return 0;
+  }
+  std::memset(pinned->base, 1, bytes);
+  double best[2] = {1e9, 1e9};  // device -> pinned, pinned -> device
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = Clock::now();
+    tiers::cuda_copy(pinned->base, device->base, bytes);
+    best[0] = std::min(best[0], seconds_since(start));
+    start = Clock::now();
+    tiers::cuda_copy(device->base, pinned->base, bytes);
+    best[1] = std::min(best[1], seconds_since(start));
+  }
+  device->free(device->base);
+  pinned->free(pinned->base);
+  const double mb = static_cast<double>(bytes);
+  std::printf(
+      "pinned copy of %.0f MB, one call: device -> host %.2f GB/s, host -> device %.2f GB/s\n",
+      mb / 1e6, mb / best[0] / 1e9, mb / best[1] / 1e9);
+  return mb / best[0];
+#else
+  (void)bytes;
+  return 0;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   kvtier::bench::use_best_openblas_kernels(argv);
   std::filesystem::path l3_dir = "tier_bench_l3";
-  for (int i = 1; i + 1 < argc; ++i)
+  std::string kind = "cpu";
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--l3-dir") == 0) l3_dir = argv[++i];
+    if (std::strcmp(argv[i], "--device") == 0) kind = argv[++i];
+  }
+  if (kind != "cpu" && kind != "cuda") {
+    std::printf("--device must be cpu or cuda, got '%s'\n", kind.c_str());
+    return 2;
+  }
   omp_set_num_threads(kThreads);
   const auto config = ModelConfig::gpt2_124m();
   std::printf("building GPT-2 124M-shaped random weights...\n");
@@ -63,17 +149,14 @@ int main(int argc, char** argv) {
   c.cache.l2_bytes = 160 * block_bytes;
   c.cache.l3_path = (l3_dir / "store").string();
   c.cache.l3_bytes = 320 * block_bytes;
-  auto made = Scheduler::create(model, nullptr, c);
-  if (!made) {
-    std::printf("cannot build the scheduler: %s\n", made.error().c_str());
-    return 1;
-  }
-  Scheduler& s = **made;
+  auto made = make_scheduler(model, c, kind);
+  if (!made) return 1;
+  Scheduler& s = *made->scheduler;
   for (const std::string& w : s.cache()->warnings()) std::printf("note: %s\n", w.c_str());
   s.calibrate_tier_costs();
   const TierCosts costs = s.cache()->stats().costs;
-  std::printf("\n== kvtier tiers, GPT-2 124M shapes, block %zu bytes, %d threads\n", block_bytes,
-              kThreads);
+  std::printf("\n== kvtier tiers, GPT-2 124M shapes, block %zu bytes, %d threads, device %s\n",
+              block_bytes, kThreads, made->device.name.c_str());
   std::printf(
       "calibrated: prefill %.1f us/token; L2 copy %.1f us/block; L3 read %.1f us + %.1f "
       "us/block\n",
@@ -141,13 +224,12 @@ int main(int argc, char** argv) {
   int8.cache.l3_format = KvFormat::kInt8;
   int8.cache.l3_path = (l3_dir / "store-int8").string();
   std::printf("other lower-tier settings:\n");
-  for (const Variant& v : {Variant{"whole", whole, false}, Variant{"int8", int8, true}}) {
-    auto vs = Scheduler::create(model, nullptr, v.config);
-    if (!vs) {
-      std::printf("cannot build the %s scheduler: %s\n", v.name, vs.error().c_str());
-      return 1;
-    }
-    Scheduler& sv = **vs;
+  // On a GPU an exact L2 moves by layer too (the copy stream's), so whole
+  // is measured from L2 as well.
+  for (const Variant& v : {Variant{"whole", whole, kind != "cpu"}, Variant{"int8", int8, true}}) {
+    auto vs = make_scheduler(model, v.config, kind);
+    if (!vs) return 1;
+    Scheduler& sv = *vs->scheduler;
     (void)sv.submit(ttft_request({prompt.begin(), prompt.begin() + 1009}, 1));
     run_all(sv);
     sv.cache()->drain();
@@ -181,8 +263,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- L1 <-> L2 copy bandwidth ----------------------------------------
-  // Demote the cached blocks to L2 and time it, against memcpy on one thread
-  // (a block copy is one memcpy on the engine thread).
+  // Demote the cached blocks to L2 and time it, against a plain copy.
   run_all(s);
   (void)s.submit(ttft_request(prompt, 1));
   run_all(s);  // prefix back in L1
@@ -197,14 +278,14 @@ int main(int argc, char** argv) {
   // queue (promotions are queued a prefix at a time), so the bandwidth is
   // the demotion's: one block copy after another, bookkeeping included.
   const tiers::LatencySummary copy = s.cache()->stats().tier[1].transfer;
-  const double memcpy_bw = kvtier::bench::memcpy_bytes_per_second(1);
   std::printf(
       "\nL1 -> L2 demotion of %ld blocks: %.2f GB/s; L2 transfer latency (queueing included) "
       "mean %.1f us, p99 %.1f us\n",
       moved, demote_bw / 1e9, copy.mean_us, copy.p99_us);
-  std::printf("memcpy, 1 thread: %.2f GB/s\n", memcpy_bw / 1e9);
-  std::printf("ratio block copy / memcpy: %.2f  (target >= 0.8)\n", demote_bw / memcpy_bw);
-  made->reset();
+  const double baseline_bw =
+      baseline_copy_bytes_per_second(kind, static_cast<std::size_t>(moved) * block_bytes);
+  std::printf("ratio block copy / plain copy: %.2f  (target >= 0.8)\n", demote_bw / baseline_bw);
+  made.reset();
   std::filesystem::remove_all(l3_dir);
 
   // ---- swap vs recompute -------------------------------------------------
@@ -233,24 +314,22 @@ int main(int argc, char** argv) {
       w.max_batch_size = 6;
       w.token_budget = 256;
       if (w.prefix_cache) w.cache.l2_bytes = 160 * block_bytes;
-      auto ws = Scheduler::create(model, nullptr, w);
-      if (!ws) {
-        std::printf("cannot build the scheduler: %s\n", ws.error().c_str());
-        return 1;
-      }
+      auto made_w = make_scheduler(model, w, kind);
+      if (!made_w) return 1;
+      Scheduler* ws = made_w->scheduler.get();
       std::vector<RequestId> ids;
       const auto t0 = Clock::now();
-      for (const RequestParams& p : work) ids.push_back(*(*ws)->submit(p));
-      run_all(**ws);
+      for (const RequestParams& p : work) ids.push_back(*ws->submit(p));
+      run_all(*ws);
       best_s[m] = std::min(best_s[m], seconds_since(t0));
       outputs[m].clear();
       generated[m] = 0;
       for (RequestId id : ids) {
-        const Request* r = (*ws)->find(id);
+        const Request* r = ws->find(id);
         generated[m] += r->num_generated();
         outputs[m].emplace_back(r->generated().begin(), r->generated().end());
       }
-      stats[m] = (*ws)->stats();
+      stats[m] = ws->stats();
     }
   }
   std::printf(
