@@ -568,8 +568,11 @@ TEST(DaemonTest, PoolsTheMachineCannotHoldAreRefusedWithWhatItHas) {
   const auto memory = tiers::host_memory();
   ASSERT_TRUE(memory.has_value());
   test_util::TempDir dir;
-  const std::vector<std::string> base = {"--socket", (dir.path() / "s.sock").string(), "--model",
-                                         kModelDir.string()};
+  // The CPU's pools: with a GPU, --device auto would lay L1 in its memory
+  // and refuse a size it cannot hold with the GPU's out-of-memory instead.
+  const std::vector<std::string> base = {"--socket", (dir.path() / "s.sock").string(),
+                                         "--model",  kModelDir.string(),
+                                         "--device", "cpu"};
   if (memory->available >= (std::uint64_t{1} << 40))
     GTEST_SKIP() << "this machine has 1 TiB free, the largest size the flags take";
   std::vector<RefusedFlags> cases = {

@@ -889,11 +889,9 @@ TEST(L3Store, KilledAtRandomMomentsLeavesOnlyEntriesThatReadBackIntact) {
     ASSERT_EQ(::pipe(ready), 0);
     // A fresh process rather than a bare fork(): the child needs working
     // RocksDB background threads, which a fork of this process would lack.
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-    env_strings.push_back(std::string(kCrashChildEnv) + "=" + store_dir + "|" +
-                          std::to_string((round + 1) * 1000000ull) + "|" +
-                          std::to_string(ready[1]));
+    std::vector<std::string> env_strings = test_util::child_environment(
+        std::string(kCrashChildEnv) + "=" + store_dir + "|" +
+        std::to_string((round + 1) * 1000000ull) + "|" + std::to_string(ready[1]));
     std::vector<char*> envp;
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);

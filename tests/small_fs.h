@@ -33,6 +33,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -186,6 +187,20 @@ inline constexpr char kChildEnv[] = "KVTIER_TEST_CHILD";
 // run, where such a test skips itself.
 inline const char* child_argument() { return std::getenv(kChildEnv); }
 
+// This process's environment for a child run of this test binary, with
+// `extra` ("NAME=value") added. Not the parent's shard (GTEST_SHARD_INDEX,
+// GTEST_TOTAL_SHARDS): the child's one test would fall in another shard and
+// never run.
+inline std::vector<std::string> child_environment(const std::string& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (!std::string_view(*e).starts_with("GTEST_SHARD_INDEX=") &&
+        !std::string_view(*e).starts_with("GTEST_TOTAL_SHARDS="))
+      env.emplace_back(*e);
+  env.push_back(extra);
+  return env;
+}
+
 // Runs the test `name` ("Suite.Test") of this test binary in a child
 // process, with `argument` in its environment (child_argument()), and says
 // whether it ran and passed; if not, how it ended and everything it printed.
@@ -199,9 +214,7 @@ inline ::testing::AssertionResult passes_in_child(const std::string& name,
     return ::testing::AssertionFailure() << "cannot find this test binary";
   TempDir out_dir;
   const std::string out = (out_dir.path() / "child.out").string();
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  env_strings.push_back(std::string(kChildEnv) + "=" + argument);
+  std::vector<std::string> env_strings = child_environment(std::string(kChildEnv) + "=" + argument);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
