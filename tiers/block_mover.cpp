@@ -26,6 +26,11 @@ std::uint64_t BlockMover::start(std::byte* dst, const std::byte* src, std::size_
   return worker_->copy(dst, src, how);
 }
 
+void BlockMover::notify() {
+  if (queue_)
+    if (auto ok = queue_->notify(); !ok) lose_queue(ok.error());
+}
+
 std::vector<CopyCompletion> BlockMover::poll() {
   std::vector<CopyCompletion> done;
   if (worker_) done = worker_->poll();

@@ -52,6 +52,10 @@ class BlockMover {
   // is one, else on the worker as `how`.
   std::uint64_t start(std::byte* dst, const std::byte* src, std::size_t bytes,
                       const CopyWorker::Transfer& how);
+  // A wake-up (the waker) once the moves started so far have completed: the
+  // worker wakes the owner after each of its moves anyway; the queue is
+  // asked to (CopyQueue::notify()).
+  void notify();
   // The moves completed since the last call, from both engines.
   std::vector<CopyCompletion> poll();
   // Whether the owner still has the lost queue's moves to throw away.

@@ -19,8 +19,13 @@
 //  * An error from poll() or drain() means the engine is lost (CUDA makes a
 //    failed copy sticky: the context is gone): no copy in flight will be
 //    reported complete, and the owner stops using the queue.
-//  * The on_complete its maker was given is called after each copy, from a
-//    thread of the engine's: quick, thread-safe, no calls back into the queue.
+//  * notify() asks for a wake-up: the on_complete its maker was given is
+//    called, from a thread of the engine's, once every copy queued before it
+//    has ended (an engine may call it more often, after each copy). An owner
+//    that sleeps until copies end calls notify() after queueing them: one
+//    wake-up for a batch rather than one per copy, which on a GPU would make
+//    the stream wait for the host after every copy. on_complete is quick and
+//    thread-safe and makes no calls back into the queue.
 //
 // Threading: every member function is for one thread (the engine's).
 #pragma once
@@ -44,6 +49,7 @@ class CopyQueue {
   virtual ~CopyQueue() = default;
   virtual std::expected<std::uint64_t, std::string> copy(std::byte* dst, const std::byte* src,
                                                          std::size_t bytes) = 0;
+  virtual std::expected<void, std::string> notify() = 0;
   virtual std::expected<std::vector<CopyCompletion>, std::string> poll() = 0;
   virtual std::expected<void, std::string> drain() = 0;
   // Copies queued and not yet returned by poll().

@@ -50,6 +50,9 @@ void L2Store::flush() {
           mover_.start(op.dst + offset, op.src + offset, op.part_bytes, *op.how);
       pieces_[moved] = {t, static_cast<int>(i)};
     }
+    // A wake-up as each round of pieces lands: the forward waits for a
+    // layer of every block of its prefix at a time.
+    mover_.notify();
   }
   queued_.clear();
 }

@@ -69,17 +69,14 @@ std::expected<std::uint64_t, std::string> CudaCopyStream::copy(std::byte* dst, c
   auto event = take_event();
   if (!event) return std::unexpected(event.error());
 
-  // The event goes in behind the copy and the host function behind the event,
-  // so an owner woken by on_complete finds the copy complete when it polls.
+  // The event goes in behind the copy (and notify()'s host function behind
+  // the events), so an owner woken by on_complete finds the copy complete
+  // when it polls.
   const char* call = "cudaMemcpyAsync";
   cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_);
   if (err == cudaSuccess) {
     call = "cudaEventRecord";
     err = cudaEventRecord(*event, stream_);
-  }
-  if (err == cudaSuccess && on_complete_) {
-    call = "cudaLaunchHostFunc";
-    err = cudaLaunchHostFunc(stream_, run_on_complete, &on_complete_);
   }
   if (err != cudaSuccess) {
     std::string why = cuda_error("copy of " + std::to_string(bytes) + " bytes: " + call, err);
@@ -92,6 +89,14 @@ std::expected<std::uint64_t, std::string> CudaCopyStream::copy(std::byte* dst, c
   const std::uint64_t ticket = next_ticket_++;
   pending_.push_back({ticket, *event, queued});
   return ticket;
+}
+
+std::expected<void, std::string> CudaCopyStream::notify() {
+  if (!on_complete_) return {};
+  if (const cudaError_t err = cudaLaunchHostFunc(stream_, run_on_complete, &on_complete_);
+      err != cudaSuccess)
+    return std::unexpected(cuda_error("cudaLaunchHostFunc", err));
+  return {};
 }
 
 std::expected<std::vector<CopyCompletion>, std::string> CudaCopyStream::poll() {

@@ -21,12 +21,16 @@
 //    device tells the host when a copy ended only through an event.
 //  * drain() waits until every enqueued copy has ended; their completions
 //    still come from poll().
-//  * on_complete, when given, is called after each copy from a host function
-//    (cudaLaunchHostFunc) on a thread of the CUDA runtime, when that copy's
-//    event has completed: it lets an owner that waits for several sources wake
-//    up (KvCache::wait()). It must be quick and thread-safe and must not call
-//    CUDA (the runtime forbids it there). Without one no host function is
-//    enqueued, and the stream never waits for the host.
+//  * notify() enqueues a host function (cudaLaunchHostFunc) behind the copies
+//    enqueued so far, which calls on_complete on a thread of the CUDA runtime
+//    once they have ended: it lets an owner that waits for several sources
+//    wake up (KvCache::wait()). The stream waits for each host function to
+//    run before its next copy starts, some 30 us on an H200 (tier_bench: 756
+//    layer copies each with one took an L2 hit from 6 ms to 28 ms), so the
+//    owner asks once per batch, not once per copy. on_complete must be quick
+//    and thread-safe and must not call CUDA (the runtime forbids it there).
+//    Without one notify() does nothing, and the stream never waits for the
+//    host.
 //  * Errors are the CUDA runtime's messages. A failed copy() takes no ticket
 //    and leaves nothing in flight: both buffers are the caller's again. An
 //    error from poll() or drain() means a copy failed on the device, which
@@ -72,6 +76,8 @@ class CudaCopyStream final : public CopyQueue {
   // inside their allocations and do not overlap.
   std::expected<std::uint64_t, std::string> copy(std::byte* dst, const std::byte* src,
                                                  std::size_t bytes) override;
+  // A call of on_complete once every copy enqueued so far has ended.
+  std::expected<void, std::string> notify() override;
   // Completed copies, oldest first. On an error, the completions found before
   // it are returned first and the error by the next call.
   std::expected<std::vector<CopyCompletion>, std::string> poll() override;
