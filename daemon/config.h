@@ -52,7 +52,7 @@ struct Limit {
 // machine has.
 namespace limits {
 inline constexpr Limit<int> kThreads{0, 1024};
-inline constexpr Limit<int> kPageSize{1, 4096};
+inline constexpr Limit<int> kPageSize{1, SchedulerConfig::kMaxPageSize};
 // At least one page (SchedulerConfig::validate), at most 16 Mi positions.
 inline constexpr Limit<int> kMaxKvTokens{1, 1 << 24};
 inline constexpr Limit<int> kMaxBatchSize{1, 1 << 20};

@@ -78,7 +78,7 @@ TreeSummary KvCache::summarize(int top) const {
   }
   for (auto& [first, f] : families) {
     f.first_key = tiers::to_hex(first->key);
-    f.first_tokens = first->tokens;
+    f.first_tokens.assign(first->tokens().begin(), first->tokens().end());
     s.largest.push_back(std::move(f));
   }
   std::sort(s.largest.begin(), s.largest.end(), [](const auto& a, const auto& b) {

@@ -66,7 +66,7 @@ KvCache::StoreTier* KvCache::store_at(Tier tier) const {
 
 std::vector<std::byte> KvCache::meta_of(const CacheNode& node) const {
   const tiers::BlockKey parent = node.parent == nullptr ? tiers::BlockKey{} : node.parent->key;
-  return encode_block_meta(parent, fingerprint_, node.tokens);
+  return encode_block_meta(parent, fingerprint_, node.tokens());
 }
 
 bool KvCache::accepting(Tier tier) const {

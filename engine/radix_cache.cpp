@@ -20,7 +20,7 @@ std::vector<CacheNode*> RadixCache::match(const tiers::BlockKey& root, std::span
     // The key names the prefix; comparing tokens and parent guards against a
     // (practically impossible) collision serving wrong KV.
     if (node == nullptr || node->parent != parent || !node->resident() ||
-        !std::equal(block.begin(), block.end(), node->tokens.begin(), node->tokens.end()))
+        !std::ranges::equal(block, node->tokens()))
       break;
     path.push_back(node);
     parent = node;
@@ -30,7 +30,7 @@ std::vector<CacheNode*> RadixCache::match(const tiers::BlockKey& root, std::span
 
 CacheNode* RadixCache::find(const tiers::BlockKey& key) const {
   auto it = nodes_.find(key);
-  return it == nodes_.end() ? nullptr : it->second.get();
+  return it == nodes_.end() ? nullptr : const_cast<CacheNode*>(&it->second);
 }
 
 CacheNode* RadixCache::insert(const tiers::BlockKey& root, CacheNode* parent,
@@ -38,16 +38,16 @@ CacheNode* RadixCache::insert(const tiers::BlockKey& root, CacheNode* parent,
   assert(static_cast<int>(tokens.size()) == page_size_);
   const tiers::BlockKey key = chain_key(parent == nullptr ? root : parent->key, tokens);
   if (CacheNode* existing = find(key)) return existing;
-  auto node = std::make_unique<CacheNode>();
-  node->key = key;
-  node->parent = parent;
-  node->tokens.assign(tokens.begin(), tokens.end());
-  node->depth = parent == nullptr ? 1 : parent->depth + 1;
-  node->last_use = clock_;
+  CacheNode& node = nodes_.try_emplace(key).first->second;
+  node.key = key;
+  node.parent = parent;
+  node.token_data = std::make_unique_for_overwrite<int[]>(tokens.size());
+  std::ranges::copy(tokens, node.token_data.get());
+  node.token_count = static_cast<std::uint16_t>(tokens.size());
+  node.depth = parent == nullptr ? 1 : parent->depth + 1;
+  node.last_use = clock_;
   if (parent != nullptr) ++parent->children;
-  CacheNode* raw = node.get();
-  nodes_.emplace(key, std::move(node));
-  return raw;
+  return &node;
 }
 
 void RadixCache::touch(std::span<CacheNode* const> path) {
@@ -121,11 +121,11 @@ std::expected<void, std::string> RadixCache::check_indexes() const {
   for (const auto& [key, node] : nodes_) {
     for (int t = 0; t < kNumTiers; ++t) {
       const Tier tier = static_cast<Tier>(t);
-      if (!node->in(tier)) continue;
+      if (!node.in(tier)) continue;
       ++listed[t];
-      const bool busy = in_use(*node, tier);
-      if (!(busy ? busy_ : idle_)[t].contains(lru_key(*node)) ||
-          (busy ? idle_ : busy_)[t].contains(lru_key(*node)))
+      const bool busy = in_use(node, tier);
+      if (!(busy ? busy_ : idle_)[t].contains(lru_key(node)) ||
+          (busy ? idle_ : busy_)[t].contains(lru_key(node)))
         return std::unexpected("cache block " + tiers::to_hex(key) + " is not listed as " +
                                (busy ? "in use" : "idle") + " in " + to_string(tier));
     }
@@ -142,7 +142,8 @@ void RadixCache::erase_if_empty(CacheNode* n) {
          n->holds == 0) {
     CacheNode* parent = n->parent;
     if (parent != nullptr) --parent->children;
-    nodes_.erase(n->key);
+    const tiers::BlockKey key = n->key;  // not a reference into what is erased
+    nodes_.erase(key);
     n = parent;
   }
 }
@@ -150,7 +151,7 @@ void RadixCache::erase_if_empty(CacheNode* n) {
 std::vector<const CacheNode*> RadixCache::nodes() const {
   std::vector<const CacheNode*> out;
   out.reserve(nodes_.size());
-  for (const auto& [key, node] : nodes_) out.push_back(node.get());
+  for (const auto& [key, node] : nodes_) out.push_back(&node);
   return out;
 }
 

@@ -73,8 +73,11 @@ struct Location {
 struct CacheNode {
   tiers::BlockKey key;
   CacheNode* parent = nullptr;  // null for the first block of a chain
-  std::vector<int> tokens;      // this block's page_size tokens
-  int depth = 1;                // 1 for a first block
+  // This block's page_size tokens (at most SchedulerConfig::kMaxPageSize),
+  // in an array of their own rather than a vector: 16 bytes a node less.
+  std::unique_ptr<int[]> token_data;
+  std::uint16_t token_count = 0;
+  int depth = 1;  // 1 for a first block
   int children = 0;
 
   // Set only through RadixCache::set, which keeps the LRU indexes.
@@ -88,6 +91,7 @@ struct CacheNode {
   int holds = 0;  // swapped-out requests waiting for it: dropped only as a last resort
   std::uint64_t last_use = 0;
 
+  std::span<const int> tokens() const { return {token_data.get(), token_count}; }
   Presence state(Tier t) const { return at[t].state; }
   int slot(Tier t) const { return at[t].slot; }
   bool stored(Tier t) const { return state(t) == Presence::kStored; }
@@ -216,20 +220,20 @@ class RadixCache {
   std::vector<const CacheNode*> nodes() const;
 
  private:
+  // An index entry: the node's last use when it was listed; among equals
+  // the deeper block first, then the key. A node's depth and key never
+  // change, so they are read through the node rather than copied here (16
+  // bytes an entry less: a node is listed once for each tier it is in).
   struct LruKey {
     std::uint64_t last_use;
-    int neg_depth;
-    tiers::BlockKey key;
     CacheNode* node;
     bool operator<(const LruKey& o) const {
       if (last_use != o.last_use) return last_use < o.last_use;
-      if (neg_depth != o.neg_depth) return neg_depth < o.neg_depth;
-      return key < o.key;
+      if (node->depth != o.node->depth) return node->depth > o.node->depth;
+      return node->key < o.node->key;
     }
   };
-  static LruKey lru_key(const CacheNode& n) {
-    return {n.last_use, -n.depth, n.key, const_cast<CacheNode*>(&n)};
-  }
+  static LruKey lru_key(const CacheNode& n) { return {n.last_use, const_cast<CacheNode*>(&n)}; }
   // Lists n in the idle or busy index of each tier it is in; unindex takes
   // it out of both (what decided the index may have changed since).
   void index(CacheNode& n);
@@ -241,7 +245,9 @@ class RadixCache {
 
   int page_size_;
   std::uint64_t clock_ = 0;
-  std::unordered_map<tiers::BlockKey, std::unique_ptr<CacheNode>, tiers::BlockKeyHash> nodes_;
+  // The nodes themselves, not pointers to them: one allocation a node, and
+  // an unordered_map never moves its elements.
+  std::unordered_map<tiers::BlockKey, CacheNode, tiers::BlockKeyHash> nodes_;
   std::set<LruKey> idle_[kNumTiers];  // in the tier and not in use there
   std::set<LruKey> busy_[kNumTiers];  // in use there (in_use)
   tiers::BlockPool* l1_ = nullptr;    // track_l1's

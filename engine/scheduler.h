@@ -113,9 +113,10 @@ struct SchedulerConfig {
   // Order of admission and of prefill; also decides preemption victims.
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
 
-  // Positions per KV block. Smaller wastes less of the last page; larger
-  // means fewer blocks to track and move between tiers.
+  // Positions per KV block, 1 to kMaxPageSize. Smaller wastes less of the
+  // last page; larger means fewer blocks to track and move between tiers.
   int page_size = 16;
+  static constexpr int kMaxPageSize = 4096;
 
   // What happens to a preemption victim's KV: kRecompute frees it (it is
   // prefilled again later); kSwap moves it down the tiers and back, with no

@@ -39,8 +39,9 @@ std::expected<PreemptionMode, std::string> parse_preemption(std::string_view nam
 }
 
 std::expected<void, std::string> SchedulerConfig::validate() const {
-  if (page_size < 1)
-    return std::unexpected("page_size must be at least 1, got " + std::to_string(page_size));
+  if (page_size < 1 || page_size > kMaxPageSize)
+    return std::unexpected("page_size must be 1 to " + std::to_string(kMaxPageSize) + ", got " +
+                           std::to_string(page_size));
   if (max_kv_tokens < page_size)
     return std::unexpected("max_kv_tokens (" + std::to_string(max_kv_tokens) +
                            ") is smaller than one KV block (page_size " +

@@ -785,7 +785,11 @@ TEST_F(SchedulerTest, RefusesBadConfigsWithClearMessages) {
   refused(c, "max_kv_tokens (15) is smaller than one KV block (page_size 16)");
   c = {};
   c.page_size = 0;
-  refused(c, "page_size must be at least 1");
+  refused(c, "page_size must be 1 to 4096, got 0");
+  c = {};
+  c.page_size = 8192;
+  c.max_kv_tokens = 8192;
+  refused(c, "page_size must be 1 to 4096, got 8192");
   c = {};
   c.token_budget = 0;
   c.max_batch_size = 0;

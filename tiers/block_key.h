@@ -22,7 +22,8 @@ struct BlockKey {
 
 struct BlockKeyHash {
   // The key is already a good hash; mixing the halves is enough.
-  std::size_t operator()(const BlockKey& k) const {
+  // noexcept: the hash tables then keep no copy of it in each entry.
+  std::size_t operator()(const BlockKey& k) const noexcept {
     return static_cast<std::size_t>(k.lo ^ (k.hi * 0x9E3779B97F4A7C15ULL));
   }
 };
