@@ -2,6 +2,9 @@
 // with the machine's own limits measured in the same run:
 //   decode batch 1: weight bytes read per token x tokens/s / memcpy bandwidth
 //   cached tail:    16 tokens after a cached 1008 (the floor of a cached TTFT)
+//   shared prompt:  decode of 4 and 16 rows behind one 1016-token prompt
+//                   whose pages they share, against rows with contexts of
+//                   their own
 //   prefill 1024:   achieved GFLOP/s / OpenBLAS sgemm GFLOP/s on the same shapes
 // and peak resident memory against weights, their packed copy and KV. Built with the CUDA side, it
 // then runs the same steps through the GPU forward (engine/device.h's cuda)
@@ -35,6 +38,10 @@ using kvtier::SequenceKv;
 constexpr int kThreads = 2;
 constexpr int kPage = 16;
 constexpr int kMaxBatch = 16;
+// Decode batches, each with its own context and behind one shared prompt:
+// the rows llama-bench and llama-batched-bench (-pps) have twins of.
+constexpr int kDecodeBatches[] = {1, 4, 8, 16};
+constexpr int kSharedDecodeBatches[] = {4, 16};
 
 // FLOPs of one prefill of T tokens (linear layers, attention, one LM-head row).
 double prefill_flops(const kvtier::ModelConfig& c, int T) {
@@ -112,6 +119,33 @@ struct Bench {
                     pool.block_bytes());
       seqs[s].advance(context);
     }
+    std::vector<int> next(B, 1);
+    std::vector<Model::Chunk> batch;
+    for (int s = 0; s < B; ++s) batch.push_back({&seqs[s], std::span(&next[s], 1), false});
+    for (auto _ : state) {
+      auto logits = model.forward(batch, pool);
+      benchmark::DoNotOptimize(logits->data());
+    }
+    for (auto& s : seqs) s.release(pool);
+    state.counters["tok/s"] = benchmark::Counter(B, benchmark::Counter::kIsIterationInvariantRate);
+  }
+
+  // B sequences behind one shared `context`-token prompt, as the prefix
+  // cache shares it: its pages are the same blocks for every row (forks of
+  // the prefilled one), each row's own from the partial last page on (copy
+  // on write). One iteration is one decode step for all of them; the peer's
+  // twin is llama-batched-bench with its prompt shared (-pps).
+  void decode_shared(benchmark::State& state, int B, int context) {
+    const int V = model.config().vocab_size;
+    const auto prompt = random_tokens(context, V, 7);
+    const int steps = static_cast<int>(state.max_iterations);
+    std::vector<SequenceKv> seqs;
+    seqs.emplace_back(kPage);
+    seqs[0].reserve(pool, context);
+    const Model::Chunk first{&seqs[0], prompt, false};
+    (void)model.forward(std::span(&first, 1), pool);
+    for (int s = 1; s < B; ++s) seqs.push_back(seqs[0].fork(pool));
+    for (auto& s : seqs) s.reserve(pool, context + steps);
     std::vector<int> next(B, 1);
     std::vector<Model::Chunk> batch;
     for (int s = 0; s < B; ++s) batch.push_back({&seqs[s], std::span(&next[s], 1), false});
@@ -253,7 +287,7 @@ int main(int argc, char** argv) {
       ->Iterations(5)
       ->UseRealTime();
   for (int context : {128, 1024})
-    for (int B : {1, 4, 16}) {
+    for (int B : kDecodeBatches) {
       // Positions stop at block_size: a 1024 context decodes its last 8.
       const int steps = 8;
       const int start = context == config.block_size ? context - steps : context;
@@ -264,6 +298,14 @@ int main(int argc, char** argv) {
           ->Iterations(steps)
           ->UseRealTime();
     }
+  // Rows behind one shared 1016-token prompt (its last 8 positions decoded).
+  for (int B : kSharedDecodeBatches)
+    benchmark::RegisterBenchmark(
+        ("decode_shared/batch" + std::to_string(B) + "/ctx1016").c_str(),
+        [&bench, B](benchmark::State& s) { bench.decode_shared(s, B, 1016); })
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(8)
+        ->UseRealTime();
 
   kvtier::bench::RecordingReporter capture;
   benchmark::RunSpecifiedBenchmarks(&capture);
@@ -306,12 +348,20 @@ int main(int argc, char** argv) {
                 capture.get(name, "GFLOP/s"));
   }
   for (int context : {128, 1024})
-    for (int B : {1, 4, 16}) {
+    for (int B : kDecodeBatches) {
       const std::string name = "decode/batch" + std::to_string(B) + "/ctx" +
                                std::to_string(context) + "/iterations:8/real_time";
       std::printf("decode batch %2d ctx %4d: %8.1f tok/s\n", B, context,
                   capture.get(name, "tok/s"));
     }
+  for (int B : kSharedDecodeBatches) {
+    const std::string name =
+        "decode_shared/batch" + std::to_string(B) + "/ctx1016/iterations:8/real_time";
+    const std::string own = "decode/batch" + std::to_string(B) + "/ctx1024/iterations:8/real_time";
+    std::printf(
+        "decode batch %2d behind a shared 1016-token prompt: %8.1f tok/s (%.2fx own contexts)\n", B,
+        capture.get(name, "tok/s"), capture.get(name, "tok/s") / capture.get(own, "tok/s"));
+  }
   {
     // What a cached TTFT cannot go below on this machine: the tail's step.
     const double tail_s = capture.get("cached_tail/16after1008/iterations:5/real_time", "seconds");
