@@ -31,9 +31,9 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-cd "$here"
-build=build-cuda
-pkg=.devpkg
+cd "$here" || exit 1
+build="build-cuda"
+pkg=".devpkg"
 
 pack() {
   local src=${1:-$build}
@@ -111,10 +111,12 @@ run() {
   grep -E '^\[  (FAILED  |SKIPPED )\] [A-Za-z]' "$logs/cuda_tests.log" | sed 's/ (.*//' | sort -u >> "$summary"
 
   # 2. The figures, one program at a time.
-  local b
-  for b in "engine_bench" "tier_bench --device cuda --l3-dir /tmp/tier_bench_l3" "kernels_bench"; do
-    local name=${b%% *}
-    OMP_NUM_THREADS=2 timeout 150 "${loader[@]}" "$build/bench/"$b > "$logs/$name.log" 2>&1
+  local name
+  for name in engine_bench tier_bench kernels_bench; do
+    local args=()
+    [[ $name == tier_bench ]] && args=(--device cuda --l3-dir /tmp/tier_bench_l3)
+    OMP_NUM_THREADS=2 timeout 150 "${loader[@]}" "$build/bench/$name" "${args[@]}" \
+      > "$logs/$name.log" 2>&1
     note "$name: exit $?"
   done
 
@@ -131,7 +133,7 @@ run() {
       for _ in $(seq 300); do [[ -S $dir/k.sock ]] && break; sleep 0.1; done
       timeout 120 python3 scripts/device_tokens.py run "$dir/k.sock" "$logs/tokens-$fmt-$dev.json" \
         >> "$summary" 2>&1 || note "device_tokens $fmt $dev: failed"
-      kill -TERM "$pid"; wait "$pid"
+      kill -TERM "$pid" 2> /dev/null; wait "$pid"
       note "kvtierd --device $dev ($fmt tiers) exit $?"
     done
     [[ -f $logs/tokens-$fmt-cpu.json && -f $logs/tokens-$fmt-cuda.json ]] &&
