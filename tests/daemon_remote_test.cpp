@@ -302,10 +302,12 @@ class DaemonRemoteClusterTest : public ::testing::Test {
 };
 
 TEST_F(DaemonRemoteClusterTest, APrefixIsSharedAcrossEveryMaster) {
-  // Ten shared blocks, whose keys fall on all three masters.
+  // Ten shared blocks, whose keys fall on all three masters. On the CPU, as
+  // in DaemonRemoteTest: a GPU may rightly recompute them instead.
   const std::string shared = kShared + kShared + kShared;
-  auto a = std::make_unique<Daemon>(std::vector<std::string>{"--remote", seeds()});
-  auto b = std::make_unique<Daemon>(std::vector<std::string>{"--remote", seeds()});
+  const std::vector<std::string> args = {"--remote", seeds(), "--device", "cpu"};
+  auto a = std::make_unique<Daemon>(args);
+  auto b = std::make_unique<Daemon>(args);
   ASSERT_TRUE(a->wait_ready()) << a->log();
   ASSERT_TRUE(b->wait_ready()) << b->log();
   auto ca = a->connect();
@@ -329,7 +331,7 @@ TEST_F(DaemonRemoteClusterTest, APrefixIsSharedAcrossEveryMaster) {
   // blocks from the first one it held, never a request, and says which
   // node is down.
   cluster_.node(0).stop();
-  Daemon c({"--remote", seeds(), "--remote-timeout", "0.2"});
+  Daemon c({"--remote", seeds(), "--device", "cpu", "--remote-timeout", "0.2"});
   ASSERT_TRUE(c.wait_ready()) << c.log();
   auto cc = c.connect();
   const json degraded = generate(*cc, shared + "two", 0.0f, 0);
