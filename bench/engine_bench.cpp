@@ -119,15 +119,7 @@ struct Bench {
                     pool.block_bytes());
       seqs[s].advance(context);
     }
-    std::vector<int> next(B, 1);
-    std::vector<Model::Chunk> batch;
-    for (int s = 0; s < B; ++s) batch.push_back({&seqs[s], std::span(&next[s], 1), false});
-    for (auto _ : state) {
-      auto logits = model.forward(batch, pool);
-      benchmark::DoNotOptimize(logits->data());
-    }
-    for (auto& s : seqs) s.release(pool);
-    state.counters["tok/s"] = benchmark::Counter(B, benchmark::Counter::kIsIterationInvariantRate);
+    decode_steps(state, seqs);
   }
 
   // B sequences behind one shared `context`-token prompt, as the prefix
@@ -146,6 +138,13 @@ struct Bench {
     (void)model.forward(std::span(&first, 1), pool);
     for (int s = 1; s < B; ++s) seqs.push_back(seqs[0].fork(pool));
     for (auto& s : seqs) s.reserve(pool, context + steps);
+    decode_steps(state, seqs);
+  }
+
+  // The timed part of both: one decode step of every sequence an iteration,
+  // then their blocks back to the pool.
+  void decode_steps(benchmark::State& state, std::vector<SequenceKv>& seqs) {
+    const int B = static_cast<int>(seqs.size());
     std::vector<int> next(B, 1);
     std::vector<Model::Chunk> batch;
     for (int s = 0; s < B; ++s) batch.push_back({&seqs[s], std::span(&next[s], 1), false});
