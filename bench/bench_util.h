@@ -19,6 +19,11 @@ inline std::vector<int> random_tokens(int n, int vocab, unsigned seed) {
   return t;
 }
 
+// Wall-clock seconds since `start`.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // The best (least) wall-clock seconds of `runs` calls of fn(): the figure
 // least disturbed by the rest of a noisy machine. fn() must finish its work
 // before it returns (a GPU forward synchronises).
@@ -28,8 +33,7 @@ double best_seconds(int runs, Fn&& fn) {
   for (int i = 0; i < runs; ++i) {
     const auto start = std::chrono::steady_clock::now();
     fn();
-    best = std::min(
-        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    best = std::min(best, seconds_since(start));
   }
   return best;
 }

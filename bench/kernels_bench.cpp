@@ -45,16 +45,13 @@ namespace {
 
 using namespace kvtier;
 using Clock = std::chrono::steady_clock;
+using kvtier::bench::seconds_since;
 
 constexpr kernels::KvShape kGpt2{12, 12, 64, 16};
 constexpr double kGB = 1e9;
 // The forward kernels' shapes: a 1024-token prefill of GPT-2 124M.
 constexpr int kRows = 1024, kEmbd = 768;
 constexpr float kLayerNormEps = 1e-5f;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Each CPU figure is the best of this many runs.
 constexpr int kRuns = 5;

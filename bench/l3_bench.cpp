@@ -22,10 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "tiers/l3_store.h"
 
 namespace {
 
+using kvtier::bench::seconds_since;
 using kvtier::tiers::BlockKey;
 using kvtier::tiers::L3Store;
 using kvtier::tiers::StoreStatus;
@@ -61,10 +63,6 @@ Args parse(int argc, char** argv) {
 struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Bytes per second fio reports for one job, or a negative number when it
 // did not run or its output did not parse.

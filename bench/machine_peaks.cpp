@@ -15,14 +15,11 @@
 #include <random>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "tiers/block_pool.h"
 
 namespace kvtier::bench {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 constexpr std::size_t kBytes = std::size_t{512} << 20;  // twice the 260 MiB L3 here
 

@@ -34,6 +34,7 @@ using namespace kvtier;
 using Clock = std::chrono::steady_clock;
 using kvtier::bench::random_tokens;
 using kvtier::bench::run_all;
+using kvtier::bench::seconds_since;
 using kvtier::bench::time_to_first_token;
 using kvtier::bench::ttft_request;
 using kvtier::bench::ttft_scheduler_config;
@@ -41,10 +42,6 @@ using kvtier::bench::ttft_scheduler_config;
 constexpr int kThreads = 2;
 constexpr int kPage = 16;
 constexpr int kReps = 3;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // A prefix's 64 blocks written and read back through the store, kPasses
 // times over (fresh keys for each written pass: a key written before

@@ -99,6 +99,7 @@ using kvtier::PlacementPolicy;
 using kvtier::Presence;
 using kvtier::RadixCache;
 using kvtier::Tier;
+using kvtier::bench::seconds_since;
 using kvtier::tiers::BlockKey;
 using kvtier::tiers::BlockPool;
 using kvtier::tiers::L3Entry;
@@ -131,10 +132,6 @@ std::uint64_t splitmix(std::uint64_t x) {
 void fill_prompt(std::span<int> out, long p) {
   for (std::size_t i = 0; i < out.size(); ++i)
     out[i] = static_cast<int>(splitmix((static_cast<std::uint64_t>(p) << 20) + i) % kVocab);
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 struct RadixFigures {

@@ -41,6 +41,7 @@ namespace {
 
 using kvtier::bench::random_tokens;
 using kvtier::bench::run_all;
+using kvtier::bench::seconds_since;
 using kvtier::bench::time_to_first_token;
 using kvtier::bench::ttft_request;
 using kvtier::bench::ttft_scheduler_config;
@@ -50,10 +51,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kThreads = 2;
 constexpr int kPage = 16;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // A scheduler over the device asked for: its L1 and forward (the CPU's own
 // when the device is cpu). The device is declared first so that its L1
