@@ -3,7 +3,7 @@
 
 For comparing devices (scripts/device_check.sh): the same workload against
 `kvtierd --device cpu` and `--device cuda`, under pressure (a small L1, L2 and
-L3), gives two files that `--compare` sets side by side.
+L3), gives two files that `compare` sets side by side.
 
     device_tokens.py run SOCKET OUT.json     # the workload; its tokens to OUT.json
     device_tokens.py compare A.json B.json   # which requests differ, and where
@@ -17,8 +17,14 @@ values); int8 tiers may change some.
 """
 
 import json
-import socket
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
+
+# The project's own client (examples/python/kvtier_client.py).
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples", "python"))
+from kvtier_client import KvtierClient  # noqa: E402
 
 PREFIXES = [
     "The quick brown fox jumps over the lazy dog while the old man watches from the porch "
@@ -46,59 +52,23 @@ def workload():
     return reqs
 
 
-class Client:
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.f = self.sock.makefile("rwb")
-        self.next_id = 1
-
-    def send(self, method, params):
-        rid = self.next_id
-        self.next_id += 1
-        msg = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-        self.f.write(json.dumps(msg).encode() + b"\n")
-        return rid
-
-    def answers(self, ids):
-        """Reads until every id in `ids` is answered: {id: result}."""
-        want, got = set(ids), {}
-        self.f.flush()
-        while want - got.keys():
-            line = self.f.readline()
-            if not line:
-                raise RuntimeError("kvtierd closed the connection")
-            msg = json.loads(line)
-            if "id" not in msg:
-                continue
-            if "error" in msg:
-                raise RuntimeError(f"request {msg['id']}: {msg['error']}")
-            got[msg["id"]] = msg["result"]
-        return got
-
-    def call(self, method, params=None):
-        rid = self.send(method, params or {})
-        return self.answers([rid])[rid]
-
-
 def run(path, out):
-    c = Client(path)
     reqs = workload()
     rounds = []
-    for rnd in range(2):
-        if rnd == 1:
-            c.call("cache.flush", {"tier": "l1"})
-            c.call("cache.flush", {"tier": "l2"})
-        ids = [c.send("generate", r) for r in reqs]
-        got = c.answers(ids)
-        rounds.append(
-            [
-                {"tokens": got[i]["tokens"], "cached": got[i]["cached_tokens"]}
-                for i in ids
-            ]
-        )
-    stats = c.call("stats")
-    health = c.call("health")
+    with KvtierClient(path) as control:
+        for rnd in range(2):
+            if rnd == 1:
+                control.call("cache.flush", {"tier": "l1"})
+                control.call("cache.flush", {"tier": "l2"})
+            # All at once, a connection each, so that the daemon runs them
+            # side by side and preempts.
+            with ThreadPoolExecutor(len(reqs)) as pool:
+                results = list(pool.map(lambda r: one_request(path, r), reqs))
+            rounds.append(
+                [{"tokens": r["tokens"], "cached": r["cached_tokens"]} for r in results]
+            )
+        stats = control.stats()
+        health = control.call("health")
     json.dump(
         {"device": health.get("device"), "rounds": rounds, "stats": stats},
         open(out, "w"),
@@ -111,6 +81,11 @@ def run(path, out):
         f"requests; round 2 found {cached} prompt tokens cached"
     )
     return 0
+
+
+def one_request(path, params):
+    with KvtierClient(path) as client:
+        return client.call("generate", params)
 
 
 def first_difference(a, b):
