@@ -88,32 +88,29 @@ double baseline_copy_bytes_per_second(const std::string& kind, std::size_t bytes
     return bw;
   }
 #if defined(KVTIER_HAVE_CUDA)
-  auto device = tiers::cuda_device_region(bytes);
-  auto pinned = tiers::cuda_pinned_region(bytes);
-  if (!device || !pinned) {
-    std::printf("cannot measure the pinned copy: %s\n",
-                (device ? pinned.error() : device.error()).c_str());
-    if (device) device->free(device->base);
-    if (pinned) pinned->free(pinned->base);
+  // Each in a pool of one block, which frees it with the matching CUDA call.
+  auto device_region = tiers::cuda_device_region(bytes);
+  if (!device_region) {
+    std::printf("cannot measure the pinned copy: %s\n", device_region.error().c_str());
     return 0;
   }
-  std::memset(pinned->base, 1, bytes);
-  double best[2] = {1e9, 1e9};  // device -> pinned, pinned -> device
-  for (int rep = 0; rep < 5; ++rep) {
-    auto start = Clock::now();
-    tiers::cuda_copy(pinned->base, device->base, bytes);
-    best[0] = std::min(best[0], seconds_since(start));
-    start = Clock::now();
-    tiers::cuda_copy(device->base, pinned->base, bytes);
-    best[1] = std::min(best[1], seconds_since(start));
+  tiers::BlockPool device(bytes, 1, std::move(*device_region));
+  auto pinned_region = tiers::cuda_pinned_region(bytes);
+  if (!pinned_region) {
+    std::printf("cannot measure the pinned copy: %s\n", pinned_region.error().c_str());
+    return 0;
   }
-  device->free(device->base);
-  pinned->free(pinned->base);
+  tiers::BlockPool pinned(bytes, 1, std::move(*pinned_region));
+  std::memset(pinned.data(0), 1, bytes);
+  const double down_s = kvtier::bench::best_seconds(
+      5, [&] { tiers::cuda_copy(pinned.data(0), device.data(0), bytes); });
+  const double up_s = kvtier::bench::best_seconds(
+      5, [&] { tiers::cuda_copy(device.data(0), pinned.data(0), bytes); });
   const double mb = static_cast<double>(bytes);
   std::printf(
       "pinned copy of %.0f MB, one call: device -> host %.2f GB/s, host -> device %.2f GB/s\n",
-      mb / 1e6, mb / best[0] / 1e9, mb / best[1] / 1e9);
-  return mb / best[0];
+      mb / 1e6, mb / down_s / 1e9, mb / up_s / 1e9);
+  return mb / down_s;
 #else
   (void)bytes;
   return 0;
