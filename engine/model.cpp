@@ -1,6 +1,9 @@
 #include "engine/model.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <climits>
 #include <unordered_set>
 
 #include "kernels/attention.h"
@@ -85,8 +88,8 @@ std::expected<void, std::string> Model::check(std::span<const Chunk> chunks,
 
 void Model::attention(int layer, int M) {
   const int C = config_.n_embd, H = config_.n_head, D = config_.head_dim();
-  const int group = H / config_.n_kv_head;
-  const long width = C + 2 * config_.kv_dim();  // a qkv row: q (C), k (kv_dim), v (kv_dim)
+  const int group_size = H / config_.n_kv_head;  // query heads per KV head
+  const long width = C + 2 * config_.kv_dim();   // a qkv row: q (C), k (kv_dim), v (kv_dim)
   const KvLayout layout = kv_layout(page_size_);
 
   // Keys and values of every row first: a row attends to the rows before it
@@ -97,33 +100,77 @@ void Model::attention(int layer, int M) {
     kernels::kv_write(view, rows_[r].pos, qkv + C, qkv + C + config_.kv_dim());
   }
 
-  // Then each (tile, head) on its own: a tile is a run of consecutive rows of
-  // one chunk that share the K/V pages they load. Neither the tiling nor the
-  // thread that runs a tile changes a row's arithmetic.
+  // Then each (group, head) on its own. Neither the grouping nor the thread
+  // that runs a group changes a row's arithmetic.
   // Attention scores, for chunks that want them, go to a buffer of each
   // thread's own and are then added up: integer sums, so in any order.
-  const long items = static_cast<long>(tiles_.size()) * H;
+  const long items = static_cast<long>(groups_.size()) * H;
 #pragma omp parallel
   {
     std::vector<float> scratch(static_cast<std::size_t>(kTileRows) * (config_.block_size + 1));
     std::vector<kernels::AttentionScore> scores(static_cast<std::size_t>(score_positions_), 0);
+    kernels::AttentionQuery queries[kTileRows];
 #pragma omp for schedule(dynamic, 1)
     for (long item = 0; item < items; ++item) {
-      const Tile tile = tiles_[item / H];
+      const Group& group = groups_[item / H];
       const int h = static_cast<int>(item % H);
-      const RowSlot& first = rows_[tile.first_row];
-      const auto view = layout.layer_view(block_bases_[first.chunk].data(), layer);
-      const float* q = qkv_.data() + tile.first_row * width + h * D;
-      float* out = att_.data() + static_cast<long>(tile.first_row) * C + h * D;
-      const long offset = score_offset_[first.chunk];
-      kernels::attention_rows(out, C, q, width, tile.rows, first.pos, view, h / group,
-                              scratch.data(), offset < 0 ? nullptr : scores.data() + offset);
+      for (int i = 0; i < group.count; ++i) {
+        const int row = group_rows_[group.first + i];
+        const RowSlot& slot = rows_[row];
+        const long offset = score_offset_[slot.chunk];
+        queries[i] = {qkv_.data() + row * width + h * D,
+                      att_.data() + static_cast<long>(row) * C + h * D, slot.pos,
+                      layout.layer_view(block_bases_[slot.chunk].data(), layer),
+                      offset < 0 ? nullptr : scores.data() + offset};
+      }
+      kernels::attention_queries(queries, group.count, group.shared_keys, h / group_size,
+                                 scratch.data());
     }
     if (!scores.empty()) {
 #pragma omp critical(kvtier_attention_scores)
       for (const ScoreTarget& t : score_targets_)
         for (int i = 0; i < t.positions; ++i) t.scores[i] += scores[t.offset + i];
     }
+  }
+}
+
+// Decode rows whose sequences share their first pages go together, so that
+// attention reads those pages once for all of them: sorted by block table,
+// neighbours share the longest prefixes. Groups stay small enough to give
+// every thread work (a group's heads are the items threads share out).
+void Model::group_decode_rows(std::span<const Chunk> chunks, std::vector<int>& decode_rows) {
+  auto table = [&](int row) { return chunks[rows_[row].chunk].kv->block_ids(); };
+  std::ranges::sort(decode_rows, [&](int a, int b) {
+    return std::ranges::lexicographical_compare(table(a), table(b));
+  });
+  // Pages at the start of two tables that are the same live block.
+  auto common_pages = [&](int a, int b) {
+    const auto ta = table(a), tb = table(b);
+    std::size_t i = 0;
+    while (i < ta.size() && i < tb.size() && ta[i] == tb[i] && ta[i] != SequenceKv::kEvictedBlock)
+      ++i;
+    return static_cast<int>(i);
+  };
+  const long spread = static_cast<long>(decode_rows.size()) * config_.n_head /
+                      (2L * std::max(1, omp_get_max_threads()));
+  const int cap = static_cast<int>(std::clamp(spread, 1L, static_cast<long>(kTileRows)));
+  for (std::size_t i = 0; i < decode_rows.size();) {
+    const int first = decode_rows[i];
+    std::size_t end = i + 1;
+    int pages = INT_MAX;
+    while (end < decode_rows.size() && static_cast<int>(end - i) < cap) {
+      const int common = std::min(pages, common_pages(first, decode_rows[end]));
+      if (common == 0) break;
+      pages = common;
+      ++end;
+    }
+    // A row alone shares all its keys with itself, as a tile does.
+    const int shared_keys = end - i == 1 ? rows_[first].pos + 1 : pages * page_size_;
+    groups_.push_back(
+        {static_cast<int>(group_rows_.size()), static_cast<int>(end - i), shared_keys});
+    group_rows_.insert(group_rows_.end(), decode_rows.begin() + static_cast<long>(i),
+                       decode_rows.begin() + static_cast<long>(end));
+    i = end;
   }
 }
 
@@ -136,7 +183,9 @@ std::expected<std::span<const float>, std::string> Model::forward(
 
   // Lay the batch out as rows, and note which rows want logits.
   rows_.clear();
-  tiles_.clear();
+  groups_.clear();
+  group_rows_.clear();
+  std::vector<int> decode_rows;  // rows of one-token chunks, grouped below
   block_bases_.resize(chunks.size());
   score_targets_.clear();
   score_offset_.assign(chunks.size(), -1);
@@ -146,10 +195,17 @@ std::expected<std::span<const float>, std::string> Model::forward(
     const Chunk& c = chunks[i];
     const int n = static_cast<int>(c.tokens.size());
     for (int t = 0; t < n; ++t) {
-      if (c.all_logits || t == n - 1) logit_rows.push_back(static_cast<int>(rows_.size()));
-      if (t % kTileRows == 0) tiles_.push_back({static_cast<int>(rows_.size()), 0});
-      ++tiles_.back().rows;
+      const int row = static_cast<int>(rows_.size());
+      if (c.all_logits || t == n - 1) logit_rows.push_back(row);
       rows_.push_back({static_cast<int>(i), c.kv->length() + t});
+      if (n == 1) {
+        decode_rows.push_back(row);
+        continue;
+      }
+      if (t % kTileRows == 0) groups_.push_back({static_cast<int>(group_rows_.size()), 0, 0});
+      group_rows_.push_back(row);
+      ++groups_.back().count;
+      groups_.back().shared_keys = c.kv->length() + t + 1;
     }
     block_bases_[i].clear();
     for (int id : c.kv->block_ids())
@@ -161,6 +217,7 @@ std::expected<std::span<const float>, std::string> Model::forward(
       score_positions_ += c.kv->length() + n;
     }
   }
+  group_decode_rows(chunks, decode_rows);
   const int M = static_cast<int>(rows_.size());
   x_.resize(static_cast<std::size_t>(M) * C);
   ln_.resize(x_.size());

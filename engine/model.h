@@ -13,7 +13,9 @@
 // else is in the batch, whichever position the chunk has in it, and however
 // the sequence's earlier tokens were chunked. Every kernel computes a row
 // from that row alone in a fixed order (see kernels/matmul.h and
-// kernels/attention.h); tests check it with memcmp.
+// kernels/attention.h); tests check it with memcmp. Decode rows of
+// sequences that share a prompt's pages (forks, the prefix cache) read those
+// pages once a step for all of them, with each row's arithmetic unchanged.
 //
 // Evicted pages (SequenceKv::evict_block) are skipped by attention exactly
 // as if masked (kernels/attention.h); queries keep their absolute positions,
@@ -112,13 +114,20 @@ class Model {
     int pos;
   };
   std::vector<RowSlot> rows_;
-  // Attention tiles: up to kTileRows consecutive rows of one chunk.
+  // Attention groups (kernels::attention_queries): rows that share pages
+  // and run together. A prefill tile is up to kTileRows consecutive rows of
+  // one chunk, every key shared; decode rows of sequences whose tables start
+  // with the same pages (a shared prompt) form groups of up to kTileRows too.
+  // A group's rows are group_rows_[first .. first + count).
   static constexpr int kTileRows = 16;
-  struct Tile {
-    int first_row;
-    int rows;
+  struct Group {
+    int first;
+    int count;
+    int shared_keys;
   };
-  std::vector<Tile> tiles_;
+  std::vector<Group> groups_;
+  std::vector<int> group_rows_;
+  void group_decode_rows(std::span<const Chunk> chunks, std::vector<int>& decode_rows);
   std::vector<std::vector<float*>> block_bases_;  // per chunk; null for evicted pages
   // Chunks that gather attention scores: where their positions sit in each
   // thread's score buffer and where the sums go.

@@ -1,18 +1,18 @@
 #include "kernels/attention.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "kernels/matmul_simd.h"
 #include "kernels/vec_math.h"
 
 namespace kvtier::kernels {
 namespace {
 
-// Rows whose softmax sums advance side by side (see attention_rows).
-constexpr int kMaxTileRows = 16;
+using simd::Vec;
 
 const float* key_page(const PagedKv& kv, int block, int kv_head) {
   return kv.blocks[block] + kv.k_offset + static_cast<long>(kv_head) * kv.head_dim * kv.page_size;
@@ -22,54 +22,114 @@ const float* value_page(const PagedKv& kv, int block, int kv_head) {
   return kv.blocks[block] + kv.v_offset + static_cast<long>(kv_head) * kv.page_size * kv.head_dim;
 }
 
-// Register-blocked forms of the two inner loops for the common shape (pages
-// of 16 keys, heads of 64 dims) on AVX-512. They perform the same fused
-// multiply-adds in the same order as the generic loops below — only which
-// values stay in registers changes — so either path gives the same bits.
-#if defined(__AVX512F__)
+// Register-blocked forms of the two inner loops, over simd::Vec. They do the
+// same fused multiply-adds in the same order as the generic loops below; only
+// which values stay in registers changes, so every path gives the same bits.
+// Scores take whole pages of kFastPage keys (the engine's page size); values
+// take kValueVecs vectors of a head's dimensions at a time.
+constexpr bool kBlocked = simd::kLanes > 1;
+constexpr int kRegisters = simd::kLanes == 16 ? 32 : 16;
 constexpr int kFastPage = 16;
-constexpr int kFastDim = 64;
+constexpr int kPageVecs = kFastPage / simd::kLanes;
+constexpr int kScoreRows = std::clamp((kRegisters - 4) / kPageVecs, 1, 8);
+constexpr int kValueVecs = kRegisters == 32 ? 4 : 2;
+constexpr int kValueRows = 6;
+// Queries whose softmax sums advance side by side.
+constexpr int kSumRows = 16;
 
-// s row r (16 scores) = fma chain over d of q_r[d] * kp[d][0..16), from 0.
-template <int R>
-void scores_page16(float* s, long s_stride, const float* q, long q_stride, const float* kp, int D) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int d = 0; d < D; ++d) {
-    const __m512 k = _mm512_loadu_ps(kp + d * kFastPage);
-    for (int r = 0; r < R; ++r)
-      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * q_stride + d]), k, acc[r]);
-  }
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(s + r * s_stride, acc[r]);
+// Calls fn(std::integral_constant<int, R>{}) with R = min(n, Max), n >= 1:
+// the register-blocked kernels take their number of queries at compile time.
+template <int Max, typename Fn>
+void with_rows(int n, Fn&& fn) {
+  if constexpr (Max > 1)
+    if (n < Max) return with_rows<Max - 1>(n, std::forward<Fn>(fn));
+  fn(std::integral_constant<int, Max>{});
 }
 
-// out rows r (64 values) += p_r[t] * V[t] for t in [t_begin, t_end), in order.
+// s[r][j] = fma chain over d of q[r][d] * kp[d][j], from 0, for a whole page.
 template <int R>
-void values_head64(float* out, long out_stride, const float* const* probs, const PagedKv& kv,
-                   int kv_head, int t_begin, int t_end) {
-  __m512 o[R][4];
+void page_scores_blocked(float* const* s, const float* const* q, const float* kp, int D) {
+  Vec acc[R][kPageVecs];
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < 4; ++i) o[r][i] = _mm512_loadu_ps(out + r * out_stride + 16 * i);
-  const int P = kv.page_size;
-  for (int t = t_begin; t < t_end;) {
-    // [t_begin, t_end) is a run of present pages: take it a page at a time.
-    const int block = t / P;
-    const int page_end = std::min((block + 1) * P, t_end);
-    const float* page = value_page(kv, block, kv_head);
-    for (; t < page_end; ++t) {
-      const float* v = page + (t - block * P) * kFastDim;
-      __m512 vv[4];
-      for (int i = 0; i < 4; ++i) vv[i] = _mm512_loadu_ps(v + 16 * i);
-      for (int r = 0; r < R; ++r) {
-        const __m512 p = _mm512_set1_ps(probs[r][t]);
-        for (int i = 0; i < 4; ++i) o[r][i] = _mm512_fmadd_ps(p, vv[i], o[r][i]);
-      }
+    for (int i = 0; i < kPageVecs; ++i) acc[r][i] = simd::zero();
+  for (int d = 0; d < D; ++d) {
+    Vec k[kPageVecs];
+    for (int i = 0; i < kPageVecs; ++i) k[i] = simd::load(kp + d * kFastPage + i * simd::kLanes);
+    for (int r = 0; r < R; ++r) {
+      const Vec qd = simd::broadcast(q[r][d]);
+      for (int i = 0; i < kPageVecs; ++i) acc[r][i] = simd::fma(qd, k[i], acc[r][i]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(out + r * out_stride + 16 * i, o[r][i]);
+    for (int i = 0; i < kPageVecs; ++i) simd::store(s[r] + i * simd::kLanes, acc[r][i]);
 }
-#endif
+
+// Scores of n queries at slots [j0, j1) of one page: s[r][j] for slot j.
+void page_scores(float* const* s, const float* const* q, int n, const float* kp, int P, int D,
+                 int j0, int j1) {
+  if (kBlocked && P == kFastPage && j0 == 0 && j1 == P) {
+    for (int r = 0; r < n;) {
+      with_rows<kScoreRows>(n - r, [&](auto rows) {
+        page_scores_blocked<decltype(rows)::value>(s + r, q + r, kp, D);
+        r += decltype(rows)::value;
+      });
+    }
+    return;
+  }
+  for (int r = 0; r < n; ++r)
+    for (int j = j0; j < j1; ++j) s[r][j] = 0.0f;
+  for (int d = 0; d < D; ++d) {
+    const float* kd = kp + d * P;
+    for (int r = 0; r < n; ++r) {
+      const float qd = q[r][d];
+      for (int j = j0; j < j1; ++j) s[r][j] = __builtin_fmaf(qd, kd[j], s[r][j]);
+    }
+  }
+}
+
+// out[r][d] = fma(p[r][t], V[t][d], out[r][d]) for t in [a, b), in order, for
+// every d; [a, b) lies in one page whose first key is `first` (vp its values).
+template <int R>
+void page_values_blocked(float* const* out, const float* const* p, const float* vp, int first,
+                         int a, int b, int D) {
+  constexpr int kWidth = kValueVecs * simd::kLanes;
+  for (int d0 = 0; d0 < D; d0 += kWidth) {
+    Vec o[R][kValueVecs];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < kValueVecs; ++i) o[r][i] = simd::load(out[r] + d0 + i * simd::kLanes);
+    for (int t = a; t < b; ++t) {
+      const float* v = vp + static_cast<long>(t - first) * D + d0;
+      Vec vv[kValueVecs];
+      for (int i = 0; i < kValueVecs; ++i) vv[i] = simd::load(v + i * simd::kLanes);
+      for (int r = 0; r < R; ++r) {
+        const Vec pt = simd::broadcast(p[r][t]);
+        for (int i = 0; i < kValueVecs; ++i) o[r][i] = simd::fma(pt, vv[i], o[r][i]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < kValueVecs; ++i) simd::store(out[r] + d0 + i * simd::kLanes, o[r][i]);
+  }
+}
+
+// The same for n queries, any D.
+void page_values(float* const* out, const float* const* p, int n, const float* vp, int first, int a,
+                 int b, int D) {
+  if (kBlocked && D % (kValueVecs * simd::kLanes) == 0) {
+    for (int r = 0; r < n;) {
+      with_rows<kValueRows>(n - r, [&](auto rows) {
+        page_values_blocked<decltype(rows)::value>(out + r, p + r, vp, first, a, b, D);
+        r += decltype(rows)::value;
+      });
+    }
+    return;
+  }
+  for (int r = 0; r < n; ++r)
+    for (int t = a; t < b; ++t) {
+      const float* v = vp + static_cast<long>(t - first) * D;
+      const float pt = p[r][t];
+      for (int d = 0; d < D; ++d) out[r][d] = __builtin_fmaf(pt, v[d], out[r][d]);
+    }
+}
 
 // Calls fn(begin, end) for each run of consecutive present positions in
 // [t_begin, t_end), in increasing order. With every page present that is one
@@ -90,6 +150,44 @@ void for_each_present_run(const PagedKv& kv, int t_begin, int t_end, Fn&& fn) {
   }
 }
 
+// Calls fn(block, a, b) for each present page's part [a, b) of [t_begin, t_end).
+template <typename Fn>
+void for_each_present_page(const PagedKv& kv, int t_begin, int t_end, Fn&& fn) {
+  const int P = kv.page_size;
+  for_each_present_run(kv, t_begin, t_end, [&](int a, int b) {
+    for (int t = a; t < b;) {
+      const int block = t / P, end = std::min((block + 1) * P, b);
+      fn(block, t, end);
+      t = end;
+    }
+  });
+}
+
+// Scores of queries [0, n) for keys [a, b) through kv's table, the queries'
+// score rows being s[r] (indexed by key position).
+void scores_range(float* const* s, const float* const* q, int n, const PagedKv& kv, int kv_head,
+                  int a, int b) {
+  const int P = kv.page_size;
+  for_each_present_page(kv, a, b, [&](int block, int ta, int tb) {
+    float* rows[kSumRows];
+    for (int r0 = 0; r0 < n; r0 += kSumRows) {
+      const int k = std::min(kSumRows, n - r0);
+      for (int r = 0; r < k; ++r) rows[r] = s[r0 + r] + block * P;
+      page_scores(rows, q + r0, k, key_page(kv, block, kv_head), P, kv.head_dim, ta - block * P,
+                  tb - block * P);
+    }
+  });
+}
+
+// out[r] += p[r][t] * V[t] for keys [a, b) through kv's table, in order.
+void values_range(float* const* out, const float* const* p, int n, const PagedKv& kv, int kv_head,
+                  int a, int b) {
+  const int P = kv.page_size;
+  for_each_present_page(kv, a, b, [&](int block, int ta, int tb) {
+    page_values(out, p, n, value_page(kv, block, kv_head), block * P, ta, tb, kv.head_dim);
+  });
+}
+
 // max(init, s[a..b)) as the scalar loop `max = s[t] > max ? s[t] : max` gives
 // it, but over 16 independent lanes that the compiler vectorises (the scalar
 // loop is one long dependency chain). Without NaNs the maximum of a set does
@@ -108,15 +206,23 @@ float run_max(const float* s, int a, int b, float init) {
   return max;
 }
 
-// out (D) += p[t] * V[t] for t in [t_begin, t_end), in order: the generic form.
-void values_generic(float* out, const float* p, const PagedKv& kv, int kv_head, int t_begin,
-                    int t_end) {
-  const int D = kv.head_dim;
-  for (int t = t_begin; t < t_end; ++t) {
-    const float* v = value_page(kv, t / kv.page_size, kv_head) + (t % kv.page_size) * D;
-    const float pt = p[t];
-    for (int d = 0; d < D; ++d) out[d] = __builtin_fmaf(pt, v[d], out[d]);
-  }
+// Turns a query's scores s[0 .. keys) into exp(s * scale - max) over its
+// present keys (skipping absent ones).
+void softmax_weights(float* s, int keys, const PagedKv& kv, float scale) {
+  auto each_run = [&](auto&& fn) { for_each_present_run(kv, 0, keys, fn); };
+  each_run([&](int a, int b) {
+    for (int t = a; t < b; ++t) s[t] *= scale;
+  });
+  // The query's own page is present, so the first run starts the max.
+  bool first = true;
+  float max = 0.0f;
+  each_run([&](int a, int b) {
+    max = run_max(s, a, b, first ? s[a] : max);
+    first = false;
+  });
+  each_run([&](int a, int b) {
+    for (int t = a; t < b; ++t) s[t] = vexp(s[t] - max);
+  });
 }
 
 }  // namespace
@@ -132,130 +238,95 @@ void kv_write(const PagedKv& kv, int pos, const float* k, const float* v) {
   }
 }
 
+void attention_queries(const AttentionQuery* queries, int n, int shared_keys, int kv_head,
+                       float* scratch) {
+  if (n <= 0) return;
+  const PagedKv& shared = queries[0].kv;  // its table, for the shared keys
+  const int D = shared.head_dim;
+  auto keys = [&](int i) { return queries[i].pos + 1; };
+  int width = shared_keys;  // score slots a query needs
+  for (int i = 0; i < n; ++i) width = std::max(width, keys(i));
+  // Query i's scores at scratch + i (width + 1), by key position; slot
+  // `width` keeps 1 / sum of its softmax.
+  auto scores = [&](int i) { return scratch + static_cast<long>(i) * (width + 1); };
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+
+  // Pointer views of the queries, kSumRows at a time, for the kernels.
+  float* s[kSumRows];
+  const float* q[kSumRows];
+  float* out[kSumRows];
+  const float* p[kSumRows];
+
+  for (int i0 = 0; i0 < n; i0 += kSumRows) {
+    const int group = std::min(kSumRows, n - i0);
+    int common = shared_keys;  // keys every query of the group sees through the shared table
+    for (int r = 0; r < group; ++r) {
+      const AttentionQuery& query = queries[i0 + r];
+      s[r] = scores(i0 + r);
+      q[r] = query.q;
+      out[r] = query.out;
+      p[r] = s[r];
+      common = std::min(common, keys(i0 + r));
+    }
+
+    // Scores: the shared keys once for the group (keys past a query's own
+    // position are computed and never used; absent pages are neither
+    // computed nor read later), then each query's own keys.
+    scores_range(s, q, group, shared, kv_head, 0, shared_keys);
+    for (int r = 0; r < group; ++r)
+      scores_range(s + r, q + r, 1, queries[i0 + r].kv, kv_head, shared_keys, keys(i0 + r));
+
+    for (int r = 0; r < group; ++r) softmax_weights(s[r], keys(i0 + r), queries[i0 + r].kv, scale);
+
+    // Each query's sum of its weights, in increasing position. The chains
+    // are independent, so over the keys all see they advance side by side
+    // (one long chain per query would wait on each add).
+    float sum[kSumRows];
+    for (int r = 0; r < group; ++r) sum[r] = 0.0f;
+    for_each_present_run(shared, 0, common, [&](int a, int b) {
+      for (int t = a; t < b; ++t)
+        for (int r = 0; r < group; ++r) sum[r] += s[r][t];
+    });
+    for (int r = 0; r < group; ++r)
+      for_each_present_run(queries[i0 + r].kv, common, keys(i0 + r), [&](int a, int b) {
+        for (int t = a; t < b; ++t) sum[r] += s[r][t];
+      });
+    for (int r = 0; r < group; ++r) s[r][width] = 1.0f / sum[r];
+
+    // Weighted sum of values in increasing position: the keys all see, each
+    // value loaded once for the group, then each query's own.
+    for (int r = 0; r < group; ++r) std::fill(out[r], out[r] + D, 0.0f);
+    values_range(out, p, group, shared, kv_head, 0, common);
+    for (int r = 0; r < group; ++r)
+      values_range(out + r, p + r, 1, queries[i0 + r].kv, kv_head, common, keys(i0 + r));
+    for (int r = 0; r < group; ++r)
+      for (int d = 0; d < D; ++d) out[r][d] *= s[r][width];
+
+    // Probabilities into the caller's scores, in fixed point (see
+    // AttentionScore): p_t = s[t] / sum, rounded down.
+    for (int r = 0; r < group; ++r) {
+      AttentionScore* key_scores = queries[i0 + r].key_scores;
+      if (key_scores == nullptr) continue;
+      const float inv = s[r][width];
+      for_each_present_run(queries[i0 + r].kv, 0, keys(i0 + r), [&](int a, int b) {
+        for (int t = a; t < b; ++t)
+          key_scores[t] +=
+              static_cast<AttentionScore>(s[r][t] * inv * static_cast<float>(kScoreOne));
+      });
+    }
+  }
+}
+
 void attention_rows(float* out, long out_stride, const float* q, long q_stride, int n_rows,
                     int first_pos, const PagedKv& kv, int kv_head, float* scratch,
                     AttentionScore* key_scores) {
-  const int P = kv.page_size, D = kv.head_dim;
-  const int n = first_pos + n_rows;  // keys the last row sees
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  // Row r's scores at scratch + r (n + 1); slot n keeps 1 / sum of its softmax.
-  auto scores = [&](int r) { return scratch + static_cast<long>(r) * (n + 1); };
-
-  // Scores, a page at a time: s[j] = fma chain over d of q[d] * K[d][j]. Keys
-  // past a row's own position are computed and never used; absent pages are
-  // neither computed nor read later.
-  for (int start = 0, block = 0; start < n; start += P, ++block) {
-    if (kv.blocks[block] == nullptr) continue;
-    const int len = n - start < P ? n - start : P;
-    const float* kp = key_page(kv, block, kv_head);
-#if defined(__AVX512F__)
-    if (P == kFastPage && len == kFastPage) {
-      const long stride = n + 1;
-      int r = 0;
-      for (; r + 8 <= n_rows; r += 8)
-        scores_page16<8>(scores(r) + start, stride, q + r * q_stride, q_stride, kp, D);
-      for (; r < n_rows; ++r)
-        scores_page16<1>(scores(r) + start, stride, q + r * q_stride, 0, kp, D);
-      continue;
-    }
-#endif
-    for (int r = 0; r < n_rows; ++r) {
-      float* s = scores(r) + start;
-      for (int j = 0; j < len; ++j) s[j] = 0.0f;
-    }
-    for (int d = 0; d < D; ++d) {
-      const float* kd = kp + d * P;
-      for (int r = 0; r < n_rows; ++r) {
-        const float qd = q[r * q_stride + d];
-        float* s = scores(r) + start;
-        for (int j = 0; j < len; ++j) s[j] = __builtin_fmaf(qd, kd[j], s[j]);
-      }
-    }
-  }
-
-  // Softmax of each row over its own present keys 0 .. first_pos + r. The
-  // row's own page is present, so the first run starts the max.
-  for (int r = 0; r < n_rows; ++r) {
-    float* s = scores(r);
-    const int keys = first_pos + r + 1;
-    auto each_run = [&](auto&& fn) { for_each_present_run(kv, 0, keys, fn); };
-    each_run([&](int a, int b) {
-      for (int t = a; t < b; ++t) s[t] *= scale;
-    });
-    bool first = true;
-    float max = 0.0f;
-    each_run([&](int a, int b) {
-      max = run_max(s, a, b, first ? s[a] : max);
-      first = false;
-    });
-    each_run([&](int a, int b) {
-      for (int t = a; t < b; ++t) s[t] = vexp(s[t] - max);
-    });
-    float* o = out + r * out_stride;
-    for (int d = 0; d < D; ++d) o[d] = 0.0f;
-  }
-  // Each row's sum of its exponentials, in increasing position. The rows'
-  // chains are independent, so over the keys they all see they advance side
-  // by side (one long chain per row would wait on each add); the keys after
-  // first_pos go row by row. Slot n of a row keeps 1 / sum.
-  {
-    float sum[kMaxTileRows];
-    for (int r0 = 0; r0 < n_rows; r0 += kMaxTileRows) {
-      const int rows = std::min(kMaxTileRows, n_rows - r0);
-      for (int r = 0; r < rows; ++r) sum[r] = 0.0f;
-      for_each_present_run(kv, 0, first_pos + r0 + 1, [&](int a, int b) {
-        for (int t = a; t < b; ++t)
-          for (int r = 0; r < rows; ++r) sum[r] += scores(r0 + r)[t];
-      });
-      for (int r = 1; r < rows; ++r)
-        for_each_present_run(kv, first_pos + r0 + 1, first_pos + r0 + r + 1, [&](int a, int b) {
-          for (int t = a; t < b; ++t) sum[r] += scores(r0 + r)[t];
-        });
-      for (int r = 0; r < rows; ++r) scores(r0 + r)[n] = 1.0f / sum[r];
-    }
-  }
-
-  // Weighted sum of values, position by position. Rows go in groups of four:
-  // keys up to the group's first position are seen by all four and each
-  // value row is loaded once for them; the few keys after it are seen by
-  // some rows only and go row by row. Each row still adds in key order.
-  for (int r0 = 0; r0 < n_rows; r0 += 4) {
-    const int rows = n_rows - r0 < 4 ? n_rows - r0 : 4;
-    const int shared_end = first_pos + r0 + 1;  // keys [0, shared_end) are seen by every row
-    float* o = out + r0 * out_stride;
-#if defined(__AVX512F__)
-    if (rows == 4 && D == kFastDim) {
-      const float* probs[4] = {scores(r0), scores(r0 + 1), scores(r0 + 2), scores(r0 + 3)};
-      for_each_present_run(kv, 0, shared_end, [&](int a, int b) {
-        values_head64<4>(o, out_stride, probs, kv, kv_head, a, b);
-      });
-    } else
-#endif
-      for (int r = 0; r < rows; ++r)
-        for_each_present_run(kv, 0, shared_end, [&](int a, int b) {
-          values_generic(o + r * out_stride, scores(r0 + r), kv, kv_head, a, b);
-        });
-    for (int r = 1; r < rows; ++r)
-      for_each_present_run(kv, shared_end, first_pos + r0 + r + 1, [&](int a, int b) {
-        values_generic(o + r * out_stride, scores(r0 + r), kv, kv_head, a, b);
-      });
-  }
-  for (int r = 0; r < n_rows; ++r) {
-    const float inv = scores(r)[n];
-    float* o = out + r * out_stride;
-    for (int d = 0; d < D; ++d) o[d] *= inv;
-  }
-
-  // Probabilities into the caller's scores, in fixed point (see
-  // AttentionScore): p_t = s[t] / sum, rounded down.
-  if (key_scores == nullptr) return;
-  for (int r = 0; r < n_rows; ++r) {
-    const float* s = scores(r);
-    const float inv = s[n];
-    for_each_present_run(kv, 0, first_pos + r + 1, [&](int a, int b) {
-      for (int t = a; t < b; ++t)
-        key_scores[t] += static_cast<AttentionScore>(s[t] * inv * static_cast<float>(kScoreOne));
-    });
+  AttentionQuery queries[kSumRows];
+  for (int r0 = 0; r0 < n_rows; r0 += kSumRows) {
+    const int k = std::min(kSumRows, n_rows - r0);
+    for (int r = 0; r < k; ++r)
+      queries[r] = {q + (r0 + r) * q_stride, out + (r0 + r) * out_stride, first_pos + r0 + r, kv,
+                    key_scores};
+    attention_queries(queries, k, first_pos + r0 + k, kv_head, scratch);
   }
 }
 

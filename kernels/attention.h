@@ -54,23 +54,45 @@ struct PagedKv {
 // REQUIRES: the block for pos is in the table and present.
 void kv_write(const PagedKv& kv, int pos, const float* k, const float* v);
 
-// Attention of n_rows consecutive queries of one head, at positions
-// first_pos .. first_pos + n_rows - 1 (a tile of a prefill chunk, or one
-// decode row): out row r = softmax(q_r . K[0..first_pos+r] / sqrt(D)) .
-// V[0..first_pos+r]. q rows and out rows are D floats, q_stride / out_stride
-// apart; kv_head is the head they read. The rows share each page of K and V
-// they load; each row's arithmetic is exactly what it would be alone, so a
-// tile gives the same bits as its rows one at a time. `scratch` holds at
-// least n_rows * (first_pos + n_rows + 1) floats.
+// One query of attention_queries(): its vector and output (D floats each),
+// its position (it sees keys 0 .. pos) and its sequence's KV.
+struct AttentionQuery {
+  const float* q = nullptr;
+  float* out = nullptr;
+  int pos = 0;
+  PagedKv kv;
+  // When not null: the query's softmax probabilities are added into it,
+  // key_scores[t] += floor(p_t * kScoreOne) for every present t it sees
+  // (absent ones untouched); at least pos + 1 entries, and no other thread
+  // writes it during the call. Without it no score work is done at all.
+  AttentionScore* key_scores = nullptr;
+};
+
+// Attention of queries of one head (kv_head) over one layer, from one
+// sequence or several: out = softmax(q . K[0..pos] / sqrt(D)) . V[0..pos].
 //
-// Positions on absent pages are skipped (see the top of this file).
-// REQUIRES: the pages of the rows' own positions are present.
+// Keys [0, shared_keys) are shared: every query's table holds the same
+// pages for them (the radix cache shares a common prefix's pages between
+// sequences; a prefill tile's rows share their whole sequence). Each shared
+// page is loaded once for all the queries, and every query's arithmetic is
+// exactly what it would be alone: the call gives each query the bits of
+// attention_rows() for that query by itself, whatever the grouping. Keys a
+// query sees past shared_keys are read through its own table.
 //
-// `key_scores`, when not null, gets each row's softmax probabilities added
-// into it (key_scores[t] += floor(p_t * kScoreOne) for every present t the
-// row sees, absent ones untouched); it holds at least first_pos + n_rows
-// entries and no other thread writes it during the call. Without it the
-// function does no score work at all.
+// Positions on absent pages are skipped (see the top of this file); the
+// shared pages are absent for all queries or for none.
+// REQUIRES: the queries have the same layer shape (offsets, P, Hkv, D); the
+// pages of their own positions are present; `scratch` holds
+// n * (max(shared_keys, max pos + 1) + 1) floats.
+void attention_queries(const AttentionQuery* queries, int n, int shared_keys, int kv_head,
+                       float* scratch);
+
+// The queries of n_rows consecutive positions of one sequence, first_pos ..
+// first_pos + n_rows - 1 (a tile of a prefill chunk, or one decode row), as
+// attention_queries() with every key shared: q rows and out rows are D
+// floats, q_stride / out_stride apart; `key_scores`, when not null, is the
+// sequence's (every row adds into it). `scratch` holds at least n_rows *
+// (first_pos + n_rows + 1) floats.
 void attention_rows(float* out, long out_stride, const float* q, long q_stride, int n_rows,
                     int first_pos, const PagedKv& kv, int kv_head, float* scratch,
                     AttentionScore* key_scores = nullptr);

@@ -1,5 +1,5 @@
-// Internal to matmul.cpp: the few vector operations the matmul kernels use,
-// for three instruction sets that compute the same bits.
+// Internal to the CPU kernels (matmul.cpp, attention.cpp): the few vector
+// operations they use, for three instruction sets that compute the same bits.
 //
 // Every path does exactly the scalar operations of matmul_reference, one lane
 // per output column: a lane-wise fused multiply-add is IEEE fma(a, b, c) on
@@ -36,6 +36,7 @@ inline Vec zero() { return _mm512_setzero_ps(); }
 inline Vec load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
 inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
 inline void store(float* p, Vec v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
+inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 inline Vec broadcast(float x) { return _mm512_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
@@ -96,6 +97,7 @@ inline Vec zero() { return _mm256_setzero_ps(); }
 inline Vec load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
 inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
 inline void store(float* p, Vec v, Mask m) { _mm256_maskstore_ps(p, m, v); }
+inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
 inline Vec broadcast(float x) { return _mm256_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
@@ -117,6 +119,7 @@ inline Vec load(const float* p) { return *p; }
 inline void store(float* p, Vec v, Mask m) {
   if (m) *p = v;
 }
+inline void store(float* p, Vec v) { *p = v; }
 inline Vec broadcast(float x) { return x; }
 inline Vec fma(Vec a, Vec b, Vec c) { return std::fma(a, b, c); }
 inline Vec add(Vec a, Vec b) { return a + b; }

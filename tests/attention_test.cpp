@@ -116,6 +116,56 @@ TEST(Attention, TileRowsMatchSingleRowsBitForBit) {
   }
 }
 
+// Queries of several sequences whose tables share their first pages (as
+// forks of one prompt do) get, run together, the bits each gets alone, and
+// the same key scores: for both paths, more queries than one pass takes, a
+// private absent page, and a shared absent page.
+TEST(Attention, QueriesSharingPagesGetTheBitsEachGetsAlone) {
+  const int heads = 2, shared_pages = 4, own_pages = 3, n = 19;
+  for (auto [P, D] : {std::pair{16, 64}, {16, 24}, {5, 64}, {3, 16}}) {
+    for (bool shared_hole : {false, true}) {
+      // Every page of `store` is full of random keys and values; tables are
+      // made of its pages: the shared ones first, then each sequence's own.
+      Pages store((shared_pages + n * own_pages) * P, P, heads, D, 41);
+      std::vector<std::vector<float*>> tables(n);
+      std::vector<AttentionQuery> queries(n);
+      std::mt19937 rng(P * 100 + D);
+      std::normal_distribution<float> normal;
+      std::vector<float> q(static_cast<std::size_t>(n) * D), together(q.size());
+      for (auto& x : q) x = normal(rng);
+      std::vector<std::vector<AttentionScore>> scores(n);
+      for (int s = 0; s < n; ++s) {
+        for (int i = 0; i < shared_pages; ++i) tables[s].push_back(store.bases[i]);
+        for (int j = 0; j < own_pages; ++j)
+          tables[s].push_back(store.bases[shared_pages + s * own_pages + j]);
+        if (shared_hole) tables[s][1] = nullptr;
+        int first_own = shared_pages;  // the first page its position may fall on
+        if (s == 3) tables[s][first_own++] = nullptr;
+        const int pos = first_own * P + static_cast<int>(rng() % ((own_pages - 1) * P));
+        PagedKv view = store.view;
+        view.blocks = tables[s].data();
+        scores[s].assign(pos + 1, 0);
+        queries[s] = {q.data() + s * D, together.data() + s * D, pos, view, scores[s].data()};
+      }
+      std::vector<float> scratch(static_cast<std::size_t>(n) *
+                                 ((shared_pages + own_pages) * P + 1));
+      attention_queries(queries.data(), n, shared_pages * P, 1, scratch.data());
+      for (int s = 0; s < n; ++s) {
+        std::vector<float> alone(D);
+        std::vector<AttentionScore> alone_scores(scores[s].size(), 0);
+        attention_rows(alone.data(), 0, queries[s].q, 0, 1, queries[s].pos, queries[s].kv, 1,
+                       scratch.data(), alone_scores.data());
+        ASSERT_EQ(0, std::memcmp(alone.data(), together.data() + s * D, sizeof(float) * D))
+            << "page " << P << " D " << D << " shared hole " << shared_hole << " query " << s;
+        EXPECT_EQ(alone_scores, scores[s]) << "query " << s;
+        std::vector<float> ref(D);
+        attention_row_reference(ref.data(), queries[s].q, queries[s].pos, queries[s].kv, 1);
+        for (int d = 0; d < D; ++d) ASSERT_NEAR(together[s * D + d], ref[d], 2e-5f);
+      }
+    }
+  }
+}
+
 // Pages with a null base are absent (evicted): every row skips their
 // positions, as the reference does, for the register-blocked and generic
 // paths, single rows and tiles.

@@ -259,6 +259,68 @@ TEST(Model, EvictedPagesAreSkippedAndBatchInvariant) {
   EXPECT_EQ(f.pool.num_free(), f.pool.num_blocks());
 }
 
+// Decode rows of sequences that share a prompt's pages (forks, as the
+// prefix cache shares pages) read those pages together: each row still gets
+// the logits it gets alone, beside a fork that dropped a shared page, an
+// unrelated sequence and another sequence's prefill chunk. Heads of 64 take
+// the register-blocked attention paths, heads of 8 the generic ones.
+TEST(Model, DecodeRowsSharingAPromptGetTheLogitsTheyGetAlone) {
+  auto wide = tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 2);
+  wide.n_embd = 128;
+  wide.n_head = 2;
+  for (const ModelConfig& config :
+       {wide, tiny_config(kernels::WeightLayout::kInOut, Gelu::kTanh, true, 2)}) {
+    Fixture f(config);
+    std::mt19937 rng(5);
+    const auto prompt = random_tokens(rng, 40, config.vocab_size);
+    const auto stranger = random_tokens(rng, 21, config.vocab_size);
+    const auto chunk = random_tokens(rng, 9, config.vocab_size);
+    constexpr int kForks = 7, kSteps = 3;
+
+    // Two identical families: the root's prompt, its forks, one of which
+    // dropped shared page 0, and an unrelated sequence.
+    auto family = [&] {
+      std::vector<SequenceKv> seqs;
+      seqs.emplace_back(f.page_size);
+      f.run(seqs[0], prompt, false);
+      for (int i = 0; i < kForks; ++i) seqs.push_back(seqs[0].fork(f.pool));
+      seqs[2].evict_block(f.pool, 0);
+      seqs.emplace_back(f.page_size);
+      f.run(seqs.back(), stranger, false);
+      return seqs;
+    };
+    auto token = [&](std::size_t seq, int step) {
+      return static_cast<int>((seq * 7 + static_cast<std::size_t>(step) * 3) % config.vocab_size);
+    };
+    std::vector<SequenceKv> alone = family(), together = family();
+    SequenceKv neighbour(f.page_size);
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<int> tokens(together.size());
+      std::vector<Model::Chunk> batch;
+      for (std::size_t i = 0; i < together.size(); ++i) {
+        tokens[i] = token(i, step);
+        ASSERT_TRUE(together[i].reserve(f.pool, together[i].length() + 1));
+        batch.push_back({&together[i], std::span(&tokens[i], 1), false});
+      }
+      ASSERT_TRUE(neighbour.reserve(f.pool, neighbour.length() + 3));
+      batch.push_back({&neighbour, std::span(chunk).subspan(3 * step, 3), false});
+      auto logits = f.model.forward(batch, f.pool);
+      ASSERT_TRUE(logits.has_value()) << logits.error();
+      const std::vector<float> rows(logits->begin(), logits->end());
+      for (std::size_t i = 0; i < alone.size(); ++i) {
+        const auto one = f.run(alone[i], std::span(&tokens[i], 1), false);
+        EXPECT_TRUE(
+            same_bits(one, std::span(rows).subspan(i * config.vocab_size, config.vocab_size)))
+            << variant_name(config) << " sequence " << i << " step " << step;
+      }
+    }
+    for (auto& s : alone) s.release(f.pool);
+    for (auto& s : together) s.release(f.pool);
+    neighbour.release(f.pool);
+    EXPECT_EQ(f.pool.num_free(), f.pool.num_blocks());
+  }
+}
+
 TEST(Model, RefusesToWriteIntoAnEvictedPage) {
   Fixture f(tiny_config(kernels::WeightLayout::kOutIn, Gelu::kErf, true, 4));
   SequenceKv kv = SequenceKv::adopt(f.page_size, {SequenceKv::kEvictedBlock}, 0);
