@@ -34,7 +34,7 @@ constexpr int kPageVecs = kFastPage / simd::kLanes;
 constexpr int kScoreRows = std::clamp((kRegisters - 4) / kPageVecs, 1, 8);
 constexpr int kValueVecs = kRegisters == 32 ? 4 : 2;
 constexpr int kValueRows = 6;
-// Queries whose softmax sums advance side by side.
+// Queries taken in one pass; their softmax sums advance side by side.
 constexpr int kSumRows = 16;
 
 // Calls fn(std::integral_constant<int, R>{}) with R = min(n, Max), n >= 1:

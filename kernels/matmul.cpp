@@ -130,7 +130,7 @@ void microkernel(const float* a, std::ptrdiff_t lda, const float* b, float* c, s
   for (int k = 0; k < kc; ++k) {
     Vec bv[V];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) bv[v] = simd::load(b + k * kStrip + v * kLanes, mask[v]);
+    for (int v = 0; v < V; ++v) bv[v] = simd::load(b + k * kStrip + v * kLanes);
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) simd::prefetch(b + (k + kPrefetchK) * kStrip + v * kLanes);
 #pragma GCC unroll 16
