@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   app.add_option("--workload", workload,
                  "Mix of a (shared system prompt), b (multi-turn chats), c (priority mix with a "
                  "low-priority batch job), d (random prompts), e (many applications' system "
-                 "prompts)")
+                 "prompts), f (long documents after a shared preamble, new and revisited)")
       ->capture_default_str();
   app.add_option("--rate", o.rate, "Arrivals per second (Poisson), over all daemons")
       ->capture_default_str()
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   auto kinds = parse_kinds(workload);
   if (!kinds) {
-    std::fprintf(stderr, "loadgen: --workload takes letters a..e, e.g. a,b,c,d\n");
+    std::fprintf(stderr, "loadgen: --workload takes letters a..f, e.g. a,b,c,d\n");
     return 2;
   }
   o.kinds = *kinds;
@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
     if (auto h = client->call("health", nlohmann::json::object()); h && h->is_object()) {
       if (const auto m = h->find("model"); m != h->end() && m->is_object()) {
         o.context = m->value("block_size", o.context);
+        o.word_tokens = gpt2_bpe_vocab(m->value("vocab_size", 0));
         if (settings.empty())
           settings.emplace_back("model", "n_layer " + std::to_string(m->value("n_layer", 0)) +
                                              " n_embd " + std::to_string(m->value("n_embd", 0)) +

@@ -102,7 +102,7 @@ class Runner {
  public:
   explicit Runner(const LoadOptions& o)
       : options_(o),
-        workload_(o.kinds, o.seed, o.context),
+        workload_(o.kinds, o.seed, o.context, o.word_tokens),
         rng_(o.seed ^ 0x5DEECE66DULL),
         arrival_timer_(io_),
         progress_timer_(io_),

@@ -34,6 +34,7 @@ struct LoadOptions {
   std::string kinds = "abcd";
   std::uint64_t seed = 1;
   int context = 256;             // the model's positions (health.model.block_size)
+  bool word_tokens = false;      // the model reads GPT-2's BPE (Workload, gpt2_bpe_vocab)
   std::vector<int> daemon_pids;  // for RSS (their sum); empty = unknown
   bool progress = true;          // a progress line on stderr, redrawn every second
   double drain_timeout_s = 120;

@@ -21,7 +21,13 @@
 // its own tiers only, and sharing a remote tier on a redis-server of the
 // soak's own; side by side, with the requests and cold checks of each.
 //
+// --gpt2-124m runs on a GPT-2 124M-shaped model of random weights, written
+// into --out at the start (bench/soak_model.h) and removed at the end, with
+// tiers in gigabytes and workload f (long documents); every L3 slab is
+// removed after its run too.
+//
 //   build/bench/soak [--duration 600] [--out DIR] [--kvtierd PATH] [--compare | --fleet 3]
+//   build/bench/soak --gpt2-124m [--duration 600] [--out DIR]
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -36,7 +42,9 @@
 #include "bench/loadgen_report.h"
 #include "bench/loadgen_run.h"
 #include "bench/redis_process.h"
+#include "bench/soak_model.h"
 #include "ctl/rpc_client.h"
+#include "tiers/byte_size.h"
 
 using namespace kvtier::bench;
 using nlohmann::json;
@@ -44,11 +52,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// --gpt2-124m's arrivals and connections, unless given (docs/bench.md: what a
+// 2-core machine serves while new documents push about 8 GiB through L3 in
+// 10 minutes), and how long it waits for the last answers: a request there
+// takes seconds, not milliseconds.
+constexpr double kGpt2Rate = 0.5;
+constexpr int kGpt2Concurrency = 4;
+constexpr double kGpt2DrainTimeout = 300;
+
 struct SoakOptions {
   std::string kvtierd, model, out = "soak-out", workload = "a,b,c";
-  double duration_s = 600, rate = 6, warmup_s = -1, max_p99_ttft_ms = 0;
+  double duration_s = 600, rate = 6, warmup_s = -1, max_p99_ttft_ms = 0, drain_timeout_s = 120;
   int concurrency = 6, verify = 16, page_size = 16, threads = 0;
   int l1_blocks = 24, l2_blocks = 32, l3_blocks = 96;
+  std::uint64_t l1_bytes = 0, l2_bytes = 0, l3_bytes = 0;  // 0: the blocks above
+  bool gpt2_124m = false;               // a GPT-2 124M-shaped model of random weights, tiers in GiB
   int fleet = 0;                        // daemons of a --fleet run; 0 = none
   std::size_t redis_bytes = 256 << 20;  // the fleet's redis-server maxmemory
   std::uint64_t seed = 1;
@@ -88,7 +106,26 @@ std::string model_name(const std::string& model_dir) {
 int model_context(const std::string& model_dir) {
   std::ifstream in(fs::path(model_dir) / "config.json");
   json c = json::parse(in, nullptr, false);
-  return c.is_object() ? c.value("block_size", 256) : 256;
+  if (!c.is_object()) return 256;
+  return c.value("block_size", c.value("n_positions", 256));  // nanoGPT or Hugging Face
+}
+
+bool model_reads_gpt2_bpe(const std::string& model_dir) {
+  std::ifstream in(fs::path(model_dir) / "config.json");
+  json c = json::parse(in, nullptr, false);
+  return c.is_object() && gpt2_bpe_vocab(c.value("vocab_size", 0));
+}
+
+// "227 blocks (256.0 MiB)"
+std::string blocks_text(int blocks, std::size_t block) {
+  return std::to_string(blocks) + " blocks (" + kvtier::tiers::bytes_text(blocks * block) + ")";
+}
+
+// The tiers of a run, for its summary line.
+std::string tiers_text(const SoakOptions& o) {
+  const std::size_t block = block_bytes(o.model, o.page_size);
+  return "L1 " + blocks_text(o.l1_blocks, block) + ", L2 " + blocks_text(o.l2_blocks, block) +
+         ", L3 " + blocks_text(o.l3_blocks, block);
 }
 
 // The value to give a setting the daemon may take as a flag or an option.
@@ -336,6 +373,18 @@ std::vector<Check> soak_checks(const SoakOptions& o, const LoadResult& r, const 
   return checks;
 }
 
+// Removes its folders (recursively) when it goes: the L3 slabs after their
+// daemons, the generated model after the runs.
+struct RemoveOnExit {
+  std::vector<fs::path> paths;
+  ~RemoveOnExit() {
+    for (const fs::path& p : paths) {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  }
+};
+
 struct RunOutput {
   LoadResult result;
   Summary summary;
@@ -353,6 +402,7 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
                     const std::map<std::string, std::string>& flags, const std::string& tag,
                     Verify verify, int daemons = 1) {
   RunOutput out;
+  RemoveOnExit l3_dirs;  // declared first: goes after the daemons have stopped
   std::vector<std::unique_ptr<DaemonProcess>> fleet;
   std::vector<std::string> logs;
   for (int d = 0; d < daemons; ++d) {
@@ -361,6 +411,7 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
     std::error_code ec;
     fs::remove_all(l3_dir, ec);  // a cold L3 every run
     fs::create_directories(l3_dir, ec);
+    l3_dirs.paths.push_back(l3_dir);
     std::vector<std::string> missing;
     const auto args = daemon_args(o, setup, flags, fs::absolute(l3_dir).string(), missing);
     if (!missing.empty() && d == 0) {
@@ -386,9 +437,11 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
   lo.rate = o.rate;
   lo.concurrency = o.concurrency;
   lo.duration_s = o.duration_s;
+  lo.drain_timeout_s = o.drain_timeout_s;
   lo.kinds = *parse_kinds(o.workload);
   lo.seed = o.seed;
   lo.context = model_context(o.model);
+  lo.word_tokens = model_reads_gpt2_bpe(o.model);
   lo.progress = !o.quiet;
   lo.label = setup.label + " ";
   out.result = run_load(lo);
@@ -456,11 +509,10 @@ int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& fl
   }
   std::printf(
       "fleet of %d daemons, workload %s round-robin, rate %.2f/s, concurrency %d each, %.0f s "
-      "each, seed %llu; each daemon L1 %d, L2 %d, L3 %d blocks; shared: one redis-server on a "
-      "Unix socket, maxmemory %zu MiB\n",
+      "each, seed %llu; each daemon %s; shared: one redis-server on a Unix socket, maxmemory "
+      "%zu MiB\n",
       o.fleet, o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
-      static_cast<unsigned long long>(o.seed), o.l1_blocks, o.l2_blocks, o.l3_blocks,
-      o.redis_bytes >> 20);
+      static_cast<unsigned long long>(o.seed), tiers_text(o).c_str(), o.redis_bytes >> 20);
   print_comparison(rows, stdout);
   bool ok = true;
   for (std::size_t i = 0; i < rows.size(); ++i)
@@ -504,11 +556,28 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "Workload seed")->capture_default_str();
   app.add_option("--threads", o.threads, "kvtierd --threads; 0 = its default")
       ->capture_default_str();
-  app.add_option("--l1-blocks", o.l1_blocks, "L1 size in KV blocks (also --max-kv-tokens)")
+  auto* l1_blocks =
+      app.add_option("--l1-blocks", o.l1_blocks, "L1 size in KV blocks (also --max-kv-tokens)")
+          ->capture_default_str()
+          ->check(CLI::Range(16, 1 << 20));
+  auto* l2_blocks =
+      app.add_option("--l2-blocks", o.l2_blocks, "L2 size in KV blocks")->capture_default_str();
+  auto* l3_blocks =
+      app.add_option("--l3-blocks", o.l3_blocks, "L3 size in KV blocks")->capture_default_str();
+  // Sizes in bytes instead, rounded down to whole blocks of the model.
+  app.add_option("--l1-bytes", o.l1_bytes, "L1 size in bytes (256M, 1GiB), instead of blocks")
+      ->transform(CLI::AsSizeValue(false))
+      ->excludes(l1_blocks);
+  app.add_option("--l2-bytes", o.l2_bytes, "L2 size in bytes, instead of blocks")
+      ->transform(CLI::AsSizeValue(false))
+      ->excludes(l2_blocks);
+  app.add_option("--l3-bytes", o.l3_bytes, "L3 size in bytes, instead of blocks")
+      ->transform(CLI::AsSizeValue(false))
+      ->excludes(l3_blocks);
+  app.add_option("--drain-timeout", o.drain_timeout_s,
+                 "Seconds to wait for answers after the last arrival; later ones count as lost")
       ->capture_default_str()
-      ->check(CLI::Range(16, 1 << 20));
-  app.add_option("--l2-blocks", o.l2_blocks, "L2 size in KV blocks")->capture_default_str();
-  app.add_option("--l3-blocks", o.l3_blocks, "L3 size in KV blocks")->capture_default_str();
+      ->check(CLI::PositiveNumber);
   app.add_option("--verify", o.verify, "Answers re-sent cold and compared")->capture_default_str();
   app.add_option("--max-p99-ttft-ms", o.max_p99_ttft_ms,
                  "Fail above this p99 TTFT; 0 = report only")
@@ -523,16 +592,75 @@ int main(int argc, char** argv) {
       ->excludes("--compare");
   app.add_option("--redis-bytes", o.redis_bytes, "The fleet's redis-server maxmemory, bytes")
       ->capture_default_str();
+  auto* gpt2_flag =
+      app.add_flag("--gpt2-124m", o.gpt2_124m,
+                   "Write a GPT-2 124M-shaped model of random weights (~500 MB) into "
+                   "--out and soak it; unless given: workload f, --rate 0.5, --concurrency 4, "
+                   "--drain-timeout 300, L1 256M, L2 1G, L3 8G. Removed at the end");
   app.add_flag("--quiet", o.quiet, "No progress line");
+  gpt2_flag->excludes(app.get_option("--model"));
   CLI11_PARSE(app, argc, argv);
+  if (o.gpt2_124m) {
+    // Each default only where the flag is not given.
+    auto preset = [&](const char* flag, auto& value, auto preset_value) {
+      if (app.count(flag) == 0) value = preset_value;
+    };
+    preset("--workload", o.workload, std::string("f"));
+    preset("--rate", o.rate, kGpt2Rate);
+    preset("--concurrency", o.concurrency, kGpt2Concurrency);
+    preset("--drain-timeout", o.drain_timeout_s, kGpt2DrainTimeout);
+    if (app.count("--l1-blocks") == 0) preset("--l1-bytes", o.l1_bytes, std::uint64_t{256} << 20);
+    if (app.count("--l2-blocks") == 0) preset("--l2-bytes", o.l2_bytes, std::uint64_t{1} << 30);
+    if (app.count("--l3-blocks") == 0) preset("--l3-bytes", o.l3_bytes, std::uint64_t{8} << 30);
+  }
   if (o.fleet > 0 && app.count("--workload") == 0) o.workload = "e";
   if (!parse_kinds(o.workload)) {
-    std::fprintf(stderr, "soak: --workload takes letters a..e\n");
+    std::fprintf(stderr, "soak: --workload takes letters a..f\n");
     return 2;
   }
   if (o.warmup_s < 0) o.warmup_s = std::max(5.0, 0.2 * o.duration_s);
   std::error_code ec;
   fs::create_directories(o.out, ec);
+  const kvtier::ModelConfig gpt2 = kvtier::ModelConfig::gpt2_124m();
+  const fs::path gpt2_dir = fs::path(o.out) / "gpt2-124m-random";
+  const std::size_t block =
+      o.gpt2_124m ? static_cast<std::size_t>(gpt2.n_layer) * 2 * gpt2.kv_dim() * o.page_size * 4
+                  : block_bytes(o.model, o.page_size);
+  auto to_blocks = [block](std::uint64_t bytes, int& blocks) {
+    if (bytes > 0) blocks = static_cast<int>(std::min<std::uint64_t>(bytes / block, 1 << 30));
+  };
+  to_blocks(o.l1_bytes, o.l1_blocks);
+  to_blocks(o.l2_bytes, o.l2_blocks);
+  to_blocks(o.l3_bytes, o.l3_blocks);
+  if (o.l1_blocks < 16) {
+    std::fprintf(stderr, "soak: L1 holds %d blocks of %zu bytes; it needs 16\n", o.l1_blocks,
+                 block);
+    return 2;
+  }
+  {  // Room for the L3 slabs (one at a time, or one per daemon of a fleet) and the model.
+    const std::uint64_t need =
+        static_cast<std::uint64_t>(o.l3_blocks) * block * std::max(1, o.fleet) +
+        (o.gpt2_124m ? std::uint64_t{512} << 20 : 0) + (std::uint64_t{1} << 30);
+    const fs::space_info space = fs::space(o.out, ec);
+    if (!ec && space.available < need) {
+      std::fprintf(stderr, "soak: %s has %s free; the L3 slabs%s and a 1 GiB margin need %s\n",
+                   o.out.c_str(), kvtier::tiers::bytes_text(space.available).c_str(),
+                   o.gpt2_124m ? ", the model" : "", kvtier::tiers::bytes_text(need).c_str());
+      return 2;
+    }
+  }
+  RemoveOnExit generated;  // the --gpt2-124m model, after every daemon has gone
+  if (o.gpt2_124m) {
+    generated.paths.push_back(gpt2_dir);
+    if (!o.quiet) std::fprintf(stderr, "soak: writing %s...\n", gpt2_dir.c_str());
+    auto written = kvtier::bench::write_random_model(
+        gpt2_dir, gpt2, o.seed, fs::path(KVTIER_SOURCE_DIR) / "models" / "gpt2-bpe");
+    if (!written) {
+      std::fprintf(stderr, "soak: %s\n", written.error().c_str());
+      return 2;
+    }
+    o.model = gpt2_dir.string();
+  }
   const auto flags = daemon_flags(o.kvtierd);
   if (flags.empty()) {
     std::fprintf(stderr, "soak: cannot run %s --help\n", o.kvtierd.c_str());
@@ -554,28 +682,28 @@ int main(int argc, char** argv) {
       ok = ok && r.summary.lost == 0 && r.summary.failed == 0;
       rows.emplace_back(setup.label, r.summary);
     }
-    std::printf(
-        "workload %s, rate %.2f/s, concurrency %d, %.0f s each, seed %llu; tiers L1 %d, "
-        "L2 %d, L3 %d blocks\n",
-        o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
-        static_cast<unsigned long long>(o.seed), o.l1_blocks, o.l2_blocks, o.l3_blocks);
+    std::printf("workload %s, rate %.2f/s, concurrency %d, %.0f s each, seed %llu; tiers %s\n",
+                o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
+                static_cast<unsigned long long>(o.seed), tiers_text(o).c_str());
     print_comparison(rows, stdout);
     std::printf("CSVs: %s/{l1,l1l2,l1l2l3}-{requests,stats,config}.csv\n", o.out.c_str());
     std::printf("plot: %s/scripts/plot_soak.sh --compare %s\n", KVTIER_SOURCE_DIR, o.out.c_str());
     return ok ? 0 : 1;
   }
 
-  RunOutput r = run_setup(o, {"soak", true, true, "swap", ""}, flags, "soak", Verify::kSoak);
+  // --gpt2-124m's files are named apart, for docs/soak/gpt2-gib-*.png beside the others.
+  const std::string tag = o.gpt2_124m ? "gpt2-gib" : "soak";
+  RunOutput r = run_setup(o, {"soak", true, true, "swap", ""}, flags, tag, Verify::kSoak);
   if (!r.started) return 2;
   std::printf(
-      "soak: workload %s, rate %.2f/s, concurrency %d, %.0f s, seed %llu; tiers L1 %d, "
-      "L2 %d, L3 %d blocks\n",
-      o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
-      static_cast<unsigned long long>(o.seed), o.l1_blocks, o.l2_blocks, o.l3_blocks);
+      "soak: model %s, workload %s, rate %.2f/s, concurrency %d, %.0f s, seed %llu; tiers %s\n",
+      model_name(o.model).c_str(), o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
+      static_cast<unsigned long long>(o.seed), tiers_text(o).c_str());
   print_summary(r.summary, stdout);
   const bool ok = print_checks(r.checks);
-  std::printf("CSVs: %s/soak-{requests,stats,config}.csv\n", o.out.c_str());
-  std::printf("plot: %s/scripts/plot_soak.sh %s/soak\n", KVTIER_SOURCE_DIR, o.out.c_str());
+  std::printf("CSVs: %s/%s-{requests,stats,config}.csv\n", o.out.c_str(), tag.c_str());
+  std::printf("plot: %s/scripts/plot_soak.sh %s/%s\n", KVTIER_SOURCE_DIR, o.out.c_str(),
+              tag.c_str());
   std::printf("soak: %s\n", ok ? "all checks passed" : "FAILED");
   return ok ? 0 : 1;
 }

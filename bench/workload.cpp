@@ -44,6 +44,33 @@ constexpr std::size_t kApplications = kCompanies.size() * kTones.size();
 
 constexpr std::string_view kLetters = "abcdefghijklmnopqrstuvwxyz     ";
 
+// Workload f's vocabulary: common words that GPT-2's BPE reads, each with its
+// leading space, as one token (tests/workload_test.cpp checks it).
+constexpr std::array<std::string_view, 132> kWords = {
+    "the",     "of",     "and",    "to",         "in",       "is",     "was",    "for",    "on",
+    "that",    "with",   "as",     "by",         "at",       "from",   "his",    "it",     "an",
+    "were",    "are",    "which",  "this",       "be",       "has",    "had",    "not",    "but",
+    "its",     "have",   "their",  "one",        "after",    "first",  "new",    "two",    "who",
+    "they",    "been",   "more",   "other",      "all",      "time",   "there",  "when",   "into",
+    "year",    "most",   "only",   "over",       "city",     "three",  "some",   "about",  "would",
+    "may",     "where",  "later",  "during",     "between",  "under",  "world",  "while",  "out",
+    "team",    "since",  "well",   "part",       "them",     "both",   "war",    "can",    "many",
+    "through", "if",     "such",   "than",       "national", "known",  "what",   "then",   "made",
+    "being",   "these",  "back",   "found",      "area",     "river",  "united", "used",   "each",
+    "season",  "any",    "before", "government", "line",     "same",   "four",   "long",   "based",
+    "people",  "number", "end",    "day",        "called",   "east",   "north",  "west",   "south",
+    "old",     "early",  "name",   "against",    "general",  "work",   "life",   "family", "group",
+    "school",  "music",  "state",  "country",    "until",    "around", "film",   "house",  "land",
+    "water",   "high",   "great",  "place",      "small",    "power"};
+
+// Workload f: room kept after the document for "\n" + the question (at most
+// 35 characters, so at most 35 tokens) and the answer.
+constexpr int kQuestionReserve = 40;
+constexpr int kDocumentAnswer = 8;
+// Workload f returns to one of this many most recent documents half the time
+// it returns at all.
+constexpr long kRecentDocuments = 8;
+
 constexpr int kMaxChats = 16;
 
 }  // namespace
@@ -52,15 +79,23 @@ std::optional<std::string> parse_kinds(const std::string& spec) {
   std::string out;
   for (char c : spec) {
     if (c == ',' || c == ' ') continue;
-    if (c < 'a' || c > 'e') return std::nullopt;
+    if (c < 'a' || c > 'f') return std::nullopt;
     if (out.find(c) == std::string::npos) out.push_back(c);
   }
   if (out.empty()) return std::nullopt;
   return out;
 }
 
-Workload::Workload(std::string kinds, std::uint64_t seed, int context)
-    : kinds_(std::move(kinds)), rng_(seed), context_(context) {}
+Workload::Workload(std::string kinds, std::uint64_t seed, int context, bool word_tokens)
+    : kinds_(std::move(kinds)),
+      rng_(seed),
+      context_(context),
+      seed_(seed),
+      word_tokens_(word_tokens) {
+  // The same preamble in every run, whatever the seed.
+  std::mt19937_64 preamble_rng(0x6b76746965720001ull);
+  preamble_ = words(preamble_rng, context_ / 8 - 1) + "\n";
+}
 
 WorkItem Workload::next() {
   const char kind = kinds_[std::uniform_int_distribution<std::size_t>(0, kinds_.size() - 1)(rng_)];
@@ -73,6 +108,8 @@ WorkItem Workload::next() {
       return priority_mix();
     case 'e':
       return application_prompt();
+    case 'f':
+      return document_prompt();
     default:
       return random_prompt();
   }
@@ -107,6 +144,55 @@ WorkItem Workload::application_prompt() {
              std::string(kTones[app / kCompanies.size()]) + question();
   w.max_tokens = 24;
   w.seed = next_seed();
+  return w;
+}
+
+std::string Workload::words(std::mt19937_64& rng, int budget) const {
+  std::uniform_int_distribution<std::size_t> word(0, kWords.size() - 1);
+  std::uniform_int_distribution<int> sentence(6, 14);
+  std::string out;
+  int spent = 0;
+  for (;;) {
+    const int length = sentence(rng);
+    int n = 0;
+    for (; n < length; ++n) {
+      const std::string_view w = kWords[word(rng)];
+      const int cost = word_tokens_ ? 1 : static_cast<int>(w.size()) + 1;
+      if (spent + cost + 1 > budget) break;  // + 1: the full stop
+      out.push_back(' ');
+      out.append(w);
+      spent += cost;
+    }
+    if (n > 0) {
+      out.push_back('.');
+      ++spent;
+    }
+    if (n < length) return out;
+  }
+}
+
+std::string Workload::document(long index) const {
+  // Its own stream: the same document whenever it comes back.
+  std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(index));
+  const int budget = context_ - context_ / 8 - kQuestionReserve - kDocumentAnswer;
+  const int length = std::uniform_int_distribution<int>(budget * 3 / 4, budget)(rng);
+  return words(rng, length);
+}
+
+WorkItem Workload::document_prompt() {
+  WorkItem w;
+  w.kind = 'f';
+  w.seed = next_seed();
+  w.max_tokens = kDocumentAnswer;
+  if (documents_ == 0 || std::bernoulli_distribution(0.5)(rng_)) {
+    w.document = documents_++;
+  } else if (std::bernoulli_distribution(0.5)(rng_)) {
+    const long recent = std::min(documents_, kRecentDocuments);
+    w.document = documents_ - 1 - std::uniform_int_distribution<long>(0, recent - 1)(rng_);
+  } else {
+    w.document = std::uniform_int_distribution<long>(0, documents_ - 1)(rng_);
+  }
+  w.prompt = preamble_ + document(w.document) + "\n" + question();
   return w;
 }
 

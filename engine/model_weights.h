@@ -67,6 +67,15 @@ class ModelWeights {
   // std::bad_alloc.
   static ModelWeights random(const ModelConfig& config, std::uint64_t seed);
 
+  // Writes these weights to `path` as an F32 safetensors file that load()
+  // reads back bit-identical with the same config: Hugging Face names
+  // (h.0.attn.c_attn.weight, ...), shapes for config.weight_layout, no
+  // lm_head (tied), every tensor 64-byte aligned in the file. For a model
+  // folder of random weights (bench/soak --gpt2-124m). Errors name the path.
+  // REQUIRES: `config` is the one these weights were made or loaded with.
+  std::expected<void, std::string> save(const ModelConfig& config,
+                                        const std::filesystem::path& path) const;
+
   const float* wte() const { return wte_; }
   const float* wpe() const { return wpe_; }
   const LayerWeights& layer(int i) const { return layers_[i]; }

@@ -531,6 +531,53 @@ TEST(ModelWeightsTest, RandomServesGroupedQueryConfigs) {
   EXPECT_NE(w.layer(1).attn_qkv_b, nullptr);
 }
 
+// save() writes a file load() reads back bit-identical, used in place from
+// the mapping, in either orientation, with and without biases.
+TEST(ModelWeightsTest, SavedRandomWeightsLoadBackIdentical) {
+  for (const auto layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+    for (const bool bias : {true, false}) {
+      SCOPED_TRACE(std::string(layout == WeightLayout::kOutIn ? "out_in" : "in_out") +
+                   (bias ? " with biases" : " without biases"));
+      const ModelConfig c = tiny_config(layout, bias);
+      const ModelWeights w = ModelWeights::random(c, 77);
+      TempDir dir;
+      const fs::path path = dir.path() / "model.safetensors";
+      ASSERT_TRUE(w.save(c, path).has_value());
+      auto loaded = ModelWeights::load(c, path);
+      ASSERT_TRUE(loaded.has_value()) << loaded.error();
+      EXPECT_EQ(loaded->parameter_bytes(), w.parameter_bytes());
+      const auto want = bound_pointers(w, c);
+      const auto got = bound_pointers(*loaded, c);
+      const auto params = expected_params(c);
+      for (const auto& [name, shape] : params) {
+        SCOPED_TRACE(name);
+        const float* a = nullptr;
+        const float* b = nullptr;
+        for (std::size_t i = 0; i < want.size(); ++i)
+          if (want[i].first == name) a = want[i].second, b = got[i].second;
+        ASSERT_NE(a, nullptr);
+        ASSERT_NE(b, nullptr);
+        EXPECT_EQ(std::memcmp(a, b, product(shape) * sizeof(float)), 0);
+        EXPECT_TRUE(in_file_mapping(b, path));
+        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b) % 64, 0u);
+      }
+      // Hugging Face names, no others.
+      auto file = SafetensorsFile::open(path);
+      ASSERT_TRUE(file.has_value()) << file.error();
+      EXPECT_EQ(file->size(), params.size());
+      EXPECT_NE(file->find("h.1.mlp.c_proj.weight"), nullptr);
+    }
+  }
+}
+
+TEST(ModelWeightsTest, SaveNamesAPathItCannotWrite) {
+  const ModelConfig c = tiny_config(WeightLayout::kOutIn, true);
+  const auto saved = ModelWeights::random(c, 1).save(c, "/nonexistent-kvtier-dir/m.safetensors");
+  ASSERT_FALSE(saved.has_value());
+  EXPECT_NE(saved.error().find("/nonexistent-kvtier-dir/m.safetensors"), std::string::npos)
+      << saved.error();
+}
+
 TEST(ModelWeightsTest, RandomGpt2_124m) {
   const ModelConfig c = ModelConfig::gpt2_124m();
   const auto start = std::chrono::steady_clock::now();

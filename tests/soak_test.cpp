@@ -116,5 +116,41 @@ TEST(SoakTest, ShortFleetRunSharesPrefixesThroughRedis) {
   EXPECT_GT(remote_hits, 0) << output;
 }
 
+// Tiers given in bytes (rounded down to the bundled model's 64 KiB blocks)
+// and workload f's long documents: the checks pass, the daemon got those
+// sizes, and the L3 slab is gone after the run.
+TEST(SoakTest, TiersInBytesWithLongDocuments) {
+  const fs::path soak = soak_path();
+  if (!fs::exists(soak)) GTEST_SKIP() << soak << " is not built (KVTIER_BUILD_BENCH=OFF?)";
+  test_util::TempDir dir;
+  const fs::path out = dir.path() / "soak";
+  const auto [status, output] = run_soak(
+      "--duration 12 --warmup 5 --rate 3 --concurrency 3 --verify 4 --workload f "
+      "--l1-bytes 1280K --l2-bytes 1M --l3-bytes 3200K --threads 1",
+      out);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
+  EXPECT_NE(output.find("L1 20 blocks (1.2 MiB), L2 16 blocks (1.0 MiB), L3 50 blocks (3.1 MiB)"),
+            std::string::npos)
+      << output;
+  std::ifstream config(out / "soak-config.csv");
+  const std::string settings((std::istreambuf_iterator<char>(config)), {});
+  EXPECT_TRUE(test_util::contains(settings, "\nworkload,f\n")) << settings;
+  EXPECT_TRUE(test_util::contains(settings, "\nl3_blocks,50\n")) << settings;
+  EXPECT_FALSE(fs::exists(out / "soak-l3")) << "the L3 slab outlived its run";
+}
+
+// --gpt2-124m writes its own model: naming another is a usage error, found
+// before anything is written.
+TEST(SoakTest, Gpt2ModelExcludesModel) {
+  const fs::path soak = soak_path();
+  if (!fs::exists(soak)) GTEST_SKIP() << soak << " is not built (KVTIER_BUILD_BENCH=OFF?)";
+  test_util::TempDir dir;
+  const auto [status, output] = run_soak("--gpt2-124m --duration 1", dir.path() / "out");
+  EXPECT_NE(status, 0) << output;
+  EXPECT_NE(output.find("excludes"), std::string::npos) << output;
+  EXPECT_FALSE(fs::exists(dir.path() / "out" / "gpt2-124m-random")) << output;
+}
+
 }  // namespace
 }  // namespace kvtier
