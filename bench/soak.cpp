@@ -44,6 +44,7 @@
 #include "bench/redis_process.h"
 #include "bench/soak_model.h"
 #include "ctl/rpc_client.h"
+#include "engine/kv_layout.h"
 #include "tiers/byte_size.h"
 
 using namespace kvtier::bench;
@@ -623,9 +624,8 @@ int main(int argc, char** argv) {
   fs::create_directories(o.out, ec);
   const kvtier::ModelConfig gpt2 = kvtier::ModelConfig::gpt2_124m();
   const fs::path gpt2_dir = fs::path(o.out) / "gpt2-124m-random";
-  const std::size_t block =
-      o.gpt2_124m ? static_cast<std::size_t>(gpt2.n_layer) * 2 * gpt2.kv_dim() * o.page_size * 4
-                  : block_bytes(o.model, o.page_size);
+  const std::size_t block = o.gpt2_124m ? kvtier::KvLayout::of(gpt2, o.page_size).block_bytes()
+                                        : block_bytes(o.model, o.page_size);
   auto to_blocks = [block](std::uint64_t bytes, int& blocks) {
     if (bytes > 0) blocks = static_cast<int>(std::min<std::uint64_t>(bytes / block, 1 << 30));
   };
