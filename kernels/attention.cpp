@@ -164,18 +164,15 @@ void for_each_present_page(const PagedKv& kv, int t_begin, int t_end, Fn&& fn) {
 }
 
 // Scores of queries [0, n) for keys [a, b) through kv's table, the queries'
-// score rows being s[r] (indexed by key position).
+// score rows being s[r] (indexed by key position). REQUIRES: n <= kSumRows.
 void scores_range(float* const* s, const float* const* q, int n, const PagedKv& kv, int kv_head,
                   int a, int b) {
   const int P = kv.page_size;
   for_each_present_page(kv, a, b, [&](int block, int ta, int tb) {
-    float* rows[kSumRows];
-    for (int r0 = 0; r0 < n; r0 += kSumRows) {
-      const int k = std::min(kSumRows, n - r0);
-      for (int r = 0; r < k; ++r) rows[r] = s[r0 + r] + block * P;
-      page_scores(rows, q + r0, k, key_page(kv, block, kv_head), P, kv.head_dim, ta - block * P,
-                  tb - block * P);
-    }
+    float* rows[kSumRows];  // the rows from the page's first key
+    for (int r = 0; r < n; ++r) rows[r] = s[r] + block * P;
+    page_scores(rows, q, n, key_page(kv, block, kv_head), P, kv.head_dim, ta - block * P,
+                tb - block * P);
   });
 }
 
@@ -255,7 +252,6 @@ void attention_queries(const AttentionQuery* queries, int n, int shared_keys, in
   float* s[kSumRows];
   const float* q[kSumRows];
   float* out[kSumRows];
-  const float* p[kSumRows];
 
   for (int i0 = 0; i0 < n; i0 += kSumRows) {
     const int group = std::min(kSumRows, n - i0);
@@ -265,7 +261,6 @@ void attention_queries(const AttentionQuery* queries, int n, int shared_keys, in
       s[r] = scores(i0 + r);
       q[r] = query.q;
       out[r] = query.out;
-      p[r] = s[r];
       common = std::min(common, keys(i0 + r));
     }
 
@@ -296,9 +291,9 @@ void attention_queries(const AttentionQuery* queries, int n, int shared_keys, in
     // Weighted sum of values in increasing position: the keys all see, each
     // value loaded once for the group, then each query's own.
     for (int r = 0; r < group; ++r) std::fill(out[r], out[r] + D, 0.0f);
-    values_range(out, p, group, shared, kv_head, 0, common);
+    values_range(out, s, group, shared, kv_head, 0, common);
     for (int r = 0; r < group; ++r)
-      values_range(out + r, p + r, 1, queries[i0 + r].kv, kv_head, common, keys(i0 + r));
+      values_range(out + r, s + r, 1, queries[i0 + r].kv, kv_head, common, keys(i0 + r));
     for (int r = 0; r < group; ++r)
       for (int d = 0; d < D; ++d) out[r][d] *= s[r][width];
 
