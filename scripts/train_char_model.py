@@ -5,8 +5,13 @@
 Everything (model, data pipeline, safetensors export) is written here in plain
 PyTorch; see scripts/safetensors_io.py for the file writer.
 
-Example (the command used for the committed model is recorded in TRAINING.md):
+Example (the command used for each committed model is recorded in its
+TRAINING.md):
     /usr/bin/python3 scripts/train_char_model.py --minutes 20 --max-iters 1500
+    python3 scripts/train_char_model.py --device cuda --corpus-dir DIR ...  # on a GPU
+
+On a GPU the loss is summed in another order than on the CPU, so a run there
+reproduces its figures closely but not its bits.
 """
 import os
 
@@ -59,7 +64,7 @@ def clean_bytes(raw):
     return keep.decode("ascii")
 
 
-def load_corpus(root=FORTUNE_DIR):
+def load_corpus(root):
     files = fortune_files(root)
     parts = []
     for name in files:
@@ -74,11 +79,19 @@ def load_corpus(root=FORTUNE_DIR):
 # ----------------------------------------------------------------------------
 # model (GPT-2 as nanoGPT defines it)
 
+def dropout_layer(p):
+    """No layer at all for p = 0, so that such a run draws no random numbers
+    for it (the committed fortunes-char run had none)."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
 class CausalSelfAttention(nn.Module):
-    def __init__(self, n_embd, n_head, block_size):
+    def __init__(self, n_embd, n_head, block_size, dropout):
         super().__init__()
         assert n_embd % n_head == 0
         self.n_head = n_head
+        self.attn_dropout = dropout_layer(dropout)
+        self.resid_dropout = dropout_layer(dropout)
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=True)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=True)
         mask = torch.tril(torch.ones(block_size, block_size, dtype=torch.bool))
@@ -94,28 +107,29 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
-        att = F.softmax(att, dim=-1)
+        att = self.attn_dropout(F.softmax(att, dim=-1))
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
+        return self.resid_dropout(self.c_proj(y))
 
 
 class MLP(nn.Module):
-    def __init__(self, n_embd):
+    def __init__(self, n_embd, dropout):
         super().__init__()
         self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=True)
         self.c_proj = nn.Linear(4 * n_embd, n_embd, bias=True)
+        self.dropout = dropout_layer(dropout)
 
     def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x)))  # exact erf GELU
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))  # exact erf GELU
 
 
 class Block(nn.Module):
-    def __init__(self, n_embd, n_head, block_size):
+    def __init__(self, n_embd, n_head, block_size, dropout):
         super().__init__()
         self.ln_1 = nn.LayerNorm(n_embd, eps=1e-5)
-        self.attn = CausalSelfAttention(n_embd, n_head, block_size)
+        self.attn = CausalSelfAttention(n_embd, n_head, block_size, dropout)
         self.ln_2 = nn.LayerNorm(n_embd, eps=1e-5)
-        self.mlp = MLP(n_embd)
+        self.mlp = MLP(n_embd, dropout)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -124,14 +138,18 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd):
+    """Dropout (training only; 0 keeps the old models' runs) has no weights:
+    the exported model is the same GPT-2 either way."""
+
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0):
         super().__init__()
         self.block_size = block_size
         self.n_layer = n_layer
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(vocab_size, n_embd),
             wpe=nn.Embedding(block_size, n_embd),
-            h=nn.ModuleList([Block(n_embd, n_head, block_size)
+            drop=dropout_layer(dropout),
+            h=nn.ModuleList([Block(n_embd, n_head, block_size, dropout)
                              for _ in range(n_layer)]),
             ln_f=nn.LayerNorm(n_embd, eps=1e-5),
         ))
@@ -155,7 +173,7 @@ class GPT(nn.Module):
         B, T = idx.shape
         assert T <= self.block_size
         pos = torch.arange(T, device=idx.device)
-        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for blk in self.transformer.h:
             x = blk(x)
         x = self.transformer.ln_f(x)
@@ -192,7 +210,8 @@ class GPT(nn.Module):
                 nxt = torch.argmax(logits, dim=-1, keepdim=True)
             else:
                 probs = F.softmax(logits / temperature, dim=-1)
-                nxt = torch.multinomial(probs, 1, generator=generator)
+                # Sampled on the CPU: the generator is a CPU one on any device.
+                nxt = torch.multinomial(probs.cpu(), 1, generator=generator).to(idx.device)
             idx = torch.cat([idx, nxt], dim=1)
         return idx
 
@@ -201,10 +220,11 @@ class GPT(nn.Module):
 # training
 
 def get_batch(data, block_size, batch_size, gen):
+    """Offsets drawn on the CPU (the same batches on every device), rows
+    gathered where `data` lives."""
     ix = torch.randint(len(data) - block_size - 1, (batch_size,), generator=gen)
-    x = torch.stack([data[i:i + block_size] for i in ix.tolist()])
-    y = torch.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()])
-    return x, y
+    rows = ix.to(data.device)[:, None] + torch.arange(block_size, device=data.device)
+    return data[rows], data[rows + 1]
 
 
 @torch.no_grad()
@@ -271,26 +291,36 @@ def main():
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.99)
     ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="training only; the exported weights have no dropout")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--corpus-dir", default=FORTUNE_DIR,
+                    help="the fortune files (a copy, where `fortunes` is not installed)")
     args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # training only: exported in fp32
+        torch.backends.cudnn.allow_tf32 = True
 
     torch.set_num_threads(args.threads)
     keep_freed_memory()
     torch.manual_seed(args.seed)
     cmdline = "/usr/bin/python3 scripts/train_char_model.py " + " ".join(sys.argv[1:])
 
-    files, text = load_corpus()
+    files, text = load_corpus(args.corpus_dir)
     chars = sorted(set(text))
     stoi = {c: i for i, c in enumerate(chars)}
     V = len(chars)
-    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.long, device=device)
     n_train = int(0.9 * len(data))
     train_data, val_data = data[:n_train], data[n_train:]
     print(f"corpus: {len(files)} files, {len(text)} chars, vocab {V}, "
           f"train {len(train_data)}, val {len(val_data)}", flush=True)
 
-    model = GPT(V, args.block_size, args.n_layer, args.n_head, args.n_embd)
+    model = GPT(V, args.block_size, args.n_layer, args.n_head, args.n_embd,
+                args.dropout).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {n_params}", flush=True)
 
@@ -362,7 +392,7 @@ def main():
 
     # ---- samples
     def encode(s):
-        return torch.tensor([[stoi[c] for c in s]], dtype=torch.long)
+        return torch.tensor([[stoi[c] for c in s]], dtype=torch.long, device=device)
 
     def decode(ids):
         return "".join(chars[i] for i in ids)
@@ -376,7 +406,8 @@ def main():
 
     # ---- TRAINING.md
     md = []
-    md.append("# fortunes-char: character-level GPT-2 (nanoGPT layout)\n")
+    md.append(f"# {os.path.basename(os.path.normpath(args.out))}: character-level GPT-2 "
+              "(nanoGPT layout)\n")
     md.append("Produced by `scripts/train_char_model.py` (model, data pipeline and "
               "safetensors writer written in plain PyTorch/numpy for kvtier).\n")
     md.append("## Command\n")
@@ -390,8 +421,14 @@ def main():
                   f"--max-iters {iters_run} "
                   f"--lr-decay-iters {args.lr_decay_iters or args.max_iters} "
                   "--minutes 100000\n```\n")
-    md.append(f"PyTorch {torch.__version__} (Debian python3-torch), "
-              f"torch.set_num_threads({args.threads}), CPU only.\n")
+    if device.type == "cuda":
+        md.append(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name(device)}, "
+                  "TF32 matmuls in training (the weights are kept and exported in "
+                  "fp32). A GPU sums in its own order: a rerun gives close figures, "
+                  "not the same bits.\n")
+    else:
+        md.append(f"PyTorch {torch.__version__} (Debian python3-torch), "
+                  f"torch.set_num_threads({args.threads}), CPU only.\n")
     md.append("## Settings\n")
     md.append("| setting | value |\n|---|---|")
     rows = [
@@ -400,7 +437,7 @@ def main():
                          "MLP 4x with exact erf GELU, final ln_f, LM head tied to wte"),
         ("n_layer", args.n_layer), ("n_head", args.n_head), ("n_embd", args.n_embd),
         ("block_size", args.block_size), ("vocab_size", V), ("bias", "true"),
-        ("dropout", 0), ("layer_norm_eps", "1e-5"), ("parameters", n_params),
+        ("dropout", f"{args.dropout} (training only)" if args.dropout else 0), ("layer_norm_eps", "1e-5"), ("parameters", n_params),
         ("optimizer", f"AdamW, betas ({args.beta1}, {args.beta2}), weight decay "
                       f"{args.weight_decay} on 2-D tensors (0 on biases/LayerNorm)"),
         ("learning rate", f"{args.lr} peak, linear warmup {args.warmup_iters} iters, "
@@ -419,7 +456,7 @@ def main():
     md.append("")
     md.append("## Data\n")
     md.append("Debian package `fortunes` (plain-text fortune files in "
-              f"`{FORTUNE_DIR}/`). All {len(files)} files without an extension "
+              f"`{FORTUNE_DIR}/`, Debian 12's version). All {len(files)} files without an extension "
               "(skipping `*.dat`, `*.u8`; there is no `off/` directory), in sorted "
               "name order, concatenated (a `\\n` appended to a file not ending in "
               "one). Entries keep their `%` separator lines.\n")
