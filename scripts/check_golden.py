@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Re-verify the golden files written by scripts/make_golden.py.
 
-For each of models/fortunes-char, tests/data/tiny-nanogpt, tests/data/tiny-hf:
+For each of models/fortunes-char, models/fortunes-char-5m, tests/data/tiny-nanogpt,
+tests/data/tiny-hf:
   1. safetensors structure: header padding, 64-byte aligned, non-overlapping
      tensor offsets, file size;
   2. the tiny fixtures are regenerated in memory and compared bit-for-bit with
@@ -116,9 +117,9 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    char_dir, nano_dir, hf_dir = mg.model_dirs(args.root)
+    nano_dir, hf_dir = mg.tiny_model_dirs(args.root)
     builders = {nano_dir: mg.build_tiny_nanogpt, hf_dir: mg.build_tiny_hf}
-    for folder in (char_dir, nano_dir, hf_dir):
+    for folder in mg.model_dirs(args.root):
         print(os.path.relpath(folder, args.root))
         check_structure(os.path.join(folder, "model.safetensors"))
         if folder in builders:

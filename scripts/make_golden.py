@@ -7,8 +7,8 @@
      tests/data/tiny-hf/       Hugging Face GPT-2 names, Conv1D [in, out] layout,
                                gelu_new (tanh), biases, plus the h.{i}.attn.bias
                                causal-mask buffers that a loader must ignore
-2. Writes golden.json into each of models/fortunes-char/, tests/data/tiny-nanogpt/
-   and tests/data/tiny-hf/: logits at selected positions and a greedy
+2. Writes golden.json into each of models/fortunes-char/, models/fortunes-char-5m/,
+   tests/data/tiny-nanogpt/ and tests/data/tiny-hf/: logits at selected positions and a greedy
    continuation, computed by the float64 functional forward in this file.
 
 The forward pass here is written independently of scripts/train_char_model.py
@@ -395,10 +395,16 @@ def dump_golden(golden):
     return json.dumps(golden, separators=(",", ":")) + "\n"
 
 
-def model_dirs(root):
-    return [os.path.join(root, "models", "fortunes-char"),
-            os.path.join(root, "tests", "data", "tiny-nanogpt"),
+def tiny_model_dirs(root):
+    """The two random models this script writes: nanoGPT's, then HF's."""
+    return [os.path.join(root, "tests", "data", "tiny-nanogpt"),
             os.path.join(root, "tests", "data", "tiny-hf")]
+
+
+def model_dirs(root):
+    """Every folder that gets a golden.json: the bundled models, then the tiny ones."""
+    return [os.path.join(root, "models", "fortunes-char"),
+            os.path.join(root, "models", "fortunes-char-5m")] + tiny_model_dirs(root)
 
 
 def main():
@@ -408,11 +414,11 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    char_dir, nano_dir, hf_dir = model_dirs(args.root)
+    nano_dir, hf_dir = tiny_model_dirs(args.root)
     write_tiny(nano_dir, *build_tiny_nanogpt())
     write_tiny(hf_dir, *build_tiny_hf())
 
-    for folder in (char_dir, nano_dir, hf_dir):
+    for folder in model_dirs(args.root):
         if not os.path.exists(os.path.join(folder, "model.safetensors")):
             print(f"skip {folder}: no model.safetensors", file=sys.stderr)
             continue

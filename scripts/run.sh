@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up this machine (Debian 12), builds kvtier and runs kvtierd with the
-# bundled character-level model. Extra arguments go to kvtierd:
+# larger bundled character-level model (models/fortunes-char-5m; --model DIR
+# for another). Extra arguments go to kvtierd:
 #   scripts/run.sh                                   # one generation from a sample prompt
 #   scripts/run.sh --prompt "Q: Why" --temperature 0 # one generation from yours
 #   scripts/run.sh --socket /tmp/kvtier.sock         # serve (no --prompt): kvtierctl, curl, ...
@@ -15,5 +16,11 @@ cmake --build build --target kvtierd kvtierctl >&2
 case " $* " in
   *" --prompt"* | *" --socket"* | *" --config"* | *" --help"* | *" -h "* | *" --version"*) ;;
   *) set -- --prompt "The secret of life is" "$@" ;;
+esac
+# The larger bundled model writes readable text; kvtierd's own default is the
+# small one, which the tests use.
+case " $* " in
+  *" --model"* | *" --config"*) ;;
+  *) set -- --model models/fortunes-char-5m "$@" ;;
 esac
 exec build/daemon/kvtierd "$@"

@@ -117,8 +117,8 @@ TEST_F(CudaModelTest, FollowsTheCpuForwardOnEveryVariant) {
 }
 
 TEST_F(CudaModelTest, FollowsTheCpuForwardOnTheBundledModels) {
-  for (const char* dir :
-       {"models/fortunes-char", "tests/data/tiny-nanogpt", "tests/data/tiny-hf"}) {
+  for (const char* dir : {"models/fortunes-char", "models/fortunes-char-5m",
+                          "tests/data/tiny-nanogpt", "tests/data/tiny-hf"}) {
     SCOPED_TRACE(dir);
     auto model = Model::load(std::filesystem::path(KVTIER_SOURCE_DIR) / dir);
     ASSERT_TRUE(model.has_value()) << model.error();

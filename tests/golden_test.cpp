@@ -80,8 +80,8 @@ TEST_P(Golden, LogitsAndGreedyTokensMatchPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Golden,
-                         ::testing::Values("models/fortunes-char", "tests/data/tiny-nanogpt",
-                                           "tests/data/tiny-hf"),
+                         ::testing::Values("models/fortunes-char", "models/fortunes-char-5m",
+                                           "tests/data/tiny-nanogpt", "tests/data/tiny-hf"),
                          [](const auto& info) {
                            std::string name = std::filesystem::path(info.param).filename();
                            for (char& ch : name)

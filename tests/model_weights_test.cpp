@@ -727,8 +727,8 @@ TEST(ModelWeights, ReleasedPagesLeaveTheResidentSetAndReadTheSame) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Bundled, RealModelTest,
-                         ::testing::Values("models/fortunes-char", "tests/data/tiny-nanogpt",
-                                           "tests/data/tiny-hf"),
+                         ::testing::Values("models/fortunes-char", "models/fortunes-char-5m",
+                                           "tests/data/tiny-nanogpt", "tests/data/tiny-hf"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::erase_if(name, [](char ch) { return !std::isalnum(ch); });
