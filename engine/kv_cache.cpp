@@ -253,6 +253,9 @@ std::optional<int> KvCache::alloc_l1() {
 }
 
 bool KvCache::make_free_l1(int n) {
+  // More than one block to free: their copies to L2 go together.
+  if (const int short_by = n - l1_->num_free(); short_by > 1)
+    copy_to_l2_now(policy_->l1_next_victims(static_cast<std::size_t>(short_by)));
   while (l1_->num_free() < n) {
     CacheNode* victim = policy_->l1_victim();
     if (victim == nullptr) return false;
@@ -349,6 +352,9 @@ int KvCache::flush(Tier tier) {
         write_down(*below, [has_l2 = l2_ != nullptr](const CacheNode& n) {
           return n.pins == 0 && (has_l2 ? n.stored(Tier::kL2) : n.usable_l1());
         });
+      // As many copies as L2 has slots go together; the demotions of the
+      // blocks they copied are then releases.
+      if (l2_) copy_to_l2_now(policy_->l1_flushable(l2_->slots().num_blocks()));
       for (; CacheNode* n = policy_->flushable(Tier::kL1); ++dropped) demote_l1(n);
       break;
     case Tier::kL2:

@@ -4,6 +4,7 @@
 // contracts.
 #include <algorithm>
 #include <cassert>
+#include <thread>
 
 #include "engine/kv_cache.h"
 #include "engine/kv_cache_stores.h"
@@ -88,17 +89,45 @@ void KvCache::start_cleaning() {
   // The next demotion candidates, in the order make_free_l1 takes them.
   for (CacheNode* node : policy_->l1_next_victims(static_cast<std::size_t>(clean_window_))) {
     if (node->stored(Tier::kL2) || node->moving_l2()) continue;
-    const auto slot = alloc_l2(PlacementPolicy::L2Victims::kInStore);
-    if (!slot) break;
-    // The extra reference keeps the block (and so the node) in L1 until the
-    // copy is done; the policy passes it over meanwhile.
-    const int block = node->slot(Tier::kL1);
-    l1_->add_ref(block);
-    ++l1_io_refs_[static_cast<std::size_t>(block)];
-    tree_.set(node, Tier::kL2, {Presence::kWriting, *slot});
-    l2_->write(node->key, *slot, l1_->data(block), plan_.block_bytes, plan_.to_l2);
+    if (!start_l2_write(node, PlacementPolicy::L2Victims::kInStore)) break;
   }
   l2_->flush();
+}
+
+std::optional<std::uint64_t> KvCache::start_l2_write(CacheNode* node,
+                                                     PlacementPolicy::L2Victims victims) {
+  const auto slot = alloc_l2(victims);
+  if (!slot) return std::nullopt;
+  // The extra reference keeps the block (and so the node) in L1 until the
+  // copy is done; the policy passes it over meanwhile.
+  const int block = node->slot(Tier::kL1);
+  l1_->add_ref(block);
+  ++l1_io_refs_[static_cast<std::size_t>(block)];
+  tree_.set(node, Tier::kL2, {Presence::kWriting, *slot});
+  return l2_->write(node->key, *slot, l1_->data(block), plan_.block_bytes, plan_.to_l2);
+}
+
+void KvCache::copy_to_l2_now(std::span<CacheNode* const> nodes) {
+  if (!l2_) return;
+  for (CacheNode* node : nodes) {
+    if (node->stored(Tier::kL2) || node->moving_l2()) continue;
+    // demote_l1's choice of room: a block a store has takes only room
+    // another tier backs.
+    using enum PlacementPolicy::L2Victims;
+    const auto ticket = start_l2_write(node, node->in_store() ? kWithCopy : kAny);
+    if (!ticket) break;
+    copies_now_.insert(*ticket);
+    l2_->start();  // at once: the next block's bookkeeping overlaps this copy
+  }
+  // Each copy is finished as it lands, so that its bookkeeping overlaps the
+  // copies still in flight: the engine has nothing else to do meanwhile.
+  while (!copies_now_.empty() && l2_->in_flight() > 0) {
+    while (l2_->help()) {  // without a device queue the engine copies beside the worker
+    }
+    for (const tiers::StoreCompletion& c : l2_->poll()) finish_move(c);
+    if (!copies_now_.empty()) std::this_thread::yield();
+  }
+  copies_now_.clear();  // every move has completed: none is left to find
 }
 
 void KvCache::finish_move(const tiers::StoreCompletion& c) {
@@ -125,13 +154,14 @@ void KvCache::finish_move(const tiers::StoreCompletion& c) {
     return;
   }
   assert(node->state(Tier::kL2) == Presence::kWriting);
+  const bool cleaning = copies_now_.erase(c.ticket) == 0;
   if (ok) {
     account_copy(Tier::kL1, Tier::kL2, c.latency);
     tree_.set(node, Tier::kL2, {Presence::kStored, node->slot(Tier::kL2)});
     ++stats_.tier[Tier::kL2].demotions;
-    ++stats_.cleaned;
+    if (cleaning) ++stats_.cleaned;
   } else {
-    // Cleaning: the L2 slot's bytes are unknown; the L1 block stays.
+    // The L2 slot's bytes are unknown; the L1 block stays.
     l2_->slots().release(node->slot(Tier::kL2));
     tree_.set(node, Tier::kL2, {});
   }

@@ -56,8 +56,7 @@ CacheNode* PlacementPolicy::l2_unwritten(Tier store) const {
 CacheNode* PlacementPolicy::flushable(Tier tier) const {
   switch (tier) {
     case Tier::kL1:
-      return tree_->lru(Tier::kL1,
-                        [this](const CacheNode& m) { return unused_l1(m) && m.pins == 0; });
+      return tree_->lru(Tier::kL1, [this](const CacheNode& m) { return flushable_l1(m); });
     case Tier::kL2:
       return tree_->lru(Tier::kL2,
                         [this](const CacheNode& m) { return movable_l2(m) && m.holds == 0; });
@@ -66,6 +65,10 @@ CacheNode* PlacementPolicy::flushable(Tier tier) const {
         return m.holds == 0 && !tree_->in_use(m, tier);
       });
   }
+}
+
+std::vector<CacheNode*> PlacementPolicy::l1_flushable(std::size_t n) const {
+  return tree_->lru_n(Tier::kL1, n, [this](const CacheNode& m) { return flushable_l1(m); });
 }
 
 }  // namespace kvtier

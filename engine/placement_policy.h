@@ -101,8 +101,11 @@ class PlacementPolicy {
   // flush(tier)'s next block to let go: unheld by requests and unpinned
   // (L1, L2), unheld by swapped requests and not loading (a store tier).
   CacheNode* flushable(Tier tier) const;
+  // Up to n of flush(kL1)'s next blocks, in the order flushable() takes them.
+  std::vector<CacheNode*> l1_flushable(std::size_t n) const;
 
  private:
+  bool flushable_l1(const CacheNode& n) const { return unused_l1(n) && n.pins == 0; }
   // A cached L1 block only the cache references: no request, read or load.
   bool unused_l1(const CacheNode& n) const { return !tree_->in_use(n, Tier::kL1); }
   bool can_demote(const CacheNode& n) const;

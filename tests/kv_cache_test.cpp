@@ -206,6 +206,45 @@ TEST_F(KvCacheTest, CleaningRunsOnTheQueueAndALostOneLeavesTheBlocksInL1) {
   }
 }
 
+// A flush queues its copies to L2 together and waits once: each block goes
+// on the device's queue exactly once, its demotion is then a release, and
+// the copies are demotions, not cleaning. With a queue lost on the way, the
+// blocks it dropped are copied again the old way: nothing is lost.
+TEST_F(KvCacheTest, AFlushQueuesItsCopiesToL2TogetherAndLosesNothing) {
+  for (const bool lose : {false, true}) {
+    SCOPED_TRACE(lose ? "queue lost on the third copy" : "queue kept");
+    device_.lose_after = -1;
+    const auto cache = make(false);
+    ASSERT_NE(cache, nullptr);
+    std::vector<std::vector<std::byte>> want;
+    for (int i = 0; i < kL1Blocks; ++i) {
+      want.push_back(random_block(200 + i));
+      cache_in_l1(*cache, block_tokens(30 + i), want.back());
+    }
+    const long queued = device_.queued;
+    const long copies = device_.copies;
+    const long notifies = device_.notifies;
+    if (lose) device_.lose_after = device_.queued + 3;
+    EXPECT_EQ(cache->flush(Tier::kL1), kL1Blocks);
+    const CacheStats st = cache->stats();
+    EXPECT_EQ(st.tier[0].used_blocks, 0u);
+    EXPECT_EQ(st.tier[1].used_blocks, static_cast<std::size_t>(kL1Blocks));
+    EXPECT_EQ(st.tier[1].demotions, kL1Blocks);
+    EXPECT_EQ(st.cleaned, 0);
+    if (!lose) {
+      EXPECT_EQ(device_.queued - queued, kL1Blocks) << "each block once, on the queue";
+      EXPECT_EQ(device_.notifies.load(), notifies)
+          << "the engine waited; no wake-up stalled the queue";
+      EXPECT_EQ(device_.copies.load(), copies) << "no block copied on the engine thread";
+    } else {
+      EXPECT_EQ(st.tier[1].io_errors, 1);
+      EXPECT_GT(device_.copies.load(), copies) << "the lost copies were made again off the queue";
+    }
+    EXPECT_TRUE(cache->check_invariants());
+    for (int i = 0; i < kL1Blocks; ++i) EXPECT_EQ(fetch(*cache, block_tokens(30 + i)), want[i]);
+  }
+}
+
 // An exact L2 slot is host memory laid out as an exact L3 stores it: it is
 // written as it is, with no copy through the device's staging path, and comes
 // back as it went down.

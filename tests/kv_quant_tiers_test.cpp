@@ -349,7 +349,11 @@ TEST(KvQuantTiersTest, AnL1OnlyItsCopyReachesGetsTheBytesOfAHostL1) {
       codec.calls = 0;
       const std::vector<float> got = round_trip(kind, path);
       EXPECT_GT(device.copies.load(), 0) << "nothing went through the pool's copy";
-      EXPECT_EQ(device.queued.load(), 0) << "int8 moves are the codec's, not the queue's";
+      // An exact L2's copies from L1 may take the queue (a flush queues them);
+      // an int8 move never does.
+      if (path != Path::kExactL2ToL3) {
+        EXPECT_EQ(device.queued.load(), 0) << "int8 moves are the codec's, not the queue's";
+      }
       EXPECT_EQ(codec.calls.load() > 0, kind == L1::kWithCodec) << "codec calls " << codec.calls;
       EXPECT_EQ(codec.outside_l1.load(), 0) << "the device codec was given host memory as L1";
       ASSERT_EQ(host.size(), got.size());

@@ -114,6 +114,29 @@ TEST_F(L2StoreTest, ReadsInPartsStartPieceMajor) {
   EXPECT_EQ(order, want);
 }
 
+// On a device queue, flush() asks for a wake-up behind each round of pieces
+// it starts; start() starts them the same way and asks for none.
+TEST_F(L2StoreTest, StartStartsMovesOnTheQueueWithNoWakeUp) {
+  test_util::StandInDevice device;
+  BlockPool l1(kBytes, 2, device.region(2 * kBytes, /*with_link=*/true));
+  l2_.use_queue(l1.link()->copy_queue(wake_.waker()).value());
+  const std::vector<std::byte> src = pattern(3);
+  l2_.write(key(1), 0, src.data(), kBytes, whole_);
+  l2_.write(key(2), 1, src.data(), kBytes, whole_);
+  l2_.start();
+  EXPECT_EQ(device.queued, 2);
+  EXPECT_EQ(device.notifies, 0);
+  std::vector<std::byte> dst(kBytes);
+  l2_.read(key(1), 0, dst.data(), kBytes / 4, quarter_, 4);
+  l2_.flush();
+  EXPECT_EQ(device.queued, 6);
+  EXPECT_EQ(device.notifies, 4) << "one a round of pieces";
+  l2_.drain();
+  EXPECT_EQ(complete(3).size(), 3u);
+  EXPECT_EQ(device.notifies, 4) << "drain() started nothing, so asked for nothing";
+  EXPECT_EQ(dst, src);
+}
+
 // A queue lost with moves in flight (the stand-in queue takes two copies,
 // then refuses): every move that had a piece on it completes kIoError, once,
 // and what comes after runs on the worker.

@@ -32,8 +32,9 @@ namespace kvtier::test_util {
 class StandInDevice {
  public:
   // Counters, updated from the copying threads.
-  std::atomic<long> copies = 0;  // Region::copy calls (the pool's own copies)
-  std::atomic<long> queued = 0;  // copies the copy queue took
+  std::atomic<long> copies = 0;    // Region::copy calls (the pool's own copies)
+  std::atomic<long> queued = 0;    // copies the copy queue took
+  std::atomic<long> notifies = 0;  // wake-ups asked of the copy queue (notify())
   // The copy queue is lost once it has taken this many copies: from then on
   // its poll() and drain() fail (its copies still land: the cache must
   // throw them away all the same). Negative: never.
@@ -86,7 +87,10 @@ class StandInDevice {
       return worker_.copy(dst, src, it->second);
     }
     // The worker wakes the owner after each copy: nothing more to ask for.
-    std::expected<void, std::string> notify() override { return {}; }
+    std::expected<void, std::string> notify() override {
+      ++device_.notifies;
+      return {};
+    }
     std::expected<std::vector<tiers::CopyCompletion>, std::string> poll() override {
       if (lost()) return std::unexpected(std::string("stand-in device lost"));
       return worker_.poll();

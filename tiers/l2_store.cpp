@@ -38,7 +38,11 @@ std::uint64_t L2Store::queue(const BlockKey& key, bool is_write, std::byte* dst,
   return ticket;
 }
 
-void L2Store::flush() {
+void L2Store::flush() { start_queued(/*wake=*/true); }
+
+void L2Store::start() { start_queued(/*wake=*/false); }
+
+void L2Store::start_queued(bool wake) {
   std::size_t most_parts = 0;
   for (std::uint64_t t : queued_) most_parts = std::max(most_parts, ops_.at(t).landed.size());
   for (std::size_t i = 0; i < most_parts; ++i) {
@@ -52,7 +56,7 @@ void L2Store::flush() {
     }
     // A wake-up as each round of pieces lands: the forward waits for a
     // layer of every block of its prefix at a time.
-    mover_.notify();
+    if (wake) mover_.notify();
   }
   queued_.clear();
 }

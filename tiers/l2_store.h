@@ -19,7 +19,10 @@
 // Contract:
 //  * read() and write() queue a move; flush() starts what is queued, the
 //    pieces of reads in parts piece-major (piece 0 of every read before
-//    piece 1 of any: a forward pass needs the first layers first).
+//    piece 1 of any: a forward pass needs the first layers first), and asks
+//    for a wake-up as each round of pieces lands. start() starts them the
+//    same way with no wake-up, for an owner that waits with drain(): on a
+//    device queue each wake-up stalls the queue (tiers/copy_queue.h).
 //    landed(), help(), poll() and drain() flush first.
 //  * The caller keeps the L1 buffer, the slot and the Transfer alive and
 //    leaves them alone until poll() has returned the move, whatever its
@@ -76,6 +79,7 @@ class L2Store {
   std::uint64_t read(const BlockKey& key, int slot, std::byte* dst, std::size_t part_bytes,
                      const Transfer& how, int parts = 1);
   void flush();
+  void start();
 
   std::optional<int> landed(std::uint64_t ticket);
   bool pending(std::uint64_t ticket) const { return ops_.contains(ticket); }
@@ -102,6 +106,7 @@ class L2Store {
   };
   std::uint64_t queue(const BlockKey& key, bool is_write, std::byte* dst, const std::byte* src,
                       std::size_t part_bytes, const Transfer& how, int parts);
+  void start_queued(bool wake);
   // Takes the mover's completions into the moves, and fails those the lost
   // queue had.
   void take();
