@@ -437,7 +437,8 @@ def main():
                          "MLP 4x with exact erf GELU, final ln_f, LM head tied to wte"),
         ("n_layer", args.n_layer), ("n_head", args.n_head), ("n_embd", args.n_embd),
         ("block_size", args.block_size), ("vocab_size", V), ("bias", "true"),
-        ("dropout", f"{args.dropout} (training only)" if args.dropout else 0), ("layer_norm_eps", "1e-5"), ("parameters", n_params),
+        ("dropout", f"{args.dropout} (training only)" if args.dropout else 0),
+        ("layer_norm_eps", "1e-5"), ("parameters", n_params),
         ("optimizer", f"AdamW, betas ({args.beta1}, {args.beta2}), weight decay "
                       f"{args.weight_decay} on 2-D tensors (0 on biases/LayerNorm)"),
         ("learning rate", f"{args.lr} peak, linear warmup {args.warmup_iters} iters, "
@@ -456,10 +457,10 @@ def main():
     md.append("")
     md.append("## Data\n")
     md.append("Debian package `fortunes` (plain-text fortune files in "
-              f"`{FORTUNE_DIR}/`, Debian 12's version). All {len(files)} files without an extension "
-              "(skipping `*.dat`, `*.u8`; there is no `off/` directory), in sorted "
-              "name order, concatenated (a `\\n` appended to a file not ending in "
-              "one). Entries keep their `%` separator lines.\n")
+              f"`{FORTUNE_DIR}/`, Debian 12's version). All {len(files)} files "
+              "without an extension (skipping `*.dat`, `*.u8`; there is no `off/` "
+              "directory), in sorted name order, concatenated (a `\\n` appended to "
+              "a file not ending in one). Entries keep their `%` separator lines.\n")
     md.append("Files: " + ", ".join(f"`{n}`" for n in files) + "\n")
     md.append("Cleaning: bytes kept only if printable ASCII 32..126 or `\\n`; "
               "`\\t` mapped to a space; every other byte dropped.\n")
