@@ -46,12 +46,14 @@
 // fail (a lost device), its moves in flight complete failed and are thrown
 // away as if never made: a promoted block leaves L1 (a pass computed on it by
 // layer is thrown away by settle()), a cleaned one stays there; the copy
-// worker takes over. Moves
-// on the engine thread (demotions, stashes) are the pool's own copies.
+// worker takes over. A flush, or an admission freeing several blocks, moves
+// its blocks to L2 the background way and waits for them
+// (copy_to_l2_now); single demotions and stashes are the pool's own copies
+// on the engine thread.
 //
 // Reference counting in L1: the cache holds one pool reference per node in
 // L1 and one per block being read by a transfer in flight (a store write
-// from L1, a cleaning copy to L2); requests hold theirs. So a node is demotable
+// from L1, a copy to L2); requests hold theirs. So a node is demotable
 // exactly when the pool's count is 1.
 //
 // Not thread-safe: the engine thread calls everything; L2 copy and store

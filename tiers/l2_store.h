@@ -9,8 +9,9 @@
 // chooses which blocks stay (its LRU over every tier, engine/
 // placement_policy.h), so this store keeps the room (slots()) and the moves,
 // and the owner keeps the map of which block is where. A move's key only
-// comes back in its completion. Moves the owner must wait for anyway
-// (demotions, swap stashes) it makes on its own thread, through slots().
+// comes back in its completion. Single moves the owner must wait for anyway
+// (a demotion, a swap stash) it makes on its own thread, through slots();
+// many at once it queues here and waits for (start(), poll()).
 //
 // Moves run on the block mover (tiers/block_mover.h): on the device's copy
 // queue as plain copies once use_queue() gave one, on the copy worker
