@@ -270,10 +270,7 @@ int KvCache::demotable_l1() const { return policy_->demotable_l1(); }
 void KvCache::demote_l1(CacheNode* node) {
   const int block = node->slot(Tier::kL1);
   if (!node->stored(Tier::kL2)) {
-    // A block a store already has may take a free or clean slot, never push
-    // out a block that exists only in L2.
-    using enum PlacementPolicy::L2Victims;
-    if (auto slot = alloc_l2(node->in_store() ? kWithCopy : kAny)) {
+    if (auto slot = alloc_l2(PlacementPolicy::l2_victims_for_demotion(*node))) {
       move_block(l2_->slots().data(*slot), l1_->data(block), plan_.to_l2, Tier::kL1, Tier::kL2);
       tree_.set(node, Tier::kL2, {Presence::kStored, *slot});
       ++stats_.tier[Tier::kL2].demotions;

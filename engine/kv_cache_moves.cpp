@@ -111,10 +111,7 @@ void KvCache::copy_to_l2_now(std::span<CacheNode* const> nodes) {
   if (!l2_) return;
   for (CacheNode* node : nodes) {
     if (node->stored(Tier::kL2) || node->moving_l2()) continue;
-    // demote_l1's choice of room: a block a store has takes only room
-    // another tier backs.
-    using enum PlacementPolicy::L2Victims;
-    const auto ticket = start_l2_write(node, node->in_store() ? kWithCopy : kAny);
+    const auto ticket = start_l2_write(node, PlacementPolicy::l2_victims_for_demotion(*node));
     if (!ticket) break;
     copies_now_.insert(*ticket);
     l2_->start();  // at once: the next block's bookkeeping overlaps this copy

@@ -87,6 +87,12 @@ class PlacementPolicy {
     kWithCopy,  // blocks another tier (L1 or a store) also has
     kAny,       // any unpinned block, the least costly first
   };
+  // What a block demoted from L1 into L2 may push out: a block a store
+  // already has may take a free or clean slot, never push out a block that
+  // exists only in L2.
+  static L2Victims l2_victims_for_demotion(const CacheNode& n) {
+    return n.in_store() ? L2Victims::kWithCopy : L2Victims::kAny;
+  }
   // L2: the first choice for `victims`, or null (for kAny, L2 may still have
   // blocks on their way to a store: wait for one, then try
   // l2_clean_victim()).

@@ -22,8 +22,9 @@
 //    pieces of reads in parts piece-major (piece 0 of every read before
 //    piece 1 of any: a forward pass needs the first layers first), and asks
 //    for a wake-up as each round of pieces lands. start() starts them the
-//    same way with no wake-up, for an owner that waits with drain(): on a
-//    device queue each wake-up stalls the queue (tiers/copy_queue.h).
+//    same way with no wake-up, for an owner that waits for them itself
+//    (poll() or drain()): on a device queue each wake-up stalls the queue
+//    (tiers/copy_queue.h).
 //    landed(), help(), poll() and drain() flush first.
 //  * The caller keeps the L1 buffer, the slot and the Transfer alive and
 //    leaves them alone until poll() has returned the move, whatever its
