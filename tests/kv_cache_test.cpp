@@ -71,6 +71,17 @@ class KvCacheTest : public ::testing::Test {
     l1_.release(block);
   }
 
+  // Fills L1 with kL1Blocks cached blocks of random bytes, under the tokens
+  // of seeds first, first + 1, ...; returns the bytes in that order.
+  std::vector<std::vector<std::byte>> fill_l1(KvCache& cache, int first) {
+    std::vector<std::vector<std::byte>> bytes;
+    for (int i = 0; i < kL1Blocks; ++i) {
+      bytes.push_back(random_block(static_cast<unsigned>(first * 10 + i)));
+      cache_in_l1(cache, block_tokens(first + i), bytes.back());
+    }
+    return bytes;
+  }
+
   // The same, moved down to L2 (the cache keeps the only copy there).
   void cache_in_l2(KvCache& cache, const std::vector<int>& tokens,
                    const std::vector<std::byte>& bytes) {
@@ -182,11 +193,7 @@ TEST_F(KvCacheTest, CleaningRunsOnTheQueueAndALostOneLeavesTheBlocksInL1) {
     const auto cache = make(true);
     ASSERT_NE(cache, nullptr);
     // Fill L1 with cached blocks: cleaning starts when few are free.
-    std::vector<std::vector<std::byte>> want;
-    for (int i = 0; i < kL1Blocks; ++i) {
-      want.push_back(random_block(100 + i));
-      cache_in_l1(*cache, block_tokens(10 + i), want.back());
-    }
+    const std::vector<std::vector<std::byte>> want = fill_l1(*cache, 10);
     if (lose) device_.lose_after = device_.queued + 1;
     const long queued = device_.queued;
     cache->poll();  // starts cleaning
@@ -216,11 +223,7 @@ TEST_F(KvCacheTest, AFlushQueuesItsCopiesToL2TogetherAndLosesNothing) {
     device_.lose_after = -1;
     const auto cache = make(false);
     ASSERT_NE(cache, nullptr);
-    std::vector<std::vector<std::byte>> want;
-    for (int i = 0; i < kL1Blocks; ++i) {
-      want.push_back(random_block(200 + i));
-      cache_in_l1(*cache, block_tokens(30 + i), want.back());
-    }
+    const std::vector<std::vector<std::byte>> want = fill_l1(*cache, 30);
     const long queued = device_.queued;
     const long copies = device_.copies;
     const long notifies = device_.notifies;
