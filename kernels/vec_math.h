@@ -3,7 +3,9 @@
 //
 // Why not <cmath>: libm's expf/erff are scalar calls, and in a prefill they
 // are called tens of millions of times (softmax, GELU). These are written so
-// that the compiler vectorises the loops that call them, and they use only
+// that the compiler vectorises the loops that call them (in a file built with
+// -fno-trapping-math, as kvtier_kernels is: GCC will not otherwise turn their
+// branches into selects), and they use only
 // +, -, *, / and exact bit manipulation, so every loop that calls them gives
 // the same bits for the same input wherever it runs (build with
 // -ffp-contract=off, as the project does). Accuracy: exp within 2 ulp; erf
