@@ -117,22 +117,31 @@ struct Problem {
 template <bool PackedA, int R, int V>
 void microkernel(const float* a, std::ptrdiff_t lda, const float* b, float* c, std::ptrdiff_t ldc,
                  int kc, int ncols, const float* bias, bool first) {
+  // A tile of whole vectors (every strip but the last of an N that is not a
+  // multiple of kStrip) uses plain loads and stores: AVX2's masked store
+  // (vmaskmovps) is microcoded on AMD cores, and a call stores R x V of them.
+  const bool whole = ncols >= V * kLanes;
   Mask mask[V];
   for (int v = 0; v < V; ++v) mask[v] = simd::mask_first(ncols - v * kLanes);
+  auto load_c = [&](const float* p, int v) {
+    return whole ? simd::load(p) : simd::load(p, mask[v]);
+  };
   Vec acc[R][V];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
-      acc[i][v] = first ? simd::zero() : simd::load(c + i * ldc + v * kLanes, mask[v]);
+      acc[i][v] = first ? simd::zero() : load_c(c + i * ldc + v * kLanes, v);
     }
   }
+  // Each k loads a row of the strip and prefetches the row kPrefetchK ahead,
+  // one prefetch per 64-byte line.
   for (int k = 0; k < kc; ++k) {
     Vec bv[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) bv[v] = simd::load(b + k * kStrip + v * kLanes);
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) simd::prefetch(b + (k + kPrefetchK) * kStrip + v * kLanes);
+    for (int f = 0; f < V * kLanes; f += 16) simd::prefetch(b + (k + kPrefetchK) * kStrip + f);
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       const Vec ai = simd::broadcast(PackedA ? a[k * kMr + i] : a[i * lda + k]);
@@ -143,10 +152,18 @@ void microkernel(const float* a, std::ptrdiff_t lda, const float* b, float* c, s
   if (bias) {
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
-      const Vec bb = simd::load(bias + v * kLanes, mask[v]);
+      const Vec bb = load_c(bias + v * kLanes, v);
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i) acc[i][v] = simd::add(acc[i][v], bb);
     }
+  }
+  if (whole) {
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) simd::store(c + i * ldc + v * kLanes, acc[i][v]);
+    }
+    return;
   }
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) {
