@@ -1,9 +1,13 @@
 #include "kernels/residual.h"
 
+#include "kernels/parallel_ranges.h"
+
 namespace kvtier::kernels {
 
 void residual_add(float* out, const float* a, const float* b, long n) {
-  for (long i = 0; i < n; ++i) out[i] = residual_element(a[i], b[i]);
+  parallel_ranges(n, 4096, n >= kParallelElements, [=](long begin, long end) {
+    for (long i = begin; i < end; ++i) out[i] = residual_element(a[i], b[i]);
+  });
 }
 
 }  // namespace kvtier::kernels
