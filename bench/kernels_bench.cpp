@@ -2,7 +2,8 @@
 // C 768):
 //   CPU: int8 quantise / dequantise of KV blocks (kernels/kv_quant.h), in fp32
 //        GB/s, against this machine's memcpy bandwidth (one thread); LayerNorm
-//        and GELU (both forms) over 1024 rows, in us and GB/s (one thread);
+//        and GELU (both forms) over 1024 rows, in us and GB/s (on the OpenMP
+//        threads, as the forward runs them);
 //   GPU (when built with KVTIER_CUDA and a device is present): paged attention
 //        decode at batch 1/16/64 and context 1k/4k (time per call and the K/V
 //        bytes it reads per second), block gather/scatter bandwidth against
@@ -15,6 +16,8 @@
 // Prints figures; asserts nothing.
 //
 //   build/bench/kernels_bench
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -116,7 +119,8 @@ ForwardCpuTimes cpu_forward() {
   };
   t.gelu_erf = gelu_time(kernels::gelu_erf);
   t.gelu_tanh = gelu_time(kernels::gelu_tanh);
-  std::printf("CPU forward kernels (1 thread, %d rows, C %d):\n", kRows, kEmbd);
+  std::printf("CPU forward kernels (%d threads, %d rows, C %d):\n", omp_get_max_threads(), kRows,
+              kEmbd);
   std::printf("  layernorm  %8.1f us  %6.2f GB/s\n", t.layernorm * 1e6,
               rw_bytes(ln_n) / t.layernorm / kGB);
   std::printf("  gelu_erf   %8.1f us  %6.2f GB/s  (%ld floats)\n", t.gelu_erf * 1e6,
