@@ -5,7 +5,8 @@
 //   shared prompt:  decode of 4 and 16 rows behind one 1016-token prompt
 //                   whose pages they share, against rows with contexts of
 //                   their own
-//   prefill 1024:   achieved GFLOP/s / OpenBLAS sgemm GFLOP/s on the same shapes
+//   prefill 1024:   achieved GFLOP/s / OpenBLAS sgemm GFLOP/s on the same shapes,
+//                   also as the median of rounds alternating the two
 // and peak resident memory against weights, their packed copy and KV. Built with the CUDA side, it
 // then runs the same steps through the GPU forward (engine/device.h's cuda)
 // when a device is present, against the CPU figures of the same run.
@@ -15,6 +16,8 @@
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -37,6 +40,8 @@ using kvtier::SequenceKv;
 
 constexpr int kThreads = 2;
 constexpr int kPage = 16;
+// Rounds of the paired prefill 1024 / OpenBLAS measurement.
+constexpr int kPairedRounds = 5;
 constexpr int kMaxBatch = 16;
 // Decode batches, each with its own context and behind one shared prompt:
 // the rows llama-bench and llama-batched-bench (-pps) have twins of.
@@ -70,6 +75,20 @@ struct Bench {
     state.counters["tok/s"] = benchmark::Counter(T, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["GFLOP/s"] = benchmark::Counter(prefill_flops(model.config(), T) / 1e9,
                                                    benchmark::Counter::kIsIterationInvariantRate);
+  }
+
+  // Seconds of one prefill of T tokens (the forward alone, as prefill times it).
+  double prefill_seconds(int T) {
+    const auto tokens = random_tokens(T, model.config().vocab_size, T);
+    SequenceKv kv(kPage);
+    kv.reserve(pool, T);
+    const Model::Chunk chunk{&kv, tokens, false};
+    const auto start = std::chrono::steady_clock::now();
+    auto logits = model.forward(std::span(&chunk, 1), pool);
+    const double seconds = kvtier::bench::seconds_since(start);
+    benchmark::DoNotOptimize(logits->data());
+    kv.release(pool);
+    return seconds;
   }
 
   // The step a cached prefix leaves to compute: `tail` tokens after a
@@ -318,22 +337,36 @@ int main(int argc, char** argv) {
   struct Shape {
     int K, N;
   };
-  double blas_seconds = 0.0, blas_flops = 0.0;
-  for (Shape s : {Shape{C, 3 * C}, Shape{C, C}, Shape{C, 4 * C}, Shape{4 * C, C}}) {
-    const double flops = 2.0 * 1024 * s.K * s.N;
-    blas_seconds +=
-        flops / kvtier::bench::openblas_sgemm_flops(
-                    1024, s.K, s.N, config.weight_layout == kvtier::kernels::WeightLayout::kOutIn,
-                    kThreads);
-    blas_flops += flops;
-  }
-  const double blas_gflops = blas_flops / blas_seconds / 1e9;
+  auto openblas_gflops = [&] {
+    double blas_seconds = 0.0, blas_flops = 0.0;
+    for (Shape s : {Shape{C, 3 * C}, Shape{C, C}, Shape{C, 4 * C}, Shape{4 * C, C}}) {
+      const double flops = 2.0 * 1024 * s.K * s.N;
+      blas_seconds +=
+          flops / kvtier::bench::openblas_sgemm_flops(
+                      1024, s.K, s.N, config.weight_layout == kvtier::kernels::WeightLayout::kOutIn,
+                      kThreads);
+      blas_flops += flops;
+    }
+    return blas_flops / blas_seconds / 1e9;
+  };
+  const double blas_gflops = openblas_gflops();
+  const double prefill1024 = capture.get("prefill/1024/iterations:3/real_time", "GFLOP/s");
+  // The prefill 1024 ratio from rounds that alternate one forward with
+  // OpenBLAS on the same shapes, so that both see the same machine (on a
+  // shared VM either may lose 30% for a few seconds); the median round counts.
+  // Skipped when a filter left prefill 1024 out.
+  std::vector<double> paired;
+  if (prefill1024 > 0.0)
+    for (int round = 0; round < kPairedRounds; ++round) {
+      const double ours = prefill_flops(config, 1024) / bench.prefill_seconds(1024) / 1e9;
+      paired.push_back(ours / openblas_gflops());
+    }
+  std::ranges::sort(paired);
 
   const double weights = static_cast<double>(model.weights().parameter_bytes());
   // A decode step reads every weight once, but only one row of wpe.
   const double read_per_token = weights - 4.0 * config.block_size * C + 4.0 * C;
   const double decode1 = capture.get("decode/batch1/ctx128/iterations:8/real_time", "tok/s");
-  const double prefill1024 = capture.get("prefill/1024/iterations:3/real_time", "GFLOP/s");
 
   std::printf("\n== kvtier engine, GPT-2 124M shapes, %d threads\n", kThreads);
   std::printf("memcpy bandwidth (best of 1 and %d threads): %.2f GB/s\n", kThreads,
@@ -374,8 +407,13 @@ int main(int argc, char** argv) {
               read_per_token * decode1 / memcpy_bw);
   std::printf("  the same against read bandwidth:                    %.2f\n",
               read_per_token * decode1 / read_bw);
-  std::printf("ratio prefill 1024 (GFLOP/s / OpenBLAS GFLOP/s):     %.2f  (target >= 0.7)\n",
+  std::printf("ratio prefill 1024 (GFLOP/s / OpenBLAS GFLOP/s):     %.2f  (target >= 0.75)\n",
               prefill1024 / blas_gflops);
+  if (!paired.empty()) {
+    std::printf("  the same in %d rounds alternating one forward with OpenBLAS:", kPairedRounds);
+    for (double r : paired) std::printf(" %.2f", r);
+    std::printf("; median %.2f\n", paired[paired.size() / 2]);
+  }
   const double kv_bytes = static_cast<double>(kMaxBatch) * (config.block_size) *
                           static_cast<double>(layout.bytes_per_token());
   const double packed = static_cast<double>(model.packed_bytes());
