@@ -14,6 +14,9 @@ namespace kvtier::tiers {
 
 namespace {
 
+// next_reply's answer when the socket's timeout (the round's deadline) ran out.
+constexpr const char* kReadTimedOut = "timed out reading";
+
 using Clock = std::chrono::steady_clock;
 
 timeval to_timeval(std::chrono::microseconds us) {
@@ -185,7 +188,7 @@ std::string RedisConnection::next_reply(void** reply) {
   while (*reply == nullptr) {
     const ssize_t n = ::read(context_->fd, read_buffer_.get(), kReadBytes);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return "timed out reading";
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return kReadTimedOut;
     if (n < 0) return std::string("read: ") + std::strerror(errno);
     if (n == 0) return "the server closed the connection";
     if (redisReaderFeed(context_->reader, read_buffer_.get(), static_cast<std::size_t>(n)) !=
@@ -242,7 +245,10 @@ std::expected<std::vector<RedisReply>, std::string> RedisConnection::round(
       return std::unexpected(fail("cannot set the socket's timeout"));
     void* raw = nullptr;
     if (const auto why = next_reply(&raw); !why.empty() || raw == nullptr) {
-      if (Clock::now() >= end) return late();
+      // The kernel counts the socket's timeout in ticks and may end it up to
+      // a tick before `end`: a timed-out read is the deadline, whatever the
+      // clock says.
+      if (Clock::now() >= end || why == kReadTimedOut) return late();
       return std::unexpected(fail(why.empty() ? "no reply" : why));
     }
     std::unique_ptr<RedisReply> reply(static_cast<RedisReply*>(raw));  // reply_functions' own
