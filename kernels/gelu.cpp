@@ -3,21 +3,15 @@
 #include "kernels/parallel_ranges.h"
 
 namespace kvtier::kernels {
-namespace {
-
-// Ranges of whole 16 KiB runs, each a vectorised loop.
-constexpr long kGrain = 4096;
-
-}  // namespace
 
 void gelu_erf(float* x, long n) {
-  parallel_ranges(n, kGrain, n >= kParallelElements, [x](long begin, long end) {
+  parallel_ranges(n, kElementGrain, n >= kParallelElements, [x](long begin, long end) {
     for (long i = begin; i < end; ++i) x[i] = gelu_erf_element(x[i]);
   });
 }
 
 void gelu_tanh(float* x, long n) {
-  parallel_ranges(n, kGrain, n >= kParallelElements, [x](long begin, long end) {
+  parallel_ranges(n, kElementGrain, n >= kParallelElements, [x](long begin, long end) {
     for (long i = begin; i < end; ++i) x[i] = gelu_tanh_element(x[i]);
   });
 }

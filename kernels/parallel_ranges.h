@@ -24,4 +24,7 @@ void parallel_ranges(long n, long grain, bool parallel, Fn&& fn) {
 // activation): below it a parallel region costs about what it saves.
 inline constexpr long kParallelElements = 1L << 16;
 
+// Their ranges: 16 KiB of floats, each a vectorised loop.
+inline constexpr long kElementGrain = 4096;
+
 }  // namespace kvtier::kernels

@@ -5,7 +5,7 @@
 namespace kvtier::kernels {
 
 void residual_add(float* out, const float* a, const float* b, long n) {
-  parallel_ranges(n, 4096, n >= kParallelElements, [=](long begin, long end) {
+  parallel_ranges(n, kElementGrain, n >= kParallelElements, [=](long begin, long end) {
     for (long i = begin; i < end; ++i) out[i] = residual_element(a[i], b[i]);
   });
 }

@@ -245,9 +245,8 @@ std::expected<std::vector<RedisReply>, std::string> RedisConnection::round(
       return std::unexpected(fail("cannot set the socket's timeout"));
     void* raw = nullptr;
     if (const auto why = next_reply(&raw); !why.empty() || raw == nullptr) {
-      // The kernel counts the socket's timeout in ticks and may end it up to
-      // a tick before `end`: a timed-out read is the deadline, whatever the
-      // clock says.
+      // The kernel counts the socket's timeout in ticks, so it can end a
+      // little before `end` by this clock: a timed-out read is the deadline.
       if (Clock::now() >= end || why == kReadTimedOut) return late();
       return std::unexpected(fail(why.empty() ? "no reply" : why));
     }
