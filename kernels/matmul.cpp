@@ -79,18 +79,20 @@ constexpr int kStrip = kNv * kLanes;
 // Cache blocking of the prefill path (see run_prefill), in floats, and how
 // many k rows ahead the microkernel prefetches B. AVX-512: sized for 48 KiB
 // L1d and 2 MiB L2 per core. AVX2: measured on a Zen 3 EPYC VM (32 KiB L1d,
-// 1 MiB L2): the A panel (kKc x 6, 18 KiB) in L1, the B panel (kKc x kNc,
-// 768 KiB) in L2, prefetched 2 KiB ahead. Against 384 x 768 prefetched 16 rows
-// ahead, in one process on the same inputs (median of 9, three runs), the
-// four linear shapes at M = 1024 ran 3-14% faster (qkv 129-135 -> 146-148
-// GFLOP/s). Blocking never splits a chain, so it cannot change a bit.
+// 1 MiB L2): the A panel (kKc x 6, 18 KiB) in L1, GPT-2's K = 768 in one
+// block, and 384 columns (a thread's share of every GPT-2 124M width on 2
+// threads is a multiple of it), prefetched 2 KiB ahead. In one process on
+// the same inputs (medians of 9-16 calls, several runs), 768 x 256 and
+// 768 x 384 both beat the old 384 x 768 / 16 on the four linear shapes at
+// M = 1024 by 3-14%, 768 x 384 by a few percent more. Blocking never splits
+// a chain, so it cannot change a bit.
 #if defined(__AVX512F__)
 constexpr int kKc = 384;
 constexpr int kNc = 768;
 constexpr int kPrefetchK = 16;
 #else
 constexpr int kKc = 768;
-constexpr int kNc = 256;
+constexpr int kNc = 384;
 constexpr int kPrefetchK = 32;
 #endif
 static_assert(kNc % kStrip == 0);
