@@ -204,12 +204,9 @@ float run_max(const float* s, int a, int b, float init) {
 }
 
 // Turns a query's scores s[0 .. keys) into exp(s * scale - max) over its
-// present keys (skipping absent ones).
+// present keys (skipping absent ones), max being the largest s * scale.
 void softmax_weights(float* s, int keys, const PagedKv& kv, float scale) {
   auto each_run = [&](auto&& fn) { for_each_present_run(kv, 0, keys, fn); };
-  each_run([&](int a, int b) {
-    for (int t = a; t < b; ++t) s[t] *= scale;
-  });
   // The query's own page is present, so the first run starts the max.
   bool first = true;
   float max = 0.0f;
@@ -217,8 +214,12 @@ void softmax_weights(float* s, int keys, const PagedKv& kv, float scale) {
     max = run_max(s, a, b, first ? s[a] : max);
     first = false;
   });
+  // Rounding is monotonic, so the largest scaled score is the scaled
+  // largest: the same max, and the same exp(s * scale - max), as scaling
+  // every score first and taking the max of those, one pass fewer.
+  const float scaled_max = max * scale;
   each_run([&](int a, int b) {
-    for (int t = a; t < b; ++t) s[t] = vexp(s[t] - max);
+    for (int t = a; t < b; ++t) s[t] = vexp(s[t] * scale - scaled_max);
   });
 }
 
