@@ -231,6 +231,23 @@ void pack_a(float* buf, const Problem& p, int m, int r, int k0, int kc) {
 #pragma GCC unroll 16
     for (int i = 0; i < ks; ++i) simd::store(buf + (k + i) * kMr, t[i], simd::mask_first(kMr));
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  // 8 k at a time: load r (<= 6) rows of 8, transpose, store each k's kMr
+  // floats as one 8-float store. Its last 2 lanes land on the next k's first
+  // 2, which that k's store then writes (a_buffer leaves kLanes of slack):
+  // AVX2's masked store is microcoded on AMD.
+  static_assert(kMr <= 8);
+  int k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    Vec t[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) t[i] = i < r ? simd::load(src + i * p.K + k) : simd::zero();
+    simd::transpose8(t);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) simd::store(buf + (k + i) * kMr, t[i]);
+  }
+  for (int i = 0; i < r; ++i)
+    for (int kk = k; kk < kc; ++kk) buf[kk * kMr + i] = src[std::ptrdiff_t{i} * p.K + kk];
 #else
   for (int i = 0; i < r; ++i) {
     for (int k = 0; k < kc; ++k) buf[k * kMr + i] = src[std::ptrdiff_t{i} * p.K + k];
@@ -307,7 +324,7 @@ float* a_buffer(std::size_t floats) {
 // while it sits in L1; the strips stream from L2, prefetched; the panel is
 // reused by all M rows.
 void run_prefill(const Problem& p, int nb, int ne) {
-  float* abuf = a_buffer(std::size_t{kKc} * kMr);
+  float* abuf = a_buffer(std::size_t{kKc} * kMr + kLanes);  // slack for pack_a's last store
   for (int jc = nb; jc < ne; jc += kNc) {
     const int nc = std::min(kNc, ne - jc);
     for (int pc = 0; pc < p.K; pc += kKc) {
