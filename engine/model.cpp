@@ -92,14 +92,8 @@ void Model::attention(int layer, int M) {
   const long width = C + 2 * config_.kv_dim();   // a qkv row: q (C), k (kv_dim), v (kv_dim)
   const KvLayout layout = kv_layout(page_size_);
 
-  // Keys and values of every row first: a row attends to the rows before it
-  // in its own chunk.
-  for (int r = 0; r < M; ++r) {
-    const float* qkv = qkv_.data() + r * width;
-    const auto view = layout.layer_view(block_bases_[rows_[r].chunk].data(), layer);
-    kernels::kv_write(view, rows_[r].pos, qkv + C, qkv + C + config_.kv_dim());
-  }
-
+  // Keys and values of every row first (a row attends to the rows before it
+  // in its own chunk; the loop's barrier keeps them ahead of any reader).
   // Then each (group, head) on its own. Neither the grouping nor the thread
   // that runs a group changes a row's arithmetic.
   // Attention scores, for chunks that want them, go to a buffer of each
@@ -107,6 +101,12 @@ void Model::attention(int layer, int M) {
   const long items = static_cast<long>(groups_.size()) * H;
 #pragma omp parallel
   {
+#pragma omp for schedule(static, kTileRows)
+    for (int r = 0; r < M; ++r) {
+      const float* qkv = qkv_.data() + r * width;
+      const auto view = layout.layer_view(block_bases_[rows_[r].chunk].data(), layer);
+      kernels::kv_write(view, rows_[r].pos, qkv + C, qkv + C + config_.kv_dim());
+    }
     std::vector<float> scratch(static_cast<std::size_t>(kTileRows) * (config_.block_size + 1));
     std::vector<kernels::AttentionScore> scores(static_cast<std::size_t>(score_positions_), 0);
     kernels::AttentionQuery queries[kTileRows];
