@@ -345,9 +345,14 @@ void run_decode(const Problem& p, int nb, int ne) {
   for (int n0 = nb; n0 < ne; n0 += kStrip) {
     for (int pc = 0; pc < p.K; pc += kDecodeKc) {
       const int kc = std::min(kDecodeKc, p.K - pc);
-      for (int m = 0; m < p.M; m += kMr) {
-        const float* a = p.inp + std::ptrdiff_t{m} * p.K + pc;
-        run_tile(p, false, a, m, std::min(kMr, p.M - m), n0, pc, kc);
+      // Row groups of near-equal size (16 rows on AVX2: 5, 5, 6, not 6, 6,
+      // 4): a group of few rows has too few accumulators to hide the fma
+      // latency.
+      const int groups = (p.M + kMr - 1) / kMr;
+      for (int g = 0, m = 0; g < groups; ++g) {
+        const int r = (p.M - m) / (groups - g);
+        run_tile(p, false, p.inp + std::ptrdiff_t{m} * p.K + pc, m, r, n0, pc, kc);
+        m += r;
       }
     }
   }
