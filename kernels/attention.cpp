@@ -204,12 +204,11 @@ float run_max(const float* s, int a, int b, float init) {
 }
 
 // sum[r] += s[r][t] for rows [0, n) and t in [a, b), each row's adds in
-// increasing t (one chain, its bits). With vectors, kLanes rows go together:
-// a kLanes x kLanes block of scores is transposed so that one vector add
-// advances every row's chain by one key. (Left to itself the compiler
-// gathers across the rows, which is slower than scalar on AMD.)
+// increasing t (one chain, its bits). kLanes rows go together: a kLanes x
+// kLanes block of scores is transposed so that one vector add advances every
+// row's chain by one key. (Left to itself the compiler gathers across the
+// rows, which is slower than scalar on AMD.)
 void add_row_sums(float* sum, float* const* s, int n, int a, int b) {
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
   constexpr int L = simd::kLanes;
   for (int r0 = 0; r0 < n; r0 += L) {
     const int rows = std::min(L, n - r0);
@@ -220,11 +219,7 @@ void add_row_sums(float* sum, float* const* s, int n, int a, int b) {
     for (; t + L <= b; t += L) {
       Vec v[L];
       for (int i = 0; i < L; ++i) v[i] = i < rows ? simd::load(s[r0 + i] + t) : simd::zero();
-#if defined(__AVX512F__)
-      simd::transpose16(v);
-#else
-      simd::transpose8(v);
-#endif
+      simd::transpose(v);
       for (int j = 0; j < L; ++j) acc = simd::add(acc, v[j]);
     }
     simd::store(lanes, acc);
@@ -233,10 +228,6 @@ void add_row_sums(float* sum, float* const* s, int n, int a, int b) {
       for (int tt = t; tt < b; ++tt) sum[r0 + i] += s[r0 + i][tt];
     }
   }
-#else
-  for (int t = a; t < b; ++t)
-    for (int r = 0; r < n; ++r) sum[r] += s[r][t];
-#endif
 }
 
 // Turns a query's scores s[0 .. keys) into exp(s * scale - max) over its

@@ -227,7 +227,7 @@ void pack_a(float* buf, const Problem& p, int m, int r, int k0, int kc) {
     Vec t[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) t[i] = i < r ? simd::load(src + i * p.K + k, kmask) : simd::zero();
-    simd::transpose16(t);
+    simd::transpose(t);
 #pragma GCC unroll 16
     for (int i = 0; i < ks; ++i) simd::store(buf + (k + i) * kMr, t[i], simd::mask_first(kMr));
   }
@@ -242,7 +242,7 @@ void pack_a(float* buf, const Problem& p, int m, int r, int k0, int kc) {
     Vec t[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) t[i] = i < r ? simd::load(src + i * p.K + k) : simd::zero();
-    simd::transpose8(t);
+    simd::transpose(t);
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) simd::store(buf + (k + i) * kMr, t[i]);
   }
@@ -285,7 +285,7 @@ void pack_strip(float* dst, const float* w, int K, int N, WeightLayout layout, i
       for (int i = 0; i < 16; ++i) {
         r[i] = i < cols ? simd::load(w + std::ptrdiff_t{c0 + j + i} * K + k, kmask) : simd::zero();
       }
-      simd::transpose16(r);
+      simd::transpose(r);
 #pragma GCC unroll 16
       for (int i = 0; i < ks; ++i) {
         simd::store(dst + std::ptrdiff_t{k + i} * kStrip + j, r[i], Mask(0xFFFF));

@@ -10,6 +10,9 @@
 //   AVX-512F:  Vec = 16 floats, Mask = __mmask16
 //   AVX2+FMA:  Vec = 8 floats,  Mask = a lane mask in __m256i
 //   otherwise: Vec = 1 float,   Mask = bool (std::fma)
+//
+// transpose(r) turns a kLanes x kLanes tile in registers (r[i] row i) into
+// its transpose (r[i] column i): data movement only.
 #pragma once
 
 #include <cmath>
@@ -49,7 +52,7 @@ inline void prefetch(const float* p) {
 // i on exit. Pure data movement, so it cannot change a value.
 // (The all-lanes maskz forms compile to the plain shuffles; they sidestep a
 // GCC 12 false -Wuninitialized on _mm512_undefined_ps in the unmasked ones.)
-[[gnu::always_inline]] inline void transpose16(Vec r[16]) {
+[[gnu::always_inline]] inline void transpose(Vec r[16]) {
   constexpr __mmask16 kAll = 0xFFFF;
   constexpr __mmask8 kAll8 = 0xFF;
   Vec t[16];
@@ -107,7 +110,7 @@ inline void prefetch(const float* p) {
 
 // In-register transpose of an 8x8 tile: r[i] holds row i on entry and column
 // i on exit. Pure data movement, so it cannot change a value.
-[[gnu::always_inline]] inline void transpose8(Vec r[8]) {
+[[gnu::always_inline]] inline void transpose(Vec r[8]) {
   Vec t[8];
 #pragma GCC unroll 4
   for (int i = 0; i < 8; i += 2) {
@@ -148,6 +151,8 @@ inline Vec broadcast(float x) { return x; }
 inline Vec fma(Vec a, Vec b, Vec c) { return std::fma(a, b, c); }
 inline Vec add(Vec a, Vec b) { return a + b; }
 inline void prefetch(const float*) {}
+// The 1x1 transpose: nothing to move.
+inline void transpose(Vec*) {}
 
 #endif
 
