@@ -82,10 +82,11 @@ constexpr int kStrip = kNv * kLanes;
 // 1 MiB L2): the A panel (kKc x 6, 18 KiB) in L1, GPT-2's K = 768 in one
 // block, and 384 columns (a thread's share of every GPT-2 124M width on 2
 // threads is a multiple of it), prefetched 2 KiB ahead. In one process on
-// the same inputs (medians of 9-16 calls, several runs), 768 x 256 and
-// 768 x 384 both beat the old 384 x 768 / 16 on the four linear shapes at
-// M = 1024 by 3-14%, 768 x 384 by a few percent more. Blocking never splits
-// a chain, so it cannot change a bit.
+// the same inputs, with aligned loops, duplicate copies and alternating
+// order (medians of 16 calls, weights cold), 768 x 256 led the old
+// 384 x 768 / 16 by 0-9% on the four linear shapes at M = 1024, and
+// 768 x 384 by a few percent more. Blocking never splits a chain, so it
+// cannot change a bit.
 #if defined(__AVX512F__)
 constexpr int kKc = 384;
 constexpr int kNc = 768;
