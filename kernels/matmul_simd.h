@@ -44,9 +44,7 @@ inline Vec broadcast(float x) { return _mm512_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 // A hint only: never faults, so it may point past the end of a buffer.
-inline void prefetch(const float* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-}
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
 // In-register transpose of a 16x16 tile: r[i] holds row i on entry and column
 // i on exit. Pure data movement, so it cannot change a value.
@@ -104,9 +102,7 @@ inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
 inline Vec broadcast(float x) { return _mm256_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
-inline void prefetch(const float* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-}
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
 // In-register transpose of an 8x8 tile: r[i] holds row i on entry and column
 // i on exit. Pure data movement, so it cannot change a value.
@@ -150,7 +146,7 @@ inline void store(float* p, Vec v) { *p = v; }
 inline Vec broadcast(float x) { return x; }
 inline Vec fma(Vec a, Vec b, Vec c) { return std::fma(a, b, c); }
 inline Vec add(Vec a, Vec b) { return a + b; }
-inline void prefetch(const float*) {}
+inline void prefetch(const void*) {}
 // The 1x1 transpose: nothing to move.
 inline void transpose(Vec*) {}
 
