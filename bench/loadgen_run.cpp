@@ -233,7 +233,7 @@ class Runner {
     }
     arrival_timer_.expires_at(start_ + seconds(next_arrival_s_));
     arrival_timer_.async_wait([this](boost::system::error_code ec) {
-      if (ec) return;
+      if (ec || finished_) return;  // see finish()
       RequestRecord r;
       r.index = static_cast<long>(records_.size());
       r.item = workload_.next();
@@ -341,6 +341,11 @@ class Runner {
     if (arrivals_done_ && backlog_size_ == 0 && in_flight_ == 0) finish();
   }
 
+  // Ends the run: io_.run() returns once nothing is left to wait for. A
+  // timer's cancel() does not reach a handler whose wait already completed
+  // and is queued; the timer handlers check finished_ instead, or a queued
+  // progress tick would re-arm itself every second for ever (a soak test
+  // once hung that way after its last answer).
   void finish() {
     if (finished_) return;
     finished_ = true;
@@ -358,7 +363,7 @@ class Runner {
   void schedule_progress() {
     progress_timer_.expires_after(std::chrono::seconds(1));
     progress_timer_.async_wait([this](boost::system::error_code ec) {
-      if (ec) return;
+      if (ec || finished_) return;  // see finish()
       // On a terminal the line is redrawn every second; in a log, a line every 10 s.
       if (options_.progress && (tty_ || ++ticks_ % 10 == 0)) print_progress();
       schedule_progress();
