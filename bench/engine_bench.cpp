@@ -62,7 +62,12 @@ struct Bench {
 
   // One prefill of T tokens, timed by hand: the forward alone, not the
   // sequence's set-up and release. The paired OpenBLAS rounds time the same.
+  // One untimed prefill first, as llama-bench's warm-up run: prefill 128 is
+  // the run's first forward, and without it the first of three repetitions
+  // (--benchmark_repetitions=3) took 1.33-1.44x the time of the other two
+  // (first touches of the pool and the forward's buffers, most likely).
   void prefill(benchmark::State& state, int T) {
+    (void)prefill_seconds(T);
     for (auto _ : state) state.SetIterationTime(prefill_seconds(T));
     state.counters["tok/s"] = benchmark::Counter(T, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["GFLOP/s"] = benchmark::Counter(prefill_flops(model.config(), T) / 1e9,
