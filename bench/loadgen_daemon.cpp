@@ -12,6 +12,7 @@
 #include <regex>
 #include <thread>
 
+#include "bench/child_process.h"
 #include "ctl/rpc_client.h"
 
 namespace kvtier::bench {
@@ -71,23 +72,12 @@ std::expected<std::unique_ptr<DaemonProcess>, std::string> DaemonProcess::start(
   d->dir_ = dir_template;
   d->socket_ = d->dir_ + "/kvtierd.sock";
   d->log_path_ = log_path;
-  std::vector<std::string> argv_s = {binary, "--socket", d->socket_};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
+  std::vector<std::string> argv = {binary, "--socket", d->socket_};
+  argv.insert(argv.end(), args.begin(), args.end());
   const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  d->pid_ = ::fork();
-  if (d->pid_ < 0) return std::unexpected(std::string("fork failed"));
-  if (d->pid_ == 0) {
-    if (log_fd >= 0) {
-      ::dup2(log_fd, STDERR_FILENO);
-      ::dup2(log_fd, STDOUT_FILENO);
-    }
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  d->pid_ = spawn_child(argv, log_fd);
   if (log_fd >= 0) ::close(log_fd);
+  if (d->pid_ < 0) return std::unexpected(std::string("fork failed"));
   const auto deadline = Clock::now() + millis(ready_timeout_s);
   while (Clock::now() < deadline) {
     int status;

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/child_process.h"
+
 namespace kvtier::bench {
 
 namespace asio = boost::asio;
@@ -76,15 +78,8 @@ std::expected<std::unique_ptr<RedisProcess>, std::string> RedisProcess::start(
                                    r->dir_,
                                    "--logfile",
                                    r->dir_ + "/redis.log"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  r->pid_ = ::fork();
+  r->pid_ = spawn_child(args);
   if (r->pid_ < 0) return std::unexpected(std::string("fork failed"));
-  if (r->pid_ == 0) {
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<long>(ready_timeout_s * 1000));
   while (Clock::now() < deadline) {

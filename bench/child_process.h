@@ -1,0 +1,21 @@
+// Starting the programs a bench drives (kvtierd, redis-server) as children
+// that do not outlive it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace kvtier::bench {
+
+// Forks and execs argv (argv[0] a path), with the child's stdout and stderr
+// on out_fd when it is >= 0. The child gets SIGTERM when the thread that
+// started it ends (PR_SET_PDEATHSIG), so a bench killed by a signal, which
+// runs no destructor, leaves no daemon or redis-server running behind it.
+// Returns the child's pid, or -1 when fork failed.
+// REQUIRES: argv non-empty; called from a thread that lives as long as the
+// child should (the soak's and loadgen's main thread).
+pid_t spawn_child(const std::vector<std::string>& argv, int out_fd = -1);
+
+}  // namespace kvtier::bench
