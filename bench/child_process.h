@@ -15,7 +15,7 @@ namespace kvtier::bench {
 // runs no destructor, leaves no daemon or redis-server running behind it.
 // Returns the child's pid, or -1 when fork failed.
 // REQUIRES: argv non-empty; called from a thread that lives as long as the
-// child should (the soak's and loadgen's main thread).
+// child should (the soak starts its children from its main thread).
 pid_t spawn_child(const std::vector<std::string>& argv, int out_fd = -1);
 
 }  // namespace kvtier::bench

@@ -77,7 +77,8 @@ void page_scores_blocked(float* const* s, const float* const* q, const float* kp
 }
 
 // Scores of n queries at slots [j0, j1) of one page: s[r][j] for slot j.
-// The first row group prefetches `ahead` (may be null).
+// On the blocked path the first row group prefetches `ahead` (may be null);
+// the generic path (a partial page, or no vectors) leaves it.
 void page_scores(float* const* s, const float* const* q, int n, const float* kp, int P, int D,
                  int j0, int j1, const float* ahead) {
   if (kBlocked && P == kFastPage && j0 == 0 && j1 == P) {
@@ -129,8 +130,8 @@ void page_values_blocked(float* const* out, const float* const* p, const float* 
   }
 }
 
-// The same for n queries, any D. The first row group prefetches `ahead`
-// (may be null).
+// The same for n queries, any D. On the blocked path the first row group
+// prefetches `ahead` (may be null); the generic path leaves it.
 void page_values(float* const* out, const float* const* p, int n, const float* vp, int first, int a,
                  int b, int D, const float* ahead) {
   if (kBlocked && D % (kValueVecs * simd::kLanes) == 0) {
