@@ -184,11 +184,9 @@ int main(int argc, char** argv) {
   const TierCosts costs = s.cache()->stats().costs;
   std::printf("\n== kvtier tiers, GPT-2 124M shapes, block %zu bytes, %d threads, device %s\n",
               block_bytes, kThreads, made->device.name.c_str());
-  std::printf(
-      "calibrated: prefill %.1f us/token; L2 copy %.1f us/block; L3 read %.1f us + %.1f "
-      "us/block\n",
-      costs.prefill_per_token_s * 1e6, costs.load[Tier::kL2].per_block_s * 1e6,
-      costs.load[Tier::kL3].latency_s * 1e6, costs.load[Tier::kL3].per_block_s * 1e6);
+  std::printf("calibrated: prefill %s; L2 copy %.1f us/block; L3 read %.1f us + %.1f us/block\n",
+              prefill_curve_text(costs.prefill).c_str(), costs.load[Tier::kL2].per_block_s * 1e6,
+              costs.load[Tier::kL3].latency_s * 1e6, costs.load[Tier::kL3].per_block_s * 1e6);
   // The decision is printed, not applied: this table measures every tier.
   s.cache()->cost_model().pin({});
 

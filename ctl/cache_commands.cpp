@@ -165,9 +165,18 @@ std::string tier_table_text(const json& tiers, long missed_blocks, std::size_t w
 std::string tier_costs_text(const json& costs) {
   const json samples = costs.value("samples", json::object());
   char part[160];
-  std::snprintf(part, sizeof(part), "load or recompute: prefill %.1f us/token (%ld samples)",
-                real(costs, "prefill_per_token_us"), num(samples, "prefill"));
-  std::string out = part;
+  // The prefill curve: what a pass costs per row, by its rows.
+  std::string curve;
+  const json points = costs.value("prefill", json::array());
+  for (const json& p : points.is_array() ? points : json::array()) {
+    const long rows = num(p, "rows");
+    std::snprintf(part, sizeof(part), "%s%ld rows %.1f us/row (%ld)", curve.empty() ? "" : ", ",
+                  rows, rows > 0 ? real(p, "pass_us") / static_cast<double>(rows) : 0.0,
+                  num(p, "samples"));
+    curve += part;
+  }
+  std::string out =
+      "load or recompute: prefill passes " + (curve.empty() ? "not measured yet" : curve);
   for (int t = 1; t < kNumTiers; ++t) {  // L1 has nothing to load
     const std::string name = kTiers[static_cast<std::size_t>(t)];
     std::snprintf(part, sizeof(part), "; %s %.1f us + %.1f us/block (%ld)", kTierNames[t].label,

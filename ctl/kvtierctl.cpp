@@ -101,10 +101,16 @@ int run_config_get(RpcClient& client, const std::vector<std::string>& names, boo
   }
   for (const auto& [name, entry] : shown.items()) {
     const json& v = entry["value"];
-    std::printf("%-18s %-30s %s\n", name.c_str(),
-                (v.is_string() ? v.get<std::string>() : dump(v)).c_str(),
+    std::string value = v.is_string() ? v.get<std::string>() : dump(v);
+    // A value the daemon chose (0 = chosen at start): what it came to.
+    if (entry.contains("chosen") && entry["chosen"] != v)
+      value += " (" + dump(entry["chosen"]) + ")";
+    std::printf("%-20s %-30s %s\n", name.c_str(), value.c_str(),
                 entry.value("runtime", false) ? "runtime" : "restart to change");
   }
+  // Why the chosen values are what they are, once.
+  if (shown.contains("token_budget") && shown["token_budget"].contains("why"))
+    std::printf("token budgets: %s\n", shown["token_budget"].value("why", "").c_str());
   return kExitOk;
 }
 

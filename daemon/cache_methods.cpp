@@ -47,8 +47,11 @@ json tier_table_to_json(const CacheStats& stats) {
 }
 
 json tier_costs_to_json(const TierCosts& costs) {
-  json out = {{"prefill_per_token_us", costs.prefill_per_token_s * 1e6}};
-  json samples = {{"prefill", costs.prefill_samples}};
+  json curve = json::array();
+  for (const PassCost& p : costs.prefill)
+    curve.push_back({{"rows", p.rows}, {"pass_us", p.seconds * 1e6}, {"samples", p.samples}});
+  json out = {{"prefill", std::move(curve)}};
+  json samples = {{"prefill", costs.prefill_samples()}};
   for (int t = 1; t < kNumTiers; ++t) {  // L1 has nothing to load
     const std::string name = to_string(static_cast<Tier>(t));
     out[name + "_latency_us"] = costs.load[t].latency_s * 1e6;

@@ -82,8 +82,7 @@ void cache_start(Scheduler& scheduler) {
            "; preemption " + std::string(to_string(scheduler.config().preemption)));
   scheduler.calibrate_tier_costs();
   const TierCosts k = cache->stats().costs;
-  std::string line = "tier costs: prefill " + micros(k.prefill_per_token_s) + " per token (" +
-                     std::to_string(k.prefill_samples) + " samples)";
+  std::string line = "tier costs: prefill passes " + prefill_curve_text(k.prefill);
   for (int t = 1; t < kNumTiers; ++t) {
     const LoadCost& load = k.load[t];
     line += std::string("; ") + label(static_cast<Tier>(t)) + " load " + micros(load.latency_s) +
@@ -126,6 +125,8 @@ std::expected<std::unique_ptr<EngineLoop>, std::string> EngineLoop::create(
                                      device->l1.get(), device->forward);
   if (!scheduler) return std::unexpected(scheduler.error());
   cache_start(**scheduler);  // no thread runs yet: this one may use the scheduler
+  const BudgetChoice& budgets = (*scheduler)->budget_choice();
+  log_info(std::string(budgets.automatic ? "chosen for this device: " : "") + budgets.why);
   return std::unique_ptr<EngineLoop>(new EngineLoop(std::move(owned_model), std::move(*device),
                                                     std::move(*tokenizer), std::move(*scheduler),
                                                     options));
@@ -138,6 +139,7 @@ EngineLoop::EngineLoop(std::unique_ptr<Model> model, Device device,
       device_(std::move(device)),
       tokenizer_(std::move(tokenizer)),
       scheduler_(std::move(scheduler)),
+      sweep_(scheduler_->pass_sweep().begin(), scheduler_->pass_sweep().end()),
       options_(std::move(options)),
       max_pending_(options_.max_pending) {}
 

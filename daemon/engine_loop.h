@@ -222,6 +222,12 @@ class EngineLoop {
   const ModelConfig& model_config() const { return model_->config(); }
   // Where the forward runs: "cpu" or "cuda (<device name>)". Fixed at create().
   const std::string& device() const { return device_.name; }
+  // Thread-safe (pure over what create() measured). The token budgets
+  // `scheduler`'s settings come to on this device, and why: what the
+  // scheduler runs with once they are in force (engine/budget_choice.h).
+  BudgetChoice budgets(const SchedulerConfig& scheduler) const {
+    return resolve_budgets(scheduler, sweep_);
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -296,6 +302,7 @@ class EngineLoop {
   Device device_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::vector<PassCost> sweep_;  // the scheduler's pass sweep at create(): immutable
   EngineLoopOptions options_;
   std::unordered_map<RequestId, Live> live_;                  // scheduler id -> live request
   std::unordered_map<DaemonRequestId, RequestId> by_daemon_;  // daemon id -> scheduler id

@@ -343,6 +343,7 @@ void Session::method_health(RpcCall& call) {
   if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
   const ModelConfig& m = engine_.model_config();
   const SchedulerConfig& c = control_.config().scheduler;
+  const BudgetChoice budgets = engine_.budgets(c);
   reply(call, {{"status", "ok"},
                {"version", version()},
                {"git_revision", git_revision()},
@@ -357,7 +358,8 @@ void Session::method_health(RpcCall& call) {
                {"config",
                 {{"max_kv_tokens", c.max_kv_tokens},
                  {"max_batch_size", c.max_batch_size},
-                 {"token_budget", c.token_budget},
+                 {"token_budget", budgets.token_budget},
+                 {"mixed_prefill_tokens", budgets.mixed_prefill_tokens},
                  {"policy", to_string(c.policy)},
                  {"page_size", c.page_size}}}});
 }
@@ -371,7 +373,14 @@ void Session::method_shutdown(RpcCall& call) {
 
 void Session::method_config_get(RpcCall& call) {
   if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
-  reply(call, config_to_json(control_.config()));
+  const DaemonConfig& config = control_.config();
+  json out = config_to_json(config);
+  // What 0 (chosen at start) comes to on this device, and why.
+  const BudgetChoice budgets = engine_.budgets(config.scheduler);
+  out["token_budget"]["chosen"] = budgets.token_budget;
+  out["mixed_prefill_tokens"]["chosen"] = budgets.mixed_prefill_tokens;
+  out["token_budget"]["why"] = out["mixed_prefill_tokens"]["why"] = budgets.why;
+  reply(call, out);
 }
 
 void Session::method_config_set(RpcCall& call) {

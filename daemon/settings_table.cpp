@@ -50,7 +50,7 @@ constexpr std::string_view kPreemptions[] = {"swap", "recompute"};
 constexpr std::string_view kRemoteWrites[] = {"through", "back", "off"};
 
 // Captureless lambdas, so each row is plain data.
-const std::array<Setting, 38> kSettings = {{
+const std::array<Setting, 39> kSettings = {{
     {.name = "model",
      .type = T::kDirectory,
      .group = G::kGeneral,
@@ -114,10 +114,22 @@ const std::array<Setting, 38> kSettings = {{
      .type = T::kInt,
      .group = G::kServer,
      .runtime = true,
-     .description = "Tokens per forward pass (at least max-batch-size)",
+     .description = "Tokens per forward pass (at least max-batch-size); 0 = chosen at start from "
+                    "what passes cost on this device (config.get says what and why)",
      .range = range_of(limits::kTokenBudget),
      .get = [](const DaemonConfig& c) -> json { return c.scheduler.token_budget; },
      .set = [](DaemonConfig& c, const json& v) { return stored(v, c.scheduler.token_budget); }},
+    {.name = "mixed_prefill_tokens",
+     .type = T::kInt,
+     .group = G::kServer,
+     .runtime = true,
+     .description = "Prompt tokens a forward pass takes beside running decodes (chunked "
+                    "prefill); 0 = chosen with token_budget 0 so that such a pass takes at most "
+                    "3x a decode step, else no cap",
+     .range = range_of(limits::kTokenBudget),
+     .get = [](const DaemonConfig& c) -> json { return c.scheduler.mixed_prefill_tokens; },
+     .set = [](DaemonConfig& c,
+               const json& v) { return stored(v, c.scheduler.mixed_prefill_tokens); }},
     {.name = "policy",
      .type = T::kChoice,
      .group = G::kServer,

@@ -11,6 +11,7 @@ PrefixLease& PrefixLease::operator=(PrefixLease&& other) noexcept {
     blocks_ = std::exchange(other.blocks_, {});
     load_ = std::exchange(other.load_, {});
     served_ = std::exchange(other.served_, {});
+    split_ = std::exchange(other.split_, {});
   }
   return *this;
 }

@@ -24,19 +24,22 @@ namespace kvtier {
 
 class KvCache;
 
-// Moves still landing, a layer at a time, in L1 blocks a request already
-// holds: the reads from L2 and the stores of the blocks of its prefix whose
-// bytes are on the way. The request may compute on layer l of them once
-// KvCache::await_layer(l) returns. A stored block is verified only when the
-// whole of it is in, so nothing computed from the load may be used before
-// KvCache::settle() says it was right. Checksums stay per block: what a
-// corrupt block touched is thrown away, never sent.
+// Moves still landing in L1 blocks a request already holds: the reads from
+// L2 and the stores of the blocks of its prefix whose bytes are on the way.
+// When every read comes a layer at a time (by_layer()), the request may
+// compute on layer l of them once KvCache::await_layer(l) returns; a load
+// with reads of whole blocks (only a split takes one, see PrefixSplit) is
+// waited for whole, KvCache::arrived(). A stored block is verified only when the whole of it is
+// in, so nothing computed from the load may be used before KvCache::settle()
+// says it was right. Checksums stay per block: what a corrupt block touched
+// is thrown away, never sent.
 struct LayerLoad {
   std::vector<tiers::BlockKey> keys;  // every block on its way up
   std::vector<int> blocks;            // and their L1 ids
   struct Read {
     Tier tier;  // L2 or the store tier it comes from
     std::uint64_t ticket;
+    bool by_layer;  // lands a layer at a time (else whole)
   };
   std::vector<Read> reads;  // a read each
   // What acquire_prefix counted for the run (its lookup, hits, misses,
@@ -47,6 +50,23 @@ struct LayerLoad {
     long missed = 0, skipped = 0, tokens = 0;
   } counted;
   bool empty() const { return reads.empty(); }
+  bool by_layer() const {
+    for (const Read& r : reads)
+      if (!r.by_layer) return false;
+    return true;
+  }
+};
+
+// A prefix split between recomputing and loading: when loading a cached run
+// costs about what recomputing it does, the request recomputes the run's
+// first blocks (they need only what precedes them) while the rest loads, and
+// prefills the tail once both are done (CostModel::plan chooses where).
+// The recomputed blocks are fresh L1 blocks in the lease, at
+// [first, first + count) of blocks(): the request holds positions
+// [0, first * page_size) at once, computes the gap's, then takes the rest.
+struct PrefixSplit {
+  int first = 0;  // the first recomputed block's index in blocks()
+  int count = 0;  // recomputed blocks; 0: no split
 };
 
 class PrefixLease {
@@ -68,6 +88,8 @@ class PrefixLease {
   // Blocks still landing by layer; empty when every block is in L1.
   const LayerLoad& load() const { return load_; }
   bool loading() const { return !load_.empty(); }
+  // The blocks the request recomputes before it may use the later ones.
+  const PrefixSplit& split() const { return split_; }
 
  private:
   friend class KvCache;
@@ -75,6 +97,7 @@ class PrefixLease {
   std::vector<int> blocks_;
   LayerLoad load_;
   PrefixLookup served_;
+  PrefixSplit split_;
 };
 
 class SwapTicket {

@@ -1,6 +1,7 @@
 // Start-up calibration of the cost model (engine/cost_model.h): what a
-// prefill pass, a promotion from L2 and reads from each store tier (L3, ...)
-// cost on this machine.
+// promotion from L2 and reads from each store tier (L3, ...) cost on this
+// machine. (What passes cost, the scheduler measures:
+// scheduler_calibration.cpp.)
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -24,16 +25,6 @@ constexpr int kReads = 8;   // store reads at once in a measurement
 constexpr int kRounds = 5;  // samples of each tier figure: their median rules
 
 }  // namespace
-
-void calibrate_prefill(CostModel& costs, int tokens, int passes,
-                       const std::function<bool()>& pass) {
-  for (int i = 0; i < passes; ++i) {
-    const auto start = Clock::now();
-    const bool ok = pass();
-    const double took = seconds_since(start);
-    if (ok) costs.add_prefill(took, tokens);
-  }
-}
 
 TierCosts KvCache::calibrate() {
   // The measurement takes the store's completions for its own reads and

@@ -77,10 +77,12 @@ PrefixLookup KvCache::lookup(const tiers::BlockKey& root, std::span<const int> t
   return out;
 }
 
-std::vector<CacheNode*> KvCache::prefix_worth_loading(const tiers::BlockKey& root,
-                                                      std::span<const int> tokens, int max_blocks,
-                                                      long* skipped, bool* asking) {
-  std::vector<CacheNode*> path = match(root, tokens, max_blocks, asking);
+KvCache::PrefixPlan KvCache::plan_prefix(const tiers::BlockKey& root, std::span<const int> tokens,
+                                         int max_blocks, bool may_split,
+                                         const PrefillShape& shape) {
+  PrefixPlan plan;
+  std::vector<CacheNode*>& path = plan.path;
+  path = match(root, tokens, max_blocks, &plan.asking);
   auto store_only = [](const CacheNode* n) {
     return is_store_tier(n->best_tier()) && !n->loading();
   };
@@ -94,27 +96,40 @@ std::vector<CacheNode*> KvCache::prefix_worth_loading(const tiers::BlockKey& roo
       break;
     }
   }
-  // Load or recompute: a tail from the first store-only block is loaded only
-  // when reading it is cheaper than prefilling its tokens (a short run may
-  // not be: reads have a fixed latency, prefill is per token); the first
-  // block's store stands for the run.
-  const int tail = static_cast<int>(path.size()) - static_cast<int>(first);
-  if (tail > 0 && !costs_.worth_loading(path[first]->best_tier(), tail, layout_.page_size)) {
-    *skipped = tail;
+  if (first >= path.size()) return plan;
+  // Load, recompute or both: the run from the first store-only block, its
+  // first block's store standing for it (engine/cost_model.h).
+  const int P = layout_.page_size;
+  CachedRun run;
+  run.tier = path[first]->best_tier();
+  run.blocks = static_cast<int>(path.size() - first);
+  run.reads = static_cast<int>(
+      std::count_if(path.begin() + static_cast<long>(first), path.end(), store_only));
+  // The recomputed front needs every block before it in L1 for its passes.
+  const bool head_ready = std::all_of(path.begin(), path.begin() + static_cast<long>(first),
+                                      [](const CacheNode* n) { return n->usable_l1(); });
+  if (may_split && head_ready)
+    while (run.splittable < run.blocks && store_only(path[first + run.splittable]))
+      ++run.splittable;
+  run.suffix_tokens = static_cast<int>(tokens.size()) - static_cast<int>(path.size()) * P;
+  const RunPlan chosen = costs_.plan(run, P, shape);
+  plan.skipped = chosen.recompute;
+  if (chosen.recompute == run.blocks)
     path.resize(first);
-  }
-  return path;
+  else if (chosen.recompute > 0)
+    plan.split = {static_cast<int>(first), chosen.recompute};
+  return plan;
 }
 
 std::optional<PrefixLease> KvCache::acquire_prefix(const tiers::BlockKey& root,
                                                    std::span<const int> tokens, int max_blocks,
-                                                   int l1_blocks_allowed, bool by_layer) {
-  long skipped = 0;
-  bool asking = false;
-  std::vector<CacheNode*> path = prefix_worth_loading(root, tokens, max_blocks, &skipped, &asking);
+                                                   int l1_blocks_allowed, bool early,
+                                                   const PrefillShape& shape) {
+  PrefixPlan plan = plan_prefix(root, tokens, max_blocks, early, shape);
   // A store is still finding out what it has of the rest: the request waits
   // for its answers as for a read.
-  if (asking) return std::nullopt;
+  if (plan.asking) return std::nullopt;
+  std::vector<CacheNode*>& path = plan.path;
   tree_.touch(path);
   // While this runs, making room may wait for stores and handle completions; the
   // path's nodes must neither be demoted to make room for each other (the
@@ -139,22 +154,27 @@ std::optional<PrefixLease> KvCache::acquire_prefix(const tiers::BlockKey& root,
 
   // A read that failed meanwhile leaves its block missing: try again later
   // (the next match stops before it). Blocks on their way up only by layer
-  // can be handed out now.
-  if (start_promotions(path, l1_blocks_allowed)) {
+  // can be handed out now, and so can a split's: its loads land while the
+  // request computes the front.
+  if (start_promotions(plan, l1_blocks_allowed)) {
     flush_stores();  // start the reads now, not at the next poll()
-    if (!by_layer || !all_by_layer(path)) return std::nullopt;
+    if (plan.split.count == 0 && (!early || !all_by_layer(path))) return std::nullopt;
   }
   const int wanted = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / layout_.page_size);
-  return hand_out(path, wanted, skipped);
+  return hand_out(plan, wanted);
 }
 
-bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allowed) {
+bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
+  std::vector<CacheNode*>& path = plan.path;
+  PrefixSplit& split = plan.split;
   bool pending = false;
   int taken = 0;
   for (std::size_t i = 0; i < path.size(); ++i) {
     CacheNode* node = path[i];
-    if (node->usable_l1()) continue;
-    if (node->loading()) {
+    const bool recomputed =
+        static_cast<int>(i) >= split.first && static_cast<int>(i) < split.first + split.count;
+    if (!recomputed && node->usable_l1()) continue;
+    if (!recomputed && node->loading()) {
       pending = true;
       continue;
     }
@@ -164,6 +184,10 @@ bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allo
       break;
     }
     ++taken;
+    if (recomputed) {
+      plan.fresh.push_back(*block);
+      continue;
+    }
     pending = true;
     // Loading from L2 is a move out of its slot (CacheNode::moving_l2).
     node->hit_tier = node->best_tier();
@@ -174,6 +198,13 @@ bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allo
       start_l2_read(node);
   }
   if (l2_) l2_->flush();
+  // A split with nothing after it to load is a plain recompute from its front.
+  if (split.count > 0 && static_cast<int>(path.size()) <= split.first + split.count) {
+    give_back(plan.fresh);
+    plan.fresh.clear();
+    path.resize(std::min(path.size(), static_cast<std::size_t>(split.first)));
+    split = {};
+  }
   // Making room may have handled completions: a block that failed meanwhile
   // is missing now.
   return pending ||
@@ -182,17 +213,29 @@ bool KvCache::start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allo
 
 bool KvCache::all_by_layer(const std::vector<CacheNode*>& path) const {
   return std::all_of(path.begin(), path.end(), [&](const CacheNode* node) {
-    return node->usable_l1() || (node->loading() && read_by_layer(node->key).has_value());
+    if (node->usable_l1()) return true;
+    const auto read = node->loading() ? read_in_flight(node->key) : std::nullopt;
+    return read && read->by_layer;
   });
 }
 
-PrefixLease KvCache::hand_out(const std::vector<CacheNode*>& path, int wanted, long skipped) {
+PrefixLease KvCache::hand_out(PrefixPlan& plan, int wanted) {
+  const std::vector<CacheNode*>& path = plan.path;
+  const PrefixSplit& split = plan.split;
   PrefixLease lease;
   lease.cache_ = this;
   lease.blocks_.reserve(path.size());
+  lease.split_ = split;
   LayerLoad& load = lease.load_;
   LayerLoad::Counted counted;
-  for (CacheNode* node : path) {
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    CacheNode* node = path[i];
+    const int recomputed = static_cast<int>(i) - split.first;
+    if (recomputed >= 0 && recomputed < split.count) {
+      // The fresh block's one reference is the lease's.
+      lease.blocks_.push_back(plan.fresh[static_cast<std::size_t>(recomputed)]);
+      continue;
+    }
     const int block = node->slot(Tier::kL1);
     l1_->add_ref(block);
     lease.blocks_.push_back(block);
@@ -205,11 +248,12 @@ PrefixLease KvCache::hand_out(const std::vector<CacheNode*>& path, int wanted, l
     }
     load.keys.push_back(node->key);
     load.blocks.push_back(block);
-    load.reads.push_back(*read_by_layer(node->key));
+    load.reads.push_back(*read_in_flight(node->key));
   }
-  const long handed = static_cast<long>(path.size());
+  plan.fresh.clear();
+  const long handed = static_cast<long>(path.size()) - split.count;
   counted.missed = wanted - handed;
-  counted.skipped = skipped;
+  counted.skipped = plan.skipped;
   counted.tokens = handed * layout_.page_size;
   count(counted, +1);
   if (!load.empty()) load.counted = counted;

@@ -123,21 +123,28 @@ class KvCache {
   PrefixLookup lookup(const tiers::BlockKey& root, std::span<const int> tokens, int max_blocks);
 
   // For admission: makes the cached run of the first full blocks of tokens
-  // (at most max_blocks, and cut where recomputing is cheaper than loading)
-  // usable in L1, and when it is, leases it: a pool reference on each block,
-  // in order (possibly none; see PrefixLease). Returns nullopt while copies
-  // or store reads for it are in flight, or a store is still asking what it
-  // has of it (the remote tier): try again after a later poll(). With
-  // by_layer (and load_by_layer on, see CacheConfig), a run whose only
-  // missing blocks are on their way up by layer is leased at once, its
-  // blocks referenced like the others, and those moves are the lease's
-  // load(). Takes at most `l1_blocks_allowed` free L1 blocks for promotions.
+  // (at most max_blocks) usable in L1, and when it is, leases it: a pool
+  // reference on each block, in order (possibly none; see PrefixLease).
+  // What only a store has is loaded, recomputed, or split between the two,
+  // as the cost model's plan says for a prefill of `shape`
+  // (CostModel::plan). Returns nullopt while copies or store reads for it
+  // are in flight, or a store is still asking what it has of it (the remote
+  // tier): try again after a later poll(). A request that may start while
+  // its blocks land (`early`: a fresh one, not a swapped one) is leased its
+  // run at once when the only missing blocks are on their way up by layer
+  // (and load_by_layer is on, see CacheConfig), or when the plan splits the
+  // run; those moves are the lease's load(). Takes at most
+  // `l1_blocks_allowed` free L1 blocks for promotions and recomputed blocks.
   std::optional<PrefixLease> acquire_prefix(const tiers::BlockKey& root,
                                             std::span<const int> tokens, int max_blocks,
-                                            int l1_blocks_allowed, bool by_layer = false);
+                                            int l1_blocks_allowed, bool early = false,
+                                            const PrefillShape& shape = {});
   // Returns once layer `layer` of every block of `load` is in L1
   // (unverified; see LayerLoad).
   void await_layer(const LayerLoad& load, int layer);
+  // Whether every read of `load` has completed (handling the completions
+  // that came in): settle() then takes no wait.
+  bool arrived(const LayerLoad& load);
   // Waits for the reads of `load` to complete and handles them: true when
   // every block arrived intact. False: a block failed (its checksum, the
   // read, or the copy) and is gone from L1, and whatever was computed from
@@ -246,17 +253,26 @@ class KvCache {
   // Lets go of the L2 copy of a node (counted as dropped when no other tier
   // has the block).
   void drop_l2(CacheNode* node);
-  // acquire_prefix's parts: the run of cached blocks worth taking, what it
-  // takes to bring them up into L1, and handing them out.
-  std::vector<CacheNode*> prefix_worth_loading(const tiers::BlockKey& root,
-                                               std::span<const int> tokens, int max_blocks,
-                                               long* skipped, bool* asking);
-  // Starts bringing up the blocks of `path` not yet in L1, shortening it
-  // where L1 has no more room; returns whether any is still on its way.
-  bool start_promotions(std::vector<CacheNode*>& path, int l1_blocks_allowed);
+  // acquire_prefix's parts: the run of cached blocks worth taking and which
+  // of them to recompute, what it takes to bring them up into L1, and
+  // handing them out.
+  struct PrefixPlan {
+    std::vector<CacheNode*> path;  // the blocks taken, in order
+    PrefixSplit split;             // those of path recomputed instead (fresh blocks)
+    std::vector<int> fresh;        // their L1 blocks, once start_promotions has them
+    long skipped = 0;              // blocks recomputed although cached
+    bool asking = false;           // a store is still finding out what it has
+  };
+  PrefixPlan plan_prefix(const tiers::BlockKey& root, std::span<const int> tokens, int max_blocks,
+                         bool may_split, const PrefillShape& shape);
+  // Starts bringing up the blocks of the plan's path not yet in L1 and takes
+  // fresh blocks for its split, shortening it where L1 has no more room (a
+  // split with nothing left to load after it is no split); returns whether
+  // any block is still on its way.
+  bool start_promotions(PrefixPlan& plan, int l1_blocks_allowed);
   // Whether every block of path still on its way up is coming by layer.
   bool all_by_layer(const std::vector<CacheNode*>& path) const;
-  PrefixLease hand_out(const std::vector<CacheNode*>& path, int wanted, long skipped);
+  PrefixLease hand_out(PrefixPlan& plan, int wanted);
 
   // --- kv_cache_swap.cpp
   // A block copied (encoded) into an L2 slot of its own; nullopt without L2
@@ -360,9 +376,8 @@ class KvCache {
   std::vector<std::byte> meta_of(const CacheNode& node) const;
   std::size_t store_ops_in_flight() const;                // reads and writes, every store
   bool store_pending(const LayerLoad::Read& read) const;  // not handled yet
-  // The read by layer (from L2 or a store) bringing up `key`, if there is
-  // one.
-  std::optional<LayerLoad::Read> read_by_layer(const tiers::BlockKey& key) const;
+  // The read (from L2 or a store) bringing up `key`, if there is one.
+  std::optional<LayerLoad::Read> read_in_flight(const tiers::BlockKey& key) const;
   // A held node's store entries are protected from the stores' own eviction.
   void protect_in_stores(const CacheNode& node);
   void flush_stores();  // starts what the stores queued
@@ -397,10 +412,10 @@ class KvCache {
   // L1, cleaning copies to L2).
   std::vector<int> l1_io_refs_;
   std::unordered_set<std::uint64_t> copies_now_;  // copy_to_l2_now's L2 tickets in flight
-  // L2 reads in layers (plan_.l2_layers > 1) in flight, by block: a request
+  // Promotions in flight (L2 copies and store reads), by block: a request
   // that finds one of its blocks loading can take the read over as its
-  // LayerLoad (StoreTier::reads_by_layer is the stores' twin).
-  std::unordered_map<tiers::BlockKey, std::uint64_t, tiers::BlockKeyHash> l2_reads_by_layer_;
+  // LayerLoad.
+  std::unordered_map<tiers::BlockKey, LayerLoad::Read, tiers::BlockKeyHash> reads_;
   int clean_window_ = 0;  // how many free or clean L1 blocks cleaning aims for
   bool device_failed_ = false;
   // A match found a store asking about blocks since the last poll(): the

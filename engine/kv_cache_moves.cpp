@@ -69,12 +69,11 @@ void KvCache::move_block(std::byte* dst, const std::byte* src, const TransferPla
 void KvCache::start_l2_read(CacheNode* node) {
   std::byte* dst = l1_->data(node->slot(Tier::kL1));
   const int slot = node->slot(Tier::kL2);
-  if (plan_.l2_layers == 1) {
-    l2_->read(node->key, slot, dst, plan_.block_bytes, plan_.from_l2);
-    return;
-  }
-  l2_reads_by_layer_[node->key] =
-      l2_->read(node->key, slot, dst, layout_.layer_bytes(), plan_.layer_copy, plan_.l2_layers);
+  const std::uint64_t ticket =
+      plan_.l2_layers == 1 ? l2_->read(node->key, slot, dst, plan_.block_bytes, plan_.from_l2)
+                           : l2_->read(node->key, slot, dst, layout_.layer_bytes(),
+                                       plan_.layer_copy, plan_.l2_layers);
+  reads_[node->key] = {Tier::kL2, ticket, plan_.l2_layers > 1};
 }
 
 void KvCache::account_copy(Tier from, Tier to, std::chrono::nanoseconds took) {
@@ -128,7 +127,7 @@ void KvCache::copy_to_l2_now(std::span<CacheNode* const> nodes) {
 }
 
 void KvCache::finish_move(const tiers::StoreCompletion& c) {
-  if (!c.is_write) l2_reads_by_layer_.erase(c.key);
+  if (!c.is_write) reads_.erase(c.key);
   // Both kinds hold the node in L1 (loading, or an extra reference), so it
   // is still there.
   CacheNode* node = tree_.find(c.key);
@@ -218,6 +217,12 @@ void KvCache::await_layer(const LayerLoad& load, int layer) {
       wake_.sleep(std::chrono::milliseconds(2));
     }
   }
+}
+
+bool KvCache::arrived(const LayerLoad& load) {
+  collect();
+  return std::none_of(load.reads.begin(), load.reads.end(),
+                      [&](const LayerLoad::Read& r) { return read_pending(r); });
 }
 
 bool KvCache::settle(const LayerLoad& load) {

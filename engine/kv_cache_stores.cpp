@@ -85,12 +85,8 @@ bool KvCache::store_pending(const LayerLoad::Read& read) const {
   return s != nullptr && s->pending.contains(read.ticket);
 }
 
-std::optional<LayerLoad::Read> KvCache::read_by_layer(const tiers::BlockKey& key) const {
-  if (auto it = l2_reads_by_layer_.find(key); it != l2_reads_by_layer_.end())
-    return LayerLoad::Read{Tier::kL2, it->second};
-  for (const auto& s : stores_)
-    if (auto it = s->reads_by_layer.find(key); it != s->reads_by_layer.end())
-      return LayerLoad::Read{s->tier, it->second};
+std::optional<LayerLoad::Read> KvCache::read_in_flight(const tiers::BlockKey& key) const {
+  if (auto it = reads_.find(key); it != reads_.end()) return it->second;
   return std::nullopt;
 }
 
@@ -192,7 +188,7 @@ void KvCache::start_store_read(CacheNode* node) {
   }
   const std::uint64_t ticket = s->store->read(node->key, meta_of(*node), dst, s->leg->parts);
   s->pending[ticket] = {node->key, false, -1, staging, Clock::now()};
-  if (s->leg->parts > 1) s->reads_by_layer[node->key] = ticket;
+  reads_[node->key] = {s->tier, ticket, s->leg->parts > 1};
 }
 
 void KvCache::poll_stores() {
@@ -219,8 +215,9 @@ void KvCache::finish_store_op(StoreTier& s, const tiers::StoreCompletion& c) {
   if (it == s.pending.end()) return;
   const StoreTier::Pending p = it->second;
   s.pending.erase(it);
-  if (auto b = s.reads_by_layer.find(p.key); b != s.reads_by_layer.end() && b->second == c.ticket)
-    s.reads_by_layer.erase(b);
+  if (auto b = reads_.find(p.key);
+      b != reads_.end() && b->second.tier == s.tier && b->second.ticket == c.ticket)
+    reads_.erase(b);
   TierStats& stats = stats_.tier[s.tier];
   if (c.status == tiers::StoreStatus::kChecksumMismatch) ++stats.checksum_failures;
   if (c.status == tiers::StoreStatus::kIoError) ++stats.io_errors;

@@ -39,10 +39,6 @@ struct KvCache::StoreTier {
     std::chrono::steady_clock::time_point start;
   };
   std::unordered_map<std::uint64_t, Pending> pending;
-  // Reads in pieces (leg->parts > 1) still in flight, by block: a request
-  // that finds one of its blocks loading can take the read over as its
-  // LayerLoad.
-  std::unordered_map<tiers::BlockKey, std::uint64_t, tiers::BlockKeyHash> reads_by_layer;
 };
 
 }  // namespace kvtier

@@ -214,6 +214,10 @@ class Request {
   // what the cache keeps for it (its holds and stashed blocks, its length).
   tiers::BlockKey cache_root_;
   std::optional<SwapTicket> swap_;
+  // A prefix split between recomputing and loading (PrefixSplit): the
+  // prefill computes positions up to split_end_, then the KV jumps to
+  // split_resume_ over the loaded blocks once they are in. 0: no split.
+  int split_end_ = 0, split_resume_ = 0;
   TierCounts cached_tokens_;
   bool cached_counted_ = false;  // cached_tokens_ holds the first hand-out's count
 };

@@ -99,9 +99,11 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
                            const std::function<void(int)>& before_attention) {
       return model.forward(chunks, p, before_attention);
     };
-  return std::unique_ptr<Scheduler>(new Scheduler(model, tokenizer, config, std::move(owned), pool,
-                                                  max_blocks, std::move(cache),
-                                                  std::move(forward)));
+  std::unique_ptr<Scheduler> s(new Scheduler(model, tokenizer, config, std::move(owned), pool,
+                                             max_blocks, std::move(cache), std::move(forward)));
+  if (config.token_budget == SchedulerConfig::kAuto) s->measure_pass_sizes();
+  s->apply_budgets(config);
+  return s;
 }
 
 Scheduler::L1Shape Scheduler::l1_shape(const KvLayout& layout, const SchedulerConfig& config) {
@@ -131,12 +133,14 @@ std::expected<void, std::string> Scheduler::reconfigure(const SchedulerConfig& c
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
   SchedulerConfig fixed = config;
   fixed.token_budget = config_.token_budget;
+  fixed.mixed_prefill_tokens = config_.mixed_prefill_tokens;
   fixed.max_batch_size = config_.max_batch_size;
   fixed.policy = config_.policy;
   if (fixed.max_kv_tokens != config_.max_kv_tokens || fixed.page_size != config_.page_size ||
       fixed.preemption != config_.preemption)
     return std::unexpected(
-        "only token_budget, max_batch_size and policy can change while the engine runs");
+        "only token_budget, mixed_prefill_tokens, max_batch_size and policy can change while "
+        "the engine runs");
   for (const auto& [id, r] : requests_) {
     if (!is_terminal(r->status_) && r->num_samples_ > config.max_batch_size)
       return std::unexpected("request " + std::to_string(id) +
@@ -145,27 +149,10 @@ std::expected<void, std::string> Scheduler::reconfigure(const SchedulerConfig& c
   }
   std::vector<RequestId> queued;
   for (const QueueKey& key : waiting_) queued.push_back(key.id);
-  config_ = config;
+  apply_budgets(config);
   waiting_.clear();
   for (RequestId id : queued) waiting_.insert(queue_key(*requests_.at(id)));
   return {};
-}
-
-void Scheduler::calibrate_tier_costs() {
-  if (!cache_) return;
-  const int n = std::min({64, context_ - 1, max_blocks_ * config_.page_size});
-  if (n > 0 && pool_->num_free() * config_.page_size >= n) {
-    const std::vector<int> tokens(static_cast<std::size_t>(n), 0);
-    calibrate_prefill(cache_->cost_model(), n, 5, [&] {
-      SequenceKv kv(config_.page_size);
-      if (!kv.reserve(*pool_, n)) return false;
-      const Model::Chunk chunk{&kv, tokens, false};
-      const bool ok = forward_.run(std::span(&chunk, 1), *pool_, {}).has_value();
-      kv.release(*pool_);
-      return ok;
-    });
-  }
-  (void)cache_->calibrate();
 }
 
 Scheduler::~Scheduler() {

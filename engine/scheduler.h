@@ -63,6 +63,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/budget_choice.h"
 #include "engine/generator.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
@@ -103,12 +104,23 @@ struct SchedulerConfig {
   // throughput until the forward pass is compute-bound; smaller cuts latency.
   int max_batch_size = 8;
 
+  // Where create() chooses the value (engine/budget_choice.h).
+  static constexpr int kAuto = 0;
+
   // Tokens per forward pass: one per running request plus the prefill chunk.
-  // Small budgets keep decode latency even while long prompts prefill (chunked
-  // prefill); large ones prefill in fewer steps. Must be >= max_batch_size so
-  // every running request decodes every step and a prefill always gets at
-  // least one token (vLLM has the same rule for max_num_batched_tokens).
+  // Small budgets waste the device (a pass's rows share one read of the
+  // weights); large ones take memory for little more speed. Must be >=
+  // max_batch_size so every running request decodes every step and a
+  // prefill always gets at least one token (vLLM has the same rule for
+  // max_num_batched_tokens). kAuto: the smallest pass within 10% of the best
+  // cost per row, measured at create() (budget_choice.h).
   int token_budget = 16;
+  // Prompt tokens a pass takes beside running decodes (chunked prefill):
+  // smaller keeps their inter-token latency even while a long prompt
+  // prefills, larger prefills it sooner. kAuto: chosen with an automatic
+  // token_budget (a pass beside max_batch_size decodes at most 3x their step
+  // alone), else the token budget's share (no cap).
+  int mixed_prefill_tokens = kAuto;
 
   // Order of admission and of prefill; also decides preemption victims.
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
@@ -143,7 +155,8 @@ struct SchedulerConfig {
   EvictionPolicy eviction;
 
   // Clear message for: page_size < 1, max_kv_tokens below one page,
-  // max_batch_size < 1, token_budget < 1 or < max_batch_size, swap preemption
+  // max_batch_size < 1, token_budget < max_batch_size (but kAuto),
+  // mixed_prefill_tokens < 0, swap preemption
   // without the prefix cache, L2/L3 settings without it, tier formats
   // CacheConfig::validate() refuses.
   std::expected<void, std::string> validate() const;
@@ -185,8 +198,9 @@ struct SchedulerStats {
   long swapped_out = 0;        // swap preemptions
   long swapped_in = 0;         // swapped requests re-admitted
   int swapped = 0;             // requests swapped out now
-  // Prefill passes thrown away because a block loading by layer under them
-  // failed its checksum (the request then prefilled without it).
+  // Loads of a prefix thrown away because a block failed its checksum (the
+  // request then prefilled without it), with the prefill pass that had run
+  // on a load by layer.
   long discarded_passes = 0;
 };
 
@@ -294,13 +308,22 @@ class Scheduler {
   // request.h). Tests call it after every step.
   std::expected<void, std::string> check_invariants() const;
 
+  // The settings in force: as given, but for kAuto budgets, which hold what
+  // was chosen (budget_choice()).
   const SchedulerConfig& config() const { return config_; }
-  // Measures what a prefilled token costs and, through the cache, what
-  // loading a block from L2 and L3 costs, several times each, and adds the
-  // samples to the cache's cost model (engine/cost_model.h), which the
-  // load-or-recompute decision reads. Call once at start-up, before any
-  // request (it borrows free pool blocks); step() then keeps adding the
-  // prefill cost of the real passes. No-op without the prefix cache.
+  // How token_budget and mixed_prefill_tokens were set, and why.
+  const BudgetChoice& budget_choice() const { return budget_choice_; }
+  // What a pass of each size cost (ascending rows) when the sweep measured
+  // them: create()'s, for an automatic token_budget, or
+  // calibrate_tier_costs()'s. Empty before either.
+  std::span<const PassCost> pass_sweep() const { return sweep_; }
+  // Measures what passes of each size cost (unless create() did) and,
+  // through the cache, what loading a block from L2 and each store costs,
+  // several times each, and adds the samples to the cache's cost model
+  // (engine/cost_model.h), which the load-or-recompute decision reads. Call
+  // once at start-up, before any request (it borrows free pool blocks);
+  // step() then keeps adding the real passes. No-op without the prefix
+  // cache.
   void calibrate_tier_costs();
 
   // The prefix cache, or null when config().prefix_cache is off.
@@ -308,8 +331,9 @@ class Scheduler {
   const KvCache* cache() const { return cache_.get(); }
 
   // Changes the tunables that are safe to change between steps: token_budget,
-  // max_batch_size and policy (the waiting queue is re-ordered). Any other
-  // field of `config` must equal the current one. Refused, changing nothing,
+  // mixed_prefill_tokens, max_batch_size and policy (the waiting queue is
+  // re-ordered); kAuto budgets are chosen from pass_sweep(). Any other field
+  // of `config` must equal the current one. Refused, changing nothing,
   // when the result fails validate() or a live request's n exceeds the new
   // max_batch_size. Requests already admitted stay admitted; a smaller batch
   // limit only stops new admissions until the batch shrinks.
@@ -330,6 +354,16 @@ class Scheduler {
     auto operator<=>(const QueueKey&) const = default;
   };
   QueueKey queue_key(const Request& r) const;
+  // Runs the sweep of pass sizes (budget_choice.h), each pass on fresh
+  // pages of the pool, into sweep_ and the cache's cost model.
+  void measure_pass_sizes();
+  // config with its kAuto budgets chosen from sweep_, into config_.
+  void apply_budgets(const SchedulerConfig& config);
+  // Prompt tokens the next pass can take beside `decodes` decode rows.
+  int prefill_room(int decodes) const;
+  // The passes a prompt's prefill would take now, beside the running
+  // requests' decodes: what the load-or-recompute plan weighs.
+  PrefillShape prefill_shape() const;
   // An event about r, for its group's client: the fields the caller sets say
   // what happened.
   static RequestEvent event_for(const Request& r);
@@ -374,9 +408,16 @@ class Scheduler {
   // least urgent when pages run short.
   void reserve_decode_pages(StepOutput& out);
   Batch build_batch(StepOutput& out);
-  // Settles the layer-by-layer load r's pass computed on: true when every
-  // block was right; false, queueing r again, when the pass is thrown away.
+  // Settles the load r's pass computed on (or, with whole blocks, is about
+  // to): true when every block was right; false, queueing r again, when
+  // what was computed from it is thrown away.
   bool settle_layer_load(Request& r);
+  // Moves the requests whose split front is computed past their loaded
+  // blocks, once those are in (settled first unless they come by layer).
+  void resume_splits();
+  // Whether r's next chunk must wait: its split front is done, its loaded
+  // blocks are not.
+  bool waiting_for_split(const Request& r) const;
   // Evicts, samples and emits what the pass's logits give each row (but the
   // discarded one's).
   void finish_pass(const std::vector<Request*>& rows, std::span<const float> logits,
@@ -404,7 +445,9 @@ class Scheduler {
   void sort_admitted_by_urgency();
 
   Model* model_;
-  ForwardPass forward_;  // run is never empty: Model::forward unless the caller gave one
+  ForwardPass forward_;
+  BudgetChoice budget_choice_;
+  std::vector<PassCost> sweep_;  // run is never empty: Model::forward unless the caller gave one
   const Tokenizer* tokenizer_;
   SchedulerConfig config_;
   std::unique_ptr<tiers::BlockPool> owned_pool_;

@@ -72,6 +72,7 @@ void Scheduler::admit(StepOutput& out) {
       r.computed_before_ = std::max(r.computed_before_, r.kv_.length());
       r.kv_.release(*pool_);
       layer_loads_.erase(&r);
+      r.split_end_ = r.split_resume_ = 0;
       break;
     }
     it = waiting_.erase(it);
@@ -100,10 +101,11 @@ Scheduler::Restore Scheduler::restore_from_cache(Request& r, int budget_blocks) 
   if (!r.eviction().evicts()) {
     // At least the last token is always fed: its logits pick the next token.
     // A fresh request may start while the last of its prefix is still
-    // landing from L3, a layer at a time; a swapped one waits for its
-    // blocks (they return beside the blocks it owns).
+    // landing from L3, a layer at a time, or split it (recomputing its front
+    // while the rest loads); a swapped one waits for its blocks (they return
+    // beside the blocks it owns).
     auto leased = cache_->acquire_prefix(r.cache_root_, r.tokens_, (tokens - 1) / P, budget_blocks,
-                                         /*by_layer=*/!swapped);
+                                         /*early=*/!swapped, prefill_shape());
     if (!leased) return Restore::kLoading;
     lease = std::move(*leased);
     if (!r.cached_counted_) {
@@ -112,6 +114,11 @@ Scheduler::Restore Scheduler::restore_from_cache(Request& r, int budget_blocks) 
     }
   }
   int length = static_cast<int>(lease.blocks().size()) * P;
+  if (const PrefixSplit split = lease.split(); split.count > 0) {
+    r.split_end_ = (split.first + split.count) * P;
+    r.split_resume_ = length;
+    length = split.first * P;
+  }
   // A swapped request's own blocks come back when the shared part reaches
   // them: its partial block after its full ones, or (with an eviction
   // policy) its whole table, holes included. Without room for them, the

@@ -49,12 +49,16 @@ std::expected<void, std::string> SchedulerConfig::validate() const {
   if (max_batch_size < 1)
     return std::unexpected("max_batch_size must be at least 1, got " +
                            std::to_string(max_batch_size));
-  if (token_budget < 1)
-    return std::unexpected("token_budget must be at least 1, got " + std::to_string(token_budget));
-  if (token_budget < max_batch_size)
+  if (token_budget < 0)
+    return std::unexpected("token_budget must be at least 1 (0: chosen at start), got " +
+                           std::to_string(token_budget));
+  if (token_budget != kAuto && token_budget < max_batch_size)
     return std::unexpected("token_budget (" + std::to_string(token_budget) +
                            ") must be at least max_batch_size (" + std::to_string(max_batch_size) +
                            ") so that every running request decodes each step");
+  if (mixed_prefill_tokens < 0)
+    return std::unexpected("mixed_prefill_tokens must be at least 1 (0: chosen at start), got " +
+                           std::to_string(mixed_prefill_tokens));
   if (preemption == PreemptionMode::kSwap && !prefix_cache)
     return std::unexpected(
         "preemption 'swap' moves KV through the prefix cache; turn prefix_cache on or use "

@@ -23,8 +23,10 @@ void Scheduler::preempt(Request& victim, StepOutput& out) {
       preempt_swap(victim);
       break;
   }
-  // Its blocks keep landing for the cache; a re-admission finds them there.
+  // Its blocks keep landing for the cache; a re-admission finds them there
+  // (and plans its prefix afresh).
   layer_loads_.erase(&victim);
+  victim.split_end_ = victim.split_resume_ = 0;
   ++victim.preemptions_;
   ++preemptions_;
   RequestEvent event = event_for(victim);

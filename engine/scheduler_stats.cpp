@@ -51,6 +51,13 @@ std::expected<void, std::string> Scheduler::check_invariants() const {
                              " tokens to prefill");
         [[fallthrough]];
       case RequestStatus::kRunning:
+        if (r.split_resume_ > 0 &&
+            (r.status_ != RequestStatus::kPrefilling || length > r.split_end_ ||
+             r.split_end_ >= r.split_resume_ || r.split_resume_ >= tokens))
+          return fail(r, "KV length " + std::to_string(length) + " and a split to " +
+                             std::to_string(r.split_end_) + " resuming at " +
+                             std::to_string(r.split_resume_) + " for " + std::to_string(tokens) +
+                             " tokens");
         if (r.status_ == RequestStatus::kRunning && length != tokens - 1)
           return fail(r, "KV length " + std::to_string(length) + " but " + std::to_string(tokens) +
                              " tokens (expected tokens - 1)");

@@ -53,6 +53,7 @@ StepOutput Scheduler::step() {
   ++steps_;
   if (cache_) cache_->poll();
   admit(out);
+  resume_splits();
   reserve_decode_pages(out);
   Batch batch = build_batch(out);
   if (batch.chunks.empty()) {
@@ -63,9 +64,11 @@ StepOutput Scheduler::step() {
   }
 
   // The prefill may be of a request whose prefix is landing by layer: each
-  // layer waits for its piece of those blocks.
+  // layer waits for its piece of those blocks (but a split's front, which
+  // reads none of them).
   Request* loading = nullptr;
-  if (out.prefill_tokens > 0 && layer_loads_.contains(batch.rows.back()))
+  if (out.prefill_tokens > 0 && layer_loads_.contains(batch.rows.back()) &&
+      batch.rows.back()->split_resume_ == 0)
     loading = batch.rows.back();
   std::function<void(int)> await_layer;
   if (loading != nullptr) {
@@ -131,11 +134,12 @@ Scheduler::Batch Scheduler::build_batch(StepOutput& out) {
     batch.rows.push_back(r);
   }
   out.decode_tokens = static_cast<int>(batch.chunks.size());
-  const int room = config_.token_budget - out.decode_tokens;
+  const int room = prefill_room(out.decode_tokens);
   for (Request* r : admitted_) {  // in urgency order: the first prefilling one
-    if (r->status_ != RequestStatus::kPrefilling || room <= 0) continue;
+    if (r->status_ != RequestStatus::kPrefilling || room <= 0 || waiting_for_split(*r)) continue;
     const int begin = r->kv_.length();
-    const int n = std::min<int>(room, static_cast<int>(r->tokens_.size()) - begin);
+    const int end = r->split_resume_ > 0 ? r->split_end_ : static_cast<int>(r->tokens_.size());
+    const int n = std::min(room, end - begin);
     batch.chunks.push_back(
         {&r->kv_, std::span(r->tokens_).subspan(begin, n), false, r->evictor_.scores()});
     batch.rows.push_back(r);
@@ -156,11 +160,16 @@ Scheduler::Batch Scheduler::build_batch(StepOutput& out) {
 bool Scheduler::settle_layer_load(Request& r) {
   // Only now are the blocks verified. A bad one is gone from the cache; the
   // request's pass is thrown away and it queues again, to find the prefix
-  // without that block and prefill the rest.
-  const PrefixLease lease = std::move(layer_loads_.at(&r));
-  layer_loads_.erase(&r);
-  if (cache_->settle(lease.load())) return true;
+  // without that block and prefill the rest. What it computed before the
+  // load (a split's front) joins the cache, so it finds that in L1.
+  if (cache_->settle(layer_loads_.at(&r).load())) {
+    layer_loads_.erase(&r);
+    return true;
+  }
   ++discarded_passes_;
+  (void)insert_into_cache(r);  // cut before the load: only what was computed before it
+  layer_loads_.erase(&r);
+  r.split_end_ = r.split_resume_ = 0;
   // Nothing it was handed is used: it counts what it finds next time.
   r.cached_tokens_ = {};
   r.cached_counted_ = false;
@@ -169,6 +178,29 @@ bool Scheduler::settle_layer_load(Request& r) {
   r.status_ = RequestStatus::kWaiting;
   waiting_.insert(queue_key(r));
   return false;
+}
+
+bool Scheduler::waiting_for_split(const Request& r) const {
+  return r.split_resume_ > 0 && r.kv_.length() == r.split_end_;
+}
+
+void Scheduler::resume_splits() {
+  // A copy: a failed settle queues the request again, out of admitted_.
+  const std::vector<Request*> admitted = admitted_;
+  for (Request* r : admitted) {
+    if (!waiting_for_split(*r)) continue;
+    // Loads by layer are awaited layer by layer in the tail's pass, and
+    // settled after it; whole blocks are settled before it.
+    if (const auto it = layer_loads_.find(r); it != layer_loads_.end()) {
+      const LayerLoad& load = it->second.load();
+      if (!load.by_layer()) {
+        if (!cache_->arrived(load)) continue;
+        if (!settle_layer_load(*r)) continue;
+      }
+    }
+    r->kv_.advance(r->split_resume_ - r->split_end_);
+    r->split_end_ = r->split_resume_ = 0;
+  }
 }
 
 void Scheduler::finish_pass(const std::vector<Request*>& rows, std::span<const float> logits,

@@ -30,8 +30,10 @@ TEST(ConfigTest, ConfigSetKeepsEveryRuntimeIntegerInsideItsLimits) {
       {"max_pending", limits::kMaxPending.min, limits::kMaxPending.max},
       {"max_line_bytes", static_cast<long long>(limits::kMaxLineBytes.min),
        static_cast<long long>(limits::kMaxLineBytes.max)},
-      {"max_batch_size", limits::kMaxBatchSize.min, 16},  // token_budget 16 caps it
-      {"token_budget", 8, limits::kTokenBudget.max},      // max_batch_size 8 floors it
+      // token_budget 0 (chosen at start) caps nothing
+      {"max_batch_size", limits::kMaxBatchSize.min, limits::kMaxBatchSize.max},
+      {"token_budget", 8, limits::kTokenBudget.max},  // max_batch_size 8 floors it (but 0)
+      {"mixed_prefill_tokens", limits::kTokenBudget.min, limits::kTokenBudget.max},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -43,6 +45,7 @@ TEST(ConfigTest, ConfigSetKeepsEveryRuntimeIntegerInsideItsLimits) {
     EXPECT_FALSE(set({{c.name, std::uint64_t{1} << 63}}, c.name));
     EXPECT_FALSE(set({{c.name, 1.5}}, c.name));
   }
+  EXPECT_EQ(set({{"token_budget", 0}}, "token_budget"), json(0)) << "0: chosen at start";
 }
 
 TEST(ConfigTest, TheRefusalsThatOnceGotThroughNameTheSettingAndItsRange) {

@@ -281,6 +281,20 @@ TEST_F(CtlTest, ExitCodesAndOneLineErrors) {
 TEST_F(CtlTest, ConfigGetAndSet) {
   Daemon d;
   ASSERT_TRUE(d.wait_ready());
+  // token_budget 0 by default: the daemon chose from passes it measured,
+  // and says what and why.
+  auto chosen = ctl({"--socket", d.socket_path(), "config", "get", "--json"});
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.err;
+  const json before = json::parse(chosen.out);
+  EXPECT_EQ(before["token_budget"]["value"], 0);
+  EXPECT_GE(before["token_budget"]["chosen"].get<int>(), 8) << "at least max_batch_size";
+  EXPECT_GE(before["mixed_prefill_tokens"]["chosen"].get<int>(), 1);
+  EXPECT_TRUE(test_util::contains(before["token_budget"].value("why", ""), "a pass of"));
+  auto shown = ctl({"--socket", d.socket_path(), "config", "get", "token_budget"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_TRUE(test_util::contains(shown.out, "0 (" + before["token_budget"]["chosen"].dump() + ")"))
+      << shown.out;
+  EXPECT_TRUE(test_util::contains(shown.out, "token budgets: token_budget ")) << shown.out;
   auto set = ctl(
       {"--socket", d.socket_path(), "config", "set", "token-budget", "32", "policy", "priority"});
   ASSERT_EQ(set.exit_code, 0) << set.err;

@@ -795,9 +795,11 @@ TEST_F(SchedulerTest, RefusesBadConfigsWithClearMessages) {
   c.max_batch_size = 0;
   refused(c, "max_batch_size must be at least 1");
   c = {};
-  c.token_budget = 0;
-  c.max_batch_size = 1;
-  refused(c, "token_budget must be at least 1");
+  c.token_budget = -1;
+  refused(c, "token_budget must be at least 1 (0: chosen at start), got -1");
+  c = {};
+  c.mixed_prefill_tokens = -2;
+  refused(c, "mixed_prefill_tokens must be at least 1 (0: chosen at start), got -2");
   c = {};
   c.token_budget = 4;
   c.max_batch_size = 8;
@@ -836,6 +838,90 @@ TEST_F(SchedulerTest, RefusesBadConfigsWithClearMessages) {
   s = Scheduler::create(*model_, tokenizer_, SchedulerConfig{}, &busy);
   ASSERT_TRUE(s.has_value()) << s.error();
   EXPECT_EQ((*s)->max_blocks(), 8);
+}
+
+// token_budget 0: create() measures passes of each size on this device and
+// chooses; an explicit budget replaces the choice at run time, and 0 brings
+// the same choice back. Tokens never depend on it.
+TEST_F(SchedulerTest, AnAutomaticBudgetIsChosenFromMeasuredPasses) {
+  SchedulerConfig c;
+  c.token_budget = SchedulerConfig::kAuto;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  const BudgetChoice chosen = s->budget_choice();
+  EXPECT_TRUE(chosen.automatic);
+  EXPECT_FALSE(chosen.why.empty());
+  EXPECT_EQ(s->config().token_budget, chosen.token_budget);
+  EXPECT_EQ(s->config().mixed_prefill_tokens, chosen.mixed_prefill_tokens);
+  EXPECT_GE(chosen.token_budget, c.max_batch_size);
+  EXPECT_GE(chosen.mixed_prefill_tokens, 1);
+  EXPECT_LE(chosen.mixed_prefill_tokens, chosen.token_budget);
+  const auto sweep = s->pass_sweep();
+  ASSERT_FALSE(sweep.empty());
+  EXPECT_EQ(sweep.front().rows, 16);
+  for (std::size_t i = 0; i < sweep.size(); ++i) {
+    EXPECT_GT(sweep[i].seconds, 0);
+    EXPECT_LE(sweep[i].rows, model_->config().block_size);
+    if (i > 0) {
+      EXPECT_GT(sweep[i].rows, sweep[i - 1].rows);
+    }
+  }
+  EXPECT_EQ(chosen.token_budget, resolve_budgets(c, sweep).token_budget)
+      << "the choice is the pure function of the sweep the daemon shows";
+
+  SchedulerConfig set = s->config();
+  set.token_budget = 40;
+  set.mixed_prefill_tokens = SchedulerConfig::kAuto;
+  ASSERT_TRUE(s->reconfigure(set));
+  EXPECT_EQ(s->config().token_budget, 40);
+  EXPECT_EQ(s->config().mixed_prefill_tokens, 40);
+  EXPECT_FALSE(s->budget_choice().automatic);
+  ASSERT_TRUE(s->reconfigure(c));
+  EXPECT_EQ(s->config().token_budget, chosen.token_budget);
+
+  Trace trace;
+  const RequestParams p = params(std::string(150, 'a') + "Q: Why?", 6);
+  const RequestId id = submit(*s, trace, p);
+  ASSERT_TRUE(drain(*s, trace));
+  EXPECT_EQ(as_vector(s->find(id)->generated()), alone(p).tokens);
+}
+
+// Beside running decodes a pass takes at most mixed_prefill_tokens of a
+// prompt (their inter-token latency stays even); alone it takes the budget.
+TEST_F(SchedulerTest, DecodesCapThePrefillChunkBesideThem) {
+  SchedulerConfig c;
+  c.token_budget = 64;
+  c.mixed_prefill_tokens = 8;
+  auto s = make(c);
+  ASSERT_NE(s, nullptr);
+  Trace trace;
+  const RequestParams running = params("Q: A", 40);
+  const RequestId first = submit(*s, trace, running);
+  while (s->status(first) != RequestStatus::kRunning) ASSERT_TRUE(step(*s, trace));
+  const RequestParams prompt = params(std::string(120, 'b') + " Q: Why?", 4);
+  const RequestId second = submit(*s, trace, prompt);
+  bool beside = false;
+  while (s->has_work()) {
+    const bool decoding = s->status(first) == RequestStatus::kRunning;
+    const StepOutput out = s->step();
+    ++trace.steps;
+    for (const RequestEvent& e : out.events) {
+      ASSERT_TRUE(e.error.empty()) << e.error;
+      trace.streamed_tokens[e.id].insert(trace.streamed_tokens[e.id].end(), e.tokens.begin(),
+                                         e.tokens.end());
+    }
+    ASSERT_TRUE(s->check_invariants());
+    if (out.prefill_request == second && decoding) {
+      EXPECT_LE(out.prefill_tokens, 8) << "beside a decode";
+      beside = true;
+    }
+  }
+  EXPECT_TRUE(beside);
+  EXPECT_EQ(trace.streamed_tokens[first], alone(running).tokens);
+  EXPECT_EQ(trace.streamed_tokens[second], alone(prompt).tokens);
+  // With nothing decoding, the whole budget.
+  ASSERT_TRUE(s->submit(prompt));
+  EXPECT_EQ(s->step().prefill_tokens, 64);
 }
 
 TEST_F(SchedulerTest, RefusesBadSubmitsBeforeTheyReachTheEngine) {

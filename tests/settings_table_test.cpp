@@ -128,9 +128,9 @@ TEST(SettingsTableTest, RuntimeRowsAreExactlyTheOnesConfigSetChanges) {
     }
   }
   // The ones config.h and docs/protocol.md name.
-  EXPECT_EQ(runtime,
-            (std::set<std::string>{"log_level", "max_pending", "max_line_bytes", "drain_timeout",
-                                   "http_timeout", "token_budget", "max_batch_size", "policy"}));
+  EXPECT_EQ(runtime, (std::set<std::string>{"log_level", "max_pending", "max_line_bytes",
+                                            "drain_timeout", "http_timeout", "token_budget",
+                                            "mixed_prefill_tokens", "max_batch_size", "policy"}));
 }
 
 TEST(SettingsTableTest, ConfigGetListsEveryRowWithItsDescriptionDefaultAndRange) {

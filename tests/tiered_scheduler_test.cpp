@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/block_hash.h"
 #include "engine/scheduler.h"
 #include "scheduler_test_util.h"
 #include "stand_in_device.h"
@@ -135,9 +136,11 @@ class TieredSchedulerTest : public ::testing::Test {
   // A write-through scheduler that has served kShared + " one", with the
   // prompt's blocks on L3 only, the second of them damaged; null (with the
   // failure recorded) if that could not be set up.
-  std::unique_ptr<Scheduler> with_a_damaged_l3_block(const test_util::TempDir& dir) {
+  std::unique_ptr<Scheduler> with_a_damaged_l3_block(const test_util::TempDir& dir, int damaged = 1,
+                                                     bool load_by_layer = true) {
     SchedulerConfig c = tiered(dir.path() / "l3");
     c.cache.write_policy = WritePolicy::kWriteThrough;
+    c.cache.load_by_layer = load_by_layer;
     auto s = make(c);
     if (s == nullptr) return nullptr;
     EXPECT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
@@ -148,11 +151,21 @@ class TieredSchedulerTest : public ::testing::Test {
     const std::size_t block = model_->kv_layout(16).block_bytes();
     const int fd = ::open((dir.path() / "l3" / "slab").c_str(), O_WRONLY);
     const std::vector<char> junk(64, 0x5a);
-    const bool damaged =
-        fd >= 0 && ::pwrite(fd, junk.data(), junk.size(), static_cast<off_t>(block + 4096)) == 64;
+    const auto at = static_cast<off_t>(block * static_cast<std::size_t>(damaged) + 4096);
+    const bool written = fd >= 0 && ::pwrite(fd, junk.data(), junk.size(), at) == 64;
     if (fd >= 0) ::close(fd);
-    EXPECT_TRUE(damaged) << "could not damage the slab";
-    return damaged ? std::move(s) : nullptr;
+    EXPECT_TRUE(written) << "could not damage the slab";
+    return written ? std::move(s) : nullptr;
+  }
+
+  // Staged figures under which reading a block from L3 costs what
+  // recomputing its 16 tokens does (1 ms a row, 16 ms a block): a cached
+  // run is split, its front recomputed while the rest loads.
+  static TierCosts close_costs() {
+    TierCosts k;
+    k.prefill = {{16, 16e-3, 1}, {128, 128e-3, 1}};
+    k.load[Tier::kL3] = {0, 16e-3, 1};
+    return k;
   }
 
   static Model* model_;
@@ -726,7 +739,8 @@ TEST_F(TieredSchedulerTest, LoadOrRecomputeFollowsTheMeasuredCosts) {
   ASSERT_NE(s, nullptr);
   s->calibrate_tier_costs();
   const TierCosts measured = s->cache()->stats().costs;
-  EXPECT_GT(measured.prefill_per_token_s, 0);
+  ASSERT_FALSE(measured.prefill.empty());
+  EXPECT_GT(measured.pass_seconds(16), 0);
   EXPECT_GT(measured.load[Tier::kL2].per_block_s, 0);
   EXPECT_GT(measured.load[Tier::kL3].latency_s + measured.load[Tier::kL3].per_block_s, 0);
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
@@ -772,18 +786,110 @@ TEST_F(TieredSchedulerTest, ABadStartUpPrefillFigureIsOutvotedByTheRealPasses) {
   auto s = make(tiered());
   ASSERT_NE(s, nullptr);
   CostModel& costs = s->cache()->cost_model();
-  for (int i = 0; i < 5; ++i) costs.add_prefill(50.0, 1000);  // five bad calibration passes
-  ASSERT_DOUBLE_EQ(s->cache()->stats().costs.prefill_per_token_s, 0.05);
+  // Five bad calibration passes of 32 rows: 1.6 s each.
+  for (int i = 0; i < 5; ++i) costs.add_prefill(1.6, 32);
+  ASSERT_DOUBLE_EQ(s->cache()->stats().costs.pass_seconds(32), 1.6);
   // One at a time, each prompt its own: passes of 32 prefill tokens.
   for (const char* stem : {"Alpha: ", "Bravo: ", "Charlie: ", "Delta: "})
     ASSERT_TRUE(run_and_compare(*s, {params(stem + kShared, 2, greedy())}));
   const TierCosts after = s->cache()->stats().costs;
   // More real samples than bad ones: the median is a real one, whatever
   // this machine's speed (short of 50 ms a token).
-  EXPECT_GT(after.prefill_samples, 10);
-  EXPECT_LT(after.prefill_per_token_s, 0.05) << "still ruled by the start-up figure";
-  EXPECT_GT(after.prefill_per_token_s, 0);
+  EXPECT_GT(after.prefill_samples(), 10);
+  EXPECT_LT(after.pass_seconds(32), 1.6) << "still ruled by the start-up figure";
+  EXPECT_GT(after.pass_seconds(32), 0);
 }
+
+// Split by the staged figures, the front of a prefix that lives in L3 is
+// recomputed while the rest loads (by layer, or in whole blocks): the
+// tokens are those of a solo run, and every block, recomputed or loaded,
+// holds the very bytes it was first computed with.
+class TieredSplitTest : public TieredSchedulerTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(TieredSplitTest, AFrontRecomputedWhileTheRestLoadsHoldsTheStoredBytes) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  c.cache.load_by_layer = GetParam();
+  const KvLayout layout = model_->kv_layout(16);
+  const Scheduler::L1Shape shape = Scheduler::l1_shape(layout, c);
+  tiers::BlockPool pool(shape.block_bytes, shape.blocks, tiers::Memory::kPageAligned);
+  auto made = Scheduler::create(*model_, tokenizer_, c, &pool);
+  ASSERT_TRUE(made.has_value()) << made.error();
+  Scheduler& s = **made;
+  ASSERT_TRUE(run_and_compare(s, {params(kShared + " one", 4, greedy())}));
+
+  const RequestParams next = params(kShared + " two", 8, greedy());
+  const int blocks = (static_cast<int>(next.prompt.size()) - 1) / 16;
+  // The L1 block of each of next's prompt blocks, found by its key.
+  auto l1_bytes = [&](int b) -> std::span<const std::byte> {
+    tiers::BlockKey key = s.cache()->root("");
+    for (int i = 0; i <= b; ++i)
+      key = chain_key(key, std::span(next.prompt).subspan(static_cast<std::size_t>(i) * 16, 16));
+    const CacheNode* node = s.cache()->tree().find(key);
+    if (node == nullptr || !node->usable_l1()) return {};
+    return {pool.data(node->slot(Tier::kL1)), layout.block_bytes()};
+  };
+  std::vector<std::vector<std::byte>> computed;
+  for (int b = 0; b < blocks; ++b) {
+    const auto bytes = l1_bytes(b);
+    ASSERT_FALSE(bytes.empty()) << "block " << b;
+    computed.emplace_back(bytes.begin(), bytes.end());
+  }
+  s.cache()->drain();
+  s.cache()->flush(Tier::kL1);
+  s.cache()->flush(Tier::kL2);  // the prefix in L3 alone
+  s.cache()->cost_model().pin(close_costs());
+  const RunPlan plan = s.cache()->cost_model().plan(
+      {.blocks = blocks,
+       .reads = blocks,
+       .splittable = blocks,
+       .suffix_tokens = static_cast<int>(next.prompt.size()) - blocks * 16},
+      16, {.chunk = c.token_budget});
+  ASSERT_GT(plan.recompute, 0);
+  ASSERT_LT(plan.recompute, blocks) << "the staged figures split the run";
+
+  const CacheStats before = s.cache()->stats();
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(s, {next}, &ids));
+  const CacheStats after = s.cache()->stats();
+  EXPECT_EQ(after.skipped_loads - before.skipped_loads, plan.recompute);
+  EXPECT_EQ(after.tier[2].promotions - before.tier[2].promotions, blocks - plan.recompute);
+  EXPECT_EQ(s.find(ids[0])->cached_tokens(), (TierCounts{{0, 0, (blocks - plan.recompute) * 16}}));
+  EXPECT_EQ(s.stats().discarded_passes, 0);
+  for (int b = 0; b < blocks; ++b) {
+    const auto bytes = l1_bytes(b);
+    ASSERT_EQ(bytes.size(), computed[b].size()) << "block " << b << " is not in L1";
+    EXPECT_EQ(std::memcmp(bytes.data(), computed[b].data(), bytes.size()), 0)
+        << "block " << b << (b < plan.recompute ? " (recomputed)" : " (loaded)");
+  }
+}
+
+// A block of the loaded part fails its checksum while the front is
+// recomputed: what was computed on it is thrown away, the request finds
+// its front in L1 and recomputes from the damaged block, and its tokens
+// are a solo run's: never a wrong token, never a failed request.
+TEST_P(TieredSplitTest, ADamagedBlockAfterTheFrontFallsBackToRecomputing) {
+  test_util::TempDir dir;
+  auto s = with_a_damaged_l3_block(dir, 3, GetParam());
+  ASSERT_NE(s, nullptr);
+  s->cache()->cost_model().pin(close_costs());
+  const CacheStats before = s->cache()->stats();
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 8, greedy())}, &ids));
+  const CacheStats after = s->cache()->stats();
+  EXPECT_EQ(after.tier[2].checksum_failures, 1);
+  EXPECT_EQ(s->stats().discarded_passes, 1);
+  // Five blocks, split two and three: blocks 0 and 1 recomputed, never
+  // read; 2 and 4 read whole; 3 failed. (Unsplit, 0 and 1 are read too.)
+  EXPECT_EQ(after.tier[2].promotions - before.tier[2].promotions, 2);
+  // Looking again, it found the front it had computed in L1 (and block 2,
+  // landed meanwhile, counted as the L3 hit it is).
+  EXPECT_EQ(after.tier[0].hits - before.tier[0].hits, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(LoadByLayer, TieredSplitTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "ByLayer" : "WholeBlocks"; });
 
 }  // namespace
 }  // namespace kvtier

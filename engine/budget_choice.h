@@ -1,0 +1,62 @@
+// Token budgets that fit the device: chosen from what passes of each size
+// cost on it, measured at start-up (Scheduler::create's sweep).
+//
+// A pass's rows share one read of the weights, so small passes waste the
+// device: on a 2-core CPU a 16-row pass of GPT-2 124M costs 1.5x per row
+// what a 128-row one does, on an H200 11x what a 1024-row one does. A fixed
+// default of 16 tokens a pass made a cold 1024-token prompt 2.7x (CPU) to
+// 12x (GPU) slower than it need be. Larger is not free either: a prefill
+// chunk shares its pass with the decodes of the running requests, which
+// wait for all of it. So two budgets, as llama.cpp's n_batch and vLLM's
+// chunked prefill have them:
+//
+//   token_budget          rows of a pass: the smallest pass whose cost per
+//                         row is within kThroughputSlack of the best measured
+//                         (larger buys little and takes memory);
+//   mixed_prefill_tokens  prompt tokens a pass takes beside running decodes:
+//                         the most that keep such a pass within kItlStretch
+//                         times a decode step of max_batch_size rows alone,
+//                         so the running requests' inter-token latency
+//                         stretches at most that much while a long prompt
+//                         prefills.
+//
+// An explicit setting always wins; mixed_prefill_tokens is chosen only with
+// an automatic token_budget (with an explicit one, its automatic value is
+// the budget's own share: no cap, as before). Pure functions: the daemon
+// resolves what config.get shows with the same call the scheduler makes.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/cost_model.h"
+
+namespace kvtier {
+
+struct SchedulerConfig;
+
+// Within 10% of the best cost per row: about as fast as the best.
+inline constexpr double kThroughputSlack = 1.10;
+// A decode step beside a prefill chunk: at most 3x as long as alone.
+inline constexpr double kItlStretch = 3.0;
+
+// The pass sizes a sweep measures, fewest rows first: 16, 32, 64, ... up to
+// `most` (the context, and what the pool holds); just `most` when it is
+// below 16. Empty when `most` < 1.
+std::vector<int> sweep_sizes(int most);
+
+struct BudgetChoice {
+  int token_budget = 0;
+  int mixed_prefill_tokens = 0;
+  bool automatic = false;  // token_budget was chosen here
+  std::string why;         // one line for the start-up log and config.get
+};
+
+// The budgets in force for `requested` (SchedulerConfig::kAuto where the
+// scheduler chooses) from `sweep`, the measured cost of a pass by rows
+// (TierCosts::prefill's points, ascending). With an empty sweep an automatic
+// token_budget is max(max_batch_size, 16), as before.
+BudgetChoice resolve_budgets(const SchedulerConfig& requested, std::span<const PassCost> sweep);
+
+}  // namespace kvtier

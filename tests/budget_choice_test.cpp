@@ -1,0 +1,89 @@
+#include "engine/budget_choice.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/scheduler.h"
+#include "test_util.h"
+
+namespace kvtier {
+namespace {
+
+using test_util::contains;
+
+// GPT-2 124M on this project's 2-core CPU (median pass, ms by rows).
+const std::vector<PassCost> kCpu = {{16, 31.5e-3, 3},    {32, 62.5e-3, 3},   {64, 102.3e-3, 3},
+                                    {128, 183.2e-3, 3},  {256, 344.8e-3, 3}, {512, 695.7e-3, 1},
+                                    {1024, 1553.6e-3, 1}};
+// The same model on an H200 (16 rows 3.5 ms, 1024 rows 19.4 ms).
+const std::vector<PassCost> kGpu = {{16, 3.5e-3, 3},   {32, 3.6e-3, 3},  {64, 3.8e-3, 3},
+                                    {128, 4.3e-3, 3},  {256, 6.0e-3, 3}, {512, 11.5e-3, 3},
+                                    {1024, 19.4e-3, 3}};
+
+SchedulerConfig automatic(int max_batch_size = 8) {
+  SchedulerConfig c;
+  c.token_budget = SchedulerConfig::kAuto;
+  c.max_batch_size = max_batch_size;
+  return c;
+}
+
+TEST(BudgetChoiceTest, SweepSizesArePowersOfTwoUpToTheLimit) {
+  EXPECT_EQ(sweep_sizes(1024), (std::vector<int>{16, 32, 64, 128, 256, 512, 1024}));
+  EXPECT_EQ(sweep_sizes(300), (std::vector<int>{16, 32, 64, 128, 256}));
+  EXPECT_EQ(sweep_sizes(8), (std::vector<int>{8}));
+  EXPECT_TRUE(sweep_sizes(0).empty());
+}
+
+// On the CPU a pass of 128 rows is within 10% of the best cost per row (256
+// rows), and beside 8 decodes a prompt chunk keeps the pass within 3x.
+TEST(BudgetChoiceTest, TheCpuGetsTheSmallestPassNearTheBestAndAChunkThatSparesDecodes) {
+  const BudgetChoice c = resolve_budgets(automatic(), kCpu);
+  EXPECT_TRUE(c.automatic);
+  EXPECT_EQ(c.token_budget, 128);
+  TierCosts curve;
+  curve.prefill = kCpu;
+  const double alone = curve.pass_seconds(8);
+  EXPECT_LE(curve.pass_seconds(8 + c.mixed_prefill_tokens), kItlStretch * alone);
+  EXPECT_GT(curve.pass_seconds(8 + c.mixed_prefill_tokens + 1), kItlStretch * alone)
+      << "the largest such chunk";
+  EXPECT_GT(c.mixed_prefill_tokens, 16);
+  EXPECT_LT(c.mixed_prefill_tokens, c.token_budget);
+  EXPECT_TRUE(contains(c.why, "token_budget 128: a pass of 128 rows")) << c.why;
+  EXPECT_TRUE(contains(c.why, "within 10% of the least (1347 us a row at 256 rows)")) << c.why;
+  EXPECT_TRUE(contains(c.why, "of passes of 16 to 1024 rows (16 rows: 1969 us a row)")) << c.why;
+}
+
+// On the GPU the cost per row falls to the last size measured.
+TEST(BudgetChoiceTest, TheGpuGetsLargePasses) {
+  const BudgetChoice c = resolve_budgets(automatic(), kGpu);
+  EXPECT_EQ(c.token_budget, 1024);
+  EXPECT_GE(c.mixed_prefill_tokens, 256);
+}
+
+TEST(BudgetChoiceTest, AnExplicitSettingWins) {
+  SchedulerConfig set = automatic();
+  set.token_budget = 32;
+  BudgetChoice c = resolve_budgets(set, kCpu);
+  EXPECT_FALSE(c.automatic);
+  EXPECT_EQ(c.token_budget, 32);
+  EXPECT_EQ(c.mixed_prefill_tokens, 32) << "no cap of its own beside an explicit budget";
+  set.mixed_prefill_tokens = 12;
+  EXPECT_EQ(resolve_budgets(set, kCpu).mixed_prefill_tokens, 12);
+  SchedulerConfig mixed_only = automatic();
+  mixed_only.mixed_prefill_tokens = 20;
+  c = resolve_budgets(mixed_only, kCpu);
+  EXPECT_EQ(c.token_budget, 128);
+  EXPECT_EQ(c.mixed_prefill_tokens, 20);
+}
+
+TEST(BudgetChoiceTest, TheBudgetHoldsTheBatchAndASweeplessStartFallsBack) {
+  EXPECT_EQ(resolve_budgets(automatic(256), kCpu).token_budget, 256)
+      << "every running request decodes each step";
+  const BudgetChoice none = resolve_budgets(automatic(), {});
+  EXPECT_EQ(none.token_budget, 16);
+  EXPECT_EQ(none.mixed_prefill_tokens, 16);
+  EXPECT_TRUE(contains(none.why, "no pass could be measured"));
+  EXPECT_EQ(resolve_budgets(automatic(64), {}).token_budget, 64);
+}
+
+}  // namespace
+}  // namespace kvtier
