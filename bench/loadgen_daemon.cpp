@@ -17,6 +17,13 @@
 
 namespace kvtier::bench {
 
+std::string default_kvtierd(const char* argv0) {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) self = std::filesystem::absolute(argv0);
+  return (self.parent_path().parent_path() / "daemon" / "kvtierd").string();
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

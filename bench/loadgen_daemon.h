@@ -18,6 +18,10 @@ namespace kvtier::bench {
 // without a value). Empty when the binary cannot be run.
 std::map<std::string, std::string> daemon_flags(const std::string& binary);
 
+// The kvtierd of this build tree, beside the running bench binary
+// (build/bench/soak -> build/daemon/kvtierd); `argv0` when /proc has no link.
+std::string default_kvtierd(const char* argv0);
+
 class DaemonProcess {
  public:
   // Starts `binary --socket <tmp>/kvtierd.sock <args...>` and waits until the

@@ -391,7 +391,34 @@ struct RunOutput {
   Summary summary;
   std::vector<Check> checks;
   bool started = false;
+  double lone_ttft_ms = -1;  // one request of the workload alone, before the arrivals
 };
+
+// The TTFT of one request of the workload (a draw of its own), sent alone
+// under a cache_salt of its own; -1 when it failed.
+double lone_ttft_ms(const std::string& socket, const LoadOptions& lo) {
+  Workload w(lo.kinds, lo.seed ^ 0x9E3779B97F4A7C15ULL, lo.context, lo.word_tokens);
+  const WorkItem item = w.next();
+  auto c = kvtier::ctl::RpcClient::connect(socket);
+  if (!c) return -1;
+  auto r = c->call("generate", {{"prompt", item.prompt},
+                                {"max_tokens", 1},
+                                {"temperature", 0},
+                                {"cache_salt", "soak-lone"}});
+  return r && r->contains("timings") ? (*r)["timings"].value("ttft_ms", -1.0) : -1;
+}
+
+// Says so when the arrivals outran the daemon: its TTFT is then mostly
+// queueing (TTFT p50 over 3x a lone request's), and the run measures what
+// the tiers hold, not latency.
+void warn_if_outrun(const RunOutput& r, double rate) {
+  const double p50 = r.summary.ttft.p50;
+  if (r.lone_ttft_ms <= 0 || p50 <= 3 * r.lone_ttft_ms) return;
+  std::printf(
+      "soak: warning: the arrivals outran kvtierd: TTFT p50 %.0f ms is %.1fx a lone request's "
+      "%.0f ms (%.2f answers/s against %.2f arrivals/s); lower --rate for latency figures\n",
+      p50, p50 / r.lone_ttft_ms, r.lone_ttft_ms, r.summary.requests_per_s, rate);
+}
 
 // Which checks a run makes: none (--compare), all of the soak's, or a
 // fleet's (requests, cold, exit).
@@ -445,6 +472,7 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
   lo.word_tokens = model_reads_gpt2_bpe(o.model);
   lo.progress = !o.quiet;
   lo.label = setup.label + " ";
+  out.lone_ttft_ms = lone_ttft_ms(lo.sockets.front(), lo);
   out.result = run_load(lo);
   if (!out.result.error.empty()) {
     std::fprintf(stderr, "soak: %s\n", out.result.error.c_str());
@@ -521,14 +549,6 @@ int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& fl
   std::printf("CSVs: %s/fleet-{islands,shared}-{requests,stats,config}.csv\n", o.out.c_str());
   std::printf("soak: %s\n", ok ? "all checks passed" : "FAILED");
   return ok ? 0 : 1;
-}
-
-std::string default_kvtierd(const char* argv0) {
-  // Beside this binary in the build tree: build/bench/soak -> build/daemon/kvtierd.
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) self = fs::absolute(argv0);
-  return (self.parent_path().parent_path() / "daemon" / "kvtierd").string();
 }
 
 }  // namespace
@@ -680,6 +700,7 @@ int main(int argc, char** argv) {
       RunOutput r = run_setup(o, setup, flags, tag, Verify::kNone);
       if (!r.started) return 2;
       ok = ok && r.summary.lost == 0 && r.summary.failed == 0;
+      warn_if_outrun(r, o.rate);
       rows.emplace_back(setup.label, r.summary);
     }
     std::printf("workload %s, rate %.2f/s, concurrency %d, %.0f s each, seed %llu; tiers %s\n",
@@ -700,6 +721,9 @@ int main(int argc, char** argv) {
       model_name(o.model).c_str(), o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
       static_cast<unsigned long long>(o.seed), tiers_text(o).c_str());
   print_summary(r.summary, stdout);
+  std::printf("a lone request of the workload, before the arrivals: TTFT %.0f ms\n",
+              r.lone_ttft_ms);
+  warn_if_outrun(r, o.rate);
   const bool ok = print_checks(r.checks);
   std::printf("CSVs: %s/%s-{requests,stats,config}.csv\n", o.out.c_str(), tag.c_str());
   std::printf("plot: %s/scripts/plot_soak.sh %s/%s\n", KVTIER_SOURCE_DIR, o.out.c_str(),

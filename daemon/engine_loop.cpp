@@ -139,7 +139,7 @@ EngineLoop::EngineLoop(std::unique_ptr<Model> model, Device device,
       device_(std::move(device)),
       tokenizer_(std::move(tokenizer)),
       scheduler_(std::move(scheduler)),
-      sweep_(scheduler_->pass_sweep().begin(), scheduler_->pass_sweep().end()),
+      sweep_(scheduler_->pass_sweep()),
       options_(std::move(options)),
       max_pending_(options_.max_pending) {}
 

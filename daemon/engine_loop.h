@@ -302,7 +302,7 @@ class EngineLoop {
   Device device_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::vector<PassCost> sweep_;  // the scheduler's pass sweep at create(): immutable
+  PassSweep sweep_;  // the scheduler's pass sweep at create(): immutable
   EngineLoopOptions options_;
   std::unordered_map<RequestId, Live> live_;                  // scheduler id -> live request
   std::unordered_map<DaemonRequestId, RequestId> by_daemon_;  // daemon id -> scheduler id

@@ -45,7 +45,8 @@ std::vector<int> sweep_sizes(int most) {
   return sizes;
 }
 
-BudgetChoice resolve_budgets(const SchedulerConfig& requested, std::span<const PassCost> sweep) {
+BudgetChoice resolve_budgets(const SchedulerConfig& requested, const PassSweep& measured) {
+  const std::vector<PassCost>& sweep = measured.passes;
   BudgetChoice c;
   const int batch = requested.max_batch_size;
   if (requested.token_budget != SchedulerConfig::kAuto) {
@@ -71,7 +72,7 @@ BudgetChoice resolve_budgets(const SchedulerConfig& requested, std::span<const P
   c.why = "token_budget " + std::to_string(c.token_budget) + ": a pass of " +
           std::to_string(chosen.rows) + " rows costs " + us_per_row(chosen) + ", " +
           (&chosen == best ? std::string("the least")
-                           : "within 10% of the least (" + us_per_row(*best) + " at " +
+                           : "within 5% of the least (" + us_per_row(*best) + " at " +
                                  std::to_string(best->rows) + " rows)") +
           " of passes of " + std::to_string(sweep.front().rows) + " to " +
           std::to_string(sweep.back().rows) + " rows (" + std::to_string(sweep.front().rows) +
@@ -81,16 +82,22 @@ BudgetChoice resolve_budgets(const SchedulerConfig& requested, std::span<const P
     c.why += "; mixed_prefill_tokens " + std::to_string(c.mixed_prefill_tokens) + " as set";
     return c;
   }
+  // The worst chunk: the last of a full context, its rows attending to all
+  // of it.
   TierCosts curve;
-  curve.prefill.assign(sweep.begin(), sweep.end());
+  curve.prefill = sweep;
   const double alone = curve.pass_seconds(batch);
+  auto beside = [&](int chunk) {
+    return curve.pass_seconds(batch + chunk) +
+           measured.seconds_per_row_key * chunk * std::max(measured.context, chunk);
+  };
   int chunk = c.token_budget;
-  while (chunk > 1 && curve.pass_seconds(batch + chunk) > kItlStretch * alone) --chunk;
+  while (chunk > 1 && beside(chunk) > kItlStretch * alone) --chunk;
   c.mixed_prefill_tokens = chunk;
   c.why += "; mixed_prefill_tokens " + std::to_string(chunk) + ": " + std::to_string(batch) +
-           " decodes and " + std::to_string(chunk) + " prompt tokens take " +
-           ms(curve.pass_seconds(batch + chunk)) + ", the decodes alone " + ms(alone) +
-           " (at most 3x)";
+           " decodes and the last " + std::to_string(chunk) + " tokens of a " +
+           std::to_string(measured.context) + "-token prompt take " + ms(beside(chunk)) +
+           ", the decodes alone " + ms(alone) + " (at most 3x)";
   return c;
 }
 

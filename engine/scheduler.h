@@ -316,7 +316,7 @@ class Scheduler {
   // What a pass of each size cost (ascending rows) when the sweep measured
   // them: create()'s, for an automatic token_budget, or
   // calibrate_tier_costs()'s. Empty before either.
-  std::span<const PassCost> pass_sweep() const { return sweep_; }
+  const PassSweep& pass_sweep() const { return sweep_; }
   // Measures what passes of each size cost (unless create() did) and,
   // through the cache, what loading a block from L2 and each store costs,
   // several times each, and adds the samples to the cache's cost model
@@ -445,9 +445,9 @@ class Scheduler {
   void sort_admitted_by_urgency();
 
   Model* model_;
-  ForwardPass forward_;
+  ForwardPass forward_;  // run is never empty: Model::forward unless the caller gave one
   BudgetChoice budget_choice_;
-  std::vector<PassCost> sweep_;  // run is never empty: Model::forward unless the caller gave one
+  PassSweep sweep_;
   const Tokenizer* tokenizer_;
   SchedulerConfig config_;
   std::unique_ptr<tiers::BlockPool> owned_pool_;

@@ -13,63 +13,112 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Passes per size, and the time after which a size takes no more: a 1024-row
-// pass of GPT-2 124M takes 1.5 s on 2 cores, and the sweep delays start-up.
-// The cost model's windows outvote a wild sample as real passes come in.
-constexpr int kPassesPerSize = 3;
-constexpr double kSecondsPerSize = 0.5;
+// Rounds of the sweep, each one pass of every size, interleaved so that a
+// machine whose speed drifts (a shared VM) shifts every size alike. A size
+// whose pass takes longer than kLongPass is measured once (a 1024-row pass
+// of GPT-2 124M takes 1.5 s on 2 cores, and the sweep delays start-up): a
+// wild sample there only makes a larger budget look better, which costs
+// little. The smaller sizes, which a lucky sample could make look as good
+// as the best, get the median of kRounds. The cost model's windows outvote
+// any wild sample as real passes come in.
+constexpr int kRounds = 3;
+constexpr double kLongPass = 0.4;
+constexpr double kSweepSeconds = 8;  // no round starts after this
 // Activations grow with the rows; no model we serve has a longer context.
 constexpr int kMostSweepRows = 4096;
+// The rows of the passes timed after a long prefix and without it, side by
+// side (a difference of a few tens of ms is lost in the noise of passes
+// timed apart), for what attention over the prefix costs; and how many pairs.
+constexpr int kDepthRows = 64;
+constexpr int kDepthPairs = 3;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double per_row(const PassCost& p) { return p.seconds / p.rows; }
 
 }  // namespace
 
 void Scheduler::measure_pass_sizes() {
-  sweep_.clear();
+  sweep_ = {};
+  sweep_.context = context_;
   const int P = config_.page_size;
-  const int most = std::min({context_, pool_->num_free() * P, kMostSweepRows});
-  const std::vector<int> sizes = sweep_sizes(most);
+  const int room = std::min(context_, pool_->num_free() * P);
+  std::vector<int> sizes = sweep_sizes(std::min(room, kMostSweepRows));
   if (sizes.empty()) return;
-  const std::vector<int> tokens(static_cast<std::size_t>(sizes.back()), 0);
-  // Seconds one pass of `rows` fresh rows took, or nothing if it failed.
-  auto pass = [&](int rows) -> std::optional<double> {
-    SequenceKv kv(P);
-    if (!kv.reserve(*pool_, rows)) return std::nullopt;
+  const std::vector<int> tokens(static_cast<std::size_t>(std::max(sizes.back(), kDepthRows)), 0);
+  // Times one pass of `rows` rows appended to kv (fresh pages), or nothing
+  // if it could not run.
+  auto pass = [&](SequenceKv& kv, int rows) -> std::optional<double> {
+    if (!kv.reserve(*pool_, kv.length() + rows)) return std::nullopt;
     const Model::Chunk chunk{&kv, std::span(tokens).first(static_cast<std::size_t>(rows)), false};
     const auto start = Clock::now();
     const bool ok = forward_.run(std::span(&chunk, 1), *pool_, {}).has_value();
-    const double took = std::chrono::duration<double>(Clock::now() - start).count();
-    kv.release(*pool_);
     if (!ok) return std::nullopt;
-    return took;
+    return since(start);
   };
   // The first pass faults pages in and warms caches: not a measurement.
-  if (!pass(sizes.front())) return;
-  CostModel sweep;  // the medians of each size's passes
-  int past_knee = 0;
-  for (int rows : sizes) {
-    double spent = 0;
-    for (int i = 0; i < kPassesPerSize && (i == 0 || spent < kSecondsPerSize); ++i) {
-      const auto took = pass(rows);
-      if (!took) break;
-      spent += *took;
+  {
+    SequenceKv kv(P);
+    const bool ok = pass(kv, sizes.front()).has_value();
+    kv.release(*pool_);
+    if (!ok) return;
+  }
+  // The prefix the deep passes follow: the longest size that leaves them room.
+  int prefix = 0;
+  for (int rows : sizes)
+    if (rows + kDepthRows <= room) prefix = rows;
+  CostModel sweep;                          // the medians of each size's passes
+  std::vector<double> deeper;               // what each pair's pass after the prefix took more
+  std::vector<double> first(sizes.size());  // each size's first pass
+  const auto start = Clock::now();
+  bool failed = false;  // a pass could not run: what was measured stands
+  for (int round = 0; !failed && round < kRounds && (round == 0 || since(start) < kSweepSeconds);
+       ++round) {
+    int past_knee = 0;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const int rows = sizes[i];
+      if (round > 0 && first[i] > kLongPass) continue;
+      SequenceKv kv(P);
+      const auto took = pass(kv, rows);
+      // The same rows after this prefix and fresh: what attending to it adds.
+      for (int d = 0; took && round == 0 && rows == prefix && d < kDepthPairs; ++d) {
+        SequenceKv after = kv.fork(*pool_), fresh(P);
+        const auto a = pass(after, kDepthRows);
+        const auto f = pass(fresh, kDepthRows);
+        if (a && f) deeper.push_back(*a - *f);
+        after.release(*pool_);
+        fresh.release(*pool_);
+      }
+      kv.release(*pool_);
+      if (!took) {
+        failed = true;
+        break;
+      }
       sweep.add_prefill(*took, rows);
       if (cache_) cache_->cost_model().add_prefill(*took, rows);
+      if (round > 0) continue;
+      first[i] = *took;
+      // In the first round, two sizes past the knee (a row costs more than
+      // kThroughputSlack times the least; one could be a noisy moment) end
+      // it: larger passes will not be chosen, and the curve extrapolates.
+      const std::vector<PassCost>& points = sweep.costs().prefill;
+      const double least = per_row(*std::ranges::min_element(points, {}, per_row));
+      past_knee = per_row(points.back()) > kThroughputSlack * least ? past_knee + 1 : 0;
+      if (past_knee == 2) {
+        sizes.resize(i + 1);
+        break;
+      }
     }
-    // Two sizes past the knee (a row costs more than kThroughputSlack times
-    // the best; one could be a noisy moment): larger passes will not be
-    // chosen, and the curve extrapolates them.
-    const std::vector<PassCost>& points = sweep.costs().prefill;
-    if (points.empty() || points.back().rows != rows) break;
-    const auto cheapest =
-        std::min_element(points.begin(), points.end(), [](const PassCost& a, const PassCost& b) {
-          return a.seconds / a.rows < b.seconds / b.rows;
-        });
-    const bool past =
-        points.back().seconds / rows > kThroughputSlack * cheapest->seconds / cheapest->rows;
-    past_knee = past ? past_knee + 1 : 0;
-    if (past_knee == 2) break;
   }
-  sweep_ = sweep.costs().prefill;
+  sweep_.passes = sweep.costs().prefill;
+  if (!deeper.empty()) {
+    std::ranges::nth_element(deeper, deeper.begin() + static_cast<long>(deeper.size() / 2));
+    // Each row attends to the prefix and to about half the rows.
+    sweep_.seconds_per_row_key =
+        std::max(0.0, deeper[deeper.size() / 2]) / (kDepthRows * (prefix + kDepthRows / 2.0));
+  }
 }
 
 void Scheduler::apply_budgets(const SchedulerConfig& config) {
@@ -94,7 +143,7 @@ PrefillShape Scheduler::prefill_shape() const {
 
 void Scheduler::calibrate_tier_costs() {
   if (!cache_) return;
-  if (sweep_.empty()) measure_pass_sizes();
+  if (sweep_.passes.empty()) measure_pass_sizes();
   (void)cache_->calibrate();
 }
 

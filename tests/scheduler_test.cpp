@@ -856,7 +856,9 @@ TEST_F(SchedulerTest, AnAutomaticBudgetIsChosenFromMeasuredPasses) {
   EXPECT_GE(chosen.token_budget, c.max_batch_size);
   EXPECT_GE(chosen.mixed_prefill_tokens, 1);
   EXPECT_LE(chosen.mixed_prefill_tokens, chosen.token_budget);
-  const auto sweep = s->pass_sweep();
+  const std::vector<PassCost>& sweep = s->pass_sweep().passes;
+  EXPECT_EQ(s->pass_sweep().context, model_->config().block_size);
+  EXPECT_GT(s->pass_sweep().seconds_per_row_key, 0) << "attending to a long prefix costs";
   ASSERT_FALSE(sweep.empty());
   EXPECT_EQ(sweep.front().rows, 16);
   for (std::size_t i = 0; i < sweep.size(); ++i) {
@@ -866,7 +868,7 @@ TEST_F(SchedulerTest, AnAutomaticBudgetIsChosenFromMeasuredPasses) {
       EXPECT_GT(sweep[i].rows, sweep[i - 1].rows);
     }
   }
-  EXPECT_EQ(chosen.token_budget, resolve_budgets(c, sweep).token_budget)
+  EXPECT_EQ(chosen.token_budget, resolve_budgets(c, s->pass_sweep()).token_budget)
       << "the choice is the pure function of the sweep the daemon shows";
 
   SchedulerConfig set = s->config();

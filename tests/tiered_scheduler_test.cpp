@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/slow_disk.h"
 #include "engine/block_hash.h"
 #include "engine/scheduler.h"
 #include "scheduler_test_util.h"
@@ -133,12 +134,12 @@ class TieredSchedulerTest : public ::testing::Test {
     return c;
   }
 
-  // A write-through scheduler that has served kShared + " one", with the
-  // prompt's blocks on L3 only, the second of them damaged; null (with the
-  // failure recorded) if that could not be set up.
-  std::unique_ptr<Scheduler> with_a_damaged_l3_block(const test_util::TempDir& dir, int damaged = 1,
-                                                     bool load_by_layer = true) {
-    SchedulerConfig c = tiered(dir.path() / "l3");
+  // A write-through scheduler with L3 in `l3` that has served kShared +
+  // " one", with the prompt's blocks on L3 only, block `damaged` of them
+  // damaged; null (with the failure recorded) if that could not be set up.
+  std::unique_ptr<Scheduler> with_a_damaged_l3_block(const std::filesystem::path& l3,
+                                                     int damaged = 1, bool load_by_layer = true) {
+    SchedulerConfig c = tiered(l3);
     c.cache.write_policy = WritePolicy::kWriteThrough;
     c.cache.load_by_layer = load_by_layer;
     auto s = make(c);
@@ -149,7 +150,7 @@ class TieredSchedulerTest : public ::testing::Test {
     s->cache()->flush(Tier::kL2);
     // Write-through stored the prompt's blocks in order into slots 0, 1, ...
     const std::size_t block = model_->kv_layout(16).block_bytes();
-    const int fd = ::open((dir.path() / "l3" / "slab").c_str(), O_WRONLY);
+    const int fd = ::open((l3 / "slab").c_str(), O_WRONLY);
     const std::vector<char> junk(64, 0x5a);
     const auto at = static_cast<off_t>(block * static_cast<std::size_t>(damaged) + 4096);
     const bool written = fd >= 0 && ::pwrite(fd, junk.data(), junk.size(), at) == 64;
@@ -319,7 +320,7 @@ TEST_F(TieredSchedulerTest, LoadByLayerServesAnL3PrefixAtOnceAndCopiesL2BlocksWh
 // the cache, and the request prefills from that block on: the same tokens.
 TEST_F(TieredSchedulerTest, ACorruptBlockLoadingByLayerThrowsThePassAwayAndIsRecomputed) {
   test_util::TempDir dir;
-  auto s = with_a_damaged_l3_block(dir);
+  auto s = with_a_damaged_l3_block(dir.path() / "l3");
   ASSERT_NE(s, nullptr);
 
   std::vector<RequestId> ids;
@@ -346,7 +347,7 @@ TEST_F(TieredSchedulerTest, ACorruptBlockLoadingByLayerThrowsThePassAwayAndIsRec
 // as that prefix's KV. A later request with the prefix gets the right tokens.
 TEST_F(TieredSchedulerTest, ACancelledRequestDoesNotCacheABlockWhoseLoadFailed) {
   test_util::TempDir dir;
-  auto s = with_a_damaged_l3_block(dir);
+  auto s = with_a_damaged_l3_block(dir.path() / "l3");
   ASSERT_NE(s, nullptr);
 
   // First in line, and longer than the token budget: its prefill takes the
@@ -803,14 +804,45 @@ TEST_F(TieredSchedulerTest, ABadStartUpPrefillFigureIsOutvotedByTheRealPasses) {
 // Split by the staged figures, the front of a prefix that lives in L3 is
 // recomputed while the rest loads (by layer, or in whole blocks): the
 // tokens are those of a solo run, and every block, recomputed or loaded,
-// holds the very bytes it was first computed with.
-class TieredSplitTest : public TieredSchedulerTest, public ::testing::WithParamInterface<bool> {};
+// holds the very bytes it was first computed with. On a fast disk the
+// loads are in before the front is computed; on a throttled one
+// (bench/slow_disk.h: a loop device read at five blocks a second, root
+// only) they are still coming, and the request waits for them.
+struct SplitCase {
+  bool by_layer, slow;
+};
+
+class TieredSplitTest : public TieredSchedulerTest,
+                        public ::testing::WithParamInterface<SplitCase> {
+ protected:
+  // Where L3 goes: in `dir`, or on a throttled disk made there (empty, and
+  // why_not_ says why, where none can be).
+  std::filesystem::path l3_dir(const test_util::TempDir& dir) {
+    if (!GetParam().slow) return dir.path() / "l3";
+    const std::size_t block = model_->kv_layout(16).block_bytes();
+    auto d = bench::SlowDisk::create(dir.path() / "slow", std::size_t{64} << 20, block * 5);
+    if (!d) {
+      why_not_ = d.error();
+      return {};
+    }
+    if (auto added = (*d)->add(); !added) {
+      why_not_ = added.error();
+      return {};
+    }
+    disk_ = std::move(*d);
+    return disk_->path() / "l3";
+  }
+  std::unique_ptr<bench::SlowDisk> disk_;
+  std::string why_not_;
+};
 
 TEST_P(TieredSplitTest, AFrontRecomputedWhileTheRestLoadsHoldsTheStoredBytes) {
   test_util::TempDir dir;
-  SchedulerConfig c = tiered(dir.path() / "l3");
+  const std::filesystem::path l3 = l3_dir(dir);
+  if (l3.empty()) GTEST_SKIP() << "no throttled loop device here: " << why_not_;
+  SchedulerConfig c = tiered(l3);
   c.cache.write_policy = WritePolicy::kWriteThrough;
-  c.cache.load_by_layer = GetParam();
+  c.cache.load_by_layer = GetParam().by_layer;
   const KvLayout layout = model_->kv_layout(16);
   const Scheduler::L1Shape shape = Scheduler::l1_shape(layout, c);
   tiers::BlockPool pool(shape.block_bytes, shape.blocks, tiers::Memory::kPageAligned);
@@ -871,7 +903,9 @@ TEST_P(TieredSplitTest, AFrontRecomputedWhileTheRestLoadsHoldsTheStoredBytes) {
 // are a solo run's: never a wrong token, never a failed request.
 TEST_P(TieredSplitTest, ADamagedBlockAfterTheFrontFallsBackToRecomputing) {
   test_util::TempDir dir;
-  auto s = with_a_damaged_l3_block(dir, 3, GetParam());
+  const std::filesystem::path l3 = l3_dir(dir);
+  if (l3.empty()) GTEST_SKIP() << "no throttled loop device here: " << why_not_;
+  auto s = with_a_damaged_l3_block(l3, 3, GetParam().by_layer);
   ASSERT_NE(s, nullptr);
   s->cache()->cost_model().pin(close_costs());
   const CacheStats before = s->cache()->stats();
@@ -888,8 +922,13 @@ TEST_P(TieredSplitTest, ADamagedBlockAfterTheFrontFallsBackToRecomputing) {
   EXPECT_EQ(after.tier[0].hits - before.tier[0].hits, 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(LoadByLayer, TieredSplitTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "ByLayer" : "WholeBlocks"; });
+INSTANTIATE_TEST_SUITE_P(Loads, TieredSplitTest,
+                         ::testing::Values(SplitCase{true, false}, SplitCase{false, false},
+                                           SplitCase{true, true}, SplitCase{false, true}),
+                         [](const auto& info) {
+                           return std::string(info.param.by_layer ? "ByLayer" : "WholeBlocks") +
+                                  (info.param.slow ? "FromASlowDisk" : "");
+                         });
 
 }  // namespace
 }  // namespace kvtier
