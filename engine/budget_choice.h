@@ -11,8 +11,10 @@
 // chunked prefill have them:
 //
 //   token_budget          rows of a pass: the smallest pass whose cost per
-//                         row is within kThroughputSlack of the least
-//                         measured (larger buys little and takes memory);
+//                         row of a full-context prompt (its own, and its
+//                         attention to the passes before it) is within
+//                         kThroughputSlack of the least measured (larger
+//                         buys little and holds newcomers up longer);
 //   mixed_prefill_tokens  prompt tokens a pass takes beside running decodes:
 //                         the most that keep such a pass, the chunk at the
 //                         end of a full context, within kItlStretch times a

@@ -289,7 +289,7 @@ TEST_F(CtlTest, ConfigGetAndSet) {
   EXPECT_EQ(before["token_budget"]["value"], 0);
   EXPECT_GE(before["token_budget"]["chosen"].get<int>(), 8) << "at least max_batch_size";
   EXPECT_GE(before["mixed_prefill_tokens"]["chosen"].get<int>(), 1);
-  EXPECT_TRUE(test_util::contains(before["token_budget"].value("why", ""), "a pass of"));
+  EXPECT_TRUE(test_util::contains(before["token_budget"].value("why", ""), "in passes of"));
   auto shown = ctl({"--socket", d.socket_path(), "config", "get", "token_budget"});
   ASSERT_EQ(shown.exit_code, 0) << shown.err;
   EXPECT_TRUE(test_util::contains(shown.out, "0 (" + before["token_budget"]["chosen"].dump() + ")"))
