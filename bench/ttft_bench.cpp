@@ -123,6 +123,16 @@ class Daemon {
   std::optional<ctl::RpcClient> client_;
 };
 
+// The value of setting `name` in force, from config.get's answer: what
+// kvtierd chose for a 0, or the value itself (an older kvtierd, which
+// chose nothing); 0 when absent.
+int in_force(const json& config, const char* name) {
+  if (!config.is_object() || !config.contains(name) || !config[name].is_object()) return 0;
+  const json& entry = config[name];
+  const json& v = entry.contains("chosen") ? entry["chosen"] : entry.value("value", json(0));
+  return v.is_number_integer() ? v.get<int>() : 0;
+}
+
 std::vector<std::string> daemon_args(const Options& o, const std::string& l3,
                                      const std::string& remote) {
   std::vector<std::string> args = {"--model",     (fs::path(o.out) / "model").string(),
@@ -212,8 +222,8 @@ Budgets sweep_budgets(const Options& o, const std::vector<int>& prompt) {
   auto d = Daemon::start(o, "sweep", args);
   if (!d) return {};
   const json config = d->call("config.get");
-  const int chosen = config["token_budget"].value("chosen", 0);
-  const int mixed = config["mixed_prefill_tokens"].value("chosen", 0);
+  const int chosen = in_force(config, "token_budget");
+  const int mixed = in_force(config, "mixed_prefill_tokens");
   std::printf("\n== budgets: kvtierd chose token_budget %d, mixed_prefill_tokens %d\n   (%s)\n",
               chosen, mixed, config["token_budget"].value("why", std::string()).c_str());
   struct Row {
@@ -280,8 +290,7 @@ void tiers_table(const Options& o, const std::string& name, std::vector<std::str
   if (!d) return;
   const json config = d->call("config.get");
   std::printf("\n== tiers, kvtierd %s (token_budget %d, mixed_prefill_tokens %d)\n", name.c_str(),
-              config["token_budget"].value("chosen", 0),
-              config["mixed_prefill_tokens"].value("chosen", 0));
+              in_force(config, "token_budget"), in_force(config, "mixed_prefill_tokens"));
   const std::vector<std::string> where = remote
                                              ? std::vector<std::string>{"l1", "l2", "l3", "remote"}
                                              : std::vector<std::string>{"l1", "l2", "l3"};

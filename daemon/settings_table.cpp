@@ -125,7 +125,7 @@ const std::array<Setting, 39> kSettings = {{
      .runtime = true,
      .description = "Prompt tokens a forward pass takes beside running decodes (chunked "
                     "prefill); 0 = chosen with token_budget 0 so that such a pass takes at most "
-                    "3x a decode step, else no cap",
+                    "2.5x a decode step, else no cap",
      .range = range_of(limits::kTokenBudget),
      .get = [](const DaemonConfig& c) -> json { return c.scheduler.mixed_prefill_tokens; },
      .set = [](DaemonConfig& c,

@@ -86,7 +86,7 @@ BudgetChoice resolve_budgets(const SchedulerConfig& requested, const PassSweep& 
       std::to_string(chosen.rows) + " rows costs " + us_a_row(prompt_per_row(chosen, measured)) +
       ", " +
       (&chosen == best ? std::string("the least")
-                       : "within 5% of the least (" + us_a_row(prompt_per_row(*best, measured)) +
+                       : "within 1% of the least (" + us_a_row(prompt_per_row(*best, measured)) +
                              " in passes of " + std::to_string(best->rows) + ")") +
       " of passes of " + std::to_string(sweep.front().rows) + " to " +
       std::to_string(sweep.back().rows) + " rows (" + std::to_string(sweep.front().rows) + ": " +
@@ -111,7 +111,7 @@ BudgetChoice resolve_budgets(const SchedulerConfig& requested, const PassSweep& 
   c.why += "; mixed_prefill_tokens " + std::to_string(chunk) + ": " + std::to_string(batch) +
            " decodes and the last " + std::to_string(chunk) + " tokens of a " +
            std::to_string(measured.context) + "-token prompt take " + ms(beside(chunk)) +
-           ", the decodes alone " + ms(alone) + " (at most 3x)";
+           ", the decodes alone " + ms(alone) + " (at most 2.5x)";
   return c;
 }
 

@@ -67,6 +67,7 @@ struct LayerLoad {
 struct PrefixSplit {
   int first = 0;  // the first recomputed block's index in blocks()
   int count = 0;  // recomputed blocks; 0: no split
+  bool covers(int index) const { return index >= first && index < first + count; }
 };
 
 class PrefixLease {

@@ -171,8 +171,7 @@ bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
   int taken = 0;
   for (std::size_t i = 0; i < path.size(); ++i) {
     CacheNode* node = path[i];
-    const bool recomputed =
-        static_cast<int>(i) >= split.first && static_cast<int>(i) < split.first + split.count;
+    const bool recomputed = split.covers(static_cast<int>(i));
     if (!recomputed && node->usable_l1()) continue;
     if (!recomputed && node->loading()) {
       pending = true;
@@ -230,10 +229,9 @@ PrefixLease KvCache::hand_out(PrefixPlan& plan, int wanted) {
   LayerLoad::Counted counted;
   for (std::size_t i = 0; i < path.size(); ++i) {
     CacheNode* node = path[i];
-    const int recomputed = static_cast<int>(i) - split.first;
-    if (recomputed >= 0 && recomputed < split.count) {
+    if (split.covers(static_cast<int>(i))) {
       // The fresh block's one reference is the lease's.
-      lease.blocks_.push_back(plan.fresh[static_cast<std::size_t>(recomputed)]);
+      lease.blocks_.push_back(plan.fresh[i - static_cast<std::size_t>(split.first)]);
       continue;
     }
     const int block = node->slot(Tier::kL1);

@@ -112,13 +112,13 @@ struct SchedulerConfig {
   // weights); large ones take memory for little more speed. Must be >=
   // max_batch_size so every running request decodes every step and a
   // prefill always gets at least one token (vLLM has the same rule for
-  // max_num_batched_tokens). kAuto: the smallest pass within 10% of the best
-  // cost per row, measured at create() (budget_choice.h).
+  // max_num_batched_tokens). kAuto: the pass of the least cost per row of a
+  // full-context prompt, measured at create() (budget_choice.h).
   int token_budget = 16;
   // Prompt tokens a pass takes beside running decodes (chunked prefill):
   // smaller keeps their inter-token latency even while a long prompt
   // prefills, larger prefills it sooner. kAuto: chosen with an automatic
-  // token_budget (a pass beside max_batch_size decodes at most 3x their step
+  // token_budget (a pass beside max_batch_size decodes at most 2.5x their step
   // alone), else the token budget's share (no cap).
   int mixed_prefill_tokens = kAuto;
 

@@ -17,7 +17,7 @@ using Clock = std::chrono::steady_clock;
 // machine whose speed drifts (a shared VM) shifts every size alike. A size
 // whose pass takes longer than kLongPass is measured once (a 1024-row pass
 // of GPT-2 124M takes 1.5 s on 2 cores, and the sweep delays start-up): a
-// wild sample there only makes a larger budget look better, which costs
+// wild sample there moves the choice among large budgets, which differ
 // little. The smaller sizes, which a lucky sample could make look as good
 // as the best, get the median of kRounds. The cost model's windows outvote
 // any wild sample as real passes come in.
@@ -35,8 +35,6 @@ constexpr int kDepthPairs = 3;
 double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-double per_row(const PassCost& p) { return p.seconds / p.rows; }
 
 }  // namespace
 
@@ -79,7 +77,6 @@ void Scheduler::measure_pass_sizes() {
   bool failed = false;  // a pass could not run: what was measured stands
   for (int round = 0; !failed && round < kRounds && (round == 0 || since(start) < kSweepSeconds);
        ++round) {
-    int past_knee = 0;
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const int rows = sizes[i];
       if (round > 0 && first[i] > kLongPass) continue;
@@ -101,18 +98,7 @@ void Scheduler::measure_pass_sizes() {
       }
       sweep.add_prefill(*took, rows);
       if (cache_) cache_->cost_model().add_prefill(*took, rows);
-      if (round > 0) continue;
-      first[i] = *took;
-      // In the first round, two sizes past the knee (a row costs more than
-      // kThroughputSlack times the least; one could be a noisy moment) end
-      // it: larger passes will not be chosen, and the curve extrapolates.
-      const std::vector<PassCost>& points = sweep.costs().prefill;
-      const double least = per_row(*std::ranges::min_element(points, {}, per_row));
-      past_knee = per_row(points.back()) > kThroughputSlack * least ? past_knee + 1 : 0;
-      if (past_knee == 2) {
-        sizes.resize(i + 1);
-        break;
-      }
+      if (round == 0) first[i] = *took;
     }
   }
   sweep_.passes = sweep.costs().prefill;
