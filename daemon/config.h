@@ -14,10 +14,11 @@
 // max_line_bytes, drain_timeout, http_timeout, and the scheduler's token_budget,
 // mixed_prefill_tokens, max_batch_size and policy (Scheduler::reconfigure).
 // Every other setting is fixed at start-up: config.get shows it as
-// read-only, and changing it takes a restart. That includes the prefix cache and its tiers
-// (prefix_cache, l1_bytes, l2_bytes, l3_path, l3_bytes, write_policy, l2_format, l3_format,
-// load_by_layer, and the remote tier's remote_*), preemption and the default eviction policy: the
-// pools are sized and the stores opened once.
+// read-only, and changing it takes a restart. That includes the prefix
+// cache and its tiers (prefix_cache, l1_bytes, l2_bytes, l3_path, l3_bytes,
+// write_policy, l2_format, l3_format, load_by_layer, and the remote tier's
+// remote_*), preemption and the default eviction policy: the pools are
+// sized and the stores opened once.
 //
 // Thread-safety: the functions are pure; a DaemonConfig is a plain value
 // and the table is constant.
@@ -92,7 +93,8 @@ struct DaemonConfig {
   // A service holds many sequences at once: 16 full contexts of the bundled
   // model (16 MiB of KV for it) rather than the engine's single-context
   // default. page_size and max_kv_tokens are fixed (the pool is sized by
-  // them); token_budget, max_batch_size and policy are runtime.
+  // them); token_budget, mixed_prefill_tokens, max_batch_size and policy
+  // are runtime.
   //
   // The token budgets are chosen at start from what passes cost on the
   // device (engine/budget_choice.h): a fixed 16 made a cold 1024-token

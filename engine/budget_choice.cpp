@@ -60,20 +60,21 @@ BudgetChoice resolve_budgets(const SchedulerConfig& requested, const PassSweep& 
   const std::vector<PassCost>& sweep = measured.passes;
   BudgetChoice c;
   const int batch = requested.max_batch_size;
+  // mixed_prefill_tokens as set, or else `otherwise`.
+  auto mixed_or = [&](int otherwise) {
+    return requested.mixed_prefill_tokens != SchedulerConfig::kAuto ? requested.mixed_prefill_tokens
+                                                                    : otherwise;
+  };
   if (requested.token_budget != SchedulerConfig::kAuto) {
     c.token_budget = requested.token_budget;
-    c.mixed_prefill_tokens = requested.mixed_prefill_tokens != SchedulerConfig::kAuto
-                                 ? requested.mixed_prefill_tokens
-                                 : requested.token_budget;
+    c.mixed_prefill_tokens = mixed_or(requested.token_budget);
     c.why = "token_budget " + std::to_string(c.token_budget) + " as set";
     return c;
   }
   c.automatic = true;
   if (sweep.empty()) {
     c.token_budget = std::max(batch, kFallbackBudget);
-    c.mixed_prefill_tokens = requested.mixed_prefill_tokens != SchedulerConfig::kAuto
-                                 ? requested.mixed_prefill_tokens
-                                 : c.token_budget;
+    c.mixed_prefill_tokens = mixed_or(c.token_budget);
     c.why = "token_budget " + std::to_string(c.token_budget) + ": no pass could be measured";
     return c;
   }

@@ -63,7 +63,7 @@ struct PassSweep {
   // ascending: TierCosts::prefill's points.
   std::vector<PassCost> passes;
   // What one row's attention over one more cached key adds to a pass (a
-  // 16-row pass after a long prefix against one without): a chunk at the
+  // 64-row pass after a long prefix against one without): a chunk at the
   // end of a long prompt costs more than a fresh pass of its rows.
   double seconds_per_row_key = 0;
   int context = 0;  // the model's, in positions
