@@ -6,7 +6,7 @@
 
 namespace kvtier::bench {
 
-pid_t spawn_child(const std::vector<std::string>& argv, int out_fd) {
+pid_t spawn_child(const std::vector<std::string>& argv, int out_fd, void (*in_child)()) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -20,6 +20,7 @@ pid_t spawn_child(const std::vector<std::string>& argv, int out_fd) {
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(out_fd, STDERR_FILENO);
   }
+  if (in_child) in_child();
   ::execv(args[0], args.data());
   ::_exit(127);
 }

@@ -112,6 +112,9 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
                  "(max-kv-tokens = 8192); command-line flags win")
       ->type_name("FILE")
       ->check(CLI::Validator(config_file_check, ""));
+  app.add_flag("--check-config", cl.check_only,
+               "Check the settings (flags and --config file) and exit: 0 when they are valid, "
+               "78 when not. Starts nothing; what the machine allows is checked at start");
   app.set_version_flag("--version", version_text("kvtierd"), "Print the version and exit");
   // Before the settings' groups, so that --help lists it first.
   CLI::Option* prompt_opt = oneshot_flags_add(app, one);
@@ -139,6 +142,12 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
   if (auto ok = tiers_resolve(c.scheduler, given("preemption"), given("l2_bytes")); !ok)
     return std::unexpected(bad_config(ok.error()));
   if (prompt_opt->count() > 0) {
+    // One generation runs the engine path without the device layer: the CPU.
+    if (c.device == "cuda") {
+      return std::unexpected(
+          bad_config("--device cuda: one-shot generation (--prompt) runs on the CPU; serve with "
+                     "--device cuda and generate with `kvtierctl generate`"));
+    }
     one.model_dir = c.model_dir;
     one.page_size = c.scheduler.page_size;
     cl.oneshot = one;

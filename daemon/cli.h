@@ -30,6 +30,9 @@ struct CommandLine {
   DaemonConfig config;
   std::optional<OneShotOptions> oneshot;  // set when --prompt asks for one generation
   std::string config_file;                // --config; empty when none was given
+  // --check-config: the settings parse and validate; nothing starts. What
+  // the machine allows (sockets, files, devices) is checked at start.
+  bool check_only = false;
 };
 
 // Why parsing stopped without a CommandLine: --help (code 0) or an error.

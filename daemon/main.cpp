@@ -26,6 +26,7 @@
 #include "daemon/log.h"
 #include "daemon/oneshot.h"
 #include "daemon/server.h"
+#include "daemon/service_checks.h"
 #include "daemon/systemd_notify.h"
 #include "engine/build_info.h"
 
@@ -111,6 +112,12 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
     log_error(activated.error());
     return 1;
   }
+  auto checks = service_checks(c, socket_group, *activated);
+  if (!checks) {
+    log_error(checks.error());
+    return kExitConfig;
+  }
+  for (const std::string& w : checks->warnings) log_warning(w);
   if (!*activated) {
     // Before the model loads: a daemon that could not bind says so at once.
     if (auto ok = socket_path_check(c.socket_path); !ok) {
@@ -195,6 +202,10 @@ int main(int argc, char** argv) {
   // anything is allocated, but an allocation refused anyway (memory taken
   // meanwhile) must end in a message and exit 1, not an abort.
   try {
+    if (cl->check_only) {
+      std::cout << "kvtierd: the settings are valid\n";
+      return 0;
+    }
     if (cl->oneshot) return oneshot_run(*cl->oneshot);
     return serve(*cl, args);
   } catch (const std::bad_alloc&) {

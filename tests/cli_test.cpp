@@ -57,6 +57,36 @@ TEST(CliTest, TheConfigFileIsCheckedAgainstTheSameLimits) {
   EXPECT_TRUE(test_util::contains(cl.error().err, "max-line-bytes")) << cl.error().err;
 }
 
+// --check-config parses and validates like a start, and only that.
+TEST(CliTest, CheckConfigValidatesTheSettingsAndStartsNothing) {
+  test_util::TempDir dir;
+  auto good = parse(
+      {"--config", dir.write("good.toml", "max-batch-size = 4\n").string(), "--check-config"});
+  ASSERT_TRUE(good) << good.error().err;
+  EXPECT_TRUE(good->check_only);
+  EXPECT_EQ(good->config.scheduler.max_batch_size, 4);
+  auto bad =
+      parse({"--config", dir.write("bad.toml", "max-batch-size = 0\n").string(), "--check-config"});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, kExitConfig);
+  EXPECT_TRUE(test_util::contains(bad.error().err, "bad.toml:1")) << bad.error().err;
+  EXPECT_FALSE(parse({})->check_only);
+}
+
+// One-shot generation runs on the CPU: asking it for the GPU is an error,
+// not a CPU run that looks like a GPU one.
+TEST(CliTest, OneShotRefusesTheGpuAndTakesTheCpu) {
+  auto gpu = parse({"--prompt", "Q:", "--device", "cuda"});
+  ASSERT_FALSE(gpu);
+  EXPECT_EQ(gpu.error().code, kExitConfig);
+  EXPECT_TRUE(test_util::contains(gpu.error().err, "--device cuda: one-shot generation"));
+  for (const char* device : {"cpu", "auto"}) {
+    auto cpu = parse({"--prompt", "Q:", "--device", device});
+    ASSERT_TRUE(cpu) << cpu.error().err;
+    EXPECT_TRUE(cpu->oneshot.has_value());
+  }
+}
+
 // A config file is read whole: /dev/zero or a FIFO once hung kvtierd
 // (growing it without bound), and a binary file's bytes went to the
 // terminal in the error message.

@@ -358,13 +358,14 @@ inline std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout = kT
 }
 
 // kvtierd run to completion, for start-up errors: its exit status and what
-// it wrote to stderr.
+// it wrote to stderr. `in_child` runs in the child just before exec (a
+// sandbox, another user): async-signal-safe calls only.
 struct RunResult {
   std::optional<int> status;
   std::string err;
 };
 
-inline RunResult run_kvtierd(std::vector<std::string> args) {
+inline RunResult run_kvtierd(std::vector<std::string> args, void (*in_child)() = nullptr) {
   args.insert(args.begin(), KVTIER_DAEMON_PATH);
   std::vector<char*> argv = c_strings(args);
   int pipefd[2];
@@ -372,6 +373,7 @@ inline RunResult run_kvtierd(std::vector<std::string> args) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(pipefd[1], STDERR_FILENO);  // the copy is not close-on-exec
+    if (in_child) in_child();
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }

@@ -75,7 +75,7 @@ TEST(SettingFlagsTest, HelpListsEveryRowsFlagAndOnlyThemBesideTheOneShotOnes) {
     std::istringstream each(names);
     for (std::string name; std::getline(each, name, ',');) listed.insert(name);
   }
-  std::set<std::string> expected = {"--config", "--version"};
+  std::set<std::string> expected = {"--config", "--check-config", "--version"};
   for (const Setting& s : settings()) {
     expected.insert(setting_flag(s));
     if (s.type == SettingType::kBool) expected.insert("--no-" + setting_flag(s).substr(2));

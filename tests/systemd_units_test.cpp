@@ -1,9 +1,14 @@
 // The systemd units of daemon/systemd/: `systemd-analyze verify` accepts
 // them, and the copies for installation carry the install prefix's paths.
+// Each documented way of running (docs/service.md) is a drop-in beside the
+// units plus a few lines of kvtierd.toml, written in the drop-in's header:
+// the pair verifies, kvtierd accepts the settings, and the sandbox the
+// daemon's start-up checks (service_checks.cpp) describe is the unit's.
 //
 // The build-tree copies are verified, since verify checks that ExecStart=
 // names an existing executable: they point at the kvtierd just built, the
-// installed ones at a prefix that may not exist yet.
+// installed ones at a prefix that may not exist yet. No systemd runs as
+// PID 1 here, so nothing is started by systemd itself.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,6 +65,148 @@ TEST(SystemdUnitsTest, SystemdAnalyzeVerifyAcceptsTheUnits) {
   const int status = ::pclose(pipe);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+}
+
+// What a command printed (stdout and stderr) and its exit status.
+struct Ran {
+  int status = -1;
+  std::string output;
+};
+Ran run(const std::string& command) {
+  test_util::CommandResult r = test_util::run_command(command + " 2>&1");
+  return {r.status, r.output};
+}
+
+const fs::path kSourceUnits = fs::path(KVTIER_SOURCE_DIR) / "daemon/systemd";
+
+struct DropIn {
+  const char* file;  // in daemon/systemd
+  const char* unit;  // the unit it extends
+};
+constexpr DropIn kDropIns[] = {{"kvtierd-tcp.conf", "kvtierd.service"},
+                               {"kvtierd-gpu.conf", "kvtierd.service"},
+                               {"kvtierd-group.conf", "kvtierd.socket"}};
+
+// The build-tree units in a temporary folder, with `drop_in` (if any) in
+// its UNIT.d/ beside them, where systemd-analyze looks for drop-ins.
+fs::path units_with(const test_util::TempDir& dir, const DropIn* drop_in) {
+  for (const char* unit : {"kvtierd.service", "kvtierd.socket"})
+    fs::copy_file(kUnitDir / unit, dir.path() / unit);
+  if (drop_in) {
+    const fs::path d = dir.path() / (std::string(drop_in->unit) + ".d");
+    fs::create_directory(d);
+    fs::copy_file(kSourceUnits / drop_in->file, d / drop_in->file);
+  }
+  return dir.path();
+}
+
+// The kvtierd.toml lines a drop-in's header asks for: the first run of
+// "#   " lines after "# kvtierd.toml, with this drop-in".
+std::string toml_lines(const std::string& drop_in) {
+  std::stringstream in(drop_in);
+  std::string out;
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("# kvtierd.toml, with this drop-in")) {
+      inside = true;
+    } else if (inside && line.starts_with("#   ")) {
+      out += line.substr(4) + "\n";
+    } else if (inside && !out.empty()) {
+      break;
+    }
+  }
+  return out;
+}
+
+// "→ Overall exposure level for kvtierd.service: 1.4 OK": the number.
+double exposure(const std::string& output) {
+  const std::string mark = "Overall exposure level for kvtierd.service: ";
+  const auto at = output.find(mark);
+  if (at == std::string::npos) return -1;
+  return std::stod(output.substr(at + mark.size()));
+}
+
+TEST(SystemdUnitsTest, EachDropInVerifiesWithTheUnitsWithoutAWord) {
+  if (!on_path("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not on PATH";
+  for (const DropIn& d : kDropIns) {
+    test_util::TempDir dir;
+    const fs::path units = units_with(dir, &d);
+    const Ran r =
+        run("timeout 60 systemd-analyze verify --man=no '" + (units / "kvtierd.service").string() +
+            "' '" + (units / "kvtierd.socket").string() + "'");
+    EXPECT_EQ(r.status, 0) << d.file << ": " << r.output;
+    // verify exits 0 over an unknown key or a value it ignores, but says so.
+    EXPECT_EQ(r.output, "") << d.file;
+  }
+}
+
+// The exposure score of `systemd-analyze security` (lower is better): the
+// unit is kept at least as tight as it was when the drop-ins were split
+// off (1.4), and each drop-in opens only what its way of running needs.
+TEST(SystemdUnitsTest, TheSecurityExposureStaysAsLow) {
+  if (!on_path("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not on PATH";
+  auto score = [](const DropIn* d) {
+    test_util::TempDir dir;
+    const fs::path units = units_with(dir, d);
+    const Ran r = run("timeout 60 systemd-analyze security --offline=true '" +
+                      (units / "kvtierd.service").string() + "'");
+    return exposure(r.output);
+  };
+  const double alone = score(nullptr);
+  ASSERT_GE(alone, 0) << "no exposure level in systemd-analyze's output";
+  EXPECT_LE(alone, 1.4);
+  for (const DropIn& d : kDropIns) {
+    const double with = score(&d);
+    ASSERT_GE(with, 0) << d.file;
+    EXPECT_LE(with, alone + 0.3) << d.file;
+  }
+}
+
+TEST(SystemdUnitsTest, KvtierdAcceptsTheConfigOfEachWayOfRunning) {
+  test_util::TempDir dir;
+  const std::string shipped = read_all(kSourceUnits / "kvtierd.toml");
+  ASSERT_FALSE(shipped.empty());
+  auto check = [&](const std::string& name, const std::string& extra) {
+    const fs::path toml = dir.write(name + ".toml", shipped + "\n" + extra);
+    return run("'" KVTIER_DAEMON_PATH "' --config '" + toml.string() + "' --check-config");
+  };
+  const Ran plain = check("plain", "");
+  EXPECT_EQ(plain.status, 0) << plain.output;
+  for (const DropIn& d : kDropIns) {
+    const std::string lines = toml_lines(read_all(kSourceUnits / d.file));
+    EXPECT_FALSE(lines.empty()) << d.file << " says no kvtierd.toml lines";
+    const Ran r = check(d.file, lines);
+    EXPECT_EQ(r.status, 0) << d.file << ": " << lines << r.output;
+  }
+  // And --check-config can fail: a value out of range.
+  EXPECT_EQ(check("bad", "max-batch-size = -1\n").status, 78);
+}
+
+// The sandbox the daemon's start-up checks describe is the unit's: what
+// their messages say the unit forbids, it forbids, and the drop-ins they
+// name exist and open it.
+TEST(SystemdUnitsTest, TheDaemonsChecksDescribeTheseUnits) {
+  const std::string unit = read_all(kUnitDir / "kvtierd.service");
+  const std::string checks = read_all(fs::path(KVTIER_SOURCE_DIR) / "daemon/service_checks.cpp");
+  ASSERT_FALSE(checks.empty());
+  EXPECT_TRUE(test_util::contains(unit, "\nRestrictAddressFamilies=AF_UNIX\n"));
+  EXPECT_TRUE(test_util::contains(unit, "\nPrivateDevices=true\n"));
+  EXPECT_TRUE(test_util::contains(unit, "\nDynamicUser=yes\n"));
+  EXPECT_TRUE(test_util::contains(read_all(kSourceUnits / "kvtierd-tcp.conf"),
+                                  "\nRestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n"));
+  EXPECT_TRUE(
+      test_util::contains(read_all(kSourceUnits / "kvtierd-gpu.conf"), "\nPrivateDevices=false\n"));
+  EXPECT_TRUE(
+      test_util::contains(read_all(kSourceUnits / "kvtierd-group.conf"), "\nSocketGroup=kvtier\n"));
+  for (const DropIn& d : kDropIns) {
+    EXPECT_TRUE(test_util::contains(checks, d.file)) << d.file << " is named by no check";
+  }
+  // The one socket path: the service's, the socket unit's, kvtierctl's.
+  const std::string path = "/run/kvtier/kvtierd.sock";
+  EXPECT_TRUE(test_util::contains(unit, "--socket " + path));
+  EXPECT_TRUE(test_util::contains(read_all(kUnitDir / "kvtierd.socket"), "ListenStream=" + path));
+  EXPECT_TRUE(test_util::contains(read_all(fs::path(KVTIER_SOURCE_DIR) / "ctl/socket_choice.h"),
+                                  "\"" + path + "\""));
 }
 
 TEST(SystemdUnitsTest, InstalledCopiesUseTheInstallPrefix) {
