@@ -1,7 +1,7 @@
 // kvtierctl: the command-line client of kvtierd (docs/protocol.md).
 //
-// The socket: -s/--socket, else $KVTIER_SOCKET, else kvtierd's own default
-// ($XDG_RUNTIME_DIR/kvtier/kvtierd.sock, or /run/kvtier/kvtierd.sock).
+// The socket: -s/--socket, else $KVTIER_SOCKET, else the user's own
+// daemon's or the service's, whichever is there (socket_choice.h).
 // Every failure, a usage error included, is one line on stderr, starting
 // "kvtierctl: ", and the exit code says which kind it was (kExit* below,
 // and --help). Every command takes --json: its raw result on one line.
@@ -17,6 +17,7 @@
 #include "ctl/cache_commands.h"
 #include "ctl/generate_command.h"
 #include "ctl/rpc_client.h"
+#include "ctl/socket_choice.h"
 #include "ctl/status_text.h"
 #include "ctl/top.h"
 #include "engine/build_info.h"
@@ -37,15 +38,7 @@ constexpr const char* kExitCodesHelp =
     "Exit codes: 0 ok, 2 usage error, 3 kvtierd unreachable (or it broke the connection),\n"
     "4 kvtierd answered the request with an error.\n"
     "The socket: -s/--socket, else $KVTIER_SOCKET, else $XDG_RUNTIME_DIR/kvtier/kvtierd.sock\n"
-    "(/run/kvtier/kvtierd.sock without XDG_RUNTIME_DIR).";
-
-std::string default_socket_path() {
-  if (const char* s = std::getenv("KVTIER_SOCKET"); s && *s) return s;
-  if (const char* runtime = std::getenv("XDG_RUNTIME_DIR"); runtime && *runtime) {
-    return std::string(runtime) + "/kvtier/kvtierd.sock";
-  }
-  return "/run/kvtier/kvtierd.sock";
-}
+    "(a daemon of your own) when it exists, else /run/kvtier/kvtierd.sock (the service).";
 
 int fail(const CallFailure& f) {
   std::fprintf(stderr, "kvtierctl: %s\n", f.message.c_str());
@@ -157,9 +150,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", kvtier::version_text("kvtierctl"),
                        "Print the version and exit");
   app.require_subcommand(1);
-  std::string socket_path = default_socket_path();
-  app.add_option("-s,--socket", socket_path, "kvtierd's socket (env KVTIER_SOCKET)")
-      ->capture_default_str();
+  const kvtier::ctl::SocketChoice found =
+      kvtier::ctl::socket_choose(std::getenv("KVTIER_SOCKET"), std::getenv("XDG_RUNTIME_DIR"));
+  std::string socket_path = found.path;
+  auto* socket_option =
+      app.add_option("-s,--socket", socket_path, "kvtierd's socket (env KVTIER_SOCKET)")
+          ->capture_default_str();
   constexpr const char* kDaemons = "; default: the daemon's";
   auto daemons = [&](std::string text) { return text + kDaemons; };
 
@@ -295,12 +291,19 @@ int main(int argc, char** argv) {
       return usage_error(app, read.error());
   }
 
+  const bool searched = socket_option->count() == 0;
+  if (searched && !found.note.empty()) std::fprintf(stderr, "kvtierctl: %s\n", found.note.c_str());
   if (top->parsed()) {
     top_options.json_out = json_out;
     return done(kvtier::ctl::top_run(socket_path, top_options));
   }
   auto client = RpcClient::connect(socket_path);
-  if (!client) return fail(client.error());
+  if (!client) {
+    CallFailure failure = client.error();
+    if (searched && found.tried.size() > 1)
+      failure.message += " (no socket at " + found.tried[1] + " either)";
+    return fail(failure);
+  }
   if (gen->parsed()) return done(kvtier::ctl::run_generate(*client, g));
   if (stats->parsed()) {
     return run_method(*client, "stats", json::object(), json_out, kvtier::ctl::stats_text);
