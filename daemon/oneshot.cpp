@@ -1,5 +1,7 @@
 #include "daemon/oneshot.h"
 
+#include <omp.h>
+
 #include <cstdio>
 #include <iostream>
 
@@ -55,10 +57,10 @@ int oneshot_run(const OneShotOptions& o) {
   }
   echo("");
   std::cout << std::endl;
-  std::fprintf(stderr, "[%zu prompt tokens, %zu generated, finish: %s, seed %llu]\n",
-               prompt->size(), out->tokens.size(),
-               std::string(kvtier::to_string(out->finish)).c_str(),
-               static_cast<unsigned long long>(seed));
+  std::fprintf(
+      stderr, "[%zu prompt tokens, %zu generated, finish: %s, seed %llu; cpu, %d threads]\n",
+      prompt->size(), out->tokens.size(), std::string(kvtier::to_string(out->finish)).c_str(),
+      static_cast<unsigned long long>(seed), omp_get_max_threads());
   return 0;
 }
 

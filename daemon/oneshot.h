@@ -1,6 +1,7 @@
 // `kvtierd --prompt TEXT`: one generation from the command line, printed to
-// stdout, then exit. The whole engine path without the server; scripts/run.sh
-// and the README use it.
+// stdout, then exit. The whole engine path without the server or the device
+// layer, so on the CPU (--device cuda is refused, --threads is honoured);
+// scripts/run.sh and the README use it.
 #pragma once
 
 #include <cstdint>

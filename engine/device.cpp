@@ -23,7 +23,8 @@ std::expected<Device, std::string> open_device([[maybe_unused]] const Model& mod
   };
   if (const std::string missing = kernels::cuda_device_missing(); !missing.empty()) {
     if (kind == "cuda") return std::unexpected("device cuda: " + missing);
-    say("device: cpu (" + missing + ")");
+    // A warning: who built for the GPU most likely expected it.
+    if (options.on_warning) options.on_warning("device: cpu (" + missing + ")");
     return Device{};
   }
   if (kind == "auto" && scheduler.eviction.needs_scores()) {

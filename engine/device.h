@@ -12,7 +12,8 @@
 //   auto  cuda when this build has the CUDA side, a device can run its
 //         kernels, and the scheduler's default eviction policy does not need
 //         attention scores (H2O: the GPU gathers none); else cpu, saying why
-//         through on_info (in a build with the CUDA side). A GPU that is
+//         (in a build with the CUDA side): no usable GPU through on_warning,
+//         the eviction policy's choice through on_info. A GPU that is
 //         usable but then fails to open (out of memory) is an error, as for
 //         cuda: auto falls back only where the GPU cannot serve at all.
 //
@@ -54,7 +55,8 @@ struct DeviceOptions {
   bool int8_on_device = true;
   // Lines for the operator; an empty one drops them. (Initialised, so that
   // `{.kind = "cuda"}` may leave them out without a warning.)
-  // on_info: which device was picked (auto: why the CPU), what the GPU holds.
+  // on_info: which device was picked (auto: why the CPU, when the policy
+  // chose it), what the GPU holds.
   std::function<void(const std::string&)> on_info = {};
   // on_warning: a part the GPU runs without (the int8 codec could not be
   // made: int8 tiers then encode on the host).

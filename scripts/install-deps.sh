@@ -24,6 +24,20 @@ openai_client() {
     echo "kvtier: npm ci failed in $dir; tests/openai_client_test.cpp will skip" >&2
 }
 
+# The CUDA Toolkit is optional and not a Debian package this build can use
+# (Debian 12's nvidia-cuda-toolkit is 11.8, which refuses g++ 12): say what
+# the build will find, so that a CPU-only build is never a surprise.
+cuda_toolkit() {
+  local nvcc
+  nvcc="$(command -v nvcc || true)"
+  [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+  if [ -n "$nvcc" ]; then
+    echo "kvtier: CUDA Toolkit: $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at $nvcc (the build adds the GPU engine)" >&2
+  else
+    echo "kvtier: no CUDA Toolkit (nvcc): the build is CPU only; README \"On a GPU\" says how to add it" >&2
+  fi
+}
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -32,6 +46,7 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   openai_client
+  cuda_toolkit
   exit 0
 fi
 
@@ -41,3 +56,4 @@ echo "kvtier: installing ${missing[*]}" >&2
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 openai_client
+cuda_toolkit
