@@ -247,6 +247,10 @@ void Session::on_engine_event(const RpcCall& call, bool stream, EngineEvent even
                    {"sample", event.sample},
                    {"tokens", event.tokens},
                    {"text", event.text}};
+      // The generate's own JSON-RPC id: a client with several generates in
+      // flight on one connection routes tokens by it, before it knows the
+      // request ids their answers carry.
+      if (call.has_id) note["rpc_id"] = call.id;
       if (!event.logprobs.empty()) note["logprobs"] = logprobs_to_json(event.logprobs);
       send(notification_line("generate.token", note));
     }

@@ -279,8 +279,9 @@ const std::array<Setting, 39> kSettings = {{
      .group = G::kTiers,
      .runtime = false,
      .description = "write_back: a block is written to L3 once it has left L1 for L2 (and every "
-                    "cached block at a clean shutdown); write_through: every cached block is also "
-                    "written to L3 at once (survives a crash)",
+                    "cached block at a clean shutdown); write_through: a block is written to L3 "
+                    "as it enters the cache, when its request ends or is preempted (survives a "
+                    "crash, but for what running requests hold)",
      .choices = kWritePolicies,
      .get = [](const DaemonConfig& c) -> json {
        return std::string(to_string(c.scheduler.cache.write_policy));
@@ -349,8 +350,9 @@ const std::array<Setting, 39> kSettings = {{
      .type = T::kChoice,
      .group = G::kTiers,
      .runtime = false,
-     .description = "When this daemon shares a block: through (as soon as it is computed) | back "
-                    "(when it leaves L2) | off (it only reads what others share)",
+     .description = "When this daemon shares a block: through (as it enters the cache, when its "
+                    "request ends or is preempted) | back (once it is in L2) | off (it only reads "
+                    "what others share)",
      .choices = kRemoteWrites,
      .get = [](const DaemonConfig& c) -> json {
        return std::string(remote_write_name(c.scheduler.cache.remote_write));

@@ -170,6 +170,7 @@ TEST(DaemonTest, StreamedNotificationsConcatenateToTheFinalText) {
   for (const json& n : notes) {
     EXPECT_EQ(n["method"], "generate.token");
     EXPECT_EQ(n["params"]["id"], (*r)["result"]["id"]);
+    EXPECT_EQ(n["params"]["rpc_id"], 3);  // the generate's own JSON-RPC id
     text += n["params"]["text"].get<std::string>();
     for (int t : n["params"]["tokens"]) tokens.push_back(t);
   }
