@@ -1,7 +1,7 @@
-// Black-box tests of kvtierd's clients against a real daemon: kvtierctl
-// (ctl/) and the standard-library Python client (examples/python/). Their
-// tokens must equal the engine's in-process result, their failures must be
-// one line with the documented exit code.
+// Black-box tests of kvtierctl (ctl/) against a real daemon: its tokens
+// must equal the engine's in-process result, its failures must be one line
+// with the documented exit code. The Python client's are in
+// python_client_test.cpp.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -27,8 +27,6 @@ using nlohmann::json;
 // Beside kvtierd in the build tree (build/daemon/kvtierd, build/ctl/kvtierctl).
 const std::filesystem::path kCtlPath =
     std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl";
-const std::filesystem::path kPythonClient =
-    std::filesystem::path(KVTIER_SOURCE_DIR) / "examples/python/kvtier_client.py";
 
 struct ProcessResult {
   int exit_code = -1;  // -1: killed, or it did not finish in time
@@ -326,51 +324,6 @@ TEST_F(CtlTest, TopOncePrintsOneFrame) {
   EXPECT_TRUE(test_util::contains(top.out, "tokens 5"));
   EXPECT_TRUE(test_util::contains(top.out, "KV "));
   EXPECT_EQ(top.out.find('\x1b'), std::string::npos);  // no terminal codes in --once
-  shutdown(d);
-}
-
-TEST_F(CtlTest, PythonClientStreamsTheSameTokensAsTheEngine) {
-  test_util::TempDir dir;
-  if (run_process({"python3", "--version"}, dir.path()).exit_code != 0) {
-    GTEST_SKIP() << "python3 is not installed; the Python client example is not exercised";
-  }
-  Daemon d;
-  ASSERT_TRUE(d.wait_ready());
-  const Generation want = reference("A fool", 40, 0.9f, 4);
-  auto py = run_process(
-      {"python3", kPythonClient.string(), "--socket", d.socket_path(), "generate", "--prompt",
-       "A fool", "--max-tokens", "40", "--temperature", "0.9", "--seed", "4", "--stream", "--json"},
-      dir.path());
-  ASSERT_EQ(py.exit_code, 0) << py.err;
-  const auto lines = py.out_lines();
-  ASSERT_GE(lines.size(), 2u) << py.out;
-  // Streamed pieces, then the result.
-  std::vector<int> streamed;
-  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
-    const json piece = json::parse(lines[i]);
-    for (int t : piece["tokens"]) streamed.push_back(t);
-  }
-  const json result = json::parse(lines.back());
-  EXPECT_EQ(result["tokens"].get<std::vector<int>>(), want.tokens);
-  EXPECT_EQ(streamed, want.tokens);
-  EXPECT_EQ(result["text"], want.text);
-
-  auto text = run_process(
-      {"python3", kPythonClient.string(), "--socket", d.socket_path(), "generate", "--prompt",
-       "A fool", "--max-tokens", "40", "--temperature", "0.9", "--seed", "4", "--stream"},
-      dir.path());
-  ASSERT_EQ(text.exit_code, 0) << text.err;
-  EXPECT_EQ(text.out, "A fool" + want.text + "\n");
-
-  auto stats = run_process({"python3", kPythonClient.string(), "stats"}, dir.path(),
-                           {"KVTIER_SOCKET=" + d.socket_path()});
-  ASSERT_EQ(stats.exit_code, 0) << stats.err;
-  EXPECT_EQ(json::parse(stats.out)["requests_completed"], 2);
-
-  auto unreachable = run_process(
-      {"python3", kPythonClient.string(), "--socket", (dir.path() / "none.sock").string(), "stats"},
-      dir.path());
-  EXPECT_EQ(unreachable.exit_code, 3);
   shutdown(d);
 }
 
