@@ -1,9 +1,9 @@
 // KV eviction policies (engine/eviction_policy.h) against the full cache, in
-// the manner of seed 000's scenarios and seed 002's limit checker:
+// the manner of the classic sliding-window benchmarks and OpenVINO GenAI's limit checker:
 //   (1) peak KV: the most KV positions (whole pages) a request holds, full
 //       cache against windows, sinks + window and H2O;
 //   (3) agreement with the full cache: greedy tokens compared position by
-//       position (seed 000's figure), the first position they differ, and
+//       position (the windowed-attention figure), the first position they differ, and
 //       teacher-forced top-1 agreement (the full cache's tokens are fed to
 //       both, so one early miss does not count against every later step);
 //   gen_length: the longest generation a fixed KV budget allows, with and

@@ -1,11 +1,11 @@
-// The scheduler under a fixed KV budget, seed 000's scenarios (2) and (4)
-// and seed 002's gen_throughput, on the bundled model and on GPT-2 124M
+// The scheduler under a fixed KV budget, the tight-budget and batch-capacity scenarios
+// and OpenVINO GenAI's gen_throughput, on the bundled model and on GPT-2 124M
 // shapes (random weights):
 //   (2) a tight budget: preemptions, tokens computed twice (wasted) and
 //       tokens/s, with recompute preemption, with swap (prefix cache + L2),
 //       and with a sliding window that keeps the requests small;
 //   (4) batch capacity: how many requests ran at once and tokens/s, with and
-//       without eviction, and gen_throughput (seed 002's limit check): how
+//       without eviction, and gen_throughput (OpenVINO GenAI's limit check): how
 //       many sequences fit the budget at their largest (effective) size, so
 //       run side by side without ever being preempted.
 // Prints tables; asserts nothing. Eviction figures differ from full-cache

@@ -3,11 +3,11 @@
 //
 // Policies, as EvictionPolicy::parse() reads them:
 //   none                      keep everything (the default; exact).
-//   window:W                  keep the last W positions (seed 000's sliding window).
+//   window:W                  keep the last W positions (a sliding window).
 //   sinks:S,window:W          also keep the first S positions for good
 //                             (attention sinks, as StreamingLLM keeps them).
 //   h2o:start=S,recent=R,max=M[,agg=sum|norm_sum]
-//                             seed 002 (OpenVINO's cache eviction): a start area
+//                             OpenVINO GenAI's cache eviction: a start area
 //                             (the first S positions) and a recent area (the
 //                             last R) are never evicted; the pages between them
 //                             are the evictable area. Whenever the sequence holds
@@ -35,7 +35,7 @@
 // (the one that completes the prompt, then each decode step), the owner asks
 // KvEvictor::pages_to_evict() and evicts what it names
 // (SequenceKv::evict_block, or KvEvictor::evict() for both). So the next
-// query sees the kept pages plus its own position: seed 000's one-step lag.
+// query sees the kept pages plus its own position: a one-step lag.
 //
 // Positions stay absolute: GPT-2's position embeddings are learned and
 // absolute, a query keeps its position and attention skips the holes

@@ -22,7 +22,7 @@
 //  * running: kv().length() == tokens().size() - 1 (the last sampled token is
 //    the next decode step's input and has no KV yet).
 //
-// Samples (RequestParams::n > 1, seed 001's "prefill once, expand to
+// Samples (RequestParams::n > 1, nanochat's "prefill once, expand to
 // num_samples"): the request submit() returns is sample 0, the head. Its
 // prompt is prefilled once; when the prefill ends, the scheduler forks
 // samples 1..n-1 as requests of their own (ids of their own, group() naming

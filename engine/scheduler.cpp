@@ -235,7 +235,7 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params) {
     return std::unexpected(std::string(kNoScores));
   // The KV never holds the last sampled token, and generation ends at the
   // context, so this is the most the request can ever hold (with an eviction
-  // policy, the most it keeps at once: seed 000's effective KV tokens). If
+  // policy, the most it keeps at once: its effective KV tokens). If
   // that cannot fit the whole budget, admitting it would end in preempting it
   // forever.
   const long longest = std::min<long>(prompt_len + params.max_tokens - 1, context_);

@@ -80,7 +80,7 @@ enum class SchedulingPolicy {
 
 enum class PreemptionMode {
   kRecompute,  // free the victim's blocks; re-prefill prompt + generated when re-admitted
-  kSwap,       // move the victim's blocks down a tier and back (needs the tier manager)
+  kSwap,       // move the victim's blocks down a tier and back (needs the prefix cache)
 };
 
 std::string_view to_string(SchedulingPolicy policy);
@@ -148,7 +148,7 @@ struct SchedulerConfig {
 
   // The eviction policy of requests that do not name one
   // (RequestParams::eviction). Admission charges a request its effective
-  // size under its policy (seed 000's contract), and the pages a policy
+  // size under its policy (the effective-KV contract), and the pages a policy
   // evicts go back to the pool at once, so the budget counts exactly the
   // resident pages. Requests with a policy neither share nor leave blocks in
   // the prefix cache: their KV is not the full cache's.
@@ -436,7 +436,7 @@ class Scheduler {
   // The blocks the admitted requests hold, each shared block once. With no
   // eviction policy it is the number of distinct blocks in their tables; an
   // eviction policy (window, sinks, H2O) will answer its effective size here
-  // (seed 000's contract).
+  // (the effective-KV contract).
   int used_blocks() const;
   // All samples of the group whose head is `id`, in index order; just the
   // request for a sample other than the head. REQUIRES: id is known.
