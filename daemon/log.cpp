@@ -3,11 +3,18 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
 
 namespace kvtier::daemon {
 
@@ -30,6 +37,106 @@ std::string timestamp() {
   std::snprintf(out, sizeof out, "%s.%03d%s ", date, static_cast<int>(ms), zone);
   return out;
 }
+
+// `message` as a line of the log, with its prefix.
+std::string formatted(LogLevel level, std::string_view message) {
+  static const bool journald = std::getenv("JOURNAL_STREAM") != nullptr;
+  std::string line;
+  if (journald) {
+    line = "<" + std::to_string(static_cast<int>(level)) + ">";
+  } else {
+    line = timestamp() + "kvtierd: ";
+    line += to_string(level);
+    line += ": ";
+  }
+  line += message;
+  line += '\n';
+  return line;
+}
+
+// Writes `line` whole to stderr, or as much as stderr takes: there is
+// nowhere to report a failed write to stderr.
+void write_all(std::string_view line) {
+  while (!line.empty()) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    line.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+// Lines reach stderr from a thread of their own: a stderr that blocks (a
+// stalled journald, a pipe nobody reads) must not stall the thread that
+// logs, the engine's above all, which logs every finished request. The
+// queue is bounded; a line that finds it full is dropped and counted, and
+// the count is written once the writer has caught up. At exit the queue is
+// drained for at most kExitDrain, so a blocked stderr cannot hold exit.
+// The writer is never destroyed: at exit it may still be blocked in
+// write(), and must not find its mutex gone.
+class LogWriter {
+ public:
+  static LogWriter& get() {
+    static LogWriter* writer = new LogWriter;
+    return *writer;
+  }
+
+  void push(std::string line) {
+    // A forked child (a test's) has no writer thread: it writes itself.
+    if (::getpid() != pid_) return write_all(line);
+    {
+      std::lock_guard lock(mutex_);
+      if (queue_.size() >= kMaxQueued) {
+        ++dropped_;
+        return;
+      }
+      queue_.push_back(std::move(line));
+    }
+    ready_.notify_one();
+  }
+
+  // Waits until every line queued so far is written, or `timeout` passes.
+  bool flush(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    return drained_.wait_for(lock, timeout, [&] { return queue_.empty() && !writing_; });
+  }
+
+ private:
+  static constexpr std::size_t kMaxQueued = 4096;
+  static constexpr std::chrono::milliseconds kExitDrain{2000};
+
+  LogWriter() : pid_(::getpid()) {
+    std::thread([this] { run(); }).detach();
+    std::atexit([] { (void)LogWriter::get().flush(kExitDrain); });
+  }
+
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [&] { return !queue_.empty(); });
+      std::deque<std::string> lines;
+      lines.swap(queue_);
+      const std::uint64_t dropped = std::exchange(dropped_, 0);
+      writing_ = true;
+      lock.unlock();
+      for (const std::string& line : lines) write_all(line);
+      if (dropped > 0) {
+        write_all(formatted(LogLevel::kWarning,
+                            std::to_string(dropped) +
+                                " log lines dropped: stderr took them slower than they came"));
+      }
+      lock.lock();
+      writing_ = false;
+      if (queue_.empty()) drained_.notify_all();
+    }
+  }
+
+  const pid_t pid_;
+  std::mutex mutex_;
+  std::condition_variable ready_, drained_;
+  std::deque<std::string> queue_;
+  std::uint64_t dropped_ = 0;
+  bool writing_ = false;
+};
 
 }  // namespace
 
@@ -75,19 +182,9 @@ LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 
 void log_write(LogLevel level, std::string_view message) {
   if (static_cast<int>(level) > g_level.load(std::memory_order_relaxed)) return;
-  static const bool journald = std::getenv("JOURNAL_STREAM") != nullptr;
-  std::string line;
-  if (journald) {
-    line = "<" + std::to_string(static_cast<int>(level)) + ">";
-  } else {
-    line = timestamp() + "kvtierd: ";
-    line += to_string(level);
-    line += ": ";
-  }
-  line += message;
-  line += '\n';
-  // Best effort: there is nowhere to report a failed write to stderr.
-  [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
+  LogWriter::get().push(formatted(level, message));
 }
+
+bool log_flush(std::chrono::milliseconds timeout) { return LogWriter::get().flush(timeout); }
 
 }  // namespace kvtier::daemon

@@ -8,10 +8,16 @@
 //
 // Numbers in messages are written as people write them (log_number).
 //
-// Thread-safety: log_write() may be called from any thread; each call writes
-// one line with a single write so lines from threads do not interleave.
+// Lines are queued and written by a thread of their own, in the order they
+// were logged, so that a stderr that blocks (a stalled journald) stalls no
+// thread that logs; a full queue (4096 lines) drops lines and says how many
+// once it has room. At exit the queue is drained, for at most 2 s.
+//
+// Thread-safety: log_write() may be called from any thread; lines from
+// threads do not interleave.
 #pragma once
 
+#include <chrono>
 #include <expected>
 #include <string>
 #include <string_view>
@@ -31,6 +37,10 @@ void log_level_set(LogLevel level);
 LogLevel log_level();
 
 void log_write(LogLevel level, std::string_view message);
+
+// Waits until every line logged so far has been written to stderr; false
+// when `timeout` passed first (stderr is blocked).
+bool log_flush(std::chrono::milliseconds timeout);
 
 // A measurement as people write it, never in exponent form: a whole number
 // without a fraction ("10"), others with at most three decimals below 1, two
