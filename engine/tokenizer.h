@@ -35,7 +35,9 @@ class Tokenizer {
   // character the vocabulary lacks; byte-level BPE accepts any bytes.
   virtual std::expected<std::vector<int>, std::string> encode(std::string_view text) const = 0;
 
-  // REQUIRES: every id in [0, vocab_size()).
+  // An id the vocabulary lacks decodes to nothing: a model may have more
+  // rows than its tokenizer has tokens (nanoGPT pads GPT-2's 50257 to
+  // 50304), and a sampled padding row is text of no characters.
   virtual std::string decode(std::span<const int> tokens) const = 0;
 
   virtual int vocab_size() const = 0;

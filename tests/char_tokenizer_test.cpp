@@ -62,6 +62,9 @@ TEST(CharTokenizerTest, DecodesEveryIdToItsCharacter) {
     EXPECT_EQ(tok->decode(one), expected[id]) << "id " << id;
   }
   EXPECT_EQ(tok->decode({}), "");
+  // A model's padding rows beyond the vocabulary decode to nothing.
+  const int padded[] = {3, tok->vocab_size(), tok->vocab_size() + 40, 4};
+  EXPECT_EQ(tok->decode(padded), "ab");
 }
 
 TEST(CharTokenizerTest, EmptyTextEncodesToNoIds) {
