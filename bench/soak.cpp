@@ -45,7 +45,7 @@
 #include "bench/soak_model.h"
 #include "ctl/rpc_client.h"
 #include "engine/kv_layout.h"
-#include "tiers/byte_size.h"
+#include "util/byte_size.h"
 
 using namespace kvtier::bench;
 using nlohmann::json;
@@ -119,7 +119,7 @@ bool model_reads_gpt2_bpe(const std::string& model_dir) {
 
 // "227 blocks (256.0 MiB)"
 std::string blocks_text(int blocks, std::size_t block) {
-  return std::to_string(blocks) + " blocks (" + kvtier::tiers::bytes_text(blocks * block) + ")";
+  return std::to_string(blocks) + " blocks (" + kvtier::util::bytes_text(blocks * block) + ")";
 }
 
 // The tiers of a run, for its summary line.
@@ -664,8 +664,8 @@ int main(int argc, char** argv) {
     const fs::space_info space = fs::space(o.out, ec);
     if (!ec && space.available < need) {
       std::fprintf(stderr, "soak: %s has %s free; the L3 slabs%s and a 1 GiB margin need %s\n",
-                   o.out.c_str(), kvtier::tiers::bytes_text(space.available).c_str(),
-                   o.gpt2_124m ? ", the model" : "", kvtier::tiers::bytes_text(need).c_str());
+                   o.out.c_str(), kvtier::util::bytes_text(space.available).c_str(),
+                   o.gpt2_124m ? ", the model" : "", kvtier::util::bytes_text(need).c_str());
       return 2;
     }
   }

@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
   // The tier's transfer latencies include the wait in the copy worker's
   // queue (promotions are queued a prefix at a time), so the bandwidth is
   // the demotion's: one block copy after another, bookkeeping included.
-  const tiers::LatencySummary copy = s.cache()->stats().tier[1].transfer;
+  const util::LatencySummary copy = s.cache()->stats().tier[1].transfer;
   std::printf(
       "\nL1 -> L2 demotion of %ld blocks: %.2f GB/s; L2 transfer latency (queueing included) "
       "mean %.1f us, p99 %.1f us\n",

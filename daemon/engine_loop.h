@@ -110,10 +110,10 @@ using EventSink = std::function<void(EngineEvent)>;
 // What the engine measured of the requests it finished (a request with n
 // samples is one), over the daemon's life: for /metrics.
 struct RequestMetrics {
-  tiers::LatencyHistogram queue;        // submit -> admitted by the scheduler
-  tiers::LatencyHistogram ttft;         // submit -> first generated token
-  tiers::LatencyHistogram inter_token;  // between consecutive tokens of a sample
-  tiers::LatencyHistogram e2e;          // submit -> final
+  util::LatencyHistogram queue;        // submit -> admitted by the scheduler
+  util::LatencyHistogram ttft;         // submit -> first generated token
+  util::LatencyHistogram inter_token;  // between consecutive tokens of a sample
+  util::LatencyHistogram e2e;          // submit -> final
   // By GenerateResult::finish_reason: length, stop, context, cancelled.
   std::map<std::string, long> finished;
   long prompt_tokens = 0;       // of the requests finished

@@ -11,7 +11,7 @@
 #include "engine/cost_model.h"
 #include "engine/tier.h"
 #include "tiers/block_store.h"
-#include "tiers/latency_stats.h"
+#include "util/latency_stats.h"
 
 namespace kvtier {
 
@@ -27,7 +27,7 @@ struct TierStats {
   long checksum_failures = 0;
   long io_errors = 0;
   bool available = true;
-  tiers::LatencySummary transfer;        // demotions and promotions into or out of this tier
+  util::LatencySummary transfer;         // demotions and promotions into or out of this tier
   KvFormat format = KvFormat::kExact;    // how this tier stores a block (L1: always exact)
   std::size_t block_bytes = 0;           // bytes a stored block takes here (before slot rounding)
   std::vector<tiers::NodeHealth> nodes;  // a tier on several servers (remote): each one's breaker

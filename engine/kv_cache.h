@@ -85,8 +85,8 @@
 #include "engine/transfer_plan.h"
 #include "tiers/block_pool.h"
 #include "tiers/l2_store.h"
-#include "tiers/latency_stats.h"
 #include "tiers/wake_signal.h"
+#include "util/latency_stats.h"
 
 namespace kvtier::tiers {
 class BlockStore;
@@ -407,7 +407,7 @@ class KvCache {
   std::unique_ptr<PlacementPolicy> policy_;  // made once l2_ is
   CostModel costs_;
   CacheStats stats_;
-  PerTier<tiers::LatencyStats> latency_;
+  PerTier<util::LatencyStats> latency_;
   // Per L1 block: references held by reads of it in flight (store writes from
   // L1, cleaning copies to L2).
   std::vector<int> l1_io_refs_;

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "engine/safetensors.h"
+#include "util/random.h"
 
 namespace kvtier {
 namespace {
@@ -214,36 +215,10 @@ std::expected<std::string, std::string> name_prefix(const SafetensorsFile& file)
 
 // --- deterministic random numbers: integer arithmetic and IEEE +-*/sqrt only, so the
 // values are the same on every machine and compiler (the build sets -ffp-contract=off).
+// The words come from util/random.h.
 
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// xoshiro256** (Blackman and Vigna), seeded through splitmix64 as its authors advise.
-class Xoshiro256 {
- public:
-  explicit Xoshiro256(std::uint64_t seed) {
-    for (auto& word : s_) word = splitmix64(seed);
-  }
-  std::uint64_t next() {
-    const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const std::uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-
- private:
-  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  std::uint64_t s_[4];
-};
+using util::splitmix64;
+using util::Xoshiro256StarStar;
 
 // Natural log for normal x > 0 from the exponent bits and a fixed atanh series:
 // libm's log may differ in the last bit between library versions, this does not.
@@ -266,7 +241,7 @@ double portable_log(double x) {
 }
 
 // Fills out[0..n) with stddev * N(0, 1) by Marsaglia's polar method.
-void fill_normal(float* out, std::size_t n, double stddev, Xoshiro256& rng) {
+void fill_normal(float* out, std::size_t n, double stddev, Xoshiro256StarStar& rng) {
   constexpr double kScale = 1.0 / 2147483648.0;  // 2^-31
   std::size_t i = 0;
   while (i < n) {
@@ -329,7 +304,7 @@ void fill_chunk(float* tensor, const ParamSpec& spec, const Chunk& chunk, std::u
       std::uint64_t state = seed;
       state = splitmix64(state) ^ fnv1a(spec.name);
       state = splitmix64(state) ^ (chunk.begin / kChunkFloats);
-      Xoshiro256 rng(splitmix64(state));
+      Xoshiro256StarStar rng(splitmix64(state));
       fill_normal(out, chunk.count, spec.init == Init::kNormal ? 0.02 : 0.01, rng);
       return;
     }

@@ -26,15 +26,6 @@ std::string format_float(float v) {
 // everything), so it is mapped to -inf before either sees it.
 float sanitize(float logit) { return std::isnan(logit) ? kNegInf : logit; }
 
-// splitmix64 (Vigna): turns any seed, 0 included, into well-mixed words for the
-// xoshiro state, which must not be all zero.
-std::uint64_t splitmix64(std::uint64_t& x) {
-  std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 // The fixed order of the truncated walk is (logit desc, id asc). Dividing by a
 // positive temperature and exponentiating preserve the logit order, so this is
 // (probability desc, id asc) without computing any probability. rank_key()
@@ -119,28 +110,11 @@ std::expected<void, std::string> SamplingParams::validate() const {
   return {};
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params) {
-  std::uint64_t x = params.seed;
-  for (std::uint64_t& word : state_) word = splitmix64(x);
-}
-
-// xoshiro256** 1.0 (Blackman and Vigna), written out so that the stream is
-// the same with every standard library.
-std::uint64_t Sampler::next_u64() {
-  const std::uint64_t result = std::rotl(state_[1] * 5, 7) * 9;
-  const std::uint64_t t = state_[1] << 17;
-  state_[2] ^= state_[0];
-  state_[3] ^= state_[1];
-  state_[1] ^= state_[2];
-  state_[0] ^= state_[3];
-  state_[2] ^= t;
-  state_[3] = std::rotl(state_[3], 45);
-  return result;
-}
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 double Sampler::next_uniform() {
   // 53 bits fill a double's mantissa exactly: every value k / 2^53 is equally likely.
-  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+  return static_cast<double>(rng_.next() >> 11) * 0x1.0p-53;
 }
 
 int Sampler::sample(std::span<const float> logits) {

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "util/random.h"
+
 namespace kvtier {
 
 struct SamplingParams {
@@ -65,11 +67,10 @@ class Sampler {
   int sample_greedy(std::span<const float> logits) const;
   int sample_untruncated(std::span<const float> logits, double u);
   int sample_truncated(std::span<const float> logits, double u);
-  std::uint64_t next_u64();
-  double next_uniform();  // in [0, 1), from the top 53 bits of next_u64()
+  double next_uniform();  // in [0, 1), from the top 53 bits of rng_.next()
 
   SamplingParams params_;
-  std::uint64_t state_[4];  // xoshiro256** state, expanded from the seed with splitmix64
+  util::Xoshiro256StarStar rng_;  // seeded with params_.seed
   // Reused between calls so that sampling from a 50257-entry vocabulary does
   // not allocate. A candidate is a token packed into one integer whose
   // ascending order is (logit desc, id asc); see rank_key() in sampler.cpp.

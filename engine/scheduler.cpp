@@ -9,8 +9,8 @@
 
 #include "engine/block_hash.h"
 #include "tiers/align.h"
-#include "tiers/byte_size.h"
 #include "tiers/host_memory.h"
+#include "util/byte_size.h"
 
 namespace kvtier {
 namespace {
@@ -26,7 +26,7 @@ constexpr std::string_view kNoScores =
 std::expected<void, std::string> host_memory_check(std::uint64_t l1_host, std::uint64_t l2) {
   const auto memory = tiers::host_memory();
   if (!memory || l1_host + l2 <= memory->available) return {};
-  using tiers::bytes_text;
+  using util::bytes_text;
   return std::unexpected("the KV pools need " + bytes_text(l1_host + l2) + " of host memory (L1 " +
                          bytes_text(l1_host) + ", L2 " + bytes_text(l2) + ") but " +
                          bytes_text(memory->available) + " is available (" +
@@ -65,7 +65,7 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
           block_bytes, l1.blocks,
           config.prefix_cache ? tiers::Memory::kPageAligned : tiers::Memory::kPageable);
     } catch (const std::bad_alloc&) {
-      return std::unexpected("cannot allocate L1: " + tiers::bytes_text(l1_host) +
+      return std::unexpected("cannot allocate L1: " + util::bytes_text(l1_host) +
                              " of host memory were refused");
     }
     pool = owned.get();
@@ -89,7 +89,7 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
       created = KvCache::create(layout, fingerprint, *pool, config.cache, forward.kv_codec);
     } catch (const std::bad_alloc&) {
       return std::unexpected("cannot allocate the prefix cache's pools (L2 " +
-                             tiers::bytes_text(l2_bytes) + "): host memory was refused");
+                             util::bytes_text(l2_bytes) + "): host memory was refused");
     }
     if (!created) return std::unexpected(created.error());
     cache = std::move(*created);

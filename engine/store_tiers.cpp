@@ -1,9 +1,9 @@
 #include "engine/store_tiers.h"
 
 #include "tiers/l3_store.h"
-#include "tiers/private_file.h"
 #include "tiers/redis_store.h"
 #include "tiers/slab_file.h"
+#include "util/private_file.h"
 
 namespace kvtier {
 
@@ -52,7 +52,7 @@ StoreTierSpec remote_tier(const CacheConfig& config) {
     options.timeout = config.remote_timeout;
     if (!config.remote_password_file.empty()) {
       auto password =
-          tiers::read_private_file("remote_password_file", config.remote_password_file, 4096);
+          util::read_private_file("remote_password_file", config.remote_password_file, 4096);
       if (!password) return std::unexpected(password.error());
       options.password = std::move(*password);
     }

@@ -1,8 +1,8 @@
-#include "tiers/byte_size.h"
+#include "util/byte_size.h"
 
 #include <gtest/gtest.h>
 
-namespace kvtier::tiers {
+namespace kvtier::util {
 namespace {
 
 TEST(ByteSizeTest, ReadsInPowersOf1024) {
@@ -15,4 +15,4 @@ TEST(ByteSizeTest, ReadsInPowersOf1024) {
 }
 
 }  // namespace
-}  // namespace kvtier::tiers
+}  // namespace kvtier::util

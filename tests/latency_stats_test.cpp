@@ -1,13 +1,13 @@
-// Latency figures (tiers/latency_stats.h): the histogram's buckets hold each
+// Latency figures (util/latency_stats.h): the histogram's buckets hold each
 // sample once, at the first bound at or above it, and the summary carries
 // it beside the mean and the recent p99.
-#include "tiers/latency_stats.h"
+#include "util/latency_stats.h"
 
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-namespace kvtier::tiers {
+namespace kvtier::util {
 namespace {
 
 TEST(LatencyStatsTest, EachSampleFallsInTheFirstBucketAtOrAboveIt) {
@@ -38,4 +38,4 @@ TEST(LatencyStatsTest, TheSummaryCarriesMeanP99AndHistogram) {
 }
 
 }  // namespace
-}  // namespace kvtier::tiers
+}  // namespace kvtier::util

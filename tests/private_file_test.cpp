@@ -1,14 +1,14 @@
 // Credentials read from files: the contents without the editor's trailing
 // newline, and a clear refusal naming the setting and the path for a file
 // everyone may read, a missing one, a directory, or one too long.
-#include "tiers/private_file.h"
+#include "util/private_file.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include "test_util.h"
 
-namespace kvtier::tiers {
+namespace kvtier::util {
 namespace {
 
 using test_util::contains;
@@ -41,4 +41,4 @@ TEST(PrivateFileTest, RefusesWhatIsNotPrivateOrNotThere) {
 }
 
 }  // namespace
-}  // namespace kvtier::tiers
+}  // namespace kvtier::util

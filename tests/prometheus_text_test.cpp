@@ -21,7 +21,7 @@ TEST(PrometheusTextTest, FamiliesSamplesAndEscapedLabels) {
 }
 
 TEST(PrometheusTextTest, AHistogramsBucketsAreCumulative) {
-  tiers::LatencyHistogram h;
+  util::LatencyHistogram h;
   h.observe(0.00005);
   h.observe(0.00005);
   h.observe(0.3);

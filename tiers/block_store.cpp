@@ -20,8 +20,8 @@ const char* to_string(StoreStatus status) {
   return "?";
 }
 
-void StoreStats::set_latencies(const LatencyStats& reads, const LatencyStats& writes) {
-  const LatencySummary r = reads.summary(), w = writes.summary();
+void StoreStats::set_latencies(const util::LatencyStats& reads, const util::LatencyStats& writes) {
+  const util::LatencySummary r = reads.summary(), w = writes.summary();
   mean_read_us = r.mean_us;
   p99_read_us = r.p99_us;
   mean_write_us = w.mean_us;

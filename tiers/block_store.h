@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "tiers/block_key.h"
-#include "tiers/latency_stats.h"
+#include "util/latency_stats.h"
 
 namespace kvtier::tiers {
 
@@ -90,14 +90,14 @@ struct StoreStats {
   long dropped_writes = 0;  // writes refused: kUnavailable, kNoSpace
   bool available = true;    // the breaker is closed
   // Over the transfers above: the mean of all, the 99th percentile of the
-  // most recent (LatencyStats::kWindow).
+  // most recent (util::LatencyStats::kWindow).
   double mean_read_us = 0, p99_read_us = 0, mean_write_us = 0, p99_write_us = 0;
   // A store on several servers (the remote tier's Redis nodes): each one's
   // breaker.
   std::vector<NodeHealth> nodes;
 
   // The four latency figures, from a store's recorders.
-  void set_latencies(const LatencyStats& reads, const LatencyStats& writes);
+  void set_latencies(const util::LatencyStats& reads, const util::LatencyStats& writes);
 };
 
 class BlockStore {

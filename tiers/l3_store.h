@@ -68,8 +68,8 @@
 #include "tiers/block_store.h"
 #include "tiers/circuit_breaker.h"
 #include "tiers/l3_index.h"
-#include "tiers/latency_stats.h"
 #include "tiers/slab_file.h"
+#include "util/latency_stats.h"
 
 namespace kvtier::tiers {
 
@@ -321,7 +321,7 @@ class L3Store final : public BlockStore {
   std::vector<StoreCompletion> completions_;   // waiting for poll()
   std::vector<BlockKey> evicted_;              // waiting for take_evicted()
   StoreStats stats_;
-  LatencyStats read_latency_, write_latency_;
+  util::LatencyStats read_latency_, write_latency_;
   CircuitBreaker breaker_;
 };
 

@@ -68,11 +68,11 @@
 #include <vector>
 
 #include "tiers/block_store.h"
-#include "tiers/latency_stats.h"
 #include "tiers/redis_address.h"
 #include "tiers/redis_cluster.h"
 #include "tiers/remote_secret.h"
 #include "tiers/remote_value.h"
+#include "util/latency_stats.h"
 
 namespace kvtier::tiers {
 
@@ -196,7 +196,7 @@ class RedisStore final : public BlockStore {
   std::vector<StoreCompletion> completions_;
   std::vector<BlockKey> evicted_;
   StoreStats stats_;
-  LatencyStats read_latency_, write_latency_;
+  util::LatencyStats read_latency_, write_latency_;
 
   std::thread io_;  // last: started once everything above is
 };

@@ -7,12 +7,12 @@
 
 #include <memory>
 
-#include "tiers/private_file.h"
+#include "util/private_file.h"
 
 namespace kvtier::tiers {
 
 std::expected<RemoteSecret, std::string> RemoteSecret::from_file(const std::string& path) {
-  const auto text = read_private_file("remote_secret", path, kMaxBytes);
+  const auto text = util::read_private_file("remote_secret", path, kMaxBytes);
   if (!text) return std::unexpected(text.error());
   auto secret = from_bytes(std::as_bytes(std::span(*text)));
   if (!secret) return std::unexpected("remote_secret " + path + ": " + secret.error());

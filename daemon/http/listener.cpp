@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "tiers/private_file.h"
+#include "util/private_file.h"
 
 namespace kvtier::daemon::http {
 
@@ -48,8 +48,7 @@ std::expected<std::optional<ListenSpec>, std::string> listen_spec(const DaemonCo
   if (!endpoint) return std::unexpected(endpoint.error());
   ListenSpec spec{*endpoint, {}};
   if (!config.http_api_key_file.empty()) {
-    auto key =
-        tiers::read_private_file("http_api_key_file", config.http_api_key_file, kMaxKeyBytes);
+    auto key = util::read_private_file("http_api_key_file", config.http_api_key_file, kMaxKeyBytes);
     if (!key) return std::unexpected(key.error());
     if (key->size() < kMinKeyBytes)
       return std::unexpected("http_api_key_file " + config.http_api_key_file + ": a key of " +

@@ -11,7 +11,7 @@
 // refuses to start without one), and checked as "Authorization: Bearer
 // <key>" on every request but GET /health. With a key file on loopback, the
 // key is required there too. The key file is read as the remote tier's
-// secrets are (tiers/private_file.h): a regular file no other user may read,
+// secrets are (util/private_file.h): a regular file no other user may read,
 // its trailing newline dropped, 16 to 4096 bytes.
 #pragma once
 

@@ -64,7 +64,7 @@ void PrometheusText::sample(std::string_view name, const Labels& labels, double 
 }
 
 void PrometheusText::histogram(std::string_view name, const Labels& labels,
-                               const tiers::LatencyHistogram& h) {
+                               const util::LatencyHistogram& h) {
   const std::string base(name);
   long cumulative = 0;
   for (std::size_t i = 0; i <= h.kBoundsSeconds.size(); ++i) {

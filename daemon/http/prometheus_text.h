@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "tiers/latency_stats.h"
+#include "util/latency_stats.h"
 
 namespace kvtier::daemon::http {
 
@@ -24,7 +24,7 @@ class PrometheusText {
   void family(std::string_view name, std::string_view type, std::string_view help);
   void sample(std::string_view name, const Labels& labels, double value);
   void sample(std::string_view name, double value) { sample(name, {}, value); }
-  void histogram(std::string_view name, const Labels& labels, const tiers::LatencyHistogram& h);
+  void histogram(std::string_view name, const Labels& labels, const util::LatencyHistogram& h);
 
   const std::string& text() const { return out_; }
 

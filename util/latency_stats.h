@@ -10,7 +10,7 @@
 #include <chrono>
 #include <cstddef>
 
-namespace kvtier::tiers {
+namespace kvtier::util {
 
 // Durations counted by bucket, as a Prometheus histogram exports them: one
 // fixed set of bounds for every latency the daemon reports (a tier's block
@@ -49,4 +49,4 @@ class LatencyStats {
   LatencyHistogram histogram_;
 };
 
-}  // namespace kvtier::tiers
+}  // namespace kvtier::util

@@ -1,4 +1,4 @@
-#include "tiers/private_file.h"
+#include "util/private_file.h"
 
 #include <sys/stat.h>
 
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <iterator>
 
-namespace kvtier::tiers {
+namespace kvtier::util {
 
 std::expected<std::string, std::string> read_private_file(const std::string& setting,
                                                           const std::string& path,
@@ -29,4 +29,4 @@ std::expected<std::string, std::string> read_private_file(const std::string& set
   return text;
 }
 
-}  // namespace kvtier::tiers
+}  // namespace kvtier::util

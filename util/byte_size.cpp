@@ -1,8 +1,8 @@
-#include "tiers/byte_size.h"
+#include "util/byte_size.h"
 
 #include <cstdio>
 
-namespace kvtier::tiers {
+namespace kvtier::util {
 
 std::string bytes_text(std::uint64_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " bytes";
@@ -18,4 +18,4 @@ std::string bytes_text(std::uint64_t bytes) {
   return buf;
 }
 
-}  // namespace kvtier::tiers
+}  // namespace kvtier::util

@@ -8,11 +8,11 @@
 #include <expected>
 #include <string>
 
-namespace kvtier::tiers {
+namespace kvtier::util {
 
 // The file's contents, or why not, starting "SETTING PATH: ".
 std::expected<std::string, std::string> read_private_file(const std::string& setting,
                                                           const std::string& path,
                                                           std::size_t max_bytes);
 
-}  // namespace kvtier::tiers
+}  // namespace kvtier::util

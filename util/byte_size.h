@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <string>
 
-namespace kvtier::tiers {
+namespace kvtier::util {
 
 // "1.5 GiB", "512 MiB", "3.0 KiB", "100 bytes": powers of 1024, one decimal
 // from KiB up.
 std::string bytes_text(std::uint64_t bytes);
 
-}  // namespace kvtier::tiers
+}  // namespace kvtier::util

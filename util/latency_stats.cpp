@@ -1,9 +1,9 @@
-#include "tiers/latency_stats.h"
+#include "util/latency_stats.h"
 
 #include <algorithm>
 #include <vector>
 
-namespace kvtier::tiers {
+namespace kvtier::util {
 
 void LatencyHistogram::observe(double seconds) {
   const auto at = std::lower_bound(kBoundsSeconds.begin(), kBoundsSeconds.end(), seconds);
@@ -35,4 +35,4 @@ LatencySummary LatencyStats::summary() const {
   return s;
 }
 
-}  // namespace kvtier::tiers
+}  // namespace kvtier::util
