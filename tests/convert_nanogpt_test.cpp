@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon_test_util.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 #include "test_util.h"
@@ -40,11 +41,6 @@ const fs::path kTinyModel = kSource / "tests/data/tiny-nanogpt";
 // Torch's import alone takes seconds on a shared core.
 constexpr auto kTimeout = 120s;
 
-struct Result {
-  int status = -1;  // -1: killed, or it did not finish in time
-  std::string out, err;
-};
-
 std::string slurp(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
@@ -52,39 +48,11 @@ std::string slurp(const fs::path& path) {
   return text.str();
 }
 
-// Runs `args` (args[0] looked up in PATH) to completion; stdout and stderr
-// go through files in `dir`.
-Result run(std::vector<std::string> args, const fs::path& dir) {
-  const fs::path out_path = dir / "stdout.txt", err_path = dir / "stderr.txt";
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out_fd, STDOUT_FILENO);
-    ::dup2(err_fd, STDERR_FILENO);
-    ::execvp(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(out_fd);
-  ::close(err_fd);
-  Result r;
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-  while (::waitpid(pid, &status, WNOHANG) != pid) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  if (WIFEXITED(status)) r.status = WEXITSTATUS(status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  return r;
+// Runs `args` (args[0] looked up in PATH) to completion, within kTimeout;
+// stdout and stderr go through files in `dir`.
+daemon_test::ProcessResult run(std::vector<std::string> args, const fs::path& dir) {
+  return daemon_test::run_process(std::move(args), dir, daemon_test::environment_with({}),
+                                  "/dev/null", kTimeout);
 }
 
 bool one_line(const std::string& text) {
@@ -94,7 +62,7 @@ bool one_line(const std::string& text) {
 class ConvertNanogpt : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (run({"python3", "--version"}, dir()).status != 0)
+    if (run({"python3", "--version"}, dir()).exit_code != 0)
       GTEST_SKIP() << "python3 is not installed; the converter is not exercised";
   }
   const fs::path& dir() const { return scratch_.path(); }
@@ -104,18 +72,18 @@ class ConvertNanogpt : public ::testing::Test {
                            std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"python3", kMaker, model, dir() / out};
     args.insert(args.end(), extra.begin(), extra.end());
-    const Result r = run(args, dir());
-    EXPECT_EQ(r.status, 0) << r.err;
+    const daemon_test::ProcessResult r = run(args, dir());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
     return dir() / out;
   }
-  Result convert(const fs::path& checkpoint, const fs::path& out,
-                 std::vector<std::string> extra = {}) {
+  daemon_test::ProcessResult convert(const fs::path& checkpoint, const fs::path& out,
+                                     std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"python3", kConverter, checkpoint, out};
     args.insert(args.end(), extra.begin(), extra.end());
     return run(args, dir());
   }
   // kvtierd's one-shot mode, greedy: the text it prints.
-  Result generate(const fs::path& model, const std::string& prompt) {
+  daemon_test::ProcessResult generate(const fs::path& model, const std::string& prompt) {
     return run({KVTIER_DAEMON_PATH, "--model", model, "--prompt", prompt, "--temperature", "0",
                 "--max-tokens", "40", "--seed", "1"},
                dir());
@@ -152,8 +120,8 @@ TEST_F(ConvertNanogpt, CharCheckpointGivesTheBundledModelBitForBit) {
   const fs::path ckpt = make_checkpoint(kCharModel, "out-fortunes-char");
   const fs::path out = dir() / "converted";
   // The folder, as nanoGPT's out_dir: ckpt.pt and meta.pkl are found in it.
-  const Result r = convert(ckpt, out);
-  ASSERT_EQ(r.status, 0) << r.err;
+  const daemon_test::ProcessResult r = convert(ckpt, out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(one_line(r.err)) << r.err;
   EXPECT_TRUE(test_util::contains(r.err, "characters from")) << r.err;
   EXPECT_EQ(r.out, "");
@@ -176,10 +144,10 @@ TEST_F(ConvertNanogpt, CharCheckpointGivesTheBundledModelBitForBit) {
   EXPECT_EQ(config->tokenizer.type, TokenizerSpec::Type::kChar);
 
   // The real daemon serves it, and greedy decoding agrees token for token.
-  const Result mine = generate(out, "Q: Why");
-  ASSERT_EQ(mine.status, 0) << mine.err;
-  const Result reference = generate(kCharModel, "Q: Why");
-  ASSERT_EQ(reference.status, 0) << reference.err;
+  const daemon_test::ProcessResult mine = generate(out, "Q: Why");
+  ASSERT_EQ(mine.exit_code, 0) << mine.err;
+  const daemon_test::ProcessResult reference = generate(kCharModel, "Q: Why");
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
   EXPECT_GT(mine.out.size(), std::string("Q: Why\n").size());
   EXPECT_EQ(mine.out, reference.out);
 }
@@ -192,11 +160,11 @@ TEST_F(ConvertNanogpt, HalfPrecisionWeightsWidenExactly) {
     const fs::path ckpt = make_checkpoint(
         kCharModel, name, {"--dtype", dtype, "--expected", dir() / (name + ".safetensors")});
     const fs::path out = dir() / (name + "-out");
-    const Result r = convert(ckpt / "ckpt.pt", out);
-    ASSERT_EQ(r.status, 0) << r.err;
+    const daemon_test::ProcessResult r = convert(ckpt / "ckpt.pt", out);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_same_f32_tensors(dir() / (name + ".safetensors"), out / "model.safetensors");
-    const Result text = generate(out, "Q: Why");
-    ASSERT_EQ(text.status, 0) << text.err;
+    const daemon_test::ProcessResult text = generate(out, "Q: Why");
+    ASSERT_EQ(text.exit_code, 0) << text.err;
     EXPECT_TRUE(text.out.starts_with("Q: Why")) << text.out;
     EXPECT_GT(text.out.size(), std::string("Q: Why\n").size());
   }
@@ -210,8 +178,8 @@ TEST_F(ConvertNanogpt, WithoutMetaPklTheModelGetsGpt2Bpe) {
   const fs::path ckpt =
       make_checkpoint(kTinyModel, "out-owt", {"--no-meta", "--vocab-size", "50304"});
   const fs::path out = dir() / "owt";
-  const Result r = convert(ckpt, out);
-  ASSERT_EQ(r.status, 0) << r.err;
+  const daemon_test::ProcessResult r = convert(ckpt, out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(test_util::contains(r.err, "GPT-2 BPE")) << r.err;
   auto config = ModelConfig::load(out / "config.json");
   ASSERT_TRUE(config.has_value()) << config.error();
@@ -225,8 +193,8 @@ TEST_F(ConvertNanogpt, WithoutMetaPklTheModelGetsGpt2Bpe) {
   EXPECT_EQ(weights->find("transformer.wte.weight")->shape,
             (std::vector<std::uint64_t>{50304, 32}));
   EXPECT_EQ(weights->find("transformer.h.0.ln_1.bias"), nullptr);
-  const Result text = generate(out, "Hello, world");
-  ASSERT_EQ(text.status, 0) << text.err;
+  const daemon_test::ProcessResult text = generate(out, "Hello, world");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_TRUE(text.out.starts_with("Hello, world")) << text.out;
   EXPECT_TRUE(test_util::contains(text.err, "40 generated")) << text.err;
 }
@@ -254,8 +222,8 @@ TEST_F(ConvertNanogpt, BadInputIsOneLineAndExitStatus2) {
     const fs::path ckpt =
         make_checkpoint(kCharModel, "bad" + std::to_string(i), cases[i].maker_args);
     const fs::path out = dir() / ("bad-out" + std::to_string(i));
-    const Result r = convert(ckpt, out);
-    EXPECT_EQ(r.status, 2) << r.err;
+    const daemon_test::ProcessResult r = convert(ckpt, out);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_TRUE(one_line(r.err)) << r.err;
     EXPECT_TRUE(r.err.starts_with("convert_nanogpt: error: ")) << r.err;
     EXPECT_TRUE(test_util::contains(r.err, cases[i].message));
@@ -280,8 +248,8 @@ TEST_F(ConvertNanogpt, BadInputIsOneLineAndExitStatus2) {
     SCOPED_TRACE(message);
     std::vector<std::string> argv = {"python3", kConverter};
     argv.insert(argv.end(), args.begin(), args.end());
-    const Result r = run(argv, dir());
-    EXPECT_EQ(r.status, 2) << r.err;
+    const daemon_test::ProcessResult r = run(argv, dir());
+    EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_TRUE(one_line(r.err)) << r.err;
     EXPECT_TRUE(test_util::contains(r.err, message));
   }
@@ -296,8 +264,8 @@ TEST_F(ConvertNanogpt, HostilePicklesAreRefusedWithoutRunningThem) {
     const fs::path marker = dir() / (std::string(where + 2) + "-ran");
     const fs::path ckpt =
         make_checkpoint(kCharModel, where + 2, {where, "touch " + marker.string()});
-    const Result r = convert(ckpt, dir() / (std::string(where + 2) + "-out"));
-    EXPECT_EQ(r.status, 2) << r.err;
+    const daemon_test::ProcessResult r = convert(ckpt, dir() / (std::string(where + 2) + "-out"));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_TRUE(one_line(r.err)) << r.err;
     EXPECT_TRUE(test_util::contains(r.err, "refers to posix.system")) << r.err;
     EXPECT_TRUE(test_util::contains(r.err, "nothing")) << r.err;
@@ -315,28 +283,28 @@ TEST_F(ConvertNanogpt, AgreesWithRealTorch) {
     make_checkpoint(kCharModel, "made-" + dtype, {"--dtype", dtype});
   // One process checks what the maker wrote and writes torch's own (see the
   // helper); it exits 77 where torch cannot be imported.
-  Result torch_run;
+  daemon_test::ProcessResult torch_run;
   for (const char* python : {"python3", "/usr/bin/python3"}) {
     torch_run = run({python, kTorchHelper, kCharModel, dir()}, dir());
-    if (torch_run.status != 77) break;
+    if (torch_run.exit_code != 77) break;
   }
-  if (torch_run.status == 77)
+  if (torch_run.exit_code == 77)
     GTEST_SKIP() << "no python3 here imports torch (Debian: python3-torch); the checks "
                     "against the real torch.save and torch.load are skipped";
-  ASSERT_EQ(torch_run.status, 0) << torch_run.err;
+  ASSERT_EQ(torch_run.exit_code, 0) << torch_run.err;
   EXPECT_EQ(torch_run.out, "ok\n");
 
   for (const std::string& dtype : dtypes) {
     SCOPED_TRACE(dtype);
     const fs::path out = dir() / ("saved-out-" + dtype);
-    const Result r = convert(dir() / ("saved-" + dtype), out);
-    ASSERT_EQ(r.status, 0) << r.err;
+    const daemon_test::ProcessResult r = convert(dir() / ("saved-" + dtype), out);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_same_f32_tensors(dir() / ("saved-" + dtype) / "expected.safetensors",
                             out / "model.safetensors");
     if (dtype == "f32") {
       expect_same_f32_tensors(kCharModel / "model.safetensors", out / "model.safetensors");
-      const Result mine = generate(out, "Q: Why");
-      ASSERT_EQ(mine.status, 0) << mine.err;
+      const daemon_test::ProcessResult mine = generate(out, "Q: Why");
+      ASSERT_EQ(mine.exit_code, 0) << mine.err;
       EXPECT_EQ(mine.out, generate(kCharModel, "Q: Why").out);
     }
   }

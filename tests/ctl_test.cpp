@@ -28,66 +28,6 @@ using nlohmann::json;
 const std::filesystem::path kCtlPath =
     std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl";
 
-struct ProcessResult {
-  int exit_code = -1;  // -1: killed, or it did not finish in time
-  std::string out, err;
-  std::vector<std::string> out_lines() const {
-    std::vector<std::string> lines;
-    std::size_t start = 0;
-    for (std::size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) {
-      lines.push_back(out.substr(start, nl - start));
-    }
-    return lines;
-  }
-};
-
-// Runs `args` (args[0] looked up in PATH) to completion with `env` added to
-// the environment and `in` as stdin; stdout and stderr go through files in
-// `dir`.
-ProcessResult run_process(std::vector<std::string> args, const std::filesystem::path& dir,
-                          std::vector<std::string> env = {},
-                          const std::filesystem::path& in = "/dev/null") {
-  const auto out_path = dir / "out.txt", err_path = dir / "err.txt";
-  std::vector<std::string> envs = environment_with(env);
-  std::vector<char*> argv = c_strings(args);
-  std::vector<char*> envp = c_strings(envs);
-  const int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const int in_fd = ::open(in.c_str(), O_RDONLY | O_CLOEXEC);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(in_fd, STDIN_FILENO);
-    ::dup2(out_fd, STDOUT_FILENO);
-    ::dup2(err_fd, STDERR_FILENO);
-    ::execvpe(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(in_fd);
-  ::close(out_fd);
-  ::close(err_fd);
-  ProcessResult r;
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-  while (::waitpid(pid, &status, WNOHANG) != pid) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  auto slurp = [](const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  };
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  return r;
-}
-
 class CtlTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -97,7 +37,7 @@ class CtlTest : public ::testing::Test {
   ProcessResult ctl(std::vector<std::string> args, std::vector<std::string> env = {},
                     const std::filesystem::path& in = "/dev/null") {
     args.insert(args.begin(), kCtlPath.string());
-    return run_process(std::move(args), scratch_.path(), std::move(env), in);
+    return run_process(std::move(args), scratch_.path(), environment_with(env), in);
   }
   test_util::TempDir scratch_;
 };

@@ -357,6 +357,60 @@ inline std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout = kT
   return std::nullopt;
 }
 
+// A program run to completion: its exit code (-1: killed by a signal, or
+// it did not finish within the timeout and was killed) and its output.
+struct ProcessResult {
+  int exit_code = -1;
+  std::string out, err;
+  std::vector<std::string> out_lines() const {
+    std::vector<std::string> lines;
+    std::size_t start = 0;
+    for (std::size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) {
+      lines.push_back(out.substr(start, nl - start));
+    }
+    return lines;
+  }
+};
+
+// Runs `args` (args[0] looked up in PATH) to completion with `env` as its
+// whole environment (environment_with adds to this process's) and `in` as
+// stdin; stdout and stderr go through files in `dir`. Killed after
+// `timeout`.
+inline ProcessResult run_process(std::vector<std::string> args, const std::filesystem::path& dir,
+                                 std::vector<std::string> env = environment_with({}),
+                                 const std::filesystem::path& in = "/dev/null",
+                                 std::chrono::milliseconds timeout = kTimeout) {
+  const auto out_path = dir / "out.txt", err_path = dir / "err.txt";
+  std::vector<char*> argv = c_strings(args);
+  std::vector<char*> envp = c_strings(env);
+  const int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int in_fd = ::open(in.c_str(), O_RDONLY | O_CLOEXEC);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(in_fd, STDIN_FILENO);
+    ::dup2(out_fd, STDOUT_FILENO);
+    ::dup2(err_fd, STDERR_FILENO);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(in_fd);
+  ::close(out_fd);
+  ::close(err_fd);
+  ProcessResult r;
+  if (auto status = reap(pid, timeout); status && WIFEXITED(*status))
+    r.exit_code = WEXITSTATUS(*status);
+  auto slurp = [](const std::filesystem::path& path) {
+    std::ifstream file(path, std::ios::binary);
+    std::stringstream text;
+    text << file.rdbuf();
+    return text.str();
+  };
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  return r;
+}
+
 // kvtierd run to completion, for start-up errors: its exit status and what
 // it wrote to stderr. `in_child` runs in the child just before exec (a
 // sandbox, another user): async-signal-safe calls only.

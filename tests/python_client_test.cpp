@@ -51,11 +51,6 @@ std::string slurp(const fs::path& p) {
   return text.str();
 }
 
-struct ProcessResult {
-  int exit_code = -1;  // -1: killed, or it did not finish in time
-  std::string out, err;
-};
-
 // This process's environment without the variables named in `unset`, plus
 // `set` ("NAME=VALUE"): a test of the socket search must not inherit the
 // caller's KVTIER_SOCKET.
@@ -70,42 +65,12 @@ std::vector<std::string> environment(const std::vector<std::string>& set,
   return env;
 }
 
-// Runs `args` (args[0] looked up in PATH) to completion, bounded by
-// kTimeout; stdout and stderr go through files in `dir`.
-ProcessResult run_process(std::vector<std::string> args, const fs::path& dir,
-                          const std::vector<std::string>& set = {},
-                          const std::vector<std::string>& unset = {}) {
-  const auto out_path = dir / "out.txt", err_path = dir / "err.txt";
-  std::vector<std::string> envs = environment(set, unset);
-  std::vector<char*> argv = c_strings(args);
-  std::vector<char*> envp = c_strings(envs);
-  const int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const int in_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(in_fd, STDIN_FILENO);
-    ::dup2(out_fd, STDOUT_FILENO);
-    ::dup2(err_fd, STDERR_FILENO);
-    ::execvpe(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(in_fd);
-  ::close(out_fd);
-  ::close(err_fd);
-  ProcessResult r;
-  if (auto status = reap(pid); status && WIFEXITED(*status)) r.exit_code = WEXITSTATUS(*status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  return r;
-}
-
 // The client's command line: python kvtier_client.py args...
 ProcessResult client(std::vector<std::string> args, const fs::path& dir,
                      const std::vector<std::string>& set = {},
                      const std::vector<std::string>& unset = {}) {
   args.insert(args.begin(), {python(), kPythonClient.string()});
-  return run_process(std::move(args), dir, set, unset);
+  return run_process(std::move(args), dir, environment(set, unset));
 }
 
 // A Python script using the client's module, run with `args`.
