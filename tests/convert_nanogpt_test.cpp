@@ -41,13 +41,6 @@ const fs::path kTinyModel = kSource / "tests/data/tiny-nanogpt";
 // Torch's import alone takes seconds on a shared core.
 constexpr auto kTimeout = 120s;
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Runs `args` (args[0] looked up in PATH) to completion, within kTimeout;
 // stdout and stderr go through files in `dir`.
 daemon_test::ProcessResult run(std::vector<std::string> args, const fs::path& dir) {
@@ -127,8 +120,8 @@ TEST_F(ConvertNanogpt, CharCheckpointGivesTheBundledModelBitForBit) {
   EXPECT_EQ(r.out, "");
 
   expect_same_f32_tensors(kCharModel / "model.safetensors", out / "model.safetensors");
-  const auto vocab = nlohmann::json::parse(slurp(out / "vocab.json"));
-  EXPECT_EQ(vocab, nlohmann::json::parse(slurp(kCharModel / "vocab.json")));
+  const auto vocab = nlohmann::json::parse(test_util::read_file(out / "vocab.json"));
+  EXPECT_EQ(vocab, nlohmann::json::parse(test_util::read_file(kCharModel / "vocab.json")));
   auto config = ModelConfig::load(out / "config.json");
   ASSERT_TRUE(config.has_value()) << config.error();
   auto bundled = ModelConfig::load(kCharModel / "config.json");
@@ -187,7 +180,9 @@ TEST_F(ConvertNanogpt, WithoutMetaPklTheModelGetsGpt2Bpe) {
   EXPECT_FALSE(config->bias);
   EXPECT_EQ(config->tokenizer.type, TokenizerSpec::Type::kBpe);
   for (const char* file : {"encoder.json", "vocab.bpe"})
-    EXPECT_EQ(slurp(out / file), slurp(kSource / "models/gpt2-bpe" / file)) << file;
+    EXPECT_EQ(test_util::read_file(out / file),
+              test_util::read_file(kSource / "models/gpt2-bpe" / file))
+        << file;
   auto weights = SafetensorsFile::open(out / "model.safetensors");
   ASSERT_TRUE(weights.has_value()) << weights.error();
   EXPECT_EQ(weights->find("transformer.wte.weight")->shape,
@@ -253,7 +248,7 @@ TEST_F(ConvertNanogpt, BadInputIsOneLineAndExitStatus2) {
     EXPECT_TRUE(one_line(r.err)) << r.err;
     EXPECT_TRUE(test_util::contains(r.err, message));
   }
-  EXPECT_EQ(slurp(nonempty / "keep.txt"), "mine\n");
+  EXPECT_EQ(test_util::read_file(nonempty / "keep.txt"), "mine\n");
   EXPECT_EQ(std::distance(fs::directory_iterator(nonempty), fs::directory_iterator()), 1);
 }
 

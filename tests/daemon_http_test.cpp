@@ -106,7 +106,7 @@ bool rpc_alive(const Daemon& d) {
 class DaemonHttpTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::system("command -v curl >/dev/null 2>&1") != 0)
+    if (!test_util::on_path("curl"))
       GTEST_SKIP() << "curl is not installed (scripts/install-deps.sh installs it)";
   }
   std::unique_ptr<Daemon> start(std::vector<std::string> args = {}) {
@@ -564,7 +564,7 @@ TEST_F(DaemonHttpTest, MetricsPassPromtoolAndMoveAsARequestsBlocksMove) {
                 metric(m, "kvtier_prompt_tokens_cached_total{tier=\"l1\"}") +
                 metric(m, "kvtier_prompt_tokens_cached_total{tier=\"l2\"}"));
 
-  if (std::system("command -v promtool >/dev/null 2>&1") != 0)
+  if (!test_util::on_path("promtool"))
     GTEST_SKIP() << "promtool is not installed (Debian's prometheus package; "
                     "scripts/install-deps.sh installs it): the format was not checked";
   const std::string file = (d->dir() / "metrics.txt").string();

@@ -400,14 +400,8 @@ inline ProcessResult run_process(std::vector<std::string> args, const std::files
   ProcessResult r;
   if (auto status = reap(pid, timeout); status && WIFEXITED(*status))
     r.exit_code = WEXITSTATUS(*status);
-  auto slurp = [](const std::filesystem::path& path) {
-    std::ifstream file(path, std::ios::binary);
-    std::stringstream text;
-    text << file.rdbuf();
-    return text.str();
-  };
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
+  r.out = test_util::read_file(out_path);
+  r.err = test_util::read_file(err_path);
   return r;
 }
 

@@ -42,22 +42,12 @@ namespace fs = std::filesystem;
 
 const fs::path kMonitoring = fs::path(KVTIER_SOURCE_DIR) / "daemon/monitoring";
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool have(const char* program) {
-  return std::system(("command -v " + std::string(program) + " >/dev/null 2>&1").c_str()) == 0;
-}
-
 // Why a test needing `program` is skipped here, or "".
 std::string missing(const char* program) {
-  return have(program) ? ""
-                       : std::string(program) +
-                             " is not installed (scripts/install-deps.sh installs it): not checked";
+  return test_util::on_path(program)
+             ? ""
+             : std::string(program) +
+                   " is not installed (scripts/install-deps.sh installs it): not checked";
 }
 
 // ---- PromQL: the metrics an expression names --------------------------------------------------
@@ -215,7 +205,7 @@ void collect_panels(const json& panels, std::vector<json>& out) {
 }
 
 json dashboard() {
-  return json::parse(read_text(kMonitoring / "kvtier-grafana.json"), nullptr, false);
+  return json::parse(test_util::read_file(kMonitoring / "kvtier-grafana.json"), nullptr, false);
 }
 
 // Every PromQL expression of the dashboard: its panels' targets, and its
@@ -248,7 +238,7 @@ std::vector<Query> dashboard_queries(const json& d) {
 // them on one line).
 std::vector<Query> rule_queries() {
   std::vector<Query> out;
-  std::istringstream in(read_text(kMonitoring / "kvtier-rules.yml"));
+  std::istringstream in(test_util::read_file(kMonitoring / "kvtier-rules.yml"));
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     const std::size_t at = line.find_first_not_of(' ');
@@ -378,7 +368,7 @@ TEST(MonitoringPromtool, TheScrapeConfigAndTheRulesPassPromtool) {
   test_util::TempDir dir;
   const fs::path key = dir.write("key", "0123456789abcdef0123\n");
   fs::copy_file(kMonitoring / "kvtier-rules.yml", dir.path() / "kvtier-rules.yml");
-  const std::string keyed = with_api_key(read_text(config), key);
+  const std::string keyed = with_api_key(test_util::read_file(config), key);
   ASSERT_FALSE(keyed.empty()) << "prometheus.yml has no commented authorization block";
   dir.write("prometheus.yml", keyed);
   const auto with_key = test_util::run_command("promtool check config '" +
@@ -413,7 +403,7 @@ TEST(MonitoringPromtool, EveryExpressionParses) {
 // kvtier-rules.yml without its annotations (promtool test rules compares
 // them too, and their wording is not what is tested here).
 std::string rules_without_annotations() {
-  std::istringstream in(read_text(kMonitoring / "kvtier-rules.yml"));
+  std::istringstream in(test_util::read_file(kMonitoring / "kvtier-rules.yml"));
   std::string out, line;
   std::size_t skipping = std::string::npos;  // the indent of the annotations: being skipped
   while (std::getline(in, line)) {
@@ -720,7 +710,8 @@ TEST_F(MonitoringDaemon, PrometheusScrapesAKeyedDaemonWithTheShippedConfigAndAns
   // The shipped config: the key lines uncommented, this daemon's port, a
   // scrape every second.
   const fs::path prometheus_key = dir_.write("prometheus-key", key + "\n");
-  std::string config = with_api_key(read_text(kMonitoring / "prometheus.yml"), prometheus_key);
+  std::string config =
+      with_api_key(test_util::read_file(kMonitoring / "prometheus.yml"), prometheus_key);
   config = replaced(config, "targets: [\"127.0.0.1:8000\"]",
                     "targets: [\"127.0.0.1:" + std::to_string(port_) + "\"]");
   config = replaced(config, "scrape_interval: 15s", "scrape_interval: 1s");
@@ -752,7 +743,7 @@ TEST_F(MonitoringDaemon, PrometheusScrapesAKeyedDaemonWithTheShippedConfigAndAns
     if (!up) std::this_thread::sleep_for(200ms);
   }
   ASSERT_TRUE(up) << "no successful scrape; targets: " << http(api + "targets").body
-                  << "\nprometheus: " << read_text(log);
+                  << "\nprometheus: " << test_util::read_file(log);
 
   // Every metric named, through Prometheus: present; every expression
   // answers.

@@ -34,7 +34,7 @@ json rpc(Daemon& d, json params, std::vector<std::string>* pieces = nullptr) {
 }
 
 TEST(OpenAiClientTest, TheOfficialLibraryGetsTheEnginesAnswersAndItsOwnErrors) {
-  if (std::system("command -v node >/dev/null 2>&1") != 0)
+  if (!test_util::on_path("node"))
     GTEST_SKIP() << "Node.js is not installed: the openai library cannot run";
   if (!fs::exists(kClientDir / "node_modules/openai/package.json"))
     GTEST_SKIP() << "the openai npm package is not installed in " << kClientDir

@@ -28,7 +28,7 @@ constexpr char kNoGnuplot[] =
     "gnuplot is not installed (scripts/install-deps.sh installs gnuplot-nox): "
     "scripts/plot_soak.sh cannot run";
 
-bool have_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+bool have_gnuplot() { return test_util::on_path("gnuplot"); }
 
 test_util::CommandResult plot(const std::string& args) {
   return test_util::run_command("PLOT_FORMAT=svg '" + std::string(KVTIER_SOURCE_DIR) +

@@ -44,13 +44,6 @@ const std::string kServiceSocket = "/run/kvtier/kvtierd.sock";
 // Debian's interpreter, which the client is written for, when there is one.
 std::string python() { return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3"; }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // This process's environment without the variables named in `unset`, plus
 // `set` ("NAME=VALUE"): a test of the socket search must not inherit the
 // caller's KVTIER_SOCKET.
@@ -538,7 +531,7 @@ TEST_F(PythonClientTest, CommandLineFallsBackToTheServiceSocketAndSaysSo) {
 // The model scripts/run.sh serves, read from the script.
 std::string run_sh_model() {
   std::smatch m;
-  const std::string text = slurp(kSourceDir / "scripts/run.sh");
+  const std::string text = test_util::read_file(kSourceDir / "scripts/run.sh");
   if (!std::regex_search(text, m, std::regex(R"(set -- --model (models/[^ ]+) )"))) return "";
   return m[1];
 }
@@ -546,7 +539,7 @@ std::string run_sh_model() {
 // The fenced ```python blocks of docs/http.md, in order.
 std::vector<std::string> python_blocks() {
   std::vector<std::string> blocks;
-  std::istringstream in(slurp(kHttpDoc));
+  std::istringstream in(test_util::read_file(kHttpDoc));
   std::string line, block;
   bool inside = false;
   while (std::getline(in, line)) {
@@ -577,7 +570,7 @@ class PythonClientHttpDocTest : public PythonClientTest {
     if (IsSkipped()) return;
     model_ = run_sh_model();
     ASSERT_FALSE(model_.empty()) << "scripts/run.sh names no --model";
-    ASSERT_TRUE(test_util::contains(slurp(kHttpDoc), "serves " + model_))
+    ASSERT_TRUE(test_util::contains(test_util::read_file(kHttpDoc), "serves " + model_))
         << "docs/http.md does not say which model scripts/run.sh serves";
   }
   // What JSON-RPC generates greedily for `prompt`, as the examples ask HTTP.
@@ -595,7 +588,7 @@ TEST_F(PythonClientHttpDocTest, CurlExamplesWorkAsWritten) {
   if (run_process({"curl", "--version"}, scratch_.path()).exit_code != 0)
     GTEST_SKIP() << "curl is not installed: docs/http.md's curl examples are not run";
   // The indented block that begins with the models request.
-  const std::string doc = slurp(kHttpDoc);
+  const std::string doc = test_util::read_file(kHttpDoc);
   const std::string first = "    curl --unix-socket \"$SOCK\" http://localhost/v1/models\n";
   const auto begin = doc.find(first);
   ASSERT_NE(begin, std::string::npos) << "docs/http.md has no line: " << first;

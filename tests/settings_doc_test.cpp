@@ -53,11 +53,7 @@ constexpr std::string_view kRule = "| --- | --- | --- | --- | --- |";
 constexpr std::string_view kFoundAtStart = "found at start";
 
 std::string read_doc(std::string_view name) {
-  const std::filesystem::path path = std::filesystem::path(KVTIER_SOURCE_DIR) / "docs" / name;
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return test_util::read_file(std::filesystem::path(KVTIER_SOURCE_DIR) / "docs" / name);
 }
 
 std::vector<std::string_view> lines_of(std::string_view text) {

@@ -66,7 +66,7 @@ TEST(SoakTest, ShortSoakWithTinyTiersPassesItsChecks) {
   EXPECT_TRUE(test_util::contains(settings, "\nl2_blocks,16\n"));
 
   // The plot script reads these very CSVs (gnuplot is in install-deps.sh).
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+  if (!test_util::on_path("gnuplot")) {
     std::printf("note: gnuplot not found; scripts/plot_soak.sh not checked\n");
     return;
   }

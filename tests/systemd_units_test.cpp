@@ -30,26 +30,9 @@ namespace fs = std::filesystem;
 // CMake configures the units into the systemd/ folder beside kvtierd's.
 const fs::path kUnitDir = fs::path(KVTIER_DAEMON_PATH).parent_path() / "systemd";
 
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  if (!path) return false;
-  std::stringstream dirs(path);
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    if (!dir.empty() && ::access((fs::path(dir) / program).c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
 TEST(SystemdUnitsTest, SystemdAnalyzeVerifyAcceptsTheUnits) {
-  if (!on_path("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not on PATH";
-  if (!on_path("timeout")) GTEST_SKIP() << "timeout (coreutils) is not on PATH";
+  if (!test_util::on_path("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not on PATH";
+  if (!test_util::on_path("timeout")) GTEST_SKIP() << "timeout (coreutils) is not on PATH";
   const fs::path service = kUnitDir / "kvtierd.service";
   const fs::path socket = kUnitDir / "kvtierd.socket";
   ASSERT_TRUE(fs::exists(service)) << service;
@@ -127,7 +110,7 @@ double exposure(const std::string& output) {
 }
 
 TEST(SystemdUnitsTest, EachDropInVerifiesWithTheUnitsWithoutAWord) {
-  if (!on_path("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not on PATH";
+  if (!test_util::on_path("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not on PATH";
   for (const DropIn& d : kDropIns) {
     test_util::TempDir dir;
     const fs::path units = units_with(dir, &d);
@@ -144,7 +127,7 @@ TEST(SystemdUnitsTest, EachDropInVerifiesWithTheUnitsWithoutAWord) {
 // unit is kept at least as tight as it was when the drop-ins were split
 // off (1.4), and each drop-in opens only what its way of running needs.
 TEST(SystemdUnitsTest, TheSecurityExposureStaysAsLow) {
-  if (!on_path("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not on PATH";
+  if (!test_util::on_path("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not on PATH";
   auto score = [](const DropIn* d) {
     test_util::TempDir dir;
     const fs::path units = units_with(dir, d);
@@ -164,7 +147,7 @@ TEST(SystemdUnitsTest, TheSecurityExposureStaysAsLow) {
 
 TEST(SystemdUnitsTest, KvtierdAcceptsTheConfigOfEachWayOfRunning) {
   test_util::TempDir dir;
-  const std::string shipped = read_all(kSourceUnits / "kvtierd.toml");
+  const std::string shipped = test_util::read_file(kSourceUnits / "kvtierd.toml");
   ASSERT_FALSE(shipped.empty());
   auto check = [&](const std::string& name, const std::string& extra) {
     const fs::path toml = dir.write(name + ".toml", shipped + "\n" + extra);
@@ -173,7 +156,7 @@ TEST(SystemdUnitsTest, KvtierdAcceptsTheConfigOfEachWayOfRunning) {
   const Ran plain = check("plain", "");
   EXPECT_EQ(plain.status, 0) << plain.output;
   for (const DropIn& d : kDropIns) {
-    const std::string lines = toml_lines(read_all(kSourceUnits / d.file));
+    const std::string lines = toml_lines(test_util::read_file(kSourceUnits / d.file));
     EXPECT_FALSE(lines.empty()) << d.file << " says no kvtierd.toml lines";
     const Ran r = check(d.file, lines);
     EXPECT_EQ(r.status, 0) << d.file << ": " << lines << r.output;
@@ -186,32 +169,35 @@ TEST(SystemdUnitsTest, KvtierdAcceptsTheConfigOfEachWayOfRunning) {
 // their messages say the unit forbids, it forbids, and the drop-ins they
 // name exist and open it.
 TEST(SystemdUnitsTest, TheDaemonsChecksDescribeTheseUnits) {
-  const std::string unit = read_all(kUnitDir / "kvtierd.service");
-  const std::string checks = read_all(fs::path(KVTIER_SOURCE_DIR) / "daemon/service_checks.cpp");
+  const std::string unit = test_util::read_file(kUnitDir / "kvtierd.service");
+  const std::string checks =
+      test_util::read_file(fs::path(KVTIER_SOURCE_DIR) / "daemon/service_checks.cpp");
   ASSERT_FALSE(checks.empty());
   EXPECT_TRUE(test_util::contains(unit, "\nRestrictAddressFamilies=AF_UNIX\n"));
   EXPECT_TRUE(test_util::contains(unit, "\nPrivateDevices=true\n"));
   EXPECT_TRUE(test_util::contains(unit, "\nDynamicUser=yes\n"));
-  EXPECT_TRUE(test_util::contains(read_all(kSourceUnits / "kvtierd-tcp.conf"),
+  EXPECT_TRUE(test_util::contains(test_util::read_file(kSourceUnits / "kvtierd-tcp.conf"),
                                   "\nRestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n"));
-  EXPECT_TRUE(
-      test_util::contains(read_all(kSourceUnits / "kvtierd-gpu.conf"), "\nPrivateDevices=false\n"));
-  EXPECT_TRUE(
-      test_util::contains(read_all(kSourceUnits / "kvtierd-group.conf"), "\nSocketGroup=kvtier\n"));
+  EXPECT_TRUE(test_util::contains(test_util::read_file(kSourceUnits / "kvtierd-gpu.conf"),
+                                  "\nPrivateDevices=false\n"));
+  EXPECT_TRUE(test_util::contains(test_util::read_file(kSourceUnits / "kvtierd-group.conf"),
+                                  "\nSocketGroup=kvtier\n"));
   for (const DropIn& d : kDropIns) {
     EXPECT_TRUE(test_util::contains(checks, d.file)) << d.file << " is named by no check";
   }
   // The one socket path: the service's, the socket unit's, kvtierctl's.
   const std::string path = "/run/kvtier/kvtierd.sock";
   EXPECT_TRUE(test_util::contains(unit, "--socket " + path));
-  EXPECT_TRUE(test_util::contains(read_all(kUnitDir / "kvtierd.socket"), "ListenStream=" + path));
-  EXPECT_TRUE(test_util::contains(read_all(fs::path(KVTIER_SOURCE_DIR) / "ctl/socket_choice.h"),
-                                  "\"" + path + "\""));
+  EXPECT_TRUE(test_util::contains(test_util::read_file(kUnitDir / "kvtierd.socket"),
+                                  "ListenStream=" + path));
+  EXPECT_TRUE(
+      test_util::contains(test_util::read_file(fs::path(KVTIER_SOURCE_DIR) / "ctl/socket_choice.h"),
+                          "\"" + path + "\""));
 }
 
 TEST(SystemdUnitsTest, InstalledCopiesUseTheInstallPrefix) {
-  const std::string service = read_all(kUnitDir / "install" / "kvtierd.service");
-  const std::string socket = read_all(kUnitDir / "install" / "kvtierd.socket");
+  const std::string service = test_util::read_file(kUnitDir / "install" / "kvtierd.service");
+  const std::string socket = test_util::read_file(kUnitDir / "install" / "kvtierd.socket");
   ASSERT_FALSE(service.empty());
   ASSERT_FALSE(socket.empty());
   EXPECT_FALSE(test_util::contains(service, "@KVTIER_"));  // every @VAR@ replaced

@@ -1,5 +1,6 @@
-// Helpers shared by the test files: a self-deleting temporary directory, writing a
-// file, running a shell command for its output, a substring check that prints both
+// Helpers shared by the test files: a self-deleting temporary directory, writing
+// and reading a file, whether a program is on PATH, running a shell command for
+// its output, a substring check that prints both
 // strings on failure, one safetensors
 // writer (well-formed files from a tensor list, or any header text for the reader's
 // error paths), and the bundled model loaded once per test process. Header-only;
@@ -12,11 +13,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -85,6 +89,26 @@ inline std::filesystem::path write_file(const std::filesystem::path& path, std::
   out.write(bytes.data(), std::streamsize(bytes.size()));
   if (!out) throw std::runtime_error("test_util::write_file: cannot write " + path.string());
   return path;
+}
+
+// The whole of the file at `path`, as bytes; "" when it cannot be read.
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Whether `program` is an executable in one of $PATH's folders.
+inline bool on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  if (!path) return false;
+  std::string_view dirs(path);
+  while (!dirs.empty()) {
+    const std::string dir(dirs.substr(0, dirs.find(':')));
+    dirs.remove_prefix(std::min(dirs.size(), dir.size() + 1));
+    if (!dir.empty() && ::access((std::filesystem::path(dir) / program).c_str(), X_OK) == 0)
+      return true;
+  }
+  return false;
 }
 
 // A fresh, uniquely named directory under the system temp dir, removed with everything
