@@ -8,10 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 #include <string_view>
 #include <tuple>
 #include <vector>
+
+#include "tiers/redis_address.h"
 
 namespace kvtier::daemon {
 
@@ -20,9 +21,9 @@ namespace {
 // Where the credentials of LoadCredential= appear for kvtierd.service.
 constexpr std::string_view kCredentials = "/run/credentials/kvtierd.service/";
 
-// The family a TCP address of http_listen or remote needs: "[::1]:8000" IPv6,
-// anything else (a port, an IPv4 address, a host name) IPv4.
-int tcp_family(std::string_view address) {
+// The family http_listen needs: "[::1]:8000" IPv6, anything else (a port,
+// an IPv4 address) IPv4.
+int listen_family(std::string_view address) {
   return address.find('[') != std::string_view::npos ? AF_INET6 : AF_INET;
 }
 
@@ -31,9 +32,8 @@ const char* family_name(int family) { return family == AF_INET6 ? "AF_INET6" : "
 // Whether this process may open a socket of `family`: systemd's
 // RestrictAddressFamilies= refuses the others with EAFNOSUPPORT. Any other
 // failure (out of descriptors) is left to the code that opens the real one.
-std::expected<void, std::string> family_check(const std::string& setting,
-                                              const std::string& value) {
-  const int family = tcp_family(value);
+std::expected<void, std::string> family_check(const std::string& setting, const std::string& value,
+                                              int family) {
   const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd >= 0) {
     ::close(fd);
@@ -46,17 +46,15 @@ std::expected<void, std::string> family_check(const std::string& setting,
                          "them: install the drop-in kvtierd-tcp.conf (docs/service.md, \"TCP\")");
 }
 
-// The first TCP address of the remote setting's list, or empty when every
-// one is a Unix socket (tiers/redis_address.h has the forms).
-std::string remote_tcp_address(const std::string& remote) {
-  std::stringstream list(remote);
-  for (std::string one; std::getline(list, one, ',');) {
-    const auto begin = one.find_first_not_of(" \t");
-    if (begin == std::string::npos) continue;
-    one = one.substr(begin, one.find_last_not_of(" \t") - begin + 1);
-    if (!one.starts_with('/') && !one.starts_with("unix://")) return one;
-  }
-  return {};
+// The first TCP address of the remote setting's list, or nullopt when every
+// one is a Unix socket. A list that does not parse is the remote tier's to
+// refuse, in its own words (an empty one: no remote tier).
+std::optional<tiers::RedisAddress> remote_tcp_address(const std::string& remote) {
+  auto addresses = tiers::parse_redis_addresses(remote);
+  if (!addresses) return std::nullopt;
+  for (const tiers::RedisAddress& a : *addresses)
+    if (!a.is_unix()) return a;
+  return std::nullopt;
 }
 
 // A file a setting names that this process may not read: the dynamic user
@@ -151,11 +149,13 @@ std::expected<ServiceChecks, std::string> service_checks(const DaemonConfig& c,
                                                          std::optional<int> activated_fd) {
   ServiceChecks out;
   if (!c.http_listen.empty()) {
-    if (auto ok = family_check("http_listen", c.http_listen); !ok)
+    if (auto ok = family_check("http_listen", c.http_listen, listen_family(c.http_listen)); !ok)
       return std::unexpected(ok.error());
   }
-  if (const std::string tcp = remote_tcp_address(c.scheduler.cache.remote); !tcp.empty()) {
-    if (auto ok = family_check("remote", tcp); !ok) return std::unexpected(ok.error());
+  if (const auto tcp = remote_tcp_address(c.scheduler.cache.remote)) {
+    const int family = tcp->host.find(':') != std::string::npos ? AF_INET6 : AF_INET;
+    if (auto ok = family_check("remote", tcp->to_string(), family); !ok)
+      return std::unexpected(ok.error());
   }
   for (auto [setting, path, name] :
        {std::tuple{"http_api_key_file", &c.http_api_key_file, "api-key"},
