@@ -858,7 +858,10 @@ TEST_F(SchedulerTest, AnAutomaticBudgetIsChosenFromMeasuredPasses) {
   EXPECT_LE(chosen.mixed_prefill_tokens, chosen.token_budget);
   const std::vector<PassCost>& sweep = s->pass_sweep().passes;
   EXPECT_EQ(s->pass_sweep().context, model_->config().block_size);
-  EXPECT_GT(s->pass_sweep().seconds_per_row_key, 0) << "attending to a long prefix costs";
+  // A difference of two timings, floored at 0: on a loaded machine the
+  // bundled model's deep and fresh passes can time alike, so only its sign
+  // is promised here (budget_choice_test stages its use).
+  EXPECT_GE(s->pass_sweep().seconds_per_row_key, 0);
   ASSERT_FALSE(sweep.empty());
   EXPECT_EQ(sweep.front().rows, 16);
   for (std::size_t i = 0; i < sweep.size(); ++i) {
