@@ -28,7 +28,7 @@
 #include "bench/machine_peaks.h"
 #include "bench/recording_reporter.h"
 #include "engine/device.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace {
 

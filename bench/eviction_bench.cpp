@@ -1,4 +1,4 @@
-// KV eviction policies (engine/eviction_policy.h) against the full cache, in
+// KV eviction policies (engine/model/eviction_policy.h) against the full cache, in
 // the manner of the classic sliding-window benchmarks and OpenVINO GenAI's limit checker:
 //   (1) peak KV: the most KV positions (whole pages) a request holds, full
 //       cache against windows, sinks + window and H2O;
@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "engine/eviction_policy.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/eviction_policy.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
 
 namespace {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 #include "kernels/kv_quant.h"
 
 namespace {

@@ -17,8 +17,8 @@
 
 #include "bench/bench_util.h"
 #include "bench/recording_reporter.h"
-#include "engine/block_hash.h"
-#include "engine/radix_cache.h"
+#include "engine/cache/block_hash.h"
+#include "engine/cache/radix_cache.h"
 
 namespace {
 

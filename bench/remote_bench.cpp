@@ -25,7 +25,7 @@
 #include "bench/bench_util.h"
 #include "bench/machine_peaks.h"
 #include "bench/ttft.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 #include "tiers/redis_store.h"
 
 namespace {

@@ -3,9 +3,9 @@
 // flat in N (no step that scans every node), and does a block's metadata
 // stay under 300 bytes?
 //
-//  * The radix tree (engine/radix_cache.h) with its per-tier LRU indexes,
+//  * The radix tree (engine/cache/radix_cache.h) with its per-tier LRU indexes,
 //    following a 64-byte-block L1 pool's sharing (track_l1), and the
-//    placement policy's L1 victim query (engine/placement_policy.h): the
+//    placement policy's L1 victim query (engine/cache/placement_policy.h): the
 //    structures KvCache's moves go through. KvCache itself is not driven:
 //    its L2 slots are whole pages (4 KiB each, 4 GiB at 10^6 blocks).
 //    Prompts are chains of 16 blocks of 16 tokens. Per block:
@@ -50,10 +50,10 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "engine/block_hash.h"
-#include "engine/block_meta.h"
-#include "engine/placement_policy.h"
-#include "engine/radix_cache.h"
+#include "engine/cache/block_hash.h"
+#include "engine/cache/block_meta.h"
+#include "engine/cache/placement_policy.h"
+#include "engine/cache/radix_cache.h"
 #include "tiers/block_pool.h"
 #include "tiers/l3_index.h"
 #include "tiers/l3_store.h"

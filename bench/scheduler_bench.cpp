@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace {
 

@@ -44,7 +44,7 @@
 #include "bench/redis_process.h"
 #include "bench/soak_model.h"
 #include "ctl/rpc_client.h"
-#include "engine/kv_layout.h"
+#include "engine/model/kv_layout.h"
 #include "util/byte_size.h"
 
 using namespace kvtier::bench;

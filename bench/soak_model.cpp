@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "engine/model_weights.h"
+#include "engine/model/model_weights.h"
 
 namespace kvtier::bench {
 

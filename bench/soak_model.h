@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string>
 
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 
 namespace kvtier::bench {
 

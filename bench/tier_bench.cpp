@@ -31,7 +31,7 @@
 #include "bench/machine_peaks.h"
 #include "bench/ttft.h"
 #include "engine/device.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 #if defined(KVTIER_HAVE_CUDA)
 #include "tiers/cuda/cuda_copy_stream.h"

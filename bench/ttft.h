@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace kvtier::bench {
 

@@ -47,7 +47,7 @@
 #include "bench/soak_model.h"
 #include "bench/ttft.h"
 #include "ctl/rpc_client.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace {
 

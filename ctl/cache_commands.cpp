@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "engine/tier.h"
+#include "engine/cache/tier.h"
 
 namespace kvtier::ctl {
 

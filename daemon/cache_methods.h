@@ -17,7 +17,7 @@
 
 #include "daemon/engine_loop.h"
 #include "daemon/protocol.h"
-#include "engine/kv_cache.h"
+#include "engine/cache/kv_cache.h"
 
 namespace kvtier::daemon {
 

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "daemon/log.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace kvtier::daemon {
 
@@ -57,7 +57,7 @@ inline constexpr Limit<int> kPageSize{1, SchedulerConfig::kMaxPageSize};
 inline constexpr Limit<int> kMaxKvTokens{1, 1 << 24};
 inline constexpr Limit<int> kMaxBatchSize{1, 1 << 20};
 // token_budget and mixed_prefill_tokens; 0 = chosen at start
-// (engine/budget_choice.h).
+// (engine/scheduling/budget_choice.h).
 inline constexpr Limit<int> kTokenBudget{0, 1 << 20};
 inline constexpr Limit<int> kMaxPending{1, 1 << 20};
 inline constexpr Limit<int> kMaxConnections{1, 1 << 16};
@@ -97,7 +97,7 @@ struct DaemonConfig {
   // are runtime.
   //
   // The token budgets are chosen at start from what passes cost on the
-  // device (engine/budget_choice.h): a fixed 16 made a cold 1024-token
+  // device (engine/scheduling/budget_choice.h): a fixed 16 made a cold 1024-token
   // prompt 2.7x (CPU) to 12x (GPU) slower than it need be.
   //
   // Unlike the engine, a service keeps the prefix cache on by default:

@@ -36,10 +36,10 @@
 
 #include "daemon/access.h"
 #include "engine/device.h"
-#include "engine/model.h"
-#include "engine/request.h"
-#include "engine/scheduler.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
+#include "engine/scheduling/request.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace kvtier::daemon {
 
@@ -224,7 +224,7 @@ class EngineLoop {
   const std::string& device() const { return device_.name; }
   // Thread-safe (pure over what create() measured). The token budgets
   // `scheduler`'s settings come to on this device, and why: what the
-  // scheduler runs with once they are in force (engine/budget_choice.h).
+  // scheduler runs with once they are in force (engine/scheduling/budget_choice.h).
   BudgetChoice budgets(const SchedulerConfig& scheduler) const {
     return resolve_budgets(scheduler, sweep_);
   }

@@ -6,9 +6,9 @@
 #include <iostream>
 
 #include "daemon/param_fields.h"
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/generator.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
 
 namespace kvtier::daemon {
 

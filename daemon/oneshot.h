@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/request.h"
+#include "engine/scheduling/request.h"
 
 namespace kvtier::daemon {
 

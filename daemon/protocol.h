@@ -18,9 +18,9 @@
 #include <variant>
 #include <vector>
 
-#include "engine/eviction_policy.h"
-#include "engine/radix_cache.h"
-#include "engine/sampler.h"
+#include "engine/cache/radix_cache.h"
+#include "engine/model/eviction_policy.h"
+#include "engine/model/sampler.h"
 
 namespace kvtier::daemon {
 

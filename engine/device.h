@@ -38,8 +38,8 @@
 #include <memory>
 #include <string>
 
-#include "engine/model.h"
-#include "engine/scheduler.h"
+#include "engine/model/model.h"
+#include "engine/scheduling/scheduler.h"
 #include "tiers/block_pool.h"
 
 namespace kvtier {

@@ -17,7 +17,7 @@
 // thread runs it — the property every "restored equals recomputed" check
 // rests on.
 //
-// Absent pages: an eviction policy (engine/eviction_policy.h) may drop whole
+// Absent pages: an eviction policy (engine/model/eviction_policy.h) may drop whole
 // pages of a sequence; their entry in PagedKv::blocks is null. Keys and
 // values keep the absolute positions they were computed at, so a query
 // simply skips those positions: the softmax and the weighted sum run over

@@ -1,4 +1,4 @@
-// The shape of one KV block, as the kernels see it (engine/kv_layout.h's
+// The shape of one KV block, as the kernels see it (engine/model/kv_layout.h's
 // KvLayout holds the same four numbers; kernels/ does not depend on engine/).
 //
 // Letters as in kernels/attention.h: L = n_layer, Hkv = n_kv_head,

@@ -12,7 +12,7 @@ it must be empty unless --force) receives:
                       "weight_layout": "out_in"}: nanoGPT's MLP is nn.GELU()
                       (the exact erf form, also for models fine-tuned from
                       GPT-2) and its Linear weights are (out, in), which is
-                      what engine/model_weights.h reads as "out_in", so no
+                      what engine/model/model_weights.h reads as "out_in", so no
                       matrix is transposed.
   model.safetensors  every parameter in fp32 under nanoGPT's own names
                      (transformer.h.0.attn.c_attn.weight, ...), without the
@@ -523,7 +523,7 @@ def char_vocab(meta, path, vocab_size):
         raise InputError(f"{path}: 'itos' keys are not the ids 0..{n - 1}")
     chars = [itos[i] for i in range(n)]
     for i, c in enumerate(chars):
-        # One code point that UTF-8 can carry: what engine/char_tokenizer.h reads.
+        # One code point that UTF-8 can carry: what engine/model/char_tokenizer.h reads.
         if not isinstance(c, str) or len(c) != 1 or 0xD800 <= ord(c) <= 0xDFFF:
             raise InputError(f"{path}: itos[{i}] is {c!r:.20}, not one character")
     if len(set(chars)) != n:

@@ -1,7 +1,7 @@
 // The engine's metadata beside a stored block, and that L3 entries written
 // before the metadata was opaque (index values of the first format) read
 // back as exactly these bytes, so a store from before keeps serving.
-#include "engine/block_meta.h"
+#include "engine/cache/block_meta.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "engine/bpe_tokenizer.h"
+#include "engine/model/bpe_tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/bpe_pretokenizer.h"
-#include "engine/model_config.h"
-#include "engine/tokenizer.h"
+#include "engine/model/bpe_pretokenizer.h"
+#include "engine/model/model_config.h"
+#include "engine/model/tokenizer.h"
 #include "tests/test_util.h"
 
 namespace kvtier {

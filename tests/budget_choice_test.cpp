@@ -1,8 +1,8 @@
-#include "engine/budget_choice.h"
+#include "engine/scheduling/budget_choice.h"
 
 #include <gtest/gtest.h>
 
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 #include "test_util.h"
 
 namespace kvtier {

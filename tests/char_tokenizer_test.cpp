@@ -1,4 +1,4 @@
-#include "engine/char_tokenizer.h"
+#include "engine/model/char_tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer.h"
+#include "engine/model/tokenizer.h"
 #include "tests/test_util.h"
 
 namespace kvtier {

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "daemon_test_util.h"
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
 #include "test_util.h"
 
 namespace kvtier {

@@ -1,4 +1,4 @@
-#include "engine/cost_model.h"
+#include "engine/cache/cost_model.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The tiered prefix cache with L1 in device memory and the GPU forward
-// (engine/kv_cache.h's device-L1 case, engine/cuda/cuda_model.h) on the
+// (engine/cache/kv_cache.h's device-L1 case, engine/cuda/cuda_model.h) on the
 // bundled model: heavy pressure through L2 and L3 and back, swap preemption
 // and a restart on the same L3. Every request's tokens must equal its solo
 // run on the GPU (no cache, no pressure) bit for bit, and check_invariants()
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/device.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 #include "scheduler_test_util.h"
 #include "test_util.h"
 #include "tests/cuda_test_util.h"

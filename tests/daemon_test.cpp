@@ -30,7 +30,7 @@
 #endif
 #include "daemon/cli.h"
 #include "engine/build_info.h"
-#include "engine/request.h"
+#include "engine/scheduling/request.h"
 #include "tiers/host_memory.h"
 
 namespace kvtier {

@@ -27,9 +27,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/generator.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
 #include "test_util.h"
 
 namespace kvtier::daemon_test {

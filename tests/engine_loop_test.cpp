@@ -37,8 +37,8 @@
 #include <variant>
 #include <vector>
 
-#include "engine/generator.h"
-#include "engine/request.h"
+#include "engine/model/generator.h"
+#include "engine/scheduling/request.h"
 #include "test_util.h"
 #include "tiers/block_pool.h"
 

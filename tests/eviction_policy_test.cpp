@@ -3,13 +3,13 @@
 // aggregations), effective_kv_tokens() agreeing with what generate() really
 // holds, and generate() with a policy: deterministic, independent of prefill
 // chunking, and exactly the full cache when nothing is evicted.
-#include "engine/eviction_policy.h"
+#include "engine/model/eviction_policy.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "engine/generator.h"
+#include "engine/model/generator.h"
 #include "tests/test_util.h"
 
 namespace kvtier {

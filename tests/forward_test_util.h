@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace kvtier::forward_test_util {
 

@@ -1,7 +1,7 @@
 // The single-request generation loop on the bundled model: determinism
 // across prefill chunking, seeds, stop strings, streaming, finish reasons and
 // refused options.
-#include "engine/generator.h"
+#include "engine/model/generator.h"
 
 #include <gtest/gtest.h>
 

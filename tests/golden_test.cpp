@@ -9,8 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/generator.h"
-#include "engine/model.h"
+#include "engine/model/generator.h"
+#include "engine/model/model.h"
 
 namespace kvtier {
 namespace {

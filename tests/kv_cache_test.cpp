@@ -6,7 +6,7 @@
 // of L3: completions it must not lose or take out of order, and the L1 it
 // needs. The scheduler-level tests of the cache are in
 // tiered_scheduler_test.cpp.
-#include "engine/kv_cache.h"
+#include "engine/cache/kv_cache.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Quantised lower tiers (l2_format / l3_format = int8, engine/kv_cache.h):
+// Quantised lower tiers (l2_format / l3_format = int8, engine/cache/kv_cache.h):
 // capacity, the round trip through an int8 L2 and an int8 L3 (within
 // kernels/kv_quant.h's error bound; exact stays bit-identical), a restart on
 // an int8 store, an exact store reopened as int8, the refused combination,
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "daemon_test_util.h"
-#include "engine/kv_cache.h"
-#include "engine/scheduler.h"
+#include "engine/cache/kv_cache.h"
+#include "engine/scheduling/scheduler.h"
 #include "kernels/kv_quant.h"
 #include "scheduler_test_util.h"
 #include "stand_in_device.h"

@@ -1,6 +1,6 @@
 // The forward pass: the three attention cases, batch invariance and bad
 // batches, on small random models (golden comparisons live in golden_test.cpp).
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 #include <gtest/gtest.h>
 

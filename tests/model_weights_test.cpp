@@ -1,4 +1,4 @@
-#include "engine/model_weights.h"
+#include "engine/model/model_weights.h"
 
 #include <gtest/gtest.h>
 
@@ -16,10 +16,10 @@
 #include <utility>
 #include <vector>
 
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "engine/safetensors.h"
-#include "engine/sequence_kv.h"
+#include "engine/model/generator.h"
+#include "engine/model/model.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/sequence_kv.h"
 #include "tests/smaps.h"
 #include "tests/test_util.h"
 

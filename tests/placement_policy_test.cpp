@@ -2,13 +2,13 @@
 // real pools: LRU order, what each query passes over (requests' references,
 // loads, pins, holds, moves in flight, the admission being protected) and
 // the order of the L2 victims' costs.
-#include "engine/placement_policy.h"
+#include "engine/cache/placement_policy.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "engine/block_hash.h"
+#include "engine/cache/block_hash.h"
 
 namespace kvtier {
 namespace {

@@ -1,13 +1,13 @@
 // The prefix tree on its own: chained keys, matching, insertion, LRU order
 // per tier, and the erasure of nodes that hold nothing.
-#include "engine/radix_cache.h"
+#include "engine/cache/radix_cache.h"
 
 #include <gtest/gtest.h>
 
 #include <numeric>
 #include <vector>
 
-#include "engine/block_hash.h"
+#include "engine/cache/block_hash.h"
 
 namespace kvtier {
 namespace {

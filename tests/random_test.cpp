@@ -1,5 +1,5 @@
 // The shared generator (util/random.h): pinned to the words it gave before it
-// moved out of engine/sampler.cpp and engine/model_weights.cpp, so that a
+// moved out of engine/model/sampler.cpp and engine/model/model_weights.cpp, so that a
 // seed keeps naming the same tokens and the same random weights.
 #include "util/random.h"
 

@@ -1,4 +1,4 @@
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

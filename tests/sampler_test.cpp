@@ -1,6 +1,6 @@
-// Tests for engine/sampler.cpp: SamplingParams::validate, Sampler,
+// Tests for engine/model/sampler.cpp: SamplingParams::validate, Sampler,
 // validate_stop_strings and StopMatcher.
-#include "engine/sampler.h"
+#include "engine/model/sampler.h"
 
 #include <gtest/gtest.h>
 

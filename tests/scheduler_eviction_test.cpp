@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 #include "test_util.h"
 
 namespace kvtier {

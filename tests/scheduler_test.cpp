@@ -4,7 +4,7 @@
 // contract — every request's tokens equal to running it alone with
 // generate(), whatever the token budget, batch size or preemptions.
 // check_invariants() runs after every step of every test.
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace kvtier::test_util {
 

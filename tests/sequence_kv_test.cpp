@@ -2,7 +2,7 @@
 // pool, reserve() copies only a shared partial last block before it is
 // written (leaving the other owner's bytes as they were), full shared blocks
 // stay shared, and releasing every sharer frees everything.
-#include "engine/sequence_kv.h"
+#include "engine/model/sequence_kv.h"
 
 #include <gtest/gtest.h>
 

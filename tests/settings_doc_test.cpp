@@ -36,8 +36,8 @@
 
 #include "daemon/config.h"
 #include "daemon/setting_flags.h"
-#include "engine/kv_layout.h"
-#include "engine/model_config.h"
+#include "engine/model/kv_layout.h"
+#include "engine/model/model_config.h"
 #include "kernels/kv_quant.h"
 #include "test_util.h"
 #include "tiers/align.h"
@@ -514,7 +514,7 @@ struct GuideModel {
 
 // docs/tuning.md's table of block sizes: each row's shape (layers, heads,
 // width, context) gives the bytes the row states, at page_size 16, as the
-// engine lays a block out (engine/kv_layout.h) and the int8 format encodes
+// engine lays a block out (engine/model/kv_layout.h) and the int8 format encodes
 // it (kernels/kv_quant.h), in 4 KiB slots (L1 and L2 with the prefix
 // cache, L3). Then the table of starting points: each row's L1, L2 and L3
 // in blocks of its model, from its settings as kvtierd reads them.

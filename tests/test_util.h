@@ -28,8 +28,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
 
 namespace kvtier::test_util {
 

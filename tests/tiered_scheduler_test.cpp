@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "bench/slow_disk.h"
-#include "engine/block_hash.h"
-#include "engine/scheduler.h"
+#include "engine/cache/block_hash.h"
+#include "engine/scheduling/scheduler.h"
 #include "scheduler_test_util.h"
 #include "stand_in_device.h"
 #include "test_util.h"

@@ -1,6 +1,6 @@
 // The transfer plan: what a block takes in each tier and how its bytes move,
 // for every format and for L1 in host or (stand-in) device memory.
-#include "engine/transfer_plan.h"
+#include "engine/cache/transfer_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <map>
 #include <string>
 
-#include "engine/bpe_tokenizer.h"
+#include "engine/model/bpe_tokenizer.h"
 
 namespace kvtier::bench {
 namespace {

@@ -1,5 +1,5 @@
 // The identity of a KV block as the tiers see it: a 128-bit key the engine
-// derives (a hash chained over the block's prefix, see engine/block_hash.h).
+// derives (a hash chained over the block's prefix, see engine/cache/block_hash.h).
 //
 // The tiers never interpret it: it names a block in the L3 index and in the
 // maps that say where a block lives. Equal keys mean equal bytes; that

@@ -9,7 +9,7 @@
 //    the metadata written under it for good. A write of a key already
 //    stored (or being written) completes kOk without writing and counts as a
 //    use.
-//  * Metadata is opaque: the owner encodes it (engine/block_meta.h: what
+//  * Metadata is opaque: the owner encodes it (engine/cache/block_meta.h: what
 //    model, which tokens) and checks it; a store only keeps it beside the
 //    bytes, returns it from lookup(), and refuses a read whose stored
 //    metadata is not the expected one, as it refuses bytes whose checksum

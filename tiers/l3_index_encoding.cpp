@@ -12,7 +12,7 @@ namespace {
 
 // Version 2: version, offset, length, checksum, last_use, metadata length,
 // then the metadata. Version 1 (read, never written) had, where 2 has the
-// metadata, the fields the engine's metadata now holds (engine/block_meta.h):
+// metadata, the fields the engine's metadata now holds (engine/cache/block_meta.h):
 // parent key and fingerprint before last_use, token count and tokens after
 // it; read back, they are the same bytes in the same order, so entries of
 // either version name the same blocks.

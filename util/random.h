@@ -1,8 +1,8 @@
 // The project's one pseudo-random generator: xoshiro256** seeded through
 // splitmix64, written out so that a seed gives the same stream with every
 // compiler and standard library (<random>'s distributions do not). The
-// sampler draws each request's tokens from it (engine/sampler.cpp) and random
-// weights are made with it (engine/model_weights.cpp); each caller turns the
+// sampler draws each request's tokens from it (engine/model/sampler.cpp) and random
+// weights are made with it (engine/model/model_weights.cpp); each caller turns the
 // 64-bit words into numbers its own way. Integer arithmetic only.
 #pragma once
 

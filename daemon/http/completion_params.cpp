@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "daemon/param_fields.h"
-#include "engine/sampler.h"
+#include "engine/model/sampler.h"
 
 namespace kvtier::daemon::http {
 

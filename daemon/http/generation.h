@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "daemon/http/exchange.h"
-#include "engine/request.h"
+#include "engine/scheduling/request.h"
 
 namespace kvtier::daemon::http {
 

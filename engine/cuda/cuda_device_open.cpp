@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "engine/cache/store_tiers.h"
 #include "engine/cuda/cuda_kv_codec.h"
 #include "engine/cuda/cuda_model.h"
-#include "engine/store_tiers.h"
 #include "tiers/cuda/cuda_memory.h"
 
 namespace kvtier {

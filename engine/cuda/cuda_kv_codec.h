@@ -3,7 +3,7 @@
 // bytes into a block in device memory, with the kernels of
 // kernels/cuda/kv_quant_cuda.h, which give the host codec's bytes. Only the
 // int8 bytes cross the bus, a quarter of the fp32 block: KvCache uses it
-// (DeviceKvCodec, engine/transfer_plan.h) for int8 tiers under a device L1, in place of
+// (DeviceKvCodec, engine/cache/transfer_plan.h) for int8 tiers under a device L1, in place of
 // copying the fp32 block to the host and encoding it there.
 //
 // Each call is done when it returns (one stream of its own, waited for), so
@@ -26,7 +26,7 @@
 #include <mutex>
 #include <string>
 
-#include "engine/transfer_plan.h"
+#include "engine/cache/transfer_plan.h"
 #include "kernels/kv_shape.h"
 
 namespace kvtier {

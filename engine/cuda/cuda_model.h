@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "kernels/kv_shape.h"
 
 namespace kvtier {

@@ -1,0 +1,44 @@
+// Block identity: the model fingerprint and the hash chain over full blocks.
+//
+// A full block's key chains its parent's: key_i = H(key_{i-1}, tokens_i), and
+// key_0 (the root) = H(fingerprint, cache_salt). So one key names a whole
+// prefix, not just the block's own tokens: equal keys mean the same tokens
+// from position 0 under the same model, layout and salt, hence (the forward
+// pass being deterministic and batch-invariant) bit-identical KV bytes. That
+// is what lets the radix tree, the L2 pool and the L3 store across restarts
+// share blocks by key alone, and what keeps one model's, one page size's or
+// one tenant's blocks from ever being served to another.
+//
+// H is XXH3-128: collisions are not a practical concern, and the L3 index
+// still stores the tokens so a lookup can compare them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "engine/model/model_config.h"
+#include "engine/model/model_weights.h"
+#include "tiers/block_key.h"
+
+namespace kvtier {
+
+// Bumped whenever the byte layout of a KV block changes (engine/model/kv_layout.h),
+// so blocks persisted by an older kvtier are never read as new ones.
+inline constexpr std::uint32_t kKvLayoutVersion = 1;
+
+// Hash of everything that decides a block's bytes: every weight, the shapes
+// and numerics the config fixes (GELU form, orientation, eps), the KV dtype
+// (float32), the layout version and the page size. Reads every weight once
+// (GPT-2 124M: about 0.05 s).
+std::uint64_t model_fingerprint(const ModelConfig& config, const ModelWeights& weights,
+                                int page_size);
+
+// The root of a request's chain: requests with different salts never share a
+// block. An empty salt is the default namespace.
+tiers::BlockKey root_key(std::uint64_t fingerprint, std::string_view cache_salt);
+
+// The key of the full block holding `tokens` (page_size of them) after `parent`.
+tiers::BlockKey chain_key(const tiers::BlockKey& parent, std::span<const int> tokens);
+
+}  // namespace kvtier

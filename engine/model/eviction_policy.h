@@ -1,0 +1,168 @@
+// Per-request KV eviction: which whole pages of a sequence to drop as it
+// grows, so that the KV it holds stays bounded (seeds 000 and 002).
+//
+// Policies, as EvictionPolicy::parse() reads them:
+//   none                      keep everything (the default; exact).
+//   window:W                  keep the last W positions (a sliding window).
+//   sinks:S,window:W          also keep the first S positions for good
+//                             (attention sinks, as StreamingLLM keeps them).
+//   h2o:start=S,recent=R,max=M[,agg=sum|norm_sum]
+//                             OpenVINO GenAI's cache eviction: a start area
+//                             (the first S positions) and a recent area (the
+//                             last R) are never evicted; the pages between them
+//                             are the evictable area. Whenever the sequence holds
+//                             more than M positions, the evictable pages with the
+//                             lowest accumulated attention scores go, until it
+//                             holds M. agg: how a position's score is gathered,
+//                             `sum` of the attention it received over every
+//                             query, or `norm_sum` (default) that sum divided by
+//                             the number of queries that could see it, so old
+//                             positions are not favoured for being old.
+//
+// Pages, not positions: eviction drops whole pages (page_size positions) and
+// only full ones; the page being written is never evicted. Rounding is
+// outward, so a policy never drops a position it promises to keep: a window
+// keeps every page that holds any of the last W positions (W = 8 at page 16
+// keeps 1 or 2 pages, so the next query sees at least 8 earlier positions and
+// at most 8 + 15), sinks keep every page holding any of the first S
+// positions, and H2O's recent area is the pages holding any of the last R
+// positions. H2O's S, R and M must be multiples of page_size (as OpenVINO
+// requires of its block size) and M must leave at least one evictable page.
+//
+// When: never during the prompt's prefill — so whole and chunked prefill stay
+// identical and the first token sees the whole prompt (OpenVINO does the
+// same). After every forward pass that leaves the whole prompt in the cache
+// (the one that completes the prompt, then each decode step), the owner asks
+// KvEvictor::pages_to_evict() and evicts what it names
+// (SequenceKv::evict_block, or KvEvictor::evict() for both). So the next
+// query sees the kept pages plus its own position: a one-step lag.
+//
+// Positions stay absolute: GPT-2's position embeddings are learned and
+// absolute, a query keeps its position and attention skips the holes
+// (kernels/attention.h). Generation still ends at the model's context.
+//
+// Determinism: a decision depends only on the sequence's length, its block
+// table and, for H2O, integer attention scores (kernels::AttentionScore), so
+// a request's tokens remain deterministic and batch-invariant. They are not
+// the full cache's tokens: bench/eviction_bench.cpp measures the agreement.
+#pragma once
+
+#include <expected>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/model/sequence_kv.h"
+#include "kernels/attention.h"
+#include "tiers/block_pool.h"
+
+namespace kvtier {
+
+enum class EvictionKind {
+  kNone,
+  kWindow,  // sinks (possibly 0) + window
+  kH2o,
+};
+
+// How H2O gathers a position's score from the attention it receives.
+enum class ScoreAggregation {
+  kSum,      // the total over every query, layer and head
+  kNormSum,  // that total divided by the number of queries that could see it
+};
+
+struct EvictionPolicy {
+  EvictionKind kind = EvictionKind::kNone;
+  // kWindow: the first `sinks` and the last `window` positions are kept.
+  int sinks = 0;
+  int window = 0;
+  // kH2o: areas in positions (multiples of page_size) and the cap.
+  int start = 0;
+  int recent = 0;
+  int max_size = 0;
+  ScoreAggregation aggregation = ScoreAggregation::kNormSum;
+
+  static EvictionPolicy none() { return {}; }
+  static EvictionPolicy sliding_window(int window, int sinks = 0);
+  static EvictionPolicy h2o(int start, int recent, int max_size,
+                            ScoreAggregation aggregation = ScoreAggregation::kNormSum);
+
+  // Reads the forms at the top of this file; the error names the accepted
+  // forms and what was wrong. Checks what needs no page size (positive
+  // numbers, known keys, no repeats); validate() does the rest.
+  static std::expected<EvictionPolicy, std::string> parse(std::string_view text);
+  // The form parse() reads back to this policy.
+  std::string to_string() const;
+
+  // Whether the policy can be used with pages of `page_size` positions:
+  // window >= 1, sinks >= 0; H2O areas multiples of page_size, recent >= 0,
+  // max_size >= start + recent + page_size.
+  std::expected<void, std::string> validate(int page_size) const;
+
+  bool evicts() const { return kind != EvictionKind::kNone; }
+  // H2O reads attention scores (Model::Chunk::scores); the others do not.
+  bool needs_scores() const { return kind == EvictionKind::kH2o; }
+
+  bool operator==(const EvictionPolicy&) const = default;
+};
+
+std::string_view to_string(ScoreAggregation aggregation);
+
+// Seed 000's `_effective_kv_tokens` contract, for admission: the most KV
+// positions, in whole pages (as the pool hands them out and the scheduler
+// charges them), that a sequence holds at any moment — eviction done after
+// each step as described above, the page of the position being written
+// included — while it grows from a `prompt`-token prefill to `positions`
+// positions (for a request: prompt + max_tokens - 1, capped at the context).
+// The prompt's own pages bound it from below (no eviction during prefill);
+// with kNone it is ceil(positions / page_size) * page_size. The eviction and
+// this bound agree exactly: some moment of a long enough run holds this
+// many. REQUIRES: policy.validate(page_size), 1 <= prompt <= positions.
+int effective_kv_tokens(const EvictionPolicy& policy, int prompt, int positions, int page_size);
+
+// The pages of `kv` that `policy` drops now, as increasing block-table
+// indices (resident, full pages only; empty for kNone). `scores` holds the
+// sequence's accumulated attention scores by position (at least kv.length()
+// entries) and is read by H2O only. REQUIRES: policy.validate(kv.page_size()).
+std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& kv,
+                                std::span<const kernels::AttentionScore> scores);
+
+// One sequence's eviction state: its policy and, for H2O, the attention
+// scores its positions have gathered. One per request (a forked sample copies
+// its head's). Not thread-safe.
+//
+// Use, per forward pass of the sequence:
+//   chunk.scores = evictor.scores();            // null unless H2O
+//   model.forward(...);
+//   if (kv.length() >= prompt_length) evictor.evict(kv, pool);
+class KvEvictor {
+ public:
+  // REQUIRES: policy.validate(page size of the sequences it will see);
+  // `context` is the model's block_size (positions scores are kept for).
+  KvEvictor(EvictionPolicy policy, int context);
+
+  const EvictionPolicy& policy() const { return policy_; }
+
+  // For Model::Chunk::scores: `context` entries, or null when the policy
+  // reads no scores.
+  kernels::AttentionScore* scores() { return scores_.empty() ? nullptr : scores_.data(); }
+  std::span<const kernels::AttentionScore> score_view() const { return scores_; }
+
+  // What the scheduler calls after each step: the block-table indices of kv
+  // to evict now (see pages_to_evict()). Changes nothing.
+  std::vector<int> pages_to_evict(const SequenceKv& kv) const;
+
+  // pages_to_evict() and SequenceKv::evict_block() for each; returns how many
+  // pages went back to `pool` (or lost this sequence's reference).
+  int evict(SequenceKv& kv, tiers::BlockPool& pool) const;
+
+  // Forgets every score, as when a preempted request is recomputed from
+  // scratch.
+  void reset();
+
+ private:
+  EvictionPolicy policy_;
+  std::vector<kernels::AttentionScore> scores_;  // by position; empty unless H2O
+};
+
+}  // namespace kvtier
