@@ -1,7 +1,6 @@
 #include "bench/loadgen_daemon.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,8 +11,8 @@
 #include <regex>
 #include <thread>
 
-#include "bench/child_process.h"
 #include "ctl/rpc_client.h"
+#include "util/child_process.h"
 
 namespace kvtier::bench {
 
@@ -82,14 +81,14 @@ std::expected<std::unique_ptr<DaemonProcess>, std::string> DaemonProcess::start(
   std::vector<std::string> argv = {binary, "--socket", d->socket_};
   argv.insert(argv.end(), args.begin(), args.end());
   const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  d->pid_ = spawn_child(argv, log_fd);
+  auto child = util::spawn_child(argv, {.stdout_fd = log_fd, .stderr_fd = log_fd});
   if (log_fd >= 0) ::close(log_fd);
-  if (d->pid_ < 0) return std::unexpected(std::string("fork failed"));
+  if (!child) return std::unexpected(child.error());
+  d->child_ = std::move(*child);
   const auto deadline = Clock::now() + millis(ready_timeout_s);
   while (Clock::now() < deadline) {
-    int status;
-    if (d->exited(&status)) {
-      return std::unexpected("kvtierd exited at start-up (status " + std::to_string(status) +
+    if (const auto status = d->child_.wait(std::chrono::milliseconds(0))) {
+      return std::unexpected("kvtierd exited at start-up (status " + std::to_string(*status) +
                              "); see " + log_path);
     }
     if (ctl::RpcClient::connect(d->socket_)) return d;
@@ -98,37 +97,18 @@ std::expected<std::unique_ptr<DaemonProcess>, std::string> DaemonProcess::start(
   return std::unexpected("kvtierd did not accept connections in time; see " + log_path);
 }
 
-bool DaemonProcess::exited(int* status) {
-  if (reaped_) return true;
-  if (::waitpid(pid_, status, WNOHANG) == pid_) {
-    reaped_ = true;
-    return true;
-  }
-  return false;
-}
-
 bool DaemonProcess::stop(double timeout_s) {
-  if (pid_ <= 0 || reaped_) return false;
+  if (child_.pid() <= 0) return false;
   if (auto c = ctl::RpcClient::connect(socket_))
     (void)c->call("shutdown", nlohmann::json::object());
-  const auto deadline = Clock::now() + millis(timeout_s);
-  int status = 0;
-  while (Clock::now() < deadline) {
-    if (exited(&status)) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ::kill(pid_, SIGKILL);
-  ::waitpid(pid_, &status, 0);
-  reaped_ = true;
+  if (const auto status = child_.wait(millis(timeout_s)))
+    return WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+  (void)child_.stop(std::chrono::milliseconds(0));
   return false;
 }
 
 DaemonProcess::~DaemonProcess() {
-  if (pid_ > 0 && !reaped_) {
-    ::kill(pid_, SIGKILL);
-    int status;
-    ::waitpid(pid_, &status, 0);
-  }
+  (void)child_.stop(std::chrono::milliseconds(0));  // before its folder goes
   std::error_code ignored;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
 }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "util/child_process.h"
+
 namespace kvtier::bench {
 
 // The long flags `binary --help` lists, each with the rest of its help line
@@ -33,7 +35,7 @@ class DaemonProcess {
   DaemonProcess(const DaemonProcess&) = delete;
   DaemonProcess& operator=(const DaemonProcess&) = delete;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
   const std::string& socket() const { return socket_; }
   const std::string& log_path() const { return log_path_; }
 
@@ -43,10 +45,8 @@ class DaemonProcess {
 
  private:
   DaemonProcess() = default;
-  bool exited(int* status);
 
-  pid_t pid_ = -1;
-  bool reaped_ = false;
+  util::ChildProcess child_;
   std::string dir_, socket_, log_path_;
 };
 

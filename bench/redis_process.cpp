@@ -1,7 +1,5 @@
 #include "bench/redis_process.h"
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio.hpp>
@@ -12,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/child_process.h"
+#include "util/child_process.h"
 
 namespace kvtier::bench {
 
@@ -78,15 +76,14 @@ std::expected<std::unique_ptr<RedisProcess>, std::string> RedisProcess::start(
                                    r->dir_,
                                    "--logfile",
                                    r->dir_ + "/redis.log"};
-  r->pid_ = spawn_child(args);
-  if (r->pid_ < 0) return std::unexpected(std::string("fork failed"));
+  auto child = util::spawn_child(args);
+  if (!child) return std::unexpected(child.error());
+  r->child_ = std::move(*child);
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<long>(ready_timeout_s * 1000));
   while (Clock::now() < deadline) {
-    int status;
-    if (::waitpid(r->pid_, &status, WNOHANG) == r->pid_) {
-      r->pid_ = -1;
-      return std::unexpected("redis-server exited at start-up (status " + std::to_string(status) +
+    if (const auto status = r->child_.wait(std::chrono::milliseconds(0))) {
+      return std::unexpected("redis-server exited at start-up (status " + std::to_string(*status) +
                              ")");
     }
     if (answers_ping(r->socket_)) return r;
@@ -96,19 +93,7 @@ std::expected<std::unique_ptr<RedisProcess>, std::string> RedisProcess::start(
 }
 
 RedisProcess::~RedisProcess() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGTERM);
-    int status;
-    bool reaped = false;
-    for (int i = 0; i < 250 && !reaped; ++i) {  // 5 s to exit by itself
-      reaped = ::waitpid(pid_, &status, WNOHANG) == pid_;
-      if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!reaped) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, &status, 0);
-    }
-  }
+  (void)child_.stop(std::chrono::seconds(5));  // before its folder goes
   std::error_code ignored;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
 }

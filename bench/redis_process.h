@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "util/child_process.h"
+
 namespace kvtier::bench {
 
 class RedisProcess {
@@ -26,12 +28,12 @@ class RedisProcess {
 
   // The path to give kvtierd's `remote` setting.
   const std::string& socket() const { return socket_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
 
  private:
   RedisProcess() = default;
 
-  pid_t pid_ = -1;
+  util::ChildProcess child_;
   std::string dir_, socket_;
 };
 

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "bench/child_process.h"
+#include "util/child_process.h"
 
 namespace kvtier::bench {
 
@@ -40,12 +40,10 @@ std::expected<void, std::string> run(std::vector<std::string> argv) {
   argv[0] = find_program(name);
   if (argv[0].empty()) return std::unexpected(name + " is not installed");
   const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  const pid_t pid = spawn_child(argv, null);
+  auto child = util::spawn_child(argv, {.stdout_fd = null, .stderr_fd = null});
   if (null >= 0) ::close(null);
-  if (pid < 0) return std::unexpected("cannot start " + name);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  if (!child) return std::unexpected("cannot start " + name + ": " + child.error());
+  const int status = child->wait();
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return std::unexpected(name + " failed (status " + std::to_string(status) + ")");
   return {};

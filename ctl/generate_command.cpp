@@ -10,6 +10,8 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "engine/cache/tier.h"
+
 namespace kvtier::ctl {
 
 using nlohmann::json;
@@ -100,11 +102,12 @@ std::expected<void, CallFailure> run_generate(RpcClient& client, const GenerateA
   // The seed the daemon drew when none was given: --seed replays the run.
   const std::string seed =
       result->contains("seed") ? "seed " + (*result)["seed"].dump() + ", " : std::string();
-  std::fprintf(stderr,
-               "[%d prompt tokens (cached: l1 %d, l2 %d, l3 %d, remote %d), %d generated, "
-               "finish: %s, %s%.1f ms]\n",
-               result->value("prompt_tokens", 0), cached.value("l1", 0), cached.value("l2", 0),
-               cached.value("l3", 0), cached.value("remote", 0),
+  std::string cached_text;  // "l1 16, l2 0, l3 32, remote 0"
+  for (const TierNames& t : kTierNames)
+    cached_text += std::string(cached_text.empty() ? "" : ", ") + t.name + " " +
+                   std::to_string(cached.value(t.name, 0));
+  std::fprintf(stderr, "[%d prompt tokens (cached: %s), %d generated, finish: %s, %s%.1f ms]\n",
+               result->value("prompt_tokens", 0), cached_text.c_str(),
                result->value("completion_tokens", 0),
                result->value("finish_reason", std::string("?")).c_str(), seed.c_str(),
                result->value("timings", json::object()).value("total_ms", 0.0));

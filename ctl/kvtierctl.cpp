@@ -21,6 +21,7 @@
 #include "ctl/status_text.h"
 #include "ctl/top.h"
 #include "engine/build_info.h"
+#include "engine/cache/tier.h"
 
 namespace {
 
@@ -233,11 +234,14 @@ int main(int argc, char** argv) {
   std::string flush_tier;
   auto* cache_flush =
       cache->add_subcommand("flush",
-                            "Drop what a tier may drop: l1 (down to l2), l2, l3, remote (forgotten "
-                            "here, kept in Redis for the fleet), all");
-  cache_flush->add_option("tier", flush_tier, "l1 | l2 | l3 | remote | all")
+                            "Drop what a tier may drop (L1's blocks move down a tier; a shared "
+                            "tier's are forgotten here and kept for the fleet), or all tiers");
+  std::vector<std::string> flushable;  // every tier's name, then "all"
+  for (const kvtier::TierNames& t : kvtier::kTierNames) flushable.emplace_back(t.name);
+  flushable.emplace_back("all");
+  cache_flush->add_option("tier", flush_tier, "A tier's name (as `tiers` shows it) or all")
       ->required()
-      ->check(CLI::IsMember({"l1", "l2", "l3", "remote", "all"}));
+      ->check(CLI::IsMember(flushable));
 
   kvtier::ctl::TopOptions top_options;
   auto* top = app.add_subcommand("top", "Live view of requests, batch and KV use");

@@ -77,19 +77,11 @@ RpcError no_prefix_cache_error() {
   return {rpc_code::kNoPrefixCache, "the prefix cache is off (start kvtierd with --prefix-cache)"};
 }
 
-std::expected<std::vector<int>, RpcError> cache_prompt_tokens(
-    EngineAccess& e, const std::variant<std::string, std::vector<int>>& prompt) {
-  std::vector<int> tokens;
-  if (const auto* text = std::get_if<std::string>(&prompt)) {
-    auto encoded = e.tokenizer.encode(*text);
-    if (!encoded) {
-      return std::unexpected(
-          RpcError{rpc_code::kInvalidParams, "cannot encode the prompt: " + encoded.error()});
-    }
-    tokens = std::move(*encoded);
-  } else {
-    tokens = std::get<std::vector<int>>(prompt);
-  }
+std::expected<std::vector<int>, RpcError> cache_prompt_tokens(EngineAccess& e,
+                                                              const Prompt& prompt) {
+  auto encoded = prompt_tokens(e.tokenizer, prompt);
+  if (!encoded) return std::unexpected(RpcError{rpc_code::kInvalidParams, encoded.error()});
+  std::vector<int> tokens = std::move(*encoded);
   if (tokens.empty())
     return std::unexpected(RpcError{rpc_code::kInvalidParams, "the prompt is empty"});
   for (int t : tokens) {

@@ -43,8 +43,8 @@ RpcError no_prefix_cache_error();
 
 // The prompt as token ids: text encoded, ids checked against the vocabulary;
 // an empty prompt is refused.
-std::expected<std::vector<int>, RpcError> cache_prompt_tokens(
-    EngineAccess& e, const std::variant<std::string, std::vector<int>>& prompt);
+std::expected<std::vector<int>, RpcError> cache_prompt_tokens(EngineAccess& e,
+                                                              const Prompt& prompt);
 
 // How many of the prompt's tokens are cached and in which tier, looking at
 // the full blocks admission would match: (len - 1) / page_size of them, the

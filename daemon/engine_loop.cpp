@@ -23,7 +23,7 @@ std::string duration_text(double ms) {
 
 // The info line of a finished request: who asked, what it cost, where its
 // prompt came from, how long it took and why it stopped.
-std::string finished_line(DaemonRequestId id, const RequestOwner& owner, const GenerateResult& r) {
+std::string finished_line(RequestId id, const RequestOwner& owner, const GenerateResult& r) {
   std::size_t generated = 0;
   for (const SampleResult& s : r.samples) generated += s.tokens.size();
   std::string cached;
@@ -50,36 +50,19 @@ void cache_start(Scheduler& scheduler) {
   KvCache* cache = scheduler.cache();
   if (!cache) return;
   for (const std::string& w : cache->warnings()) log_warning("prefix cache: " + w);
-  const CacheConfig& c = scheduler.config().cache;
-  const CacheStats before = cache->stats();
   // Said here too, whatever the cache's own words: an operator who asked for
-  // L3 must learn that it is not there.
-  if (!c.l3_path.empty() && !before.tier[Tier::kL3].available) {
-    log_warning("prefix cache: L3 at " + c.l3_path +
-                " is not available; running without it (see `kvtierctl tiers`)");
+  // a tier must learn that it is not there.
+  const CacheStats before = cache->stats();
+  std::string tiers;
+  for (int t = 0; t < kNumTiers; ++t) {
+    const Tier tier = static_cast<Tier>(t);
+    if (!cache->where(tier).empty() && !before.tier[t].available)
+      log_warning(std::string("prefix cache: ") + label(tier) + " at " + cache->where(tier) +
+                  " is not available; running without it (see `kvtierctl tiers`)");
+    tiers += std::string(t == 0 ? "" : ", ") + label(tier) + " " + cache->describe(tier);
   }
-  if (!c.remote.empty() && !before.tier[Tier::kRemote].available) {
-    log_warning("prefix cache: the remote tier at " + c.remote +
-                " is not available; running without it (see `kvtierctl tiers`)");
-  }
-  log_info("prefix cache on: L1 " + std::to_string(before.tier[Tier::kL1].capacity_blocks) +
-           " blocks, L2 " + std::to_string(before.tier[Tier::kL2].capacity_blocks) +
-           " blocks, L3 " +
-           (c.l3_path.empty() ? std::string("off")
-            : !before.tier[Tier::kL3].available
-                ? std::string("unavailable")
-                : std::to_string(before.tier[Tier::kL3].capacity_blocks) + " blocks in " +
-                      c.l3_path + " (" + std::string(to_string(c.write_policy)) + ", " +
-                      std::to_string(before.tier[Tier::kL3].used_blocks) +
-                      " recovered from the last run)") +
-           ", remote " +
-           (c.remote.empty() ? std::string("off")
-            : !before.tier[Tier::kRemote].available
-                ? std::string("unavailable")
-                : c.remote + " namespace " + c.remote_namespace + " (write " +
-                      std::string(remote_write_name(c.remote_write)) +
-                      (c.remote_secret.empty() ? ", no secret)" : ", with the fleet's secret)")) +
-           "; preemption " + std::string(to_string(scheduler.config().preemption)));
+  log_info("prefix cache on: " + tiers + "; preemption " +
+           std::string(to_string(scheduler.config().preemption)));
   scheduler.calibrate_tier_costs();
   const TierCosts k = cache->stats().costs;
   std::string line = "tier costs: prefill passes " + prefill_curve_text(k.prefill);
@@ -158,10 +141,11 @@ void EngineLoop::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::expected<DaemonRequestId, EngineLoop::SubmitError> EngineLoop::submit(
-    std::variant<std::string, std::vector<int>> prompt, RequestParams params, EventSink sink,
-    RequestOwner owner) {
-  DaemonRequestId id;
+std::expected<RequestId, EngineLoop::SubmitError> EngineLoop::submit(Prompt prompt,
+                                                                     RequestOptions options,
+                                                                     EventSink sink,
+                                                                     RequestOwner owner) {
+  RequestId id;
   {
     std::lock_guard lock(mu_);
     if (stopping_ || draining_) return std::unexpected(SubmitError::kStopping);
@@ -172,13 +156,13 @@ std::expected<DaemonRequestId, EngineLoop::SubmitError> EngineLoop::submit(
     ++submitted_;
     active_.emplace(id, std::move(owner));
     inbox_.push_back(
-        SubmitCommand{id, std::move(prompt), std::move(params), std::move(sink), Clock::now()});
+        SubmitCommand{id, std::move(prompt), std::move(options), std::move(sink), Clock::now()});
   }
   cv_.notify_one();
   return id;
 }
 
-EngineLoop::CancelResult EngineLoop::cancel(DaemonRequestId id, const RequestOwner& caller,
+EngineLoop::CancelResult EngineLoop::cancel(RequestId id, const RequestOwner& caller,
                                             bool caller_privileged) {
   {
     std::lock_guard lock(mu_);
@@ -231,7 +215,7 @@ void EngineLoop::call(std::function<void(EngineAccess&)> task) {
   cv_.notify_one();
 }
 
-RequestOwner EngineLoop::mark_final(DaemonRequestId id) {
+RequestOwner EngineLoop::mark_final(RequestId id) {
   std::lock_guard lock(mu_);
   auto it = active_.find(id);
   if (it == active_.end()) return {};
@@ -263,6 +247,7 @@ void EngineLoop::run() {
       step();
     else if (scheduler_->cache_busy())
       scheduler_->tend_cache();
+    publish_cache_events();
     // Every submit() before drain() was queued ahead of its DrainCommand, so
     // an empty live_ after handling it means nothing is left to finish.
     if (on_drained_ && live_.empty()) std::exchange(on_drained_, nullptr)();
@@ -270,30 +255,23 @@ void EngineLoop::run() {
 }
 
 void EngineLoop::handle(SubmitCommand& c) {
-  RequestParams params = std::move(c.params);
-  if (auto* text = std::get_if<std::string>(&c.prompt)) {
-    auto tokens = tokenizer_->encode(*text);
-    if (!tokens) return fail(c.id, c.sink, "cannot encode the prompt: " + tokens.error(), true);
-    params.prompt = std::move(*tokens);
-  } else {
-    params.prompt = std::move(std::get<std::vector<int>>(c.prompt));
-  }
-  const int samples = params.n;
-  auto rid = scheduler_->submit(std::move(params));
-  if (!rid) return fail(c.id, c.sink, rid.error(), true);
-  by_daemon_[c.id] = *rid;
+  auto params = request_params(*tokenizer_, std::move(c.prompt), std::move(c.options));
+  if (!params) return fail(c.id, c.sink, std::move(params.error()), true);
+  const int samples = params->n;
+  // Under the id submit() handed out: unique, as next_id_ only grows.
+  if (auto ok = scheduler_->submit(std::move(*params), c.id); !ok)
+    return fail(c.id, c.sink, std::move(ok.error()), true);
   live_.emplace(
-      *rid, Live{c.id, std::move(c.sink), c.submitted, std::nullopt, std::nullopt, samples, 0,
+      c.id, Live{std::move(c.sink), c.submitted, std::nullopt, std::nullopt, samples, 0,
                  std::vector<std::optional<Clock::time_point>>(static_cast<std::size_t>(samples))});
 }
 
 void EngineLoop::handle(CancelCommand& c) {
-  auto it = by_daemon_.find(c.id);
-  if (it == by_daemon_.end()) return;  // finished (or refused) before the cancel arrived
-  const RequestId rid = it->second;
-  if (!scheduler_->cancel(rid)) return;
+  auto it = live_.find(c.id);
+  if (it == live_.end()) return;  // finished (or refused) before the cancel arrived
+  if (!scheduler_->cancel(c.id)) return;
   ++cancelled_;
-  finish(rid, live_.at(rid), true);
+  finish(c.id, it->second, true);
 }
 
 void EngineLoop::handle(StatsCommand& c) {
@@ -335,8 +313,8 @@ void EngineLoop::step() {
   const auto now = Clock::now();
   // Admission is not reported as an event; any request past waiting has been
   // admitted at least once, which is what queue_ms measures.
-  for (auto& [rid, live] : live_) {
-    if (!live.admitted && scheduler_->status(rid) != RequestStatus::kWaiting) live.admitted = now;
+  for (auto& [id, live] : live_) {
+    if (!live.admitted && scheduler_->status(id) != RequestStatus::kWaiting) live.admitted = now;
   }
   for (RequestEvent& e : out.events) {
     auto it = live_.find(e.id);
@@ -357,20 +335,18 @@ void EngineLoop::step() {
     if (!e.error.empty()) {
       // One failed sample fails the request: its siblings' results would be
       // an incomplete answer.
-      const DaemonRequestId id = live.id;
       EventSink sink = std::move(live.sink);
       (void)scheduler_->cancel(e.id);  // the siblings still running, if any
-      by_daemon_.erase(id);
       live_.erase(it);
       scheduler_->forget(e.id);
-      fail(id, sink, e.error, false);
+      fail(e.id, sink, e.error, false);
       continue;
     }
     // The finishing event's tokens and text are part of the final result;
     // they go out as progress first so a stream is complete.
     if (!e.tokens.empty() || !e.text.empty()) {
       EngineEvent progress;
-      progress.id = live.id;
+      progress.id = e.id;
       progress.sample = e.sample;
       progress.logprobs = with_text(e.logprobs);
       progress.tokens = std::move(e.tokens);
@@ -384,11 +360,11 @@ void EngineLoop::step() {
   }
 }
 
-void EngineLoop::finish(RequestId rid, Live& live, bool cancelled) {
+void EngineLoop::finish(RequestId id, Live& live, bool cancelled) {
   const auto now = Clock::now();
   GenerateResult r;
   r.samples.resize(static_cast<std::size_t>(live.samples), SampleResult{{}, {}, "cancelled", {}});
-  for (const Request* req : scheduler_->samples(rid)) {
+  for (const Request* req : scheduler_->samples(id)) {
     SampleResult& s = r.samples.at(static_cast<std::size_t>(req->sample_index()));
     s.tokens.assign(req->generated().begin(), req->generated().end());
     s.text = req->text();
@@ -412,11 +388,9 @@ void EngineLoop::finish(RequestId rid, Live& live, bool cancelled) {
   metrics_.prompt_tokens += r.prompt_tokens;
   for (int t = 0; t < kNumTiers; ++t) metrics_.cached_tokens[t] += r.cached_tokens[t];
 
-  const DaemonRequestId id = live.id;
   EventSink sink = std::move(live.sink);
-  by_daemon_.erase(id);
-  live_.erase(rid);
-  scheduler_->forget(rid);
+  live_.erase(id);
+  scheduler_->forget(id);
   log_info(finished_line(id, mark_final(id), r));
   EngineEvent event;
   event.id = id;
@@ -439,8 +413,7 @@ std::vector<TokenLogprobs> EngineLoop::with_text(std::span<const LogprobsEntry> 
   return out;
 }
 
-void EngineLoop::fail(DaemonRequestId id, const EventSink& sink, std::string error,
-                      bool invalid_params) {
+void EngineLoop::fail(RequestId id, const EventSink& sink, std::string error, bool invalid_params) {
   ++failed_;
   mark_final(id);
   EngineEvent event;
@@ -453,10 +426,10 @@ void EngineLoop::fail(DaemonRequestId id, const EventSink& sink, std::string err
 
 void EngineLoop::cancel_all() {
   std::vector<RequestId> ids;
-  for (const auto& [rid, live] : live_) ids.push_back(rid);
-  for (RequestId rid : ids) {
-    if (scheduler_->cancel(rid)) ++cancelled_;
-    finish(rid, live_.at(rid), true);
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (RequestId id : ids) {
+    if (scheduler_->cancel(id)) ++cancelled_;
+    finish(id, live_.at(id), true);
   }
 }
 

@@ -11,9 +11,10 @@
 // events tagged with their sample index, one final event carrying every
 // sample's result once the last one ends.
 //
-// Request ids here are the daemon's own, handed out at submit() on the
-// caller's thread (the scheduler's ids exist only once the engine thread has
-// seen the request), so a client learns its id before the engine runs it.
+// Request ids are the scheduler's (RequestId): submit() picks the next one,
+// 1, 2, 3, ..., on the caller's thread and hands it to Scheduler::submit with
+// the request, so a client learns its id before the engine runs it and one
+// id names the request in its events, in cancel() and in the log.
 #pragma once
 
 #include <array>
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "daemon/access.h"
+#include "daemon/prompt.h"
 #include "engine/device.h"
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
@@ -42,8 +44,6 @@
 #include "engine/scheduling/scheduler.h"
 
 namespace kvtier::daemon {
-
-using DaemonRequestId = std::uint64_t;
 
 // A token's logprob (token_logprobs, sampler.h) with the token's text, as
 // an answer shows it. The text is the token's bytes: part of a UTF-8
@@ -90,7 +90,7 @@ struct GenerateResult {
 // One report about one request. Every request gets exactly one event with
 // `final` set (its last): a result, or an error.
 struct EngineEvent {
-  DaemonRequestId id = 0;
+  RequestId id = 0;
   int sample = 0;                       // which sample the tokens and text belong to
   std::vector<int> tokens;              // sampled since the last event
   std::vector<TokenLogprobs> logprobs;  // theirs, when RequestParams::logprobs asked
@@ -192,20 +192,21 @@ class EngineLoop {
   void reconfigure(SchedulerConfig scheduler, int max_pending,
                    std::function<void(std::expected<void, std::string>)> reply);
 
-  // Thread-safe. Queues a generation; `prompt` is text (encoded on the engine
-  // thread) or token ids. Validation happens on the engine thread and comes
-  // back as a final error event. `sink` receives every event of the request.
-  // `owner` decides who may cancel it (cancel_allowed, access.h).
-  std::expected<DaemonRequestId, SubmitError> submit(
-      std::variant<std::string, std::vector<int>> prompt, RequestParams params, EventSink sink,
-      RequestOwner owner);
+  // Thread-safe. Queues a generation: the one way every front door asks for
+  // one. On the engine thread, request_params (prompt.h) joins `prompt` (text
+  // or token ids) to `options` and Scheduler::submit validates the request;
+  // a refusal comes back as a final error event. `sink` receives every event
+  // of the request. `owner` decides who may cancel it (cancel_allowed,
+  // access.h).
+  std::expected<RequestId, SubmitError> submit(Prompt prompt, RequestOptions options,
+                                               EventSink sink, RequestOwner owner);
 
   // Thread-safe. Asks for the request to be cancelled on behalf of `caller`;
   // its sink gets a final event with finish_reason "cancelled" (unless it
   // finishes first). kUnknown for an id that is unknown or already final,
   // kNotAllowed when cancel_allowed says no (nothing happens then).
   enum class CancelResult { kCancelling, kUnknown, kNotAllowed };
-  CancelResult cancel(DaemonRequestId id, const RequestOwner& caller, bool caller_privileged);
+  CancelResult cancel(RequestId id, const RequestOwner& caller, bool caller_privileged);
 
   // Thread-safe. `reply` is called on the engine thread with a snapshot;
   // after stop() it is dropped uncalled.
@@ -233,14 +234,14 @@ class EngineLoop {
   using Clock = std::chrono::steady_clock;
 
   struct SubmitCommand {
-    DaemonRequestId id;
-    std::variant<std::string, std::vector<int>> prompt;
-    RequestParams params;
+    RequestId id;
+    Prompt prompt;
+    RequestOptions options;
     EventSink sink;
     Clock::time_point submitted;
   };
   struct CancelCommand {
-    DaemonRequestId id;
+    RequestId id;
   };
   struct StatsCommand {
     std::function<void(EngineStats)> reply;
@@ -259,9 +260,8 @@ class EngineLoop {
   using Command = std::variant<SubmitCommand, CancelCommand, StatsCommand, DrainCommand,
                                ReconfigureCommand, CallCommand>;
 
-  // A request the engine thread is running, keyed by the scheduler's id.
+  // A request the engine thread is running, keyed by its id.
   struct Live {
-    DaemonRequestId id;
     EventSink sink;
     Clock::time_point submitted;
     std::optional<Clock::time_point> admitted;
@@ -283,16 +283,16 @@ class EngineLoop {
   void handle(ReconfigureCommand& c);
   void handle(CallCommand& c);
   void step();
-  // Sends the final event of the scheduler request (group) `rid` and forgets
-  // it. `cancelled`: every sample not done counts as cancelled.
-  void finish(RequestId rid, Live& live, bool cancelled);
-  void fail(DaemonRequestId id, const EventSink& sink, std::string error, bool invalid_params);
+  // Sends the final event of request (group) `id` and forgets it.
+  // `cancelled`: every sample not done counts as cancelled.
+  void finish(RequestId id, Live& live, bool cancelled);
+  void fail(RequestId id, const EventSink& sink, std::string error, bool invalid_params);
   // Logprobs with each token's text.
   std::vector<TokenLogprobs> with_text(std::span<const LogprobsEntry> entries) const;
   void cancel_all();
   // Removes `id` from the set of non-final requests (under mu_); returns
   // who submitted it.
-  RequestOwner mark_final(DaemonRequestId id);
+  RequestOwner mark_final(RequestId id);
 
   // Engine-thread state. The Model and Tokenizer live on the heap so the
   // Scheduler's references to them stay valid.
@@ -304,8 +304,7 @@ class EngineLoop {
   std::unique_ptr<Scheduler> scheduler_;
   PassSweep sweep_;  // the scheduler's pass sweep at create(): immutable
   EngineLoopOptions options_;
-  std::unordered_map<RequestId, Live> live_;                  // scheduler id -> live request
-  std::unordered_map<DaemonRequestId, RequestId> by_daemon_;  // daemon id -> scheduler id
+  std::unordered_map<RequestId, Live> live_;  // submitted to the scheduler, not final
   long completed_ = 0;
   long cancelled_ = 0;
   long failed_ = 0;
@@ -318,12 +317,12 @@ class EngineLoop {
   std::condition_variable cv_;
   std::deque<Command> inbox_;  // guarded by mu_
   // guarded by mu_: submitted, not final, and who submitted each
-  std::unordered_map<DaemonRequestId, RequestOwner> active_;
-  DaemonRequestId next_id_ = 1;  // guarded by mu_
-  long submitted_ = 0;           // guarded by mu_
-  int max_pending_;              // guarded by mu_
-  bool stopping_ = false;        // guarded by mu_
-  bool draining_ = false;        // guarded by mu_: submit() refuses
+  std::unordered_map<RequestId, RequestOwner> active_;
+  RequestId next_id_ = 1;  // guarded by mu_
+  long submitted_ = 0;     // guarded by mu_
+  int max_pending_;        // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  bool draining_ = false;  // guarded by mu_: submit() refuses
   std::thread thread_;
 };
 

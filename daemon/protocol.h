@@ -12,15 +12,13 @@
 #include <cstdint>
 #include <expected>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
+#include "daemon/prompt.h"
 #include "engine/cache/radix_cache.h"
-#include "engine/model/eviction_policy.h"
-#include "engine/model/sampler.h"
+#include "engine/scheduling/request.h"
 
 namespace kvtier::daemon {
 
@@ -92,24 +90,18 @@ std::expected<nlohmann::json, JsonParseError> json_parse(std::string_view text);
 // operations of nlohmann::json (copy, dump, compare) are safe on it.
 std::expected<RpcCall, CallError> call_parse(std::string_view line);
 
-// `generate`'s parameters, type-checked. Value rules that need the model
-// (vocabulary, context, sampling ranges, stop strings, KV budget) are the
-// engine's (Scheduler::submit) and come back from it as kInvalidParams.
-struct GenerateParams {
-  // Exactly one of the two: text to encode, or token ids.
-  std::variant<std::string, std::vector<int>> prompt;
-  int max_tokens = 64;
-  SamplingParams sampling;  // temperature 1, top_k 0, top_p 1, a random seed unless given
-  std::vector<std::string> stop;
-  int priority = 0;
-  int n = 1;  // samples from one prefill; the engine checks the upper bound
+// `generate`'s parameters, type-checked: the RequestOptions every front door
+// hands the engine (EngineLoop::submit), at their defaults unless given (the
+// seed: a random one), plus the prompt and `stream`. Checked here: types,
+// ranges that need no model (max_tokens and n at least 1, logprobs 0..20,
+// cache_salt at most fields::kMaxCacheSaltBytes), the eviction policy's
+// syntax (unset: the daemon's --eviction). Value rules that need the model
+// (vocabulary, context, sampling ranges, stop strings, KV budget, n's upper
+// bound, the eviction policy against the page size) are the engine's
+// (Scheduler::submit) and come back from it as kInvalidParams.
+struct GenerateParams : RequestOptions {
+  Prompt prompt;  // exactly one of "prompt" (text to encode) or "tokens" (ids)
   bool stream = false;
-  std::string cache_salt;  // prefix-cache namespace; at most fields::kMaxCacheSaltBytes
-  // Parsed here (EvictionPolicy::parse); the engine checks it against the
-  // page size. Unset: the daemon's --eviction.
-  std::optional<EvictionPolicy> eviction;
-  int logprobs = -1;        // alternatives per token's logprob (0..20); -1: none
-  bool ignore_eos = false;  // generate past the end-of-text token
 };
 
 // Refuses with kInvalidParams, naming the key: params that are not an
@@ -124,7 +116,7 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const nlohmann::js
 // cache.unpin) act on, and its namespace. Vocabulary and context checks need
 // the model and happen on the engine thread.
 struct CachePromptParams {
-  std::variant<std::string, std::vector<int>> prompt;
+  Prompt prompt;
   std::string cache_salt;
 };
 

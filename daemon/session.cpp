@@ -33,7 +33,8 @@ const std::array<Session::Method, 15>& Session::methods() {
        &Session::method_cache_pin, true},
       {"cache.unpin", "undo a cache.pin (privileged)", &Session::method_cache_unpin, true},
       {"cache.tree", "a summary of the radix tree per tier", &Session::method_cache_tree},
-      {"cache.flush", "drop what a tier (l1, l2, l3, remote or all) may drop (privileged)",
+      {"cache.flush",
+       "drop what one tier (by its name in `tiers`) or all of them may drop (privileged)",
        &Session::method_cache_flush, true},
       {"shutdown", "let running requests finish (drain_timeout), then stop (privileged)",
        &Session::method_shutdown, true},
@@ -181,23 +182,13 @@ void Session::close() {
                 ? std::string()
                 : ", cancelling its " + std::to_string(requests_.size()) + " running requests"));
   // Nobody is left to read these results: give their KV back now.
-  for (DaemonRequestId id : requests_) (void)engine_.cancel(id, owner(), privileged());
+  for (RequestId id : requests_) (void)engine_.cancel(id, owner(), privileged());
   if (on_closed_) on_closed_(this);
 }
 
 void Session::method_generate(RpcCall& call) {
   auto params = generate_params_parse(call.params);
   if (!params) return reply_error(call, params.error());
-  RequestParams rp;
-  rp.sampling = params->sampling;
-  rp.max_tokens = params->max_tokens;
-  rp.stop = std::move(params->stop);
-  rp.priority = params->priority;
-  rp.n = params->n;
-  rp.cache_salt = std::move(params->cache_salt);
-  rp.eviction = params->eviction;
-  rp.logprobs = params->logprobs;
-  rp.ignore_eos = params->ignore_eos;
   const bool stream = params->stream;
 
   // The sink runs on the engine thread; hop to this session's executor.
@@ -208,7 +199,8 @@ void Session::method_generate(RpcCall& call) {
                  self->on_engine_event(call, stream, std::move(event));
                });
   };
-  auto id = engine_.submit(std::move(params->prompt), std::move(rp), std::move(sink), owner());
+  Prompt prompt = std::move(params->prompt);
+  auto id = engine_.submit(std::move(prompt), std::move(*params), std::move(sink), owner());
   if (!id) return reply_submit_error(call, id.error());
   requests_.insert(*id);
 }

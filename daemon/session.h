@@ -154,7 +154,7 @@ class Session : public std::enable_shared_from_this<Session> {
   WriteQueue<asio::local::stream_protocol::socket> out_;
   bool stopping_ = false;  // no more reads; close once out_ is written
   bool closed_ = false;
-  std::unordered_set<DaemonRequestId> requests_;  // this session's requests not yet final
+  std::unordered_set<RequestId> requests_;  // this session's requests not yet final
 };
 
 }  // namespace kvtier::daemon

@@ -4,7 +4,6 @@
 // python_client_test.cpp.
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -17,6 +16,7 @@
 
 #include "daemon_test_util.h"
 #include "engine/build_info.h"
+#include "engine/cache/tier.h"
 
 namespace kvtier {
 namespace {
@@ -52,21 +52,18 @@ class RunningCtl {
  public:
   explicit RunningCtl(std::vector<std::string> args) {
     args.insert(args.begin(), kCtlPath.string());
-    std::vector<char*> argv = c_strings(args);
     int fds[2];
     EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(fds[1], STDOUT_FILENO);  // the copy is not close-on-exec
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
+    auto child = util::spawn_child(args, {.stdout_fd = fds[1]});
     ::close(fds[1]);
     fd_ = fds[0];
+    if (child)
+      child_ = std::move(*child);
+    else
+      ADD_FAILURE() << child.error();
   }
   ~RunningCtl() {
-    ::kill(pid_, SIGKILL);
-    reap(pid_);
+    (void)child_.stop(std::chrono::milliseconds(0));  // SIGKILL, then its pipe
     ::close(fd_);
   }
   RunningCtl(const RunningCtl&) = delete;
@@ -96,7 +93,7 @@ class RunningCtl {
   const std::string& out() const { return out_; }
 
  private:
-  pid_t pid_ = -1;
+  util::ChildProcess child_;
   int fd_ = -1;
   std::string out_;
   std::size_t seen_ = 0;
@@ -550,6 +547,51 @@ TEST_F(CtlTest, JsonOnEveryCommand) {
     EXPECT_TRUE(json::parse(lines.back(), nullptr, false).is_object()) << args[2] << ": " << r.out;
   }
   EXPECT_TRUE(exited_zero(d.wait_exit()));
+}
+
+// Every tier of tier.h shows up on every surface, each named from the one
+// table (kTierNames): the start-up line, `tiers`, `stats`, /metrics and
+// `kvtierctl tiers`; so a tier added there is seen with no edit in the
+// daemon or kvtierctl. L3 opens in the daemon's directory; the remote tier
+// is asked for at a port where nothing listens, so it shows as unavailable.
+TEST_F(CtlTest, EveryTierShowsUpOnEverySurface) {
+  if (!test_util::on_path("curl"))
+    GTEST_SKIP() << "curl is not installed (scripts/install-deps.sh installs it)";
+  Daemon d({"--l3-path", (scratch_.path() / "l3").string(), "--remote", "127.0.0.1:1",
+            "--log-level", "info"});
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  ASSERT_TRUE(d.wait_log("prefix cache on: ")) << d.log();
+  const std::string log = d.log();
+  const std::string start_line = log.substr(log.find("prefix cache on: "));
+  auto c = d.connect();
+  const auto tiers = c->call(request(1, "tiers"));
+  const auto stats = c->call(request(2, "stats"));
+  ASSERT_TRUE(tiers && tiers->contains("result")) << (tiers ? tiers->dump() : "no answer");
+  ASSERT_TRUE(stats && stats->contains("result")) << (stats ? stats->dump() : "no answer");
+  const ProcessResult metrics =
+      run_process({"curl", "-s", "--unix-socket", d.socket_path(), "http://localhost/metrics"},
+                  scratch_.path(), environment_with({}));
+  ASSERT_EQ(metrics.exit_code, 0) << metrics.err;
+  const ProcessResult ctl_tiers = ctl({"--socket", d.socket_path(), "tiers"});
+  ASSERT_EQ(ctl_tiers.exit_code, 0) << ctl_tiers.err;
+
+  for (const TierNames& t : kTierNames) {
+    SCOPED_TRACE(t.name);
+    EXPECT_TRUE(test_util::contains(start_line.substr(0, start_line.find('\n')),
+                                    std::string(t.label) + " "))
+        << start_line;
+    EXPECT_TRUE((*tiers)["result"]["tiers"].contains(t.name)) << tiers->dump();
+    EXPECT_TRUE((*stats)["result"]["cache"]["tiers"].contains(t.name)) << stats->dump();
+    EXPECT_TRUE(test_util::contains(metrics.out,
+                                    "kvtier_tier_available{tier=\"" + std::string(t.name) + "\"}"))
+        << metrics.out;
+    EXPECT_TRUE(test_util::contains(ctl_tiers.out, "\n" + std::string(t.name) + " "))
+        << ctl_tiers.out;
+  }
+  // Asked for and not there: said by its table name and where it was asked to be.
+  EXPECT_TRUE(test_util::contains(log, "remote at 127.0.0.1:1 is not available")) << log;
+  EXPECT_TRUE(test_util::contains(start_line, "remote unavailable")) << start_line;
+  shutdown(d);
 }
 
 }  // namespace

@@ -21,8 +21,9 @@
 namespace kvtier {
 namespace {
 
-SamplingParams greedy() { return {0.0f, 0, 1.0f, 0}; }
-SamplingParams sampled(std::uint64_t seed) { return {0.9f, 40, 0.95f, seed}; }
+using test_util::greedy;
+using test_util::request_params;
+using test_util::sampled;
 
 const std::string kShared =
     "Q: What is the difference between a duck? A: One of its legs is both the same. "
@@ -61,17 +62,9 @@ class CudaKvCacheTest : public cuda_test_util::CudaDeviceTest {
     return g;
   }
 
-  RequestParams params(std::string_view prompt, int max_tokens, SamplingParams sampling) {
-    RequestParams p;
-    auto ids = tokenizer_->encode(prompt);
-    EXPECT_TRUE(ids.has_value());
-    p.prompt = ids.value_or(std::vector<int>{});
-    p.max_tokens = max_tokens;
-    p.sampling = sampling;
-    return p;
-  }
-
   // The request alone on the GPU: no prefix cache, room for all of it.
+  // Not test_util::alone(), which runs generate() on the CPU: the GPU's
+  // tokens are held to the GPU's own solo run.
   std::vector<int> alone(const RequestParams& p) {
     SchedulerConfig c;
     c.max_kv_tokens = 2048;
@@ -123,8 +116,8 @@ TEST_F(CudaKvCacheTest, HeavyPressureMovesDeviceBlocksThroughL2AndL3WithoutChang
   for (int round = 0; round < 3; ++round) {
     std::vector<RequestParams> part;
     for (std::size_t i = 0; i < stems.size(); ++i)
-      part.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6,
-                            round == 1 ? sampled(round * 10 + i) : greedy()));
+      part.push_back(request_params(stems[i] + kShared.substr(0, 40 + 8 * i), 6,
+                                    round == 1 ? sampled(round * 10 + i) : greedy()));
     ASSERT_TRUE(run_and_compare(*s.scheduler, part)) << "round " << round;
   }
   s->cache()->drain();
@@ -153,7 +146,7 @@ TEST_F(CudaKvCacheTest, SwapPreemptionRecomputesNothingOnTheGpu) {
                                             "It is a truth universally acknowledged"};
   std::vector<RequestParams> reqs;
   for (std::size_t i = 0; i < prompts.size(); ++i)
-    reqs.push_back(params(prompts[i], 24, i % 2 ? sampled(40 + i) : greedy()));
+    reqs.push_back(request_params(prompts[i], 24, i % 2 ? sampled(40 + i) : greedy()));
   ASSERT_TRUE(run_and_compare(*s.scheduler, reqs));
   EXPECT_GT(s->stats().preemptions, 0) << "the budget never forced a swap";
   EXPECT_EQ(s->stats().recomputed_tokens, 0);
@@ -168,12 +161,12 @@ TEST_F(CudaKvCacheTest, ARestartServesThePrefixFromL3IntoDeviceMemory) {
   {
     GpuScheduler s = make(c);
     ASSERT_NE(s.scheduler, nullptr);
-    ASSERT_TRUE(run_and_compare(*s.scheduler, {params(kShared + " one", 8, greedy())}));
+    ASSERT_TRUE(run_and_compare(*s.scheduler, {request_params(kShared + " one", 8, greedy())}));
   }
   GpuScheduler s = make(c);
   ASSERT_NE(s.scheduler, nullptr);
   std::vector<RequestId> ids;
-  ASSERT_TRUE(run_and_compare(*s.scheduler, {params(kShared + " two", 8, greedy())}, &ids));
+  ASSERT_TRUE(run_and_compare(*s.scheduler, {request_params(kShared + " two", 8, greedy())}, &ids));
   EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
   EXPECT_GT(s->cache()->stats().tier[2].promotions, 0);
 }
@@ -190,14 +183,15 @@ TEST_F(CudaKvCacheTest, KvTheCpuWroteToL3IsNotServedToTheGpu) {
     auto cpu = Scheduler::create(*model_, tokenizer_, c);
     ASSERT_TRUE(cpu.has_value()) << cpu.error();
     std::vector<RequestId> ids;
-    ASSERT_TRUE(test_util::submit_and_run(**cpu, {params(kShared + " one", 8, greedy())}, ids));
+    ASSERT_TRUE(
+        test_util::submit_and_run(**cpu, {request_params(kShared + " one", 8, greedy())}, ids));
     (*cpu)->cache()->drain();
     ASSERT_GT((*cpu)->cache()->stats().tier[2].used_blocks, 0) << "the CPU wrote nothing to L3";
   }
   GpuScheduler s = make(c);
   ASSERT_NE(s.scheduler, nullptr);
   std::vector<RequestId> ids;
-  ASSERT_TRUE(run_and_compare(*s.scheduler, {params(kShared + " two", 8, greedy())}, &ids));
+  ASSERT_TRUE(run_and_compare(*s.scheduler, {request_params(kShared + " two", 8, greedy())}, &ids));
   EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], 0);
   EXPECT_EQ(s->cache()->stats().tier[2].promotions, 0);
 }
@@ -220,7 +214,7 @@ TEST_F(CudaKvCacheTest, Int8TiersGiveTheSameTokensEncodedOnTheHostOrTheGpu) {
     for (int round = 0; round < 3; ++round) {
       std::vector<RequestParams> part;
       for (std::size_t i = 0; i < stems.size(); ++i)
-        part.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6, greedy()));
+        part.push_back(request_params(stems[i] + kShared.substr(0, 40 + 8 * i), 6, greedy()));
       std::vector<RequestId> ids;
       ASSERT_TRUE(test_util::submit_and_run(*s.scheduler, part, ids)) << "round " << round;
       for (RequestId id : ids) {
@@ -242,7 +236,7 @@ TEST_F(CudaKvCacheTest, RefusesH2oWithTheReason) {
   SchedulerConfig h2o;
   GpuScheduler s = make(h2o);
   ASSERT_NE(s.scheduler, nullptr);
-  RequestParams p = params("Love is", 4, greedy());
+  RequestParams p = request_params("Love is", 4, greedy());
   p.eviction = EvictionPolicy::h2o(16, 16, 64);
   auto id = s->submit(p);
   ASSERT_FALSE(id.has_value());

@@ -298,7 +298,7 @@ TEST_F(DaemonRemoteTest, SettingsItCannotWorkWithAreALogLineAndItRunsWithoutTheT
     all.insert(all.end(), {"--log-level", "info"});
     Daemon d(all);
     ASSERT_TRUE(d.wait_ready()) << d.log();
-    EXPECT_TRUE(d.wait_log("the remote tier at")) << d.log();
+    EXPECT_TRUE(d.wait_log("prefix cache: remote at " + args[1] + " is not available")) << d.log();
     auto c = d.connect();
     const json r = generate(*c, kShared + "one", 0.0f, 0);
     EXPECT_EQ(tokens_of(r), reference(kShared + "one", 12, 0.0f, 0).tokens);

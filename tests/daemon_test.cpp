@@ -483,12 +483,9 @@ TEST(DaemonTest, StaleSocketFileIsReplaced) {
     ::close(fd);  // bound, never listened on, now closed: a stale file
   }
   ASSERT_TRUE(std::filesystem::exists(path));
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execl(KVTIER_DAEMON_PATH, KVTIER_DAEMON_PATH, "--socket", path.c_str(), "--model",
-            kModelDir.c_str(), "--log-level", "warning", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  auto daemon = util::spawn_child({KVTIER_DAEMON_PATH, "--socket", path, "--model",
+                                   kModelDir.string(), "--log-level", "warning"});
+  ASSERT_TRUE(daemon) << daemon.error();
   bool ready = false;
   for (auto deadline = std::chrono::steady_clock::now() + kTimeout;
        !ready && std::chrono::steady_clock::now() < deadline;) {
@@ -497,20 +494,9 @@ TEST(DaemonTest, StaleSocketFileIsReplaced) {
     if (!ready) std::this_thread::sleep_for(20ms);
   }
   EXPECT_TRUE(ready);
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  pid_t done = 0;
-  for (auto deadline = std::chrono::steady_clock::now() + kTimeout;
-       done == 0 && std::chrono::steady_clock::now() < deadline;) {
-    done = ::waitpid(pid, &status, WNOHANG);
-    if (done == 0) std::this_thread::sleep_for(10ms);
-  }
-  if (done != pid) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    FAIL() << "kvtierd did not exit on SIGTERM";
-  }
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const util::ChildExit end = daemon->stop(kTimeout);
+  if (end.killed) FAIL() << "kvtierd did not exit on SIGTERM";
+  EXPECT_TRUE(WIFEXITED(end.status) && WEXITSTATUS(end.status) == 0);
 }
 
 // A socket path that cannot be bound is refused before the model loads: with
@@ -767,11 +753,8 @@ TEST(DaemonTest, SocketActivationServesOnTheInheritedSocketAndLeavesItsFile) {
   ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ASSERT_EQ(::listen(listener, 16), 0);
 
-  std::vector<std::string> args = {KVTIER_DAEMON_PATH, "--socket",    unused,   "--model",
-                                   kModelDir.string(), "--log-level", "warning"};
-  std::vector<char*> argv = c_strings(args);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  util::SpawnOptions activated;
+  activated.in_child = [listener] {
     // sd_listen_fds(3): the sockets start at fd 3, and LISTEN_PID must be
     // the daemon's own pid, known only here.
     if (listener != 3) ::dup2(listener, 3);
@@ -779,10 +762,12 @@ TEST(DaemonTest, SocketActivationServesOnTheInheritedSocketAndLeavesItsFile) {
     std::snprintf(listen_pid, sizeof(listen_pid), "%d", static_cast<int>(::getpid()));
     ::setenv("LISTEN_PID", listen_pid, 1);
     ::setenv("LISTEN_FDS", "1", 1);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  };
+  auto daemon = util::spawn_child({KVTIER_DAEMON_PATH, "--socket", unused, "--model",
+                                   kModelDir.string(), "--log-level", "warning"},
+                                  activated);
   ::close(listener);  // the daemon holds it now
+  ASSERT_TRUE(daemon) << daemon.error();
 
   // connect() succeeds on the backlog at once; wait for an answer instead.
   bool served = false;
@@ -798,7 +783,7 @@ TEST(DaemonTest, SocketActivationServesOnTheInheritedSocketAndLeavesItsFile) {
     Client c(path);
     EXPECT_TRUE(c.call(request(2, "shutdown")).has_value());
   }
-  auto status = reap(pid);
+  auto status = daemon->wait(kTimeout);  // killed past that, when `daemon` goes
   ASSERT_TRUE(status.has_value()) << "kvtierd did not exit";
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
   // systemd owns the activated socket's file; --socket was never bound.

@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -19,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -31,6 +31,7 @@
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
 #include "test_util.h"
+#include "util/child_process.h"
 
 namespace kvtier::daemon_test {
 
@@ -166,20 +167,24 @@ inline std::unique_ptr<Client> connect_as(const std::string& path, uid_t uid, gi
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::setgroups(1, &gid) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) ::_exit(100);
+  auto child = util::fork_child([&]() -> int {
+    if (::setgroups(1, &gid) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) return 100;
     const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) ::_exit(101);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return 101;
     FdMessage m;
     cmsghdr* cmsg = CMSG_FIRSTHDR(&m.msg);
     cmsg->cmsg_level = SOL_SOCKET;
     cmsg->cmsg_type = SCM_RIGHTS;
     cmsg->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-    ::_exit(::sendmsg(pair[1], &m.msg, 0) == 1 ? 0 : 102);
-  }
+    return ::sendmsg(pair[1], &m.msg, 0) == 1 ? 0 : 102;
+  });
   ::close(pair[1]);
+  if (!child) {
+    ::close(pair[0]);
+    why = child.error();
+    return nullptr;
+  }
   int fd = -1;
   pollfd p{pair[0], POLLIN, 0};
   if (::poll(&p, 1, static_cast<int>(kTimeout.count() * 1000)) == 1) {
@@ -190,9 +195,8 @@ inline std::unique_ptr<Client> connect_as(const std::string& path, uid_t uid, gi
     }
   }
   ::close(pair[0]);
-  if (fd < 0) ::kill(pid, SIGKILL);  // a child stuck in connect must not hang the test
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  // A child stuck in connect must not hang the test: killed then.
+  const int status = fd < 0 ? child->stop(std::chrono::milliseconds(0)).status : child->wait();
   if (fd < 0) {
     why = "a process as uid " + std::to_string(uid) + " could not connect to " + path + " (exit " +
           std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
@@ -205,20 +209,13 @@ inline json request(int id, const std::string& method, json params = json::objec
   return {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
 }
 
-// The environment of this process plus `extra` ("NAME=VALUE"), built before
-// fork() so the child only calls execve.
+// The environment of this process plus `extra` ("NAME=VALUE"): a child's
+// whole environment (SpawnOptions::env).
 inline std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
   env.insert(env.end(), extra.begin(), extra.end());
   return env;
-}
-
-inline std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
 }
 
 // The kvtierd child process.
@@ -245,24 +242,13 @@ class Daemon {
     if (!names("--model")) args.insert(args.end(), {"--model", kModelDir.string()});
     if (!names("--log-level")) args.insert(args.end(), {"--log-level", "warning"});
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    std::vector<std::string> envs = environment_with(env);
-    std::vector<char*> argv = c_strings(args);
-    std::vector<char*> envp = c_strings(envs);
     const int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      if (log_fd >= 0) ::dup2(log_fd, STDERR_FILENO);  // the copy is not close-on-exec
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
+    auto child = util::spawn_child(args, {.stderr_fd = log_fd, .env = environment_with(env)});
     if (log_fd >= 0) ::close(log_fd);
-  }
-  ~Daemon() {
-    if (pid_ > 0 && !exit_status_) {
-      ::kill(pid_, SIGKILL);
-      int status;
-      ::waitpid(pid_, &status, 0);
-    }
+    if (child)
+      child_ = std::move(*child);
+    else
+      ADD_FAILURE() << child.error();
   }
 
   const std::string& socket_path() const { return socket_path_; }
@@ -286,7 +272,7 @@ class Daemon {
     return false;
   }
   const std::filesystem::path& dir() const { return dir_.path(); }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
 
   // Polls until the daemon accepts a connection; false if it exits or the
   // timeout passes first.
@@ -303,27 +289,19 @@ class Daemon {
 
   std::unique_ptr<Client> connect() const { return std::make_unique<Client>(socket_path_); }
 
-  bool exited() {
-    if (exit_status_) return true;
-    int status;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) exit_status_ = status;
-    return exit_status_.has_value();
-  }
+  // Whether it has exited (or never started).
+  bool exited() { return child_.pid() <= 0 || child_.wait(0ms).has_value(); }
 
   // The raw wait status once the process exits; nullopt on timeout.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout = kTimeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!exited() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(10ms);
-    return exit_status_;
+    return child_.wait(timeout);
   }
 
  private:
   test_util::TempDir dir_;
   std::string socket_path_;
   std::string log_path_;
-  pid_t pid_ = -1;
-  std::optional<int> exit_status_;
+  util::ChildProcess child_;  // last: killed and reaped before its folder goes
 };
 
 inline ::testing::AssertionResult exited_zero(std::optional<int> status) {
@@ -344,21 +322,9 @@ inline void shutdown(Daemon& d) {
   EXPECT_TRUE(exited_zero(d.wait_exit()));
 }
 
-// Waits for `pid` to exit (bounded); kills and reaps it past the timeout.
-inline std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout = kTimeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
-    std::this_thread::sleep_for(10ms);
-  }
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, &status, 0);
-  return std::nullopt;
-}
-
-// A program run to completion: its exit code (-1: killed by a signal, or
-// it did not finish within the timeout and was killed) and its output.
+// A program run to completion: its exit code (-1: killed by a signal, it
+// did not finish within the timeout and was killed, or it could not start)
+// and its output.
 struct ProcessResult {
   int exit_code = -1;
   std::string out, err;
@@ -375,58 +341,54 @@ struct ProcessResult {
 // Runs `args` (args[0] looked up in PATH) to completion with `env` as its
 // whole environment (environment_with adds to this process's) and `in` as
 // stdin; stdout and stderr go through files in `dir`. Killed after
-// `timeout`.
+// `timeout`. When it cannot start at all, err says why.
 inline ProcessResult run_process(std::vector<std::string> args, const std::filesystem::path& dir,
                                  std::vector<std::string> env = environment_with({}),
                                  const std::filesystem::path& in = "/dev/null",
                                  std::chrono::milliseconds timeout = kTimeout) {
   const auto out_path = dir / "out.txt", err_path = dir / "err.txt";
-  std::vector<char*> argv = c_strings(args);
-  std::vector<char*> envp = c_strings(env);
   const int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   const int in_fd = ::open(in.c_str(), O_RDONLY | O_CLOEXEC);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(in_fd, STDIN_FILENO);
-    ::dup2(out_fd, STDOUT_FILENO);
-    ::dup2(err_fd, STDERR_FILENO);
-    ::execvpe(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
+  const auto ran = util::run_child(args,
+                                   {.stdin_fd = in_fd,
+                                    .stdout_fd = out_fd,
+                                    .stderr_fd = err_fd,
+                                    .env = std::move(env),
+                                    .search_path = true},
+                                   timeout);
   ::close(in_fd);
   ::close(out_fd);
   ::close(err_fd);
   ProcessResult r;
-  if (auto status = reap(pid, timeout); status && WIFEXITED(*status))
-    r.exit_code = WEXITSTATUS(*status);
+  if (ran && !ran->killed && WIFEXITED(ran->status)) r.exit_code = WEXITSTATUS(ran->status);
   r.out = test_util::read_file(out_path);
-  r.err = test_util::read_file(err_path);
+  r.err = ran ? test_util::read_file(err_path) : ran.error();
   return r;
 }
 
 // kvtierd run to completion, for start-up errors: its exit status and what
-// it wrote to stderr. `in_child` runs in the child just before exec (a
-// sandbox, another user): async-signal-safe calls only.
+// it wrote to stderr (or why it could not start). `in_child` runs in the
+// child just before exec (a sandbox, another user): async-signal-safe calls
+// only.
 struct RunResult {
   std::optional<int> status;
   std::string err;
 };
 
-inline RunResult run_kvtierd(std::vector<std::string> args, void (*in_child)() = nullptr) {
+inline RunResult run_kvtierd(std::vector<std::string> args,
+                             std::function<void()> in_child = nullptr) {
   args.insert(args.begin(), KVTIER_DAEMON_PATH);
-  std::vector<char*> argv = c_strings(args);
   int pipefd[2];
   EXPECT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(pipefd[1], STDERR_FILENO);  // the copy is not close-on-exec
-    if (in_child) in_child();
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  auto child = util::spawn_child(args, {.stderr_fd = pipefd[1], .in_child = std::move(in_child)});
   ::close(pipefd[1]);
   RunResult r;
+  if (!child) {
+    ::close(pipefd[0]);
+    r.err = child.error();
+    return r;
+  }
   const auto deadline = std::chrono::steady_clock::now() + kTimeout;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -439,7 +401,7 @@ inline RunResult run_kvtierd(std::vector<std::string> args, void (*in_child)() =
     r.err.append(chunk, static_cast<std::size_t>(n));
   }
   ::close(pipefd[0]);
-  r.status = reap(pid);
+  r.status = child->wait(kTimeout);  // killed past that, when `child` goes
   return r;
 }
 

@@ -331,31 +331,27 @@ TEST(DaemonTiersTest, AnotherUidIsRefusedPinUnpinAndFlush) {
   const std::string ctl =
       (std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl")
           .string();
+  const auto as_nobody = [] {
+    const gid_t root_group = 0;
+    if (::setgroups(1, &root_group) != 0 || ::setgid(0) != 0 || ::setuid(65534) != 0) ::_exit(100);
+  };
   for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
            {"cache", "pin", kShared}, {"cache", "unpin", kShared}, {"cache", "flush", "all"}}) {
     std::vector<std::string> args = {ctl, "--socket", d.socket_path()};
     args.insert(args.end(), cmd.begin(), cmd.end());
-    std::vector<char*> argv = c_strings(args);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const gid_t root_group = 0;
-      if (::setgroups(1, &root_group) != 0 || ::setgid(0) != 0 || ::setuid(65534) != 0)
-        ::_exit(100);
-      const int null = ::open("/dev/null", O_WRONLY);
-      ::dup2(null, STDOUT_FILENO);
-      ::dup2(null, STDERR_FILENO);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    const auto status = reap(pid);
-    ASSERT_TRUE(status.has_value());
-    ASSERT_TRUE(WIFEXITED(*status));
-    if (WEXITSTATUS(*status) == 127) {  // execv failed: a folder above the build is closed to it
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    const auto ran = util::run_child(
+        args, {.stdout_fd = null, .stderr_fd = null, .in_child = as_nobody}, kTimeout);
+    ::close(null);
+    if (!ran) {  // exec failed: a folder above the build is closed to it
       shutdown(d);
       GTEST_SKIP() << "uid 65534 cannot execute " << ctl
-                   << " (a parent folder is not searchable by it, e.g. a mktemp -d clone)";
+                   << " (a parent folder is not searchable by it, e.g. a mktemp -d clone): "
+                   << ran.error();
     }
-    EXPECT_EQ(WEXITSTATUS(*status), 4) << cmd[1] << " (4: kvtierd answered with an error)";
+    ASSERT_FALSE(ran->killed);
+    ASSERT_TRUE(WIFEXITED(ran->status));
+    EXPECT_EQ(WEXITSTATUS(ran->status), 4) << cmd[1] << " (4: kvtierd answered with an error)";
   }
   EXPECT_TRUE(d.wait_log("refused 'cache.flush' from uid 65534")) << d.log();
   shutdown(d);

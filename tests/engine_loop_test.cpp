@@ -201,8 +201,7 @@ class Recorder {
 // exactly one is final, and it is the last; progress events carry no result
 // or error and name a sample the result has; and per sample, the progress
 // tokens and text put together are that sample's result, in order.
-::testing::AssertionResult stream_is_whole(const std::vector<EngineEvent>& events,
-                                           DaemonRequestId id) {
+::testing::AssertionResult stream_is_whole(const std::vector<EngineEvent>& events, RequestId id) {
   if (events.empty()) return ::testing::AssertionFailure() << "no events";
   int finals = 0;
   for (const EngineEvent& e : events) {
@@ -270,9 +269,9 @@ std::optional<EngineStats> stats_of(EngineLoop& loop) {
   return reply.wait();
 }
 
-DaemonRequestId submit(EngineLoop& loop, const Recorder& recorder,
-                       std::variant<std::string, std::vector<int>> prompt, RequestParams params,
-                       const RequestOwner& owner = kOwner) {
+RequestId submit(EngineLoop& loop, const Recorder& recorder,
+                 std::variant<std::string, std::vector<int>> prompt, RequestParams params,
+                 const RequestOwner& owner = kOwner) {
   auto id = loop.submit(std::move(prompt), std::move(params), recorder.sink(), owner);
   EXPECT_TRUE(id.has_value()) << "submit refused";
   return id.value_or(0);
@@ -313,7 +312,7 @@ TEST(EngineLoopTest, EventsStreamInOrderAndEndInOneFinalThatMatchesGenerate) {
   const std::vector<Case> cases = {
       {"The fool", false, 8}, {"A wise man", true, 12}, {"Ask", false, 5}};
   std::vector<std::unique_ptr<Recorder>> recorders;
-  std::vector<DaemonRequestId> ids;
+  std::vector<RequestId> ids;
   // Submitted before the thread starts: the ids are the daemon's own, known
   // before the engine has seen the requests.
   for (const Case& c : cases) {
@@ -322,8 +321,8 @@ TEST(EngineLoopTest, EventsStreamInOrderAndEndInOneFinalThatMatchesGenerate) {
     if (c.as_tokens) prompt = encode(c.prompt);
     ids.push_back(submit(*loop, *recorders.back(), std::move(prompt), greedy(c.max_tokens)));
   }
-  EXPECT_EQ(std::set<DaemonRequestId>(ids.begin(), ids.end()).size(), cases.size());
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), DaemonRequestId{0}), 0);
+  EXPECT_EQ(std::set<RequestId>(ids.begin(), ids.end()).size(), cases.size());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), RequestId{0}), 0);
   loop->start();
 
   long tokens = 0;
@@ -370,11 +369,11 @@ TEST(EngineLoopTest, TheSameGreedyRequestGivesTheSameTokensSideBySideAndLater) {
   ASSERT_TRUE(loop);
   loop->start();
   Recorder a, b, c;
-  const DaemonRequestId ida = submit(*loop, a, "Never", greedy(20));
-  const DaemonRequestId idb = submit(*loop, b, "Never", greedy(20));
+  const RequestId ida = submit(*loop, a, "Never", greedy(20));
+  const RequestId idb = submit(*loop, b, "Never", greedy(20));
   ASSERT_TRUE(a.wait_final());
   ASSERT_TRUE(b.wait_final());
-  const DaemonRequestId idc = submit(*loop, c, "Never", greedy(20));
+  const RequestId idc = submit(*loop, c, "Never", greedy(20));
   ASSERT_TRUE(c.wait_final());
   EXPECT_TRUE(stream_is_whole(a.events(), ida));
   EXPECT_TRUE(stream_is_whole(b.events(), idb));
@@ -391,10 +390,10 @@ TEST(EngineLoopTest, SamplesEndInOneFinalEventAndEachIsItsSingleRequest) {
   loop->start();
   const std::uint64_t seed = 11;
   Recorder group, first, third;
-  const DaemonRequestId id = submit(*loop, group, "Love", sampled(12, seed, 3));
-  const DaemonRequestId id0 = submit(*loop, first, "Love", sampled(12, seed));
+  const RequestId id = submit(*loop, group, "Love", sampled(12, seed, 3));
+  const RequestId id0 = submit(*loop, first, "Love", sampled(12, seed));
   // Sample i draws with sample_seed(seed, i) (request.h).
-  const DaemonRequestId id2 = submit(*loop, third, "Love", sampled(12, sample_seed(seed, 2)));
+  const RequestId id2 = submit(*loop, third, "Love", sampled(12, sample_seed(seed, 2)));
   ASSERT_TRUE(group.wait_final());
   ASSERT_TRUE(first.wait_final());
   ASSERT_TRUE(third.wait_final());
@@ -433,8 +432,8 @@ TEST(EngineLoopTest, ACancelBeforeTheFirstStepLeavesEverySampleEmptyAndCancelled
   ASSERT_TRUE(loop);
   Recorder cancelled, other;
   // Before start(): the cancel reaches the engine right behind its submit.
-  const DaemonRequestId id = submit(*loop, cancelled, "Stop", sampled(16, 5, 2));
-  const DaemonRequestId other_id = submit(*loop, other, "Go", greedy(6));
+  const RequestId id = submit(*loop, cancelled, "Stop", sampled(16, 5, 2));
+  const RequestId other_id = submit(*loop, other, "Go", greedy(6));
   EXPECT_EQ(loop->cancel(id, kOwner, false), EngineLoop::CancelResult::kCancelling);
   loop->start();
   ASSERT_TRUE(cancelled.wait_final());
@@ -471,8 +470,8 @@ TEST(EngineLoopTest, CancelEndsARunningAndAQueuedRequestWithOneFinalEach) {
   auto loop = make_loop(options);
   ASSERT_TRUE(loop);
   Recorder running(Recorder::kHoldAtFirstToken), queued;
-  const DaemonRequestId running_id = submit(*loop, running, "Fortune", greedy(64));
-  const DaemonRequestId queued_id = submit(*loop, queued, "favours", greedy(64));
+  const RequestId running_id = submit(*loop, running, "Fortune", greedy(64));
+  const RequestId queued_id = submit(*loop, queued, "favours", greedy(64));
   loop->start();
   ASSERT_TRUE(running.wait_held());
 
@@ -528,7 +527,7 @@ TEST(EngineLoopTest, CancelOfAnUnknownOrFinishedIdIsUnknown) {
   EXPECT_EQ(loop->cancel(12345, kOwner, true), EngineLoop::CancelResult::kUnknown);
   loop->start();
   Recorder r;
-  const DaemonRequestId id = submit(*loop, r, "Done", greedy(3));
+  const RequestId id = submit(*loop, r, "Done", greedy(3));
   EXPECT_EQ(loop->cancel(id + 1, kOwner, true), EngineLoop::CancelResult::kUnknown);
   ASSERT_TRUE(r.wait_final());
   EXPECT_EQ(loop->cancel(id, kOwner, true), EngineLoop::CancelResult::kUnknown);
@@ -541,11 +540,11 @@ TEST(EngineLoopTest, OnlyTheSameConnectionTheSameUidOrAPrivilegedCallerMayCancel
   ASSERT_TRUE(loop);
   const RequestOwner no_uid_owner{.connection = 5, .uid = std::nullopt};
   Recorder refused, by_connection, by_uid, by_privileged, refused_no_uid;
-  const DaemonRequestId refused_id = submit(*loop, refused, "One", greedy(4));
-  const DaemonRequestId connection_id = submit(*loop, by_connection, "Two", greedy(4));
-  const DaemonRequestId uid_id = submit(*loop, by_uid, "Three", greedy(4));
-  const DaemonRequestId privileged_id = submit(*loop, by_privileged, "Four", greedy(4));
-  const DaemonRequestId no_uid_id = submit(*loop, refused_no_uid, "Five", greedy(4), no_uid_owner);
+  const RequestId refused_id = submit(*loop, refused, "One", greedy(4));
+  const RequestId connection_id = submit(*loop, by_connection, "Two", greedy(4));
+  const RequestId uid_id = submit(*loop, by_uid, "Three", greedy(4));
+  const RequestId privileged_id = submit(*loop, by_privileged, "Four", greedy(4));
+  const RequestId no_uid_id = submit(*loop, refused_no_uid, "Five", greedy(4), no_uid_owner);
 
   using CR = EngineLoop::CancelResult;
   // Another connection and another uid; another connection whose uid the
@@ -580,7 +579,7 @@ TEST(EngineLoopTest, SubmitRefusesPastMaxPendingUntilARequestIsFinal) {
   auto loop = make_loop(options);
   ASSERT_TRUE(loop);
   Recorder a, b, refused, later;
-  const DaemonRequestId ida = submit(*loop, a, "One", greedy(4));
+  const RequestId ida = submit(*loop, a, "One", greedy(4));
   submit(*loop, b, "Two", greedy(4));
   auto third = loop->submit(std::string("Three"), greedy(4), refused.sink(), kOwner);
   ASSERT_FALSE(third.has_value());
@@ -589,7 +588,7 @@ TEST(EngineLoopTest, SubmitRefusesPastMaxPendingUntilARequestIsFinal) {
   loop->start();
   ASSERT_TRUE(a.wait_final());
   // Its final event came after it stopped counting as pending.
-  const DaemonRequestId id = submit(*loop, later, "Four", greedy(4));
+  const RequestId id = submit(*loop, later, "Four", greedy(4));
   EXPECT_NE(id, ida);
   ASSERT_TRUE(b.wait_final());
   ASSERT_TRUE(later.wait_final());
@@ -604,7 +603,7 @@ TEST(EngineLoopTest, AnInvalidRequestEndsInOneFinalErrorBlamingTheRequest) {
   RequestParams zero_tokens = greedy(0);
   RequestParams too_many_samples = sampled(4, 1, kMaxSamples + 1);
   Recorder a, b, c, d;
-  const std::vector<std::pair<Recorder*, DaemonRequestId>> refused = {
+  const std::vector<std::pair<Recorder*, RequestId>> refused = {
       {&a, submit(*loop, a, "Hello", zero_tokens)},
       {&b, submit(*loop, b, "", greedy(4))},
       {&c, submit(*loop, c, std::vector<int>{1, 9999}, greedy(4))},  // outside the vocabulary
@@ -643,7 +642,7 @@ TEST(EngineLoopTest, StopStringsCutTheTextAndTheStreamHoldsNothingBackAtTheEnd) 
   Recorder stopped;
   RequestParams p = greedy(40);
   p.stop = {stop};
-  const DaemonRequestId id = submit(*loop, stopped, "The wise", p);
+  const RequestId id = submit(*loop, stopped, "The wise", p);
   ASSERT_TRUE(stopped.wait_final());
   EXPECT_TRUE(stream_is_whole(stopped.events(), id));
   const GenerateResult r = stopped.result();
@@ -666,7 +665,7 @@ TEST(EngineLoopTest, ASecondIdenticalRequestIsServedFromL1WithTheSameTokens) {
   Recorder first, second;
   submit(*loop, first, prompt, greedy(10));
   ASSERT_TRUE(first.wait_final());
-  const DaemonRequestId id = submit(*loop, second, prompt, greedy(10));
+  const RequestId id = submit(*loop, second, prompt, greedy(10));
   ASSERT_TRUE(second.wait_final());
   EXPECT_TRUE(stream_is_whole(second.events(), id));
 
@@ -799,8 +798,8 @@ TEST(EngineLoopTest, DrainLetsRequestsInFlightFinishAndThenCallsBackOnce) {
   Recorder a, b, late;
   auto loop = make_loop();
   ASSERT_TRUE(loop);
-  const DaemonRequestId ida = submit(*loop, a, "Fools", greedy(16));
-  const DaemonRequestId idb = submit(*loop, b, "Wise", greedy(24));
+  const RequestId ida = submit(*loop, a, "Fools", greedy(16));
+  const RequestId idb = submit(*loop, b, "Wise", greedy(24));
   struct Drained {
     int calls = 0;
     int finals_seen = 0;  // final events a and b had had when it was called
@@ -837,9 +836,9 @@ TEST(EngineLoopTest, StopCancelsWhatRunsAndWhatWaitsAndDropsADrainNotYetCalled) 
   auto loop = make_loop(options);
   ASSERT_TRUE(loop);
   Recorder running(Recorder::kHoldAtFirstToken), waiting, probe;
-  const DaemonRequestId running_id = submit(*loop, running, "Fortune", greedy(64));
-  const DaemonRequestId waiting_id = submit(*loop, waiting, "favours", greedy(64));
-  const DaemonRequestId probe_id = submit(*loop, probe, "Probe", greedy(64));
+  const RequestId running_id = submit(*loop, running, "Fortune", greedy(64));
+  const RequestId waiting_id = submit(*loop, waiting, "favours", greedy(64));
+  const RequestId probe_id = submit(*loop, probe, "Probe", greedy(64));
   auto drain_calls = std::make_shared<std::atomic<int>>(0);
   loop->drain([drain_calls] { drain_calls->fetch_add(1); });
   loop->start();
@@ -879,7 +878,7 @@ TEST(EngineLoopTest, AfterStopNothingIsTakenAndWhatWouldAnswerIsDroppedUncalled)
   ASSERT_TRUE(loop);
   loop->start();
   Recorder done;
-  const DaemonRequestId id = submit(*loop, done, "Hi", greedy(2));
+  const RequestId id = submit(*loop, done, "Hi", greedy(2));
   ASSERT_TRUE(done.wait_final());
   loop->stop();
   EXPECT_FALSE(done.sink_held());
@@ -913,7 +912,7 @@ TEST(EngineLoopTest, DestroyingTheLoopEndsARequestInFlightAndKeepsNoSink) {
   Recorder r, done;
   submit(*loop, done, "Hi", greedy(2));
   ASSERT_TRUE(done.wait_final());
-  const DaemonRequestId id = submit(*loop, r, "Fortune", greedy(200));
+  const RequestId id = submit(*loop, r, "Fortune", greedy(200));
   loop.reset();  // stops whatever still runs
   // Cancelled or, if it was quick, finished: either way exactly once, and
   // with no copy of its sink left no event can follow.

@@ -126,8 +126,8 @@ TEST_F(KvCacheTest, ExactPromotionsRunOnTheDevicesCopyQueue) {
       auto lease = cache->acquire_prefix(cache->root(""), block_tokens(1), 1, 1, /*by_layer=*/true);
       ASSERT_TRUE(lease.has_value()) << "a prefix loading by layer is handed out at once";
       const LayerLoad& load = lease->load();
-      ASSERT_EQ(load.reads.size(), 1u);
-      EXPECT_EQ(load.reads[0].tier, Tier::kL2);
+      EXPECT_EQ(load.reads_from().total(), 1);
+      EXPECT_EQ(load.reads_from()[Tier::kL2], 1);
       EXPECT_EQ(device_.queued - queued, kLayout.n_layer);
       for (int l = 0; l < kLayout.n_layer; ++l) cache->await_layer(load, l);
       EXPECT_TRUE(cache->settle(load));

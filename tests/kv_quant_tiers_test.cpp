@@ -28,6 +28,8 @@ namespace {
 
 using nlohmann::json;
 using test_util::contains;
+using test_util::make_scheduler;
+using test_util::request_params;
 
 constexpr KvLayout kLayout{4, 4, 32, 16};  // the bundled model's: 64 KiB blocks
 constexpr std::uint64_t kFingerprint = 0x6b767469657221ULL;
@@ -239,14 +241,15 @@ TEST(KvQuantTiersTest, StashedBlockComesBackWithinTheInt8Bound) {
   l1.release(block);
   ASSERT_TRUE(ticket.has_value());
   EXPECT_EQ(ticket->stashed(), 1);
-  const auto back = cache->swap_in(*ticket);
+  PrefixLease none;
+  auto back = cache->resume(none, &*ticket, kLayout.page_size);
   ASSERT_TRUE(back.has_value());
-  ASSERT_EQ(back->size(), 1u);
+  ASSERT_EQ(back->block_ids().size(), 1u);
   EXPECT_EQ(ticket->stashed(), 0);
-  const int back_block = back->front().second;
+  const int back_block = back->block_ids()[0];
   const float* data = reinterpret_cast<const float*>(l1.data(back_block));
   EXPECT_TRUE(within_int8_bound(kv, std::vector<float>(data, data + kv.size())));
-  l1.release(back_block);
+  back->release(l1);
 }
 
 // Through an int8 L3 and a restart: written from L1 (exact L2: encoded into
@@ -412,21 +415,6 @@ TEST(KvQuantTiersTest, Int8L2OverAnExactL3IsRefused) {
 // The scheduler on the bundled model with int8 L2 and L3.
 class QuantSchedulerTest : public ::testing::Test {
  protected:
-  static RequestParams params(std::string_view prompt, int max_tokens) {
-    RequestParams p;
-    p.prompt = test_util::bundled_model().tokenizer->encode(prompt).value();
-    p.max_tokens = max_tokens;
-    p.sampling = {0.0f, 0, 1.0f, 0};
-    return p;
-  }
-
-  static std::unique_ptr<Scheduler> make(const SchedulerConfig& c) {
-    auto s = Scheduler::create(test_util::bundled_model().model,
-                               test_util::bundled_model().tokenizer.get(), c);
-    EXPECT_TRUE(s.has_value()) << s.error();
-    return s ? std::move(*s) : nullptr;
-  }
-
   // Runs every request to completion with check_invariants() after each step.
   // Tokens are not compared with a solo run: int8 tiers are lossy.
   static ::testing::AssertionResult run(Scheduler& s, const std::vector<RequestParams>& reqs,
@@ -470,14 +458,14 @@ TEST_F(QuantSchedulerTest, HeavyPressureWithInt8TiersRunsToCompletion) {
   c.max_kv_tokens = 160;  // 10 blocks
   c.token_budget = 16;
   c.cache.l2_bytes = 2 * 65536;  // 6 int8 slots
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   const std::vector<std::string> stems = {"Love is a ", "The fortune you seek ",
                                           "It is a truth universally ", "A bird in the hand "};
   for (int round = 0; round < 3; ++round) {
     std::vector<RequestParams> wave;
     for (std::size_t i = 0; i < stems.size(); ++i)
-      wave.push_back(params(stems[i] + kShared.substr(0, 40 + 8 * i), 6 + round * 4));
+      wave.push_back(request_params(stems[i] + kShared.substr(0, 40 + 8 * i), 6 + round * 4));
     ASSERT_TRUE(run(*s, wave)) << "round " << round;
   }
   s->cache()->drain();
@@ -503,13 +491,13 @@ TEST_F(QuantSchedulerTest, SwapPreemptionThroughAnInt8L2RecomputesNothing) {
   c.token_budget = 8;
   c.cache.l2_bytes = 64 * 32768;
   c.cache.l2_format = KvFormat::kInt8;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   std::vector<RequestParams> reqs;
   for (const char* prompt :
        {"Q: What is the difference between", "A", "The fortune you seek is in another cookie.",
         "Love is", "It is a truth universally acknowledged"})
-    reqs.push_back(params(prompt, 24));
+    reqs.push_back(request_params(prompt, 24));
   ASSERT_TRUE(run(*s, reqs));
   EXPECT_GT(s->stats().preemptions, 0) << "the budget never forced a swap";
   EXPECT_EQ(s->stats().recomputed_tokens, 0);
@@ -523,15 +511,15 @@ TEST_F(QuantSchedulerTest, RestartOnAnInt8StoreServesThePrefixFromL3) {
   SchedulerConfig c = int8_tiers(dir.path() / "l3");
   c.cache.write_policy = WritePolicy::kWriteThrough;
   {
-    auto s = make(c);
+    auto s = make_scheduler(c);
     ASSERT_NE(s, nullptr);
-    ASSERT_TRUE(run(*s, {params(kShared + " one", 8)}));
+    ASSERT_TRUE(run(*s, {request_params(kShared + " one", 8)}));
   }
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   for (const std::string& w : s->cache()->warnings()) EXPECT_FALSE(contains(w, "discarded")) << w;
   std::vector<RequestId> ids;
-  ASSERT_TRUE(run(*s, {params(kShared + " two", 8)}, &ids));
+  ASSERT_TRUE(run(*s, {request_params(kShared + " two", 8)}, &ids));
   EXPECT_EQ(s->find(ids[0])->cached_tokens()[2], static_cast<int>(kShared.size()) / 16 * 16);
   const CacheStats st = s->cache()->stats();
   EXPECT_GT(st.tier[2].promotions, 0);

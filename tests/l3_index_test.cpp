@@ -9,7 +9,6 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +22,7 @@
 #include "tests/index_damage.h"
 #include "tests/small_fs.h"
 #include "tests/test_util.h"
+#include "util/child_process.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -230,48 +230,46 @@ TEST(L3Index, InUseOrOutOfReachIsRefusedAndNothingMoves) {
     // By another process, holding the lock as its RocksDB would.
     int ready[2];
     ASSERT_EQ(::pipe(ready), 0);
-    const pid_t holder = ::fork();
-    if (holder == 0) {
+    auto holder = util::fork_child([&]() -> int {
       const int fd = ::open((path + "/LOCK").c_str(), O_RDWR);
       struct flock lock {};
       lock.l_type = F_WRLCK;
       lock.l_whence = SEEK_SET;
-      if (fd < 0 || ::fcntl(fd, F_SETLK, &lock) != 0) ::_exit(1);
-      if (::write(ready[1], "r", 1) != 1) ::_exit(2);
+      if (fd < 0 || ::fcntl(fd, F_SETLK, &lock) != 0) return 1;
+      if (::write(ready[1], "r", 1) != 1) return 2;
       ::pause();
-      ::_exit(0);
-    }
+      return 0;
+    });
+    ASSERT_TRUE(holder) << holder.error();
     char c = 0;
     ASSERT_EQ(::read(ready[0], &c, 1), 1);
     auto opened = L3Index::open(path, 7, 5000);
-    ::kill(holder, SIGKILL);
-    ::waitpid(holder, nullptr, 0);
+    (void)holder->stop(std::chrono::milliseconds(0));  // SIGKILL
     ::close(ready[0]);
     ::close(ready[1]);
     ASSERT_FALSE(opened);
-    EXPECT_TRUE(contains(opened.error(), "in use by process " + std::to_string(holder)));
+    EXPECT_TRUE(contains(opened.error(), "in use by process " + std::to_string(holder->pid())));
   }
   if (::geteuid() == 0) {
     // Not ours to read: as another user, in a child.
     ASSERT_EQ(::chmod(path.c_str(), 0700), 0);
     int msg[2];
     ASSERT_EQ(::pipe(msg), 0);
-    const pid_t child = ::fork();
-    if (child == 0) {
+    auto child = util::fork_child([&]() -> int {
       const gid_t nobody = 65534;
-      if (::setgroups(1, &nobody) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+      if (::setgroups(1, &nobody) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) return 3;
       auto opened = L3Index::open(path, 7, 5000);
       const std::string text = opened ? "opened" : opened.error();
-      if (::write(msg[1], text.data(), text.size()) < 0) ::_exit(4);
-      ::_exit(0);
-    }
+      if (::write(msg[1], text.data(), text.size()) < 0) return 4;
+      return 0;
+    });
     ::close(msg[1]);
+    ASSERT_TRUE(child) << child.error();
     std::string text;
     char buf[512];
     for (ssize_t n; (n = ::read(msg[0], buf, sizeof buf)) > 0;) text.append(buf, n);
     ::close(msg[0]);
-    int status = 0;
-    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    const int status = child->wait();
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
     EXPECT_TRUE(contains(text, "Permission denied"));
     ASSERT_EQ(::chmod(path.c_str(), 0755), 0);

@@ -11,7 +11,6 @@
 #include <liburing.h>
 #include <rocksdb/db.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,8 +32,7 @@
 #include "tests/io_test_util.h"
 #include "tests/small_fs.h"
 #include "tests/test_util.h"
-
-extern char** environ;
+#include "util/child_process.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -722,13 +721,11 @@ TEST(L3Store, FileSystemFillingUpWhileRunningFailsWritesThenRecovers) {
 
 // Runs `body` in a forked child and returns its exit status (the child
 // reports what went wrong through it), or -1 if it did not exit normally.
-template <typename Body>
-int in_child(Body body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(body());
-  int status = 0;
-  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
+int in_child(const std::function<int()>& body) {
+  auto child = util::fork_child(body);
+  if (!child) return -1;
+  const int status = child->wait();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 TEST(L3Store, FileSizeLimitFailsAllocationThenWritesThenOpensTheBreaker) {
@@ -889,29 +886,21 @@ TEST(L3Store, KilledAtRandomMomentsLeavesOnlyEntriesThatReadBackIntact) {
     ASSERT_EQ(::pipe(ready), 0);
     // A fresh process rather than a bare fork(): the child needs working
     // RocksDB background threads, which a fork of this process would lack.
-    std::vector<std::string> env_strings = test_util::child_environment(
-        std::string(kCrashChildEnv) + "=" + store_dir + "|" +
-        std::to_string((round + 1) * 1000000ull) + "|" + std::to_string(ready[1]));
-    std::vector<char*> envp;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string filter = "--gtest_filter=L3StoreCrashChild.WritesUntilKilled";
-    char* argv[] = {self, filter.data(), nullptr};
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    pid_t pid = 0;
-    const int spawned = ::posix_spawn(&pid, self, &actions, nullptr, argv, envp.data());
-    posix_spawn_file_actions_destroy(&actions);
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    auto child = util::spawn_child(
+        {self, "--gtest_filter=L3StoreCrashChild.WritesUntilKilled"},
+        {.stdout_fd = null,
+         .env = test_util::child_environment(std::string(kCrashChildEnv) + "=" + store_dir + "|" +
+                                             std::to_string((round + 1) * 1000000ull) + "|" +
+                                             std::to_string(ready[1]))});
+    ::close(null);
     ::close(ready[1]);
-    ASSERT_EQ(spawned, 0);
+    ASSERT_TRUE(child) << child.error();
     char c = 0;
     const bool started = ::read(ready[0], &c, 1) == 1;
     ::close(ready[0]);
     if (started) std::this_thread::sleep_for(std::chrono::microseconds(pause_us(rng)));
-    ::kill(pid, SIGKILL);
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    const int status = child->stop(std::chrono::milliseconds(0)).status;  // SIGKILL: a crash
     ASSERT_TRUE(started) << "round " << round << ": the child did not start, status " << status;
 
     auto store = L3Store::open(crash_options(store_dir));

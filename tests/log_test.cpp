@@ -4,15 +4,14 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <limits>
 #include <string>
 
-#include "bench/child_process.h"
 #include "daemon_test_util.h"
 #include "test_util.h"
+#include "util/child_process.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -51,16 +50,12 @@ TEST(LogTest, ABlockedStderrStallsNoRequest) {
 
   test_util::TempDir dir;
   const std::string socket = (dir.path() / "kvtierd.sock").string();
-  const pid_t pid = bench::spawn_child({KVTIER_DAEMON_PATH, "--socket", socket, "--model",
-                                        daemon_test::kModelDir.string(), "--log-level", "info"},
-                                       write_end);
-  ASSERT_GT(pid, 0);
-  ::close(write_end);
   // Killed and reaped however the test ends.
-  struct Reap {
-    pid_t pid;
-    ~Reap() { (void)daemon_test::reap(pid, std::chrono::milliseconds(0)); }
-  } reap{pid};
+  const auto daemon = util::spawn_child({KVTIER_DAEMON_PATH, "--socket", socket, "--model",
+                                         daemon_test::kModelDir.string(), "--log-level", "info"},
+                                        {.stdout_fd = write_end, .stderr_fd = write_end});
+  ::close(write_end);
+  ASSERT_TRUE(daemon) << daemon.error();
 
   const int kRequests = 4;
   bool ready = false;
@@ -78,7 +73,7 @@ TEST(LogTest, ABlockedStderrStallsNoRequest) {
     EXPECT_TRUE(r->contains("result")) << r->dump();
   }
   // stderr unblocked: the start-up lines and every request's line arrive.
-  ::kill(pid, SIGTERM);
+  ::kill(daemon->pid(), SIGTERM);
   std::string err;
   const auto deadline = std::chrono::steady_clock::now() + daemon_test::kTimeout;
   for (;;) {

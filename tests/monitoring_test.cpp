@@ -15,8 +15,6 @@
 // is left is a metric name. A histogram's series are its _bucket, _sum and
 // _count, so a name must be a sample name of the scrape as it is: a bare
 // histogram family name is no series at all.
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -664,34 +662,17 @@ TEST_F(MonitoringDaemon, EveryMetricTheDashboardAndTheRulesNameIsInMetrics) {
   EXPECT_EQ(count("sum(kvtier_kv_blocks_used) + up"), 0u);
 }
 
-// A child process (prometheus), killed and reaped when the object goes.
-class Child {
- public:
-  Child(std::vector<std::string> args, const fs::path& log) {
-    std::vector<char*> argv = c_strings(args);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      if (fd >= 0) {
-        ::dup2(fd, STDOUT_FILENO);
-        ::dup2(fd, STDERR_FILENO);
-      }
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    if (fd >= 0) ::close(fd);
-  }
-  ~Child() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    reap(pid_, std::chrono::seconds(20));  // kills it past that
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
- private:
-  pid_t pid_ = -1;
-};
+// A child process (prometheus), its output in `log`: sent SIGTERM when the
+// object goes, and SIGKILL 20 s later. Owns none, the failure reported,
+// when it cannot start.
+util::ChildProcess start_child(const std::vector<std::string>& args, const fs::path& log) {
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  auto child = util::spawn_child(
+      args, {.stdout_fd = fd, .stderr_fd = fd, .stop_grace = std::chrono::seconds(20)});
+  if (fd >= 0) ::close(fd);
+  EXPECT_TRUE(child) << child.error();
+  return child ? std::move(*child) : util::ChildProcess();
+}
 
 std::string prometheus_binary() {
   const auto run = test_util::run_command("command -v prometheus");
@@ -722,11 +703,12 @@ TEST_F(MonitoringDaemon, PrometheusScrapesAKeyedDaemonWithTheShippedConfigAndAns
   const int web_port = test_util::free_tcp_port();
   const std::string api = "http://127.0.0.1:" + std::to_string(web_port) + "/api/v1/";
   const fs::path log = dir_.path() / "prometheus.log";
-  Child prometheus(
+  const util::ChildProcess prometheus = start_child(
       {prometheus_binary(), "--config.file=" + config_file.string(),
        "--storage.tsdb.path=" + (dir_.path() / "data").string(),
        "--web.listen-address=127.0.0.1:" + std::to_string(web_port), "--log.level=warn"},
       log);
+  ASSERT_GT(prometheus.pid(), 0);
   const auto query = [&](const std::string& expr) {
     const fs::path file = dir_.write("query", expr);
     return json::parse(http(api + "query", "--data-urlencode query@'" + file.string() + "'").body,

@@ -5,22 +5,18 @@
 // installs it).
 #pragma once
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "daemon_test_util.h"
 #include "test_util.h"
 #include "tiers/redis_connection.h"
+#include "util/child_process.h"
 
 // At the top of a test that needs a server: skips it with the reason on a
 // machine without one.
@@ -51,10 +47,7 @@ class RedisServer {
 
   // Whether it answered a PING after starting; the log says why not.
   bool ready() const { return ready_; }
-  std::string log() const {
-    std::ifstream in(dir_.path() / "redis.log");
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  std::string log() const { return read_file(dir_.path() / "redis.log") + start_error_; }
   tiers::RedisAddress unix_address() const {
     return tiers::RedisAddress::unix_socket(socket_path());
   }
@@ -64,15 +57,12 @@ class RedisServer {
   // Stops it (SIGKILL: as a crash would) and starts it again on the same
   // socket and port, empty.
   void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
+    (void)child_.stop(std::chrono::milliseconds(0));
+    child_ = util::ChildProcess();
     ready_ = false;
   }
   void start() {
-    if (binary().empty() || pid_ > 0) return;
+    if (binary().empty() || child_.pid() > 0) return;
     if (tcp_ && port_ == 0) port_ = free_port();
     std::vector<std::string> args = {binary(),
                                      "--port",
@@ -93,12 +83,10 @@ class RedisServer {
                                      (dir_.path() / "redis.log").string()};
     if (!password_.empty()) args.insert(args.end(), {"--requirepass", password_});
     args.insert(args.end(), extra_.begin(), extra_.end());
-    std::vector<char*> argv = daemon_test::c_strings(args);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
+    auto child = util::spawn_child(args);
+    start_error_ = child ? "" : child.error();  // not ready(); log() says why
+    if (!child) return;
+    child_ = std::move(*child);
     // Ready once it answers; it starts in milliseconds, so ten seconds
     // means it is not going to.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -113,7 +101,7 @@ class RedisServer {
       if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
   int port() const { return port_; }
   const std::filesystem::path& dir() const { return dir_.path(); }
 
@@ -136,9 +124,10 @@ class RedisServer {
   std::string password_;
   std::vector<std::string> extra_;
   TempDir dir_;
-  pid_t pid_ = -1;
+  util::ChildProcess child_;
   int port_ = 0;
   bool ready_ = false;
+  std::string start_error_;  // why redis-server could not be run
 };
 
 }  // namespace kvtier::test_util

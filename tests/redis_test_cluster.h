@@ -9,7 +9,9 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/wait.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,23 +90,17 @@ class RedisTestCluster {
  private:
   static constexpr const char* kRedisCli = "/usr/bin/redis-cli";
 
-  // Runs a command with its output in create_log_; its exit status.
-  int run(std::vector<std::string> args) {
+  // Runs a command with its output in create_log_ (and why it could not
+  // start); its exit status, or -1. Killed past a minute: it takes seconds.
+  int run(const std::vector<std::string>& args) {
     const std::filesystem::path out = nodes_.front()->dir() / "create.log";
-    std::vector<char*> argv = daemon_test::c_strings(args);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    std::ifstream in(out);
-    create_log_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const auto ran =
+        util::run_child(args, {.stdout_fd = fd, .stderr_fd = fd}, std::chrono::minutes(1));
+    if (fd >= 0) ::close(fd);
+    create_log_ = read_file(out);
+    if (!ran) create_log_ += ran.error();
+    return ran && WIFEXITED(ran->status) ? WEXITSTATUS(ran->status) : -1;
   }
 
   bool state_ok(int i) const {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/scheduling/scheduler.h"
+#include "scheduler_test_util.h"
 #include "test_util.h"
 
 namespace kvtier {
@@ -22,27 +23,20 @@ class SchedulerEvictionTest : public ::testing::Test {
     tokenizer_ = test_util::bundled_model().tokenizer.get();
   }
 
+  // With the eviction policy this suite varies; sampled with `seed`, or
+  // greedy without one.
   static RequestParams params(std::string_view prompt, int max_tokens, EvictionPolicy policy,
                               std::uint64_t seed = 0) {
-    RequestParams p;
-    p.prompt = *tokenizer_->encode(prompt);
-    p.max_tokens = max_tokens;
-    p.sampling =
-        seed == 0 ? SamplingParams{0.0f, 0, 1.0f, 0} : SamplingParams{0.9f, 40, 0.95f, seed};
+    RequestParams p = test_util::request_params(
+        prompt, max_tokens, seed == 0 ? test_util::greedy() : test_util::sampled(seed));
     p.eviction = policy;
     return p;
   }
 
-  static std::vector<int> alone(const RequestParams& p, int page_size) {
-    tiers::BlockPool pool(model_->kv_layout(page_size).block_bytes(), 64);
-    GenerateOptions o;
-    o.sampling = p.sampling;
-    o.max_tokens = p.max_tokens;
-    o.page_size = page_size;
-    o.eviction = *p.eviction;
-    auto g = generate(*model_, pool, tokenizer_, p.prompt, o);
-    EXPECT_TRUE(g.has_value()) << g.error();
-    return g ? g->tokens : std::vector<int>{};
+  // generate() alone with the request's policy, from a pool with room for
+  // the longest request here.
+  static std::vector<int> alone(const RequestParams& p) {
+    return test_util::alone(p, 16, 64).tokens;
   }
 
   // Runs to the end with the invariants after every step; returns the
@@ -92,7 +86,7 @@ TEST_F(SchedulerEvictionTest, TokensMatchGenerateAloneWithTheSamePolicyForAnyBat
       for (std::size_t i = 0; i < reqs.size(); ++i)
         EXPECT_EQ(std::vector<int>(s->find(ids[i])->generated().begin(),
                                    s->find(ids[i])->generated().end()),
-                  alone(reqs[i], 16))
+                  alone(reqs[i]))
             << policy.to_string() << " batch " << batch << " request " << i;
       EXPECT_GT(s->stats().evicted_blocks, 0) << policy.to_string();
       EXPECT_EQ(s->stats().preemptions, 0);
@@ -158,7 +152,7 @@ TEST_F(SchedulerEvictionTest, SwapPreemptionKeepsEvictingRequestsExact) {
   for (std::size_t i = 0; i < reqs.size(); ++i)
     EXPECT_EQ(
         std::vector<int>(s->find(ids[i])->generated().begin(), s->find(ids[i])->generated().end()),
-        alone(reqs[i], 16))
+        alone(reqs[i]))
         << "request " << i;
   EXPECT_EQ(s->cache()->stats().nodes, 0u) << "evicting requests must not fill the shared cache";
 }
@@ -203,11 +197,11 @@ TEST_F(SchedulerEvictionTest, AWindowedRequestPreemptedPastTheBudgetNeverWedgesT
     EXPECT_FALSE(s->has_work()) << "request a: " << to_string(*s->status(a));
     EXPECT_GT(s->stats().preemptions, 0);
     EXPECT_EQ(std::vector<int>(s->find(b)->generated().begin(), s->find(b)->generated().end()),
-              alone(urgent, 16));
+              alone(urgent));
     if (mode == PreemptionMode::kSwap) {
       EXPECT_TRUE(errors.empty());
       EXPECT_EQ(std::vector<int>(s->find(a)->generated().begin(), s->find(a)->generated().end()),
-                alone(background, 16));
+                alone(background));
     } else {
       EXPECT_EQ(s->status(a), RequestStatus::kFailed);
       ASSERT_EQ(errors.size(), 1u);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "scheduler_test_util.h"
 #include "test_util.h"
 
 namespace kvtier {
@@ -21,8 +22,10 @@ namespace {
 
 using test_util::contains;
 
-SamplingParams greedy() { return {0.0f, 0, 1.0f, 0}; }
-SamplingParams sampled(std::uint64_t seed) { return {0.9f, 40, 0.95f, seed}; }
+using test_util::alone;
+using test_util::greedy;
+using test_util::make_scheduler;
+using test_util::sampled;
 
 // What a run of the scheduler did, as seen from its step outputs.
 struct Trace {
@@ -49,33 +52,13 @@ class SchedulerTest : public ::testing::Test {
     return ids.value_or(std::vector<int>{});
   }
 
+  // With the priority and stop strings this suite varies.
   RequestParams params(std::string_view prompt, int max_tokens, int priority = 0,
                        SamplingParams sampling = greedy(), std::vector<std::string> stop = {}) {
-    RequestParams p;
-    p.prompt = encode(prompt);
-    p.max_tokens = max_tokens;
+    RequestParams p = test_util::request_params(prompt, max_tokens, sampling);
     p.priority = priority;
-    p.sampling = sampling;
     p.stop = std::move(stop);
     return p;
-  }
-
-  std::unique_ptr<Scheduler> make(const SchedulerConfig& config) {
-    auto s = Scheduler::create(*model_, tokenizer_, config);
-    EXPECT_TRUE(s.has_value()) << s.error();
-    return s ? std::move(*s) : nullptr;
-  }
-
-  // The request run alone through the single-request loop.
-  Generation alone(const RequestParams& p) {
-    tiers::BlockPool pool(model_->kv_layout(16).block_bytes(), 17);
-    GenerateOptions o;
-    o.sampling = p.sampling;
-    o.max_tokens = p.max_tokens;
-    o.stop = p.stop;
-    auto g = generate(*model_, pool, tokenizer_, p.prompt, o);
-    EXPECT_TRUE(g.has_value()) << g.error();
-    return g.value_or(Generation{});
   }
 
   RequestId submit(Scheduler& s, Trace& trace, RequestParams p) {
@@ -150,7 +133,7 @@ TEST_F(SchedulerTest, FcfsAdmitsPrefillsAndFinishesInArrivalOrder) {
     SchedulerConfig c;
     c.policy = SchedulingPolicy::kFcfs;
     c.max_batch_size = batch;
-    auto s = make(c);
+    auto s = make_scheduler(c);
     ASSERT_NE(s, nullptr);
     Trace t;
     // Priorities against arrival order, which fcfs must ignore.
@@ -189,7 +172,7 @@ TEST_F(SchedulerTest, PriorityJumpsTheQueueAndFcfsDoesNot) {
       c.policy = policy;
       c.max_batch_size = batch;
       c.token_budget = 16;
-      auto s = make(c);
+      auto s = make_scheduler(c);
       ASSERT_NE(s, nullptr);
       Trace t;
       const RequestId slow = submit(*s, t, params(long_prompt, 3, 2));
@@ -218,7 +201,7 @@ TEST_F(SchedulerTest, UrgentLateArrivalTakesTheNextPrefillChunk) {
   SchedulerConfig c;
   c.policy = SchedulingPolicy::kPriority;
   c.token_budget = 8;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   Trace t;
   const RequestId first = submit(*s, t, params("Fortune: ", 6, 1));
@@ -247,7 +230,7 @@ SchedulerConfig tight_priority_budget() {
 
 // Seed 003, test 3.
 TEST_F(SchedulerTest, TightBudgetPreemptsTheLowPriorityRequestAndBothFinish) {
-  auto s = make(tight_priority_budget());
+  auto s = make_scheduler(tight_priority_budget());
   ASSERT_NE(s, nullptr);
   Trace t;
   const RequestId low = submit(*s, t, params("A A A A A ", 10, 2));
@@ -279,7 +262,7 @@ TEST_F(SchedulerTest, TightBudgetPreemptsTheLowPriorityRequestAndBothFinish) {
 // Sampler's stream must have survived too), and the recomputed work is what
 // its KV held when it was preempted.
 TEST_F(SchedulerTest, PreemptedRequestResumesWithConsistentKvAndOutput) {
-  auto s = make(tight_priority_budget());
+  auto s = make_scheduler(tight_priority_budget());
   ASSERT_NE(s, nullptr);
   Trace t;
   const RequestParams low_p = params("A A A A A ", 10, 2, sampled(11));
@@ -357,7 +340,7 @@ TEST_F(SchedulerTest, TokensMatchGenerateAloneForAnyBudgetBatchAndPreemption) {
           // Tight: the longest request (71 + 6 - 1 positions) just fits alone.
           c.page_size = tight ? 8 : 16;
           c.max_kv_tokens = tight ? 80 : 4096;
-          auto s = make(c);
+          auto s = make_scheduler(c);
           ASSERT_NE(s, nullptr);
           Trace t;
           std::vector<RequestId> ids;
@@ -403,7 +386,7 @@ TEST_F(SchedulerTest, ContextEndFinishesLikeGenerate) {
     c.token_budget = budget;
     c.max_batch_size = 2;
     c.max_kv_tokens = 512;
-    auto s = make(c);
+    auto s = make_scheduler(c);
     ASSERT_NE(s, nullptr);
     Trace t;
     const RequestId near_id = submit(*s, t, near_p);
@@ -423,7 +406,7 @@ TEST_F(SchedulerTest, KvIsChargedInWholePages) {
   SchedulerConfig c;
   c.page_size = 16;
   c.max_kv_tokens = 48;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   Trace t;
   const RequestId a = submit(*s, t, params("seventeen chars!!", 2));
@@ -439,7 +422,7 @@ TEST_F(SchedulerTest, KvIsChargedInWholePages) {
   EXPECT_EQ(s->stats().preemptions, 0);
   // max_kv_tokens is rounded down to whole pages.
   c.max_kv_tokens = 47;
-  auto rounded = make(c);
+  auto rounded = make_scheduler(c);
   ASSERT_NE(rounded, nullptr);
   EXPECT_EQ(rounded->max_blocks(), 2);
 }
@@ -453,7 +436,7 @@ TEST_F(SchedulerTest, AdmissionLeavesRoomForThisStepsDecodes) {
   c.max_kv_tokens = 8;
   c.token_budget = 4;
   c.max_batch_size = 2;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   Trace t;
   const RequestId a = submit(*s, t, params("abcd", 5));
@@ -476,7 +459,7 @@ TEST_F(SchedulerTest, CancelFreesBlocksInEveryState) {
   c.max_batch_size = 3;
   c.page_size = 4;
   c.max_kv_tokens = 256;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   Trace t;
   const RequestParams keep_p = params("Keep going", 12, 0, sampled(5));
@@ -557,7 +540,7 @@ TEST_F(SchedulerTest, SamplesSharePromptBlocksAndMatchTheirSingleSampleRuns) {
       c.max_kv_tokens = max_kv_tokens;
       c.max_batch_size = 3;
       c.token_budget = 4;
-      auto s = make(c);
+      auto s = make_scheduler(c);
       ASSERT_NE(s, nullptr);
       RequestParams p = params(prompt, 20, 0, sampled(kSeed));
       const int prompt_len = static_cast<int>(p.prompt.size());
@@ -631,7 +614,7 @@ TEST_F(SchedulerTest, CancellingAFannedOutRequestFreesEverySample) {
   c.max_kv_tokens = 256;
   c.max_batch_size = 4;
   c.token_budget = 8;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   RequestParams p = params("Fortune: ", 30, 0, sampled(3));
   p.n = 4;
@@ -668,10 +651,59 @@ TEST_F(SchedulerTest, CancellingAFannedOutRequestFreesEverySample) {
   EXPECT_EQ(s->status(*early), RequestStatus::kCancelled);
 }
 
+// A caller that hands an id out before it submits (the daemon) chooses it;
+// forked samples take theirs from the other half, so the ids the caller
+// hands out next stay free.
+TEST_F(SchedulerTest, SubmitTakesTheCallersIdAndSamplesKeepClearOfIt) {
+  SchedulerConfig c;
+  c.page_size = 4;
+  c.max_kv_tokens = 256;
+  c.max_batch_size = 3;
+  c.token_budget = 8;
+  auto s = make_scheduler(c);
+  ASSERT_NE(s, nullptr);
+  RequestParams p = params("Fortune: ", 4, 0, sampled(3));
+  p.n = 3;
+  auto id = s->submit(p, 1);
+  ASSERT_TRUE(id.has_value()) << id.error();
+  EXPECT_EQ(*id, 1u);
+  while (s->samples(1).size() < 3) {
+    s->step();
+    ASSERT_TRUE(s->check_invariants().has_value()) << s->check_invariants().error();
+    ASSERT_LT(s->stats().steps, 20);
+  }
+  const auto samples = s->samples(1);
+  EXPECT_EQ(samples[0]->id(), 1u);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(samples[i]->id(), kFirstSampleId + static_cast<RequestId>(i - 1));
+    EXPECT_EQ(samples[i]->group(), 1u);
+  }
+  auto next = s->submit(params("Later", 4), 2);
+  ASSERT_TRUE(next.has_value()) << next.error();
+  EXPECT_EQ(*next, 2u);
+  for (const auto& [bad, why] :
+       std::vector<std::pair<RequestId, std::string>>{{2, "request id 2 is in use"},
+                                                      {0, "request id 0 is outside [1, 2^63)"},
+                                                      {kFirstSampleId, "is outside [1, 2^63)"}}) {
+    const auto refused = s->submit(params("Hi", 4), bad);
+    ASSERT_FALSE(refused.has_value()) << bad;
+    EXPECT_TRUE(contains(refused.error(), why)) << refused.error();
+  }
+  // submit(params) goes on above the ids it has seen.
+  EXPECT_EQ(s->submit(params("Hi", 4)).value_or(0), 3u);
+  while (s->has_work()) {
+    s->step();
+    ASSERT_TRUE(s->check_invariants().has_value()) << s->check_invariants().error();
+    ASSERT_LT(s->stats().steps, 200);
+  }
+  for (const RequestId done : {RequestId{1}, RequestId{2}, RequestId{3}})
+    EXPECT_EQ(s->status(done), RequestStatus::kDone) << done;
+}
+
 TEST_F(SchedulerTest, RefusesBadSampleCounts) {
   SchedulerConfig c;
   c.max_batch_size = 4;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   for (const int n : {0, -1, kMaxSamples + 1}) {
     RequestParams p = params("Hi", 4);
@@ -699,7 +731,7 @@ TEST_F(SchedulerTest, LogprobsAreEachRowsOwnWhateverTheBatch) {
     ps.push_back(params("Q: What is " + std::to_string(i) + "? A:", 12, 0, sampled(i)));
     ps.back().logprobs = 3;
   }
-  auto together = make(c);
+  auto together = make_scheduler(c);
   Trace trace;
   std::vector<RequestId> ids;
   for (const auto& p : ps) ids.push_back(submit(*together, trace, p));
@@ -714,7 +746,7 @@ TEST_F(SchedulerTest, LogprobsAreEachRowsOwnWhateverTheBatch) {
       ASSERT_EQ(r.logprobs()[t].top.size(), 3u);
       EXPECT_GE(r.logprobs()[t].top[0].logprob, r.logprobs()[t].top[2].logprob);
     }
-    auto alone_s = make(c);
+    auto alone_s = make_scheduler(c);
     Trace t2;
     const RequestId id = submit(*alone_s, t2, ps[i]);
     ASSERT_TRUE(drain(*alone_s, t2));
@@ -727,7 +759,7 @@ TEST_F(SchedulerTest, LogprobsAreEachRowsOwnWhateverTheBatch) {
     }
   }
   RequestParams none = params("Q: Why? A:", 4);
-  auto s = make(c);
+  auto s = make_scheduler(c);
   Trace t3;
   const RequestId id = submit(*s, t3, none);
   ASSERT_TRUE(drain(*s, t3));
@@ -846,7 +878,7 @@ TEST_F(SchedulerTest, RefusesBadConfigsWithClearMessages) {
 TEST_F(SchedulerTest, AnAutomaticBudgetIsChosenFromMeasuredPasses) {
   SchedulerConfig c;
   c.token_budget = SchedulerConfig::kAuto;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   const BudgetChoice chosen = s->budget_choice();
   EXPECT_TRUE(chosen.automatic);
@@ -897,7 +929,7 @@ TEST_F(SchedulerTest, DecodesCapThePrefillChunkBesideThem) {
   SchedulerConfig c;
   c.token_budget = 64;
   c.mixed_prefill_tokens = 8;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   Trace trace;
   const RequestParams running = params("Q: A", 40);
@@ -932,7 +964,7 @@ TEST_F(SchedulerTest, DecodesCapThePrefillChunkBesideThem) {
 TEST_F(SchedulerTest, RefusesBadSubmitsBeforeTheyReachTheEngine) {
   SchedulerConfig c;
   c.max_kv_tokens = 128;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   auto refused = [&](RequestParams p, std::string_view message) {
     auto id = s->submit(std::move(p));
@@ -960,7 +992,7 @@ TEST_F(SchedulerTest, RefusesBadSubmitsBeforeTheyReachTheEngine) {
   // max_tokens past the context is fine when the context fits the budget:
   // generation ends there, with kContext, as in generate().
   c.max_kv_tokens = 256;
-  auto roomy = make(c);
+  auto roomy = make_scheduler(c);
   ASSERT_NE(roomy, nullptr);
   Trace t;
   const RequestId id = submit(*roomy, t, params("x", 1000));

@@ -17,8 +17,6 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -39,6 +37,7 @@
 
 #include "tests/test_util.h"
 #include "tiers/disk_space.h"
+#include "util/child_process.h"
 
 namespace kvtier::test_util {
 
@@ -148,30 +147,20 @@ class SmallFs {
 
  private:
   // Runs a program (looked up in the sbin folders too, which a test's PATH
-  // may lack) with its output discarded; its exit status, or -1.
-  static int run(const std::vector<std::string>& args) {
-    std::string program = args[0];
+  // may lack) with its output discarded; its exit status, or -1 (also when
+  // it could not run, or ran past a minute and was killed).
+  static int run(std::vector<std::string> args) {
     for (const char* folder : {"/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"}) {
       if (::access((folder + args[0]).c_str(), X_OK) == 0) {
-        program = folder + args[0];
+        args[0] = folder + args[0];
         break;
       }
     }
-    std::vector<std::string> copy = args;
-    std::vector<char*> argv;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int null = ::open("/dev/null", O_WRONLY);
-      ::dup2(null, STDOUT_FILENO);
-      ::dup2(null, STDERR_FILENO);
-      ::execv(program.c_str(), argv.data());
-      ::_exit(127);
-    }
-    int status = 0;
-    if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-    return WEXITSTATUS(status);
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    const auto ran =
+        util::run_child(args, {.stdout_fd = null, .stderr_fd = null}, std::chrono::minutes(1));
+    if (null >= 0) ::close(null);
+    return ran && WIFEXITED(ran->status) ? WEXITSTATUS(ran->status) : -1;
   }
 
   TempDir dir_;  // holds the image and the mount point; removed after the unmount
@@ -214,33 +203,17 @@ inline ::testing::AssertionResult passes_in_child(const std::string& name,
     return ::testing::AssertionFailure() << "cannot find this test binary";
   TempDir out_dir;
   const std::string out = (out_dir.path() / "child.out").string();
-  std::vector<std::string> env_strings = child_environment(std::string(kChildEnv) + "=" + argument);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string filter = "--gtest_filter=" + name;
-  char* argv[] = {self, filter.data(), nullptr};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT, 0600);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, self, &actions, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0)
-    return ::testing::AssertionFailure() << "posix_spawn: " << std::strerror(spawned);
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
-  bool timed_out = false;
-  while (::waitpid(pid, &status, WNOHANG) != pid) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      timed_out = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  const auto ran =
+      util::run_child({self, "--gtest_filter=" + name},
+                      {.stdout_fd = out_fd,
+                       .stderr_fd = out_fd,
+                       .env = child_environment(std::string(kChildEnv) + "=" + argument)},
+                      std::chrono::minutes(1));
+  if (out_fd >= 0) ::close(out_fd);
+  if (!ran) return ::testing::AssertionFailure() << ran.error();
+  const int status = ran->status;
+  const bool timed_out = ran->killed;
   std::ifstream in(out);
   std::stringstream text;
   text << in.rdbuf();

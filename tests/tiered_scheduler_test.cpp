@@ -29,8 +29,10 @@ namespace {
 
 using test_util::contains;
 
-SamplingParams greedy() { return {0.0f, 0, 1.0f, 0}; }
-SamplingParams sampled(std::uint64_t seed) { return {0.9f, 40, 0.95f, seed}; }
+using test_util::alone;
+using test_util::greedy;
+using test_util::make_scheduler;
+using test_util::sampled;
 
 const std::string kShared =
     "Q: What is the difference between a duck? A: One of its legs is both the same. "
@@ -43,32 +45,12 @@ class TieredSchedulerTest : public ::testing::Test {
     tokenizer_ = test_util::bundled_model().tokenizer.get();
   }
 
+  // With the tenant salt this suite varies.
   RequestParams params(std::string_view prompt, int max_tokens, SamplingParams sampling,
                        std::string salt = "") {
-    RequestParams p;
-    auto ids = tokenizer_->encode(prompt);
-    EXPECT_TRUE(ids.has_value());
-    p.prompt = ids.value_or(std::vector<int>{});
-    p.max_tokens = max_tokens;
-    p.sampling = sampling;
+    RequestParams p = test_util::request_params(prompt, max_tokens, sampling);
     p.cache_salt = std::move(salt);
     return p;
-  }
-
-  static std::vector<int> alone(const RequestParams& p) {
-    tiers::BlockPool pool(model_->kv_layout(16).block_bytes(), 17);
-    GenerateOptions o;
-    o.sampling = p.sampling;
-    o.max_tokens = p.max_tokens;
-    auto g = generate(*model_, pool, tokenizer_, p.prompt, o);
-    EXPECT_TRUE(g.has_value()) << g.error();
-    return g ? g->tokens : std::vector<int>{};
-  }
-
-  static std::unique_ptr<Scheduler> make(const SchedulerConfig& c) {
-    auto s = Scheduler::create(*model_, tokenizer_, c);
-    EXPECT_TRUE(s.has_value()) << s.error();
-    return s ? std::move(*s) : nullptr;
   }
 
   // Submits every request, steps until done with the invariants checked after
@@ -81,7 +63,7 @@ class TieredSchedulerTest : public ::testing::Test {
     for (std::size_t i = 0; i < reqs.size(); ++i) {
       const Request* r = s.find(ids[i]);
       const std::vector<int> got(r->generated().begin(), r->generated().end());
-      if (got != alone(reqs[i]))
+      if (got != alone(reqs[i]).tokens)
         return ::testing::AssertionFailure() << "request " << i << " differs from its solo run";
     }
     if (ids_out) *ids_out = ids;
@@ -100,7 +82,7 @@ class TieredSchedulerTest : public ::testing::Test {
     }
     for (std::size_t i = 0; i < ids.size(); ++i) {
       const Request* r = s.find(ids[i]);
-      if (std::vector<int>(r->generated().begin(), r->generated().end()) != alone(reqs[i]))
+      if (std::vector<int>(r->generated().begin(), r->generated().end()) != alone(reqs[i]).tokens)
         return ::testing::AssertionFailure() << "request " << i << " differs from its solo run";
     }
     return ::testing::AssertionSuccess();
@@ -142,7 +124,7 @@ class TieredSchedulerTest : public ::testing::Test {
     SchedulerConfig c = tiered(l3);
     c.cache.write_policy = WritePolicy::kWriteThrough;
     c.cache.load_by_layer = load_by_layer;
-    auto s = make(c);
+    auto s = make_scheduler(c);
     if (s == nullptr) return nullptr;
     EXPECT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
     s->cache()->drain();
@@ -177,7 +159,7 @@ Model* TieredSchedulerTest::model_ = nullptr;
 Tokenizer* TieredSchedulerTest::tokenizer_ = nullptr;
 
 TEST_F(TieredSchedulerTest, SharedPrefixIsServedFromL1AndTokensMatch) {
-  auto s = make(tiered());
+  auto s = make_scheduler(tiered());
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 12, greedy())}));
   std::vector<RequestId> ids;
@@ -199,7 +181,7 @@ TEST_F(TieredSchedulerTest, SharedPrefixIsServedFromL1AndTokensMatch) {
 // step: the cache counts one lookup, each block once, as a hit of the tier
 // it came from, and the blocks no tier had as misses once.
 TEST_F(TieredSchedulerTest, APromotedPrefixIsCountedOnceWhereItCameFrom) {
-  auto s = make(tiered());
+  auto s = make_scheduler(tiered());
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
   s->cache()->drain();
@@ -217,7 +199,7 @@ TEST_F(TieredSchedulerTest, APromotedPrefixIsCountedOnceWhereItCameFrom) {
 }
 
 TEST_F(TieredSchedulerTest, SaltsNeverShareBlocks) {
-  auto s = make(tiered());
+  auto s = make_scheduler(tiered());
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(run_and_compare(*s, {params(kShared, 4, greedy(), "tenant-a")}));
   std::vector<RequestId> ids;
@@ -234,7 +216,7 @@ TEST_F(TieredSchedulerTest, BlocksFlushedToL3ComeBackBitIdentical) {
   test_util::TempDir dir;
   SchedulerConfig c = tiered(dir.path() / "l3");
   c.cache.write_policy = WritePolicy::kWriteThrough;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(s->cache()->stats().tier[2].available);
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 8, greedy())}));
@@ -258,7 +240,7 @@ TEST_F(TieredSchedulerTest, ARequestWaitingForL3ReadsDoesNotHoldBackTheNext) {
   SchedulerConfig c = tiered(dir.path() / "l3");
   c.cache.write_policy = WritePolicy::kWriteThrough;
   c.cache.load_by_layer = false;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
   s->cache()->drain();
@@ -289,7 +271,7 @@ TEST_F(TieredSchedulerTest, LoadByLayerServesAnL3PrefixAtOnceAndCopiesL2BlocksWh
     SchedulerConfig c = tiered(dir.path() / "l3");
     c.cache.write_policy = WritePolicy::kWriteThrough;
     ASSERT_TRUE(c.cache.load_by_layer);
-    auto s = make(c);
+    auto s = make_scheduler(c);
     ASSERT_NE(s, nullptr);
     ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
     s->cache()->drain();
@@ -377,7 +359,7 @@ TEST_F(TieredSchedulerTest, HeavyPressureDemotesAndPromotesWithoutChangingTokens
   SchedulerConfig c = tiered(dir.path() / "l3");
   c.max_kv_tokens = 160;  // 10 blocks
   c.cache.l2_bytes = 6 * 65536;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   const auto rounds = pressure_rounds(3);
   for (std::size_t round = 0; round < rounds.size(); ++round)
@@ -461,7 +443,7 @@ TEST_F(TieredSchedulerTest, AnL1OnlyItsCopyReachesServesTheSameTokens) {
     // int8 is lossy: the reference is the same work over a host L1.
     test_util::TempDir host_dir;
     c.cache.l3_path = (host_dir.path() / "l3").string();
-    auto host = make(c);
+    auto host = make_scheduler(c);
     ASSERT_NE(host, nullptr);
     std::vector<std::vector<int>> want;
     for (const std::vector<RequestParams>& part : rounds) {
@@ -488,7 +470,7 @@ TEST_F(TieredSchedulerTest, RequestsLoadingFromL2DoNotPushEachOtherOutForEver) {
     SchedulerConfig c = tiered();
     c.max_kv_tokens = 160;  // 10 blocks: one of these requests at a time
     c.cache.l2_bytes = 19 * 65536;
-    auto s = make(c);
+    auto s = make_scheduler(c);
     ASSERT_NE(s, nullptr);
     for (std::size_t round = 0; round < rounds.size(); ++round) {
       std::vector<RequestId> ids;
@@ -507,7 +489,7 @@ TEST_F(TieredSchedulerTest, TheTreeForgetsBlocksL3EvictsAndStaysBounded) {
   c.max_kv_tokens = 160;  // 10 blocks
   c.cache.l2_bytes = 4 * 65536;
   c.cache.l3_bytes = 8 * 65536;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   for (int wave = 0; wave < 6; ++wave) {
     std::vector<RequestParams> part;
@@ -544,7 +526,7 @@ TEST_F(TieredSchedulerTest, SwapPreemptionRecomputesNothingAndMatchesRecompute) 
     c.token_budget = 8;
     c.preemption = mode;
     c.cache.l2_bytes = 64 * 32768;
-    auto s = make(c);
+    auto s = make_scheduler(c);
     ASSERT_NE(s, nullptr);
     ASSERT_TRUE(run_and_compare(*s, reqs)) << to_string(mode);
     const int m = mode == PreemptionMode::kSwap ? 0 : 1;
@@ -566,13 +548,13 @@ TEST_F(TieredSchedulerTest, RestartServesThePrefixFromL3AndACorruptSlabIsRecompu
   SchedulerConfig c = tiered(dir.path() / "l3");
   c.cache.write_policy = WritePolicy::kWriteThrough;
   {
-    auto s = make(c);
+    auto s = make_scheduler(c);
     ASSERT_NE(s, nullptr);
     ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 8, greedy())}));
   }  // the scheduler's cache drains its writes when it goes
   const int prompt_tokens = static_cast<int>(kShared.size()) / 16 * 16;
   {
-    auto s = make(c);
+    auto s = make_scheduler(c);
     ASSERT_NE(s, nullptr);
     std::vector<RequestId> ids;
     ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 8, greedy())}, &ids));
@@ -592,7 +574,7 @@ TEST_F(TieredSchedulerTest, RestartServesThePrefixFromL3AndACorruptSlabIsRecompu
     ::close(fd);
   }
   {
-    auto s = make(c);
+    auto s = make_scheduler(c);
     ASSERT_NE(s, nullptr);
     ASSERT_TRUE(run_and_compare(*s, {params(kShared + " three", 8, greedy())}));
     const CacheStats st = s->cache()->stats();
@@ -639,12 +621,12 @@ TEST_F(TieredSchedulerTest, CleanShutdownPersistsWriteBackBlocksForARestart) {
   const SchedulerConfig c = tiered(dir.path() / "l3");
   ASSERT_EQ(c.cache.write_policy, WritePolicy::kWriteBack);
   {
-    auto s = make(c);
+    auto s = make_scheduler(c);
     ASSERT_NE(s, nullptr);
     ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 8, greedy())}));
     EXPECT_EQ(s->cache()->stats().tier[2].demotions, 0) << "L1 had room: nothing went down yet";
   }
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   std::vector<RequestId> ids;
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " two", 8, greedy())}, &ids));
@@ -654,7 +636,7 @@ TEST_F(TieredSchedulerTest, CleanShutdownPersistsWriteBackBlocksForARestart) {
 TEST_F(TieredSchedulerTest, UnusableL3DegradesToL1AndL2) {
   test_util::TempDir dir;
   const auto file = dir.write("not-a-directory", "x");
-  auto s = make(tiered(file / "l3"));
+  auto s = make_scheduler(tiered(file / "l3"));
   ASSERT_NE(s, nullptr);
   ASSERT_FALSE(s->cache()->warnings().empty());
   EXPECT_TRUE(contains(s->cache()->warnings().front(), "L3 disabled"));
@@ -672,7 +654,7 @@ TEST_F(TieredSchedulerTest, L3IoErrorsDegradeToRecomputeAndL3Recovers) {
   SchedulerConfig c = tiered(dir.path() / "l3");
   c.cache.write_policy = WritePolicy::kWriteThrough;
   c.cache.l3_backoff = std::chrono::milliseconds(5);
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   KvCache& cache = *s->cache();
   auto only_on_l3 = [&] {
@@ -708,7 +690,7 @@ TEST_F(TieredSchedulerTest, L3IoErrorsDegradeToRecomputeAndL3Recovers) {
 // A pinned prefix may leave L1 for L2 but survives flushing L2; unpinned,
 // the same flush drops it. The tree summary follows.
 TEST_F(TieredSchedulerTest, PinnedPrefixStaysInL2ThroughFlushes) {
-  auto s = make(tiered());
+  auto s = make_scheduler(tiered());
   ASSERT_NE(s, nullptr);
   const RequestParams p = params(kShared, 2, greedy());
   ASSERT_TRUE(run_and_compare(*s, {p}));
@@ -736,7 +718,7 @@ TEST_F(TieredSchedulerTest, LoadOrRecomputeFollowsTheMeasuredCosts) {
   test_util::TempDir dir;
   SchedulerConfig c = tiered(dir.path() / "l3");
   c.cache.write_policy = WritePolicy::kWriteThrough;
-  auto s = make(c);
+  auto s = make_scheduler(c);
   ASSERT_NE(s, nullptr);
   s->calibrate_tier_costs();
   const TierCosts measured = s->cache()->stats().costs;
@@ -765,7 +747,7 @@ TEST_F(TieredSchedulerTest, LoadOrRecomputeFollowsTheMeasuredCosts) {
 // though L3 had room for them. A flush moves what the next tier can keep.
 TEST_F(TieredSchedulerTest, FlushingAnIdleWriteBackCacheKeepsWhatL3CanHold) {
   test_util::TempDir dir;
-  auto s = make(tiered(dir.path() / "l3"));  // write_back
+  auto s = make_scheduler(tiered(dir.path() / "l3"));  // write_back
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(run_and_compare(*s, {params(kShared + " one", 4, greedy())}));
   const std::size_t cached = s->cache()->tree().count(Tier::kL1);
@@ -784,7 +766,7 @@ TEST_F(TieredSchedulerTest, FlushingAnIdleWriteBackCacheKeepsWhatL3CanHold) {
 // and that figure once ruled every load-or-recompute decision for the
 // daemon's life: now the real passes outvote it.
 TEST_F(TieredSchedulerTest, ABadStartUpPrefillFigureIsOutvotedByTheRealPasses) {
-  auto s = make(tiered());
+  auto s = make_scheduler(tiered());
   ASSERT_NE(s, nullptr);
   CostModel& costs = s->cache()->cost_model();
   // Five bad calibration passes of 32 rows: 1.6 s each.

@@ -30,7 +30,7 @@ std::expected<T, ParamError> field(const std::string& key, std::expected<T, std:
 std::expected<bool, ParamError> common_field(const std::string& key, const json& v,
                                              const std::string& served, GenerationSpec& spec,
                                              bool& stream_options) {
-  RequestParams& p = spec.params;
+  RequestOptions& p = spec.params;
   if (key == "model") {
     if (!v.is_string()) return refuse(key, "'model' must be a string");
     if (v.get<std::string>() != served)

@@ -113,8 +113,8 @@ class ConnectionImpl final : public Connection,
       if (!self->closed_) fn();
     });
   }
-  void track(DaemonRequestId id) override { requests_.insert(id); }
-  void untrack(DaemonRequestId id) override { requests_.erase(id); }
+  void track(RequestId id) override { requests_.insert(id); }
+  void untrack(RequestId id) override { requests_.erase(id); }
   RequestOwner owner() const override {
     return {number_, options_.peer ? std::optional<uid_t>(options_.peer->uid) : std::nullopt};
   }
@@ -283,7 +283,7 @@ class ConnectionImpl final : public Connection,
     socket_.close(ignored);
     out_.clear();
     // Nobody is left to read these results: give their KV back now.
-    for (DaemonRequestId id : requests_) (void)context_.engine.cancel(id, owner(), false);
+    for (RequestId id : requests_) (void)context_.engine.cancel(id, owner(), false);
     requests_.clear();
     if (on_closed_) on_closed_(this);
   }
@@ -306,7 +306,7 @@ class ConnectionImpl final : public Connection,
   WriteQueue<typename Protocol::socket> out_;
   bool stopping_ = false;  // no more requests; close once out_ is written
   bool closed_ = false;
-  std::unordered_set<DaemonRequestId> requests_;
+  std::unordered_set<RequestId> requests_;
 };
 
 }  // namespace

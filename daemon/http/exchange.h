@@ -65,8 +65,8 @@ class Exchange {
   virtual void post(std::function<void()> fn) = 0;
   // A generation the engine runs for this request: cancelled if the client
   // goes away before untrack(), as on JSON-RPC (session.h).
-  virtual void track(DaemonRequestId id) = 0;
-  virtual void untrack(DaemonRequestId id) = 0;
+  virtual void track(RequestId id) = 0;
+  virtual void untrack(RequestId id) = 0;
   // Who submits this connection's requests (for cancel_allowed).
   virtual RequestOwner owner() const = 0;
 };

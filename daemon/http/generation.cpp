@@ -208,7 +208,7 @@ class Run : public std::enable_shared_from_this<Run> {
   }
 
   void cancel_all() {
-    for (DaemonRequestId id : ids_) {
+    for (RequestId id : ids_) {
       (void)context_.engine.cancel(id, exchange_->owner(), false);
       exchange_->untrack(id);
     }
@@ -219,7 +219,7 @@ class Run : public std::enable_shared_from_this<Run> {
   Context& context_;
   std::int64_t created_;
   std::string id_;
-  std::vector<DaemonRequestId> ids_;
+  std::vector<RequestId> ids_;
   std::vector<std::optional<GenerateResult>> results_;  // by prompt
   std::size_t done_ = 0;                                // prompts final
   std::vector<bool> first_sent_;                        // by choice: its first chunk went out

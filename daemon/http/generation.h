@@ -19,10 +19,10 @@
 
 #include <memory>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "daemon/http/exchange.h"
+#include "daemon/prompt.h"
 #include "engine/scheduling/request.h"
 
 namespace kvtier::daemon::http {
@@ -32,8 +32,8 @@ enum class Api { kCompletions, kChat };
 struct GenerationSpec {
   Api api = Api::kCompletions;
   std::string model;  // the served name, echoed in the answer
-  std::vector<std::variant<std::string, std::vector<int>>> prompts;
-  RequestParams params;  // everything but the prompt; n samples per prompt
+  std::vector<Prompt> prompts;
+  RequestOptions params;  // n samples per prompt
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   // Completions with echo: each prompt's text, put before its choices' text.

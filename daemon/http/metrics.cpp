@@ -119,7 +119,10 @@ void tier_metrics(PrometheusText& m, const CacheStats& c) {
   for (int t = 0; t < kNumTiers; ++t)
     m.histogram("kvtier_tier_transfer_seconds", {{"tier", to_string(static_cast<Tier>(t))}},
                 c.tier[t].transfer.histogram);
-  const std::vector<tiers::NodeHealth>& nodes = c.tier[Tier::kRemote].nodes;
+  // The nodes of every store tier that has them (a networked one: the
+  // remote tier's Redis nodes), under the names the dashboards know.
+  std::vector<tiers::NodeHealth> nodes;
+  for (const TierStats& t : c.tier) nodes.insert(nodes.end(), t.nodes.begin(), t.nodes.end());
   m.family("kvtier_remote_node_up", "gauge",
            "1 while a Redis node's circuit breaker is closed, by address");
   for (const auto& n : nodes)

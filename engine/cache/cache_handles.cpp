@@ -28,6 +28,7 @@ SwapTicket& SwapTicket::operator=(SwapTicket&& other) noexcept {
     stash_ = std::exchange(other.stash_, {});
     length_ = std::exchange(other.length_, 0);
     table_size_ = std::exchange(other.table_size_, 0);
+    private_ = std::exchange(other.private_, false);
   }
   return *this;
 }

@@ -3,8 +3,9 @@
 // scheduler never touches the pool or the cache's books for them.
 //
 //   PrefixLease  admission's cached prefix: a pool reference on each block
-//                (until taken by the request's block table) and, for blocks
-//                still landing a layer at a time, the pending LayerLoad;
+//                (until KvCache::resume hands them to the request's
+//                SequenceKv) and, for blocks still landing a layer at a time,
+//                the pending LayerLoad;
 //   SwapTicket   what a swapped-out request keeps in the cache: holds on its
 //                full blocks and its own blocks stashed in L2.
 //
@@ -33,28 +34,42 @@ class KvCache;
 // in, so nothing computed from the load may be used before KvCache::settle()
 // says it was right. Checksums stay per block: what a corrupt block touched
 // is thrown away, never sent.
-struct LayerLoad {
-  std::vector<tiers::BlockKey> keys;  // every block on its way up
-  std::vector<int> blocks;            // and their L1 ids
+class LayerLoad {
+ public:
+  bool empty() const { return reads_.empty(); }
+  // Every read lands a layer at a time (else the load is waited for whole).
+  bool by_layer() const {
+    for (const Read& r : reads_)
+      if (!r.by_layer) return false;
+    return true;
+  }
+  // The L1 block of the first block on its way up: what precedes it in the
+  // request's table was in L1 already. REQUIRES: !empty().
+  int first_block() const { return blocks_.front(); }
+  // How many reads come from each tier.
+  PerTier<int> reads_from() const {
+    PerTier<int> n;
+    for (const Read& r : reads_) ++n[r.tier];
+    return n;
+  }
+
+ private:
+  friend class KvCache;
+  std::vector<tiers::BlockKey> keys_;  // every block on its way up
+  std::vector<int> blocks_;            // and their L1 ids
   struct Read {
     Tier tier;  // L2 or the store tier it comes from
     std::uint64_t ticket;
     bool by_layer;  // lands a layer at a time (else whole)
   };
-  std::vector<Read> reads;  // a read each
+  std::vector<Read> reads_;  // a read each
   // What acquire_prefix counted for the run (its lookup, hits, misses,
   // skipped loads and recompute_tokens_avoided); a failed settle() takes it
   // back (the request looks again, and counts what it then finds).
   struct Counted {
     PerTier<long> hits;
     long missed = 0, skipped = 0, tokens = 0;
-  } counted;
-  bool empty() const { return reads.empty(); }
-  bool by_layer() const {
-    for (const Read& r : reads)
-      if (!r.by_layer) return false;
-    return true;
-  }
+  } counted_;
 };
 
 // A prefix split between recomputing and loading: when loading a cached run
@@ -81,8 +96,6 @@ class PrefixLease {
 
   // The prefix's L1 blocks, in order (possibly none), until taken.
   std::span<const int> blocks() const { return blocks_; }
-  // Hands the blocks, and a reference on each, to the caller.
-  std::vector<int> take_blocks() { return std::exchange(blocks_, {}); }
   // How many of the blocks came from each tier (what the cache counts as
   // each tier's hits).
   const PrefixLookup& served() const { return served_; }
@@ -115,6 +128,9 @@ class SwapTicket {
   // Blocks still stashed in L2 (the partial last block, or every resident
   // block of a private table).
   int stashed() const { return static_cast<int>(stash_.size()); }
+  // Made by KvCache::swap_out_private: the stash is the whole table, holes
+  // and all, not a partial block after shared ones.
+  bool private_table() const { return private_; }
 
  private:
   friend class KvCache;
@@ -124,6 +140,7 @@ class SwapTicket {
   std::vector<std::pair<int, int>> stash_;  // (block-table index, L2 slot)
   int length_ = 0;
   int table_size_ = 0;
+  bool private_ = false;
 };
 
 }  // namespace kvtier

@@ -244,9 +244,9 @@ PrefixLease KvCache::hand_out(PrefixPlan& plan, int wanted) {
       node->hit_tier = Tier::kL1;
       continue;
     }
-    load.keys.push_back(node->key);
-    load.blocks.push_back(block);
-    load.reads.push_back(*read_in_flight(node->key));
+    load.keys_.push_back(node->key);
+    load.blocks_.push_back(block);
+    load.reads_.push_back(*read_in_flight(node->key));
   }
   plan.fresh.clear();
   const long handed = static_cast<long>(path.size()) - split.count;
@@ -254,7 +254,7 @@ PrefixLease KvCache::hand_out(PrefixPlan& plan, int wanted) {
   counted.skipped = plan.skipped;
   counted.tokens = handed * layout_.page_size;
   count(counted, +1);
-  if (!load.empty()) load.counted = counted;
+  if (!load.empty()) load.counted_ = counted;
   for (int t = 0; t < kNumTiers; ++t) lease.served_.blocks[t] = static_cast<int>(counted.hits[t]);
   return lease;
 }
@@ -263,8 +263,14 @@ void KvCache::give_back(std::span<const int> blocks) {
   for (int b : blocks) l1_->release(b);
 }
 
-std::vector<CacheNode*> KvCache::insert(const tiers::BlockKey& root, std::span<const int> tokens,
-                                        std::span<const int> blocks) {
+void KvCache::insert(const tiers::BlockKey& root, std::span<const int> tokens,
+                     std::span<const int> blocks) {
+  insert_path(root, tokens, blocks);
+}
+
+std::vector<CacheNode*> KvCache::insert_path(const tiers::BlockKey& root,
+                                             std::span<const int> tokens,
+                                             std::span<const int> blocks) {
   std::vector<CacheNode*> path;
   CacheNode* parent = nullptr;
   const std::size_t P = static_cast<std::size_t>(layout_.page_size);

@@ -83,6 +83,7 @@
 #include "engine/cache/store_tiers.h"
 #include "engine/cache/transfer_plan.h"
 #include "engine/model/kv_layout.h"
+#include "engine/model/sequence_kv.h"
 #include "tiers/block_pool.h"
 #include "tiers/l2_store.h"
 #include "tiers/wake_signal.h"
@@ -154,9 +155,9 @@ class KvCache {
 
   // Adds the full blocks of a sequence to the cache: blocks[i] holds tokens
   // [i*P, (i+1)*P). Blocks already cached (same key) are left as they are;
-  // new ones take a pool reference. Returns the nodes in order (for holds).
-  std::vector<CacheNode*> insert(const tiers::BlockKey& root, std::span<const int> tokens,
-                                 std::span<const int> blocks);
+  // new ones take a pool reference.
+  void insert(const tiers::BlockKey& root, std::span<const int> tokens,
+              std::span<const int> blocks);
 
   // Frees L1 blocks by demoting unheld cached ones until the pool has n free;
   // false if it cannot.
@@ -164,22 +165,26 @@ class KvCache {
   // L1 blocks the cache could free right now (cached, held by no request).
   int demotable_l1() const;
 
-  // Swap-out of a request whose blocks may be shared: `cached` are the nodes
-  // insert() returned for its full blocks, held until the ticket goes;
+  // Swap-out of a request whose blocks may be shared: its full blocks join
+  // the cache as insert() adds them and are held until the ticket goes;
   // `partial` (or -1) is its last, partial block, at block-table index
   // `partial_index`, copied (encoded, with an int8 L2) into an L2 slot of its
   // own, when L2 can free one (else it will be recomputed).
-  SwapTicket swap_out(std::span<CacheNode* const> cached, int partial, int partial_index,
-                      int length, int table_size);
+  SwapTicket swap_out(const tiers::BlockKey& root, std::span<const int> tokens,
+                      std::span<const int> blocks, int partial, int partial_index, int length,
+                      int table_size);
   // Swap-out of a private block table (an eviction policy's KV is not
   // shared): every resident block into an L2 slot of its own; nullopt,
   // keeping nothing, when L2 cannot take them all.
   std::optional<SwapTicket> swap_out_private(std::span<const int> table, int length);
-  // Copies (decodes) the ticket's stashed blocks back into fresh L1 blocks,
-  // each with a reference for the caller, as (block-table index, block), and
-  // frees their slots; nullopt, changing nothing, when L1 has no room for
-  // them all. The ticket keeps its holds.
-  std::optional<std::vector<std::pair<int, int>>> swap_in(SwapTicket& ticket);
+  // The KV a request resumes with, holding `length` positions: the lease's
+  // blocks in order, and with `swapped` the blocks its ticket stashed, copied
+  // (decoded) back into fresh L1 blocks: after the lease's, or for a private
+  // table (SwapTicket::private_table) at their own indices, the table's holes
+  // staying holes. Every block's reference passes to the SequenceKv; the
+  // ticket keeps its holds, the lease its load. nullopt, changing nothing,
+  // when L1 has no room for the stashed blocks.
+  std::optional<SequenceKv> resume(PrefixLease& lease, SwapTicket* swapped, int length);
 
   // Pins the cached prefix of tokens (delta +1) or unpins it (-1); returns
   // how many blocks it changed.
@@ -228,6 +233,13 @@ class KvCache {
   const RadixCache& tree() const { return tree_; }
   TreeSummary summarize(int top = 8) const;
   std::vector<std::string> warnings() const { return warnings_; }
+  // Start-up's words for a tier: its blocks for L1 and L2; for a store tier
+  // "off" when the configuration does not ask for it, "unavailable" when it
+  // did not open, else its spec's description (store_tiers.h).
+  std::string describe(Tier tier) const;
+  // Where a store tier was asked to be (StoreTierSpec::where); empty when
+  // the configuration does not ask for it.
+  const std::string& where(Tier tier) const { return where_[tier]; }
   // References the cache itself holds on each L1 block (for the scheduler's
   // invariant check): 1 for a cached node's block, plus writes in flight.
   std::vector<int> l1_ref_counts() const;
@@ -242,6 +254,9 @@ class KvCache {
 
   // --- kv_cache.cpp
   std::optional<int> alloc_l1();
+  // insert()'s nodes, in order (swap_out holds them).
+  std::vector<CacheNode*> insert_path(const tiers::BlockKey& root, std::span<const int> tokens,
+                                      std::span<const int> blocks);
   // Holds by key (nodes may move or go; keys stay valid): a held block is
   // the last choice for dropping.
   void hold(std::span<const tiers::BlockKey> keys, int delta);
@@ -398,6 +413,9 @@ class KvCache {
   tiers::BlockPool* l1_;
   CacheConfig config_;
   std::vector<std::string> warnings_;
+  // Each store tier asked for, opened or not (store_tiers.h).
+  PerTier<std::string> where_;
+  PerTier<std::function<std::string(const TierStats&)>> describe_;
   // What L2 moves and store operations wake the engine with. Before l2_
   // and stores_: their threads hold its wakers.
   tiers::WakeSignal wake_;

@@ -199,7 +199,7 @@ void KvCache::await_layer(const LayerLoad& load, int layer) {
   // pass, and the reads' completions wait for the next collect(). A move the
   // lost queue had in flight never lands: it completes failed, and settle()
   // then throws the pass away.
-  for (const LayerLoad::Read& read : load.reads) {
+  for (const LayerLoad::Read& read : load.reads_) {
     if (read.tier == Tier::kL2) {
       // Meanwhile the engine copies beside the worker.
       for (auto landed = l2_->landed(read.ticket); landed && *landed <= layer;
@@ -221,7 +221,7 @@ void KvCache::await_layer(const LayerLoad& load, int layer) {
 
 bool KvCache::arrived(const LayerLoad& load) {
   collect();
-  return std::none_of(load.reads.begin(), load.reads.end(),
+  return std::none_of(load.reads_.begin(), load.reads_.end(),
                       [&](const LayerLoad::Read& r) { return read_pending(r); });
 }
 
@@ -229,15 +229,15 @@ bool KvCache::settle(const LayerLoad& load) {
   // Every piece has landed (the last layer waited for them); the completions
   // that carry the checksums' verdicts may still be on their way.
   auto in_flight = [&] {
-    return std::any_of(load.reads.begin(), load.reads.end(),
+    return std::any_of(load.reads_.begin(), load.reads_.end(),
                        [&](const LayerLoad::Read& r) { return read_pending(r); });
   };
   for (collect(); in_flight(); collect()) wake_.sleep(std::chrono::milliseconds(2));
   std::vector<CacheNode*> landed;
-  for (std::size_t i = 0; i < load.keys.size(); ++i) {
-    CacheNode* node = tree_.find(load.keys[i]);
-    if (node == nullptr || node->slot(Tier::kL1) != load.blocks[i] || node->loading()) {
-      count(load.counted, -1);
+  for (std::size_t i = 0; i < load.keys_.size(); ++i) {
+    CacheNode* node = tree_.find(load.keys_[i]);
+    if (node == nullptr || node->slot(Tier::kL1) != load.blocks_[i] || node->loading()) {
+      count(load.counted_, -1);
       return false;
     }
     landed.push_back(node);

@@ -56,6 +56,14 @@ CacheStats KvCache::stats() const {
   return s;
 }
 
+std::string KvCache::describe(Tier tier) const {
+  const CacheStats s = stats();
+  if (!is_store_tier(tier)) return std::to_string(s.tier[tier].capacity_blocks) + " blocks";
+  if (where_[tier].empty()) return "off";
+  if (!s.tier[tier].available || !describe_[tier]) return "unavailable";
+  return describe_[tier](s.tier[tier]);
+}
+
 TreeSummary KvCache::summarize(int top) const {
   TreeSummary s;
   std::unordered_map<const CacheNode*, TreeSummary::Family> families;

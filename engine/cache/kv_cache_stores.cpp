@@ -27,6 +27,8 @@ constexpr std::uint64_t kInt8FormatTag = 0x6b762d696e743821ULL;  // "kv-int8!"
 
 void KvCache::open_stores(const std::vector<StoreTierSpec>& specs) {
   for (const StoreTierSpec& spec : specs) {
+    where_[spec.tier] = spec.where;
+    describe_[spec.tier] = spec.describe;
     stats_.tier[spec.tier].format = spec.format;
     // The fingerprint covers the layout version and page size too; entries
     // of another model stay unreachable through their keys, and the tag

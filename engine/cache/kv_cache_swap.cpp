@@ -22,13 +22,14 @@ std::optional<int> KvCache::unstash(int l2_slot) {
   return block;
 }
 
-SwapTicket KvCache::swap_out(std::span<CacheNode* const> cached, int partial, int partial_index,
+SwapTicket KvCache::swap_out(const tiers::BlockKey& root, std::span<const int> tokens,
+                             std::span<const int> blocks, int partial, int partial_index,
                              int length, int table_size) {
   SwapTicket ticket;
   ticket.cache_ = this;
   ticket.length_ = length;
   ticket.table_size_ = table_size;
-  for (const CacheNode* node : cached) ticket.held_.push_back(node->key);
+  for (const CacheNode* node : insert_path(root, tokens, blocks)) ticket.held_.push_back(node->key);
   hold(ticket.held_, +1);
   if (partial >= 0)
     if (auto slot = stash(partial)) ticket.stash_.emplace_back(partial_index, *slot);
@@ -40,6 +41,7 @@ std::optional<SwapTicket> KvCache::swap_out_private(std::span<const int> table, 
   ticket.cache_ = this;
   ticket.length_ = length;
   ticket.table_size_ = static_cast<int>(table.size());
+  ticket.private_ = true;
   for (std::size_t i = 0; i < table.size(); ++i) {
     if (table[i] == SequenceKv::kEvictedBlock) continue;
     auto slot = stash(table[i]);
@@ -49,19 +51,31 @@ std::optional<SwapTicket> KvCache::swap_out_private(std::span<const int> table, 
   return ticket;
 }
 
-std::optional<std::vector<std::pair<int, int>>> KvCache::swap_in(SwapTicket& ticket) {
-  std::vector<std::pair<int, int>> restored;
-  for (const auto& [index, slot] : ticket.stash_) {
-    auto block = unstash(slot);
-    if (!block) {
-      for (const auto& [i, b] : restored) l1_->release(b);
-      return std::nullopt;
+std::optional<SequenceKv> KvCache::resume(PrefixLease& lease, SwapTicket* swapped, int length) {
+  std::vector<std::pair<int, int>> restored;  // (block-table index, L1 block)
+  if (swapped) {
+    for (const auto& [index, slot] : swapped->stash_) {
+      auto block = unstash(slot);
+      if (!block) {
+        for (const auto& [i, b] : restored) l1_->release(b);
+        return std::nullopt;
+      }
+      restored.emplace_back(index, *block);
     }
-    restored.emplace_back(index, *block);
+    for (const auto& [index, slot] : swapped->stash_) l2_->slots().release(slot);
+    swapped->stash_.clear();
   }
-  for (const auto& [index, slot] : ticket.stash_) l2_->slots().release(slot);
-  ticket.stash_.clear();
-  return restored;
+  std::vector<int> blocks = std::exchange(lease.blocks_, {});
+  const bool own_table = swapped && swapped->private_;
+  if (own_table && !restored.empty())
+    blocks.assign(static_cast<std::size_t>(swapped->table_size_), SequenceKv::kEvictedBlock);
+  for (const auto& [index, block] : restored) {
+    if (own_table)
+      blocks[static_cast<std::size_t>(index)] = block;
+    else
+      blocks.push_back(block);
+  }
+  return SequenceKv::adopt(layout_.page_size, std::move(blocks), length);
 }
 
 void KvCache::drop(SwapTicket& ticket) {

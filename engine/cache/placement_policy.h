@@ -1,7 +1,14 @@
 // What goes where in the prefix cache: the one place its placement policy
 // is written down, and the victim choice behind it. KvCache (kv_cache.h)
-// performs the moves; this class only answers which block moves next, so a
-// replacement policy other than LRU is a change here alone.
+// performs the moves; this class only answers which block moves next.
+//
+// What a change here alone can do, and what it cannot: which blocks may
+// move, be written or be dropped (the filters below: pins, holds, clean or
+// not, protection, a store's write gating) is this class's. The order among
+// them is the tree's: each tier's LRU index (radix_cache.h) is what every
+// query walks, so another order (LFU, a reuse count) is a second index in
+// RadixCache kept by RadixCache::set and touch(), and a query here that
+// walks it.
 //
 // Policy:
 //  * Demotion instead of dropping: when L1 must free blocks

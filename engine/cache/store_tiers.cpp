@@ -31,6 +31,12 @@ StoreTierSpec l3_tier(const CacheConfig& config) {
     if (!store) return std::unexpected(store.error());
     return std::unique_ptr<tiers::BlockStore>(std::move(*store));
   };
+  spec.where = config.l3_path;
+  spec.describe = [path = config.l3_path, policy = config.write_policy](const TierStats& s) {
+    return std::to_string(s.capacity_blocks) + " blocks in " + path + " (" +
+           std::string(to_string(policy)) + ", " + std::to_string(s.used_blocks) +
+           " recovered from the last run)";
+  };
   return spec;
 }
 
@@ -67,6 +73,12 @@ StoreTierSpec remote_tier(const CacheConfig& config) {
     auto store = tiers::RedisStore::open(options);
     if (!store) return std::unexpected(store.error());
     return std::unique_ptr<tiers::BlockStore>(std::move(*store));
+  };
+  spec.where = config.remote;
+  spec.describe = [config](const TierStats&) {
+    return config.remote + " namespace " + config.remote_namespace + " (write " +
+           std::string(remote_write_name(config.remote_write)) +
+           (config.remote_secret.empty() ? ", no secret)" : ", with the fleet's secret)");
   };
   return spec;
 }

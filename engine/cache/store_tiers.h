@@ -3,7 +3,9 @@
 // joins the cache: adding a tier is its store (a tiers::BlockStore), its
 // settings, and one spec made here; every path through the cache (reads,
 // writes, write-back, adoption after a restart, calibration, stats) is the
-// same for every store tier.
+// same for every store tier, and so is everything the daemon and kvtierctl
+// say of it (start-up lines through KvCache::describe, `tiers`, `stats`,
+// /metrics), which iterate the tiers of tier.h.
 //
 // Order: the specs come fastest first, in tier order. A block is read from
 // the fastest store that has it, adopted after a restart from the first
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "engine/cache/cache_config.h"
+#include "engine/cache/cache_stats.h"
 #include "engine/cache/tier.h"
 #include "tiers/block_store.h"
 
@@ -44,6 +47,12 @@ struct StoreTierSpec {
   int max_parts = 1;  // pieces a read may come in (tiers::BlockStore::max_parts)
   std::function<std::expected<std::unique_ptr<tiers::BlockStore>, std::string>(const StoreParams&)>
       open;
+  // What the operator gave for where it is (a path, Redis addresses): the
+  // log names the tier by it when it will not open.
+  std::string where;
+  // The start-up line's words for the open tier, from its stats then:
+  // "4096 blocks in /srv/l3 (write-back, 12 recovered from the last run)".
+  std::function<std::string(const TierStats&)> describe;
 };
 
 // The store tiers `config` asks for, fastest first (none for an L1 + L2

@@ -7,10 +7,16 @@
 //
 // From kFirstStoreTier down, a tier is a store (tiers/block_store.h) that
 // the cache drives through one set of paths (engine/cache/store_tiers.h says
-// which stores a configuration opens). Adding such a tier is an enumerator
-// here (its place says how fast it is) with its names, one store behind
-// tiers::BlockStore, its settings (CacheConfig and the daemon's settings
-// table) and its spec in store_tiers.cpp.
+// which stores a configuration opens). Adding such a tier is:
+//   1. an enumerator here (its place says how fast it is) and its names row;
+//   2. its store, one file behind tiers::BlockStore;
+//   3. its spec in store_tiers.cpp: how to open it, where it is, and its
+//      words for the start-up line;
+//   4. its settings: fields of CacheConfig and rows of the daemon's
+//      settings table (daemon/settings_table.cpp).
+// Nothing else names a tier: the daemon and kvtierctl iterate kTierNames
+// for every surface (the start-up line, `tiers`, `stats`, /metrics,
+// `kvtierctl tiers`; tests/ctl_test.cpp EveryTierShowsUpOnEverySurface).
 //
 // PerTier is the one type for "so many per tier" (blocks, tokens, hits,
 // stats) everywhere: the cache, the scheduler's cached_tokens, the

@@ -1,5 +1,6 @@
 // Per-request KV eviction: which whole pages of a sequence to drop as it
-// grows, so that the KV it holds stays bounded (seeds 000 and 002).
+// grows, so that the KV it holds stays bounded (a sliding
+// window as nanoGPT engines keep one, and OpenVINO GenAI's cache eviction).
 //
 // Policies, as EvictionPolicy::parse() reads them:
 //   none                      keep everything (the default; exact).

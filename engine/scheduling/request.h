@@ -25,12 +25,13 @@
 // Samples (RequestParams::n > 1, nanochat's "prefill once, expand to
 // num_samples"): the request submit() returns is sample 0, the head. Its
 // prompt is prefilled once; when the prefill ends, the scheduler forks
-// samples 1..n-1 as requests of their own (ids of their own, group() naming
-// the head) whose KV shares the prompt's blocks (SequenceKv::fork), each with
-// its own Sampler seeded with sample_seed(seed, index). From then on every
-// sample lives like an ordinary request (it is preempted, re-prefilled and
-// finished on its own), so a sample's tokens equal those of a single-sample
-// request with its derived seed.
+// samples 1..n-1 as requests of their own (ids of their own, from
+// kFirstSampleId up, group() naming the head) whose KV shares the prompt's
+// blocks (SequenceKv::fork), each with its own Sampler seeded with
+// sample_seed(seed, index). From then on every sample lives like an ordinary
+// request (it is preempted, re-prefilled and finished on its own), so a
+// sample's tokens equal those of a single-sample request with its derived
+// seed.
 //
 // Only the Scheduler mutates a Request; everyone else sees it through const
 // pointers. Not thread-safe: it lives on the engine thread.
@@ -56,6 +57,13 @@ namespace kvtier {
 
 using RequestId = std::uint64_t;
 
+// Ids are split in two halves. A submitted request (a group's head) has an
+// id below this one: the caller's own (Scheduler::submit(params, id)) or the
+// scheduler's next. Forked samples count up from it, so they never take an
+// id a caller may hand out later, and a caller that numbers its requests
+// 1, 2, 3, ... sees no gaps where samples were forked.
+inline constexpr RequestId kFirstSampleId = RequestId{1} << 63;
+
 enum class RequestStatus {
   kWaiting,     // queued for admission; holds no KV
   kPrefilling,  // admitted; its prompt (or, after a preemption, prompt + generated) is being fed
@@ -71,10 +79,10 @@ std::string_view to_string(RequestStatus status);
 // True for done, cancelled and failed: the request will never run again.
 bool is_terminal(RequestStatus status);
 
-// What a caller asks for. Scheduler::submit() validates it with the same rules
-// as generate() (generator.h), plus the scheduler's own (priority, KV budget).
-struct RequestParams {
-  std::vector<int> prompt;
+// What a caller asks of a generation, but its prompt: what every front door
+// (the daemon's JSON-RPC `generate`, its HTTP API) fills the same way,
+// whatever form its prompt comes in.
+struct RequestOptions {
   SamplingParams sampling;        // temperature 0 = greedy; `seed` makes sampling reproducible
   int max_tokens = 64;            // tokens to generate at most; generation also ends at the context
   std::vector<std::string> stop;  // stop strings (need a tokenizer)
@@ -91,6 +99,13 @@ struct RequestParams {
   int logprobs = -1;
   // Generate past the tokenizer's end-of-text token instead of stopping.
   bool ignore_eos = false;
+};
+
+// What a caller asks for: the prompt's token ids and the options.
+// Scheduler::submit() validates it with the same rules as generate()
+// (generator.h), plus the scheduler's own (priority, KV budget).
+struct RequestParams : RequestOptions {
+  std::vector<int> prompt;
 };
 
 // The most samples one request may ask for.

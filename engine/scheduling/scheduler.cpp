@@ -208,6 +208,14 @@ std::vector<Request*> Scheduler::group_of(RequestId id) const {
 }
 
 std::expected<RequestId, std::string> Scheduler::submit(RequestParams params) {
+  return submit(std::move(params), next_id_);
+}
+
+std::expected<RequestId, std::string> Scheduler::submit(RequestParams params, RequestId id) {
+  if (id == 0 || id >= kFirstSampleId)
+    return std::unexpected("request id " + std::to_string(id) + " is outside [1, 2^63)");
+  if (requests_.contains(id))
+    return std::unexpected("request id " + std::to_string(id) + " is in use");
   // The same rules as generate(), so a request the daemon accepts is one
   // generate() would have run.
   if (auto ok = validate_request(model_->config(), tokenizer_, params.prompt, params.max_tokens,
@@ -248,7 +256,7 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params) {
                            std::to_string(max_blocks_ * config_.page_size) +
                            "; shorten the prompt or max_tokens");
 
-  const RequestId id = next_id_++;
+  next_id_ = std::max(next_id_, id + 1);
   const std::string salt = params.cache_salt;
   auto request = std::make_unique<Request>(id, next_arrival_++, std::move(params),
                                            config_.page_size, context_);

@@ -263,6 +263,13 @@ class Scheduler {
   // as in generate(). n must be in [1, kMaxSamples] and at most
   // max_batch_size (the samples decode side by side).
   std::expected<RequestId, std::string> submit(RequestParams params);
+  // As submit(params), under the id the caller chose, for a caller that must
+  // hand the id out before it can submit (the daemon's submit() returns it
+  // on the client's thread). Refused also for an id of 0, one at or above
+  // kFirstSampleId (the samples' half) or one a request not yet forgotten
+  // has. Do not mix the two on one scheduler unless the caller's ids stay
+  // clear of the ones submit(params) hands out (the next above any seen).
+  std::expected<RequestId, std::string> submit(RequestParams params, RequestId id);
 
   // Cancels a waiting, prefilling or running request; its blocks return to
   // the pool at once (a block shared with a live sample stays until that one
@@ -396,8 +403,14 @@ class Scheduler {
   };
   Restore restore_from_cache(Request& r, int budget_blocks);
   // The cache's share of a finished or swapped request: its full blocks, up
-  // to the first of a prefix still landing for it (layer_loads_).
-  std::vector<CacheNode*> insert_into_cache(const Request& r);
+  // to the first of a prefix still landing for it (layer_loads_), and their
+  // tokens; none when an eviction policy dropped pages of it.
+  struct Shareable {
+    std::span<const int> tokens;
+    std::span<const int> blocks;
+  };
+  Shareable shareable(const Request& r) const;
+  void insert_into_cache(const Request& r);
   // step()'s parts. The forward batch: the running requests' decodes, then
   // one prefill chunk in the token budget left.
   struct Batch {
@@ -467,7 +480,8 @@ class Scheduler {
   // time: their prefill waits for each layer and is kept only if settle()
   // finds every block intact (see LayerLoad, cache_handles.h).
   std::unordered_map<const Request*, PrefixLease> layer_loads_;
-  RequestId next_id_ = 1;
+  RequestId next_id_ = 1;  // the next id submit(params) hands out
+  RequestId next_sample_id_ = kFirstSampleId;
   std::uint64_t next_arrival_ = 0;
   mutable std::vector<char> seen_;  // used_blocks()'s scratch, one entry per pool block
 

@@ -123,29 +123,15 @@ Scheduler::Restore Scheduler::restore_from_cache(Request& r, int budget_blocks) 
   // them: its partial block after its full ones, or (with an eviction
   // policy) its whole table, holes included. Without room for them, the
   // lease gives back what it lent.
-  const bool own_table = r.eviction().evicts();
-  std::vector<std::pair<int, int>> restored;
-  if (stashed && (own_table || length == r.swap_->length() / P * P)) {
-    auto back = cache_->swap_in(*r.swap_);
-    if (!back) return Restore::kNoRoom;
-    restored = std::move(*back);
-    length = r.swap_->length();
-  }
-  std::vector<int> blocks = lease.take_blocks();
-  if (own_table && !restored.empty())
-    blocks.assign(static_cast<std::size_t>(r.swap_->table_size()), SequenceKv::kEvictedBlock);
-  for (const auto& [index, block] : restored) {
-    if (own_table)
-      blocks[static_cast<std::size_t>(index)] = block;
-    else
-      blocks.push_back(block);
-  }
+  const bool due = stashed && (r.eviction().evicts() || length == r.swap_->length() / P * P);
+  auto kv = cache_->resume(lease, due ? &*r.swap_ : nullptr, due ? r.swap_->length() : length);
+  if (!kv) return Restore::kNoRoom;
   if (lease.loading()) layer_loads_[&r] = std::move(lease);
-  r.kv_ = SequenceKv::adopt(P, std::move(blocks), length);
+  r.kv_ = std::move(*kv);
   return Restore::kDone;
 }
 
-std::vector<CacheNode*> Scheduler::insert_into_cache(const Request& r) {
+Scheduler::Shareable Scheduler::shareable(const Request& r) const {
   // KV computed with pages evicted is not what the full cache holds: never
   // shared.
   if (r.eviction().evicts()) return {};
@@ -156,12 +142,16 @@ std::vector<CacheNode*> Scheduler::insert_into_cache(const Request& r) {
   // Only the blocks before the load are offered (a touch, for them).
   if (const auto it = layer_loads_.find(&r); it != layer_loads_.end()) {
     const auto table = r.kv_.block_ids().first(static_cast<std::size_t>(full));
-    full = static_cast<int>(
-        std::find(table.begin(), table.end(), it->second.load().blocks.front()) - table.begin());
+    full = static_cast<int>(std::find(table.begin(), table.end(), it->second.load().first_block()) -
+                            table.begin());
   }
-  const auto tokens =
-      std::span(r.tokens_).first(static_cast<std::size_t>(full) * config_.page_size);
-  return cache_->insert(r.cache_root_, tokens, r.kv_.block_ids().first(full));
+  return {std::span(r.tokens_).first(static_cast<std::size_t>(full) * config_.page_size),
+          r.kv_.block_ids().first(static_cast<std::size_t>(full))};
+}
+
+void Scheduler::insert_into_cache(const Request& r) {
+  const Shareable s = shareable(r);
+  cache_->insert(r.cache_root_, s.tokens, s.blocks);
 }
 
 bool Scheduler::reserve(Request& r, int n) {

@@ -72,7 +72,8 @@ void Scheduler::preempt_swap(Request& victim) {
     }
   } else {
     const bool partial = length % P != 0;
-    victim.swap_ = cache_->swap_out(insert_into_cache(victim),
+    const Shareable shared = shareable(victim);
+    victim.swap_ = cache_->swap_out(victim.cache_root_, shared.tokens, shared.blocks,
                                     partial ? table[static_cast<std::size_t>(length / P)] : -1,
                                     length / P, length, static_cast<int>(table.size()));
   }

@@ -167,7 +167,7 @@ bool Scheduler::settle_layer_load(Request& r) {
     return true;
   }
   ++discarded_passes_;
-  (void)insert_into_cache(r);  // cut before the load: only what was computed before it
+  insert_into_cache(r);  // cut before the load: only what was computed before it
   layer_loads_.erase(&r);
   r.split_end_ = r.split_resume_ = 0;
   // Nothing it was handed is used: it counts what it finds next time.
@@ -240,7 +240,7 @@ std::vector<Request*> Scheduler::fork_samples(Request& head) {
   head.forked_ = true;
   std::vector<Request*> forked;
   for (int index = 1; index < head.num_samples_; ++index) {
-    const RequestId id = next_id_++;
+    const RequestId id = next_sample_id_++;
     auto sample = std::make_unique<Request>(id, head, index, head.kv_.fork(*pool_));
     forked.push_back(sample.get());
     admitted_.push_back(sample.get());

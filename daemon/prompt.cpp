@@ -1,0 +1,22 @@
+#include "daemon/prompt.h"
+
+#include <utility>
+
+namespace kvtier::daemon {
+
+std::expected<std::vector<int>, std::string> prompt_tokens(const Tokenizer& tokenizer,
+                                                           Prompt prompt) {
+  if (auto* ids = std::get_if<std::vector<int>>(&prompt)) return std::move(*ids);
+  auto tokens = tokenizer.encode(std::get<std::string>(prompt));
+  if (!tokens) return std::unexpected("cannot encode the prompt: " + tokens.error());
+  return std::move(*tokens);
+}
+
+std::expected<RequestParams, std::string> request_params(const Tokenizer& tokenizer, Prompt prompt,
+                                                         RequestOptions options) {
+  auto tokens = prompt_tokens(tokenizer, std::move(prompt));
+  if (!tokens) return std::unexpected(std::move(tokens.error()));
+  return RequestParams{std::move(options), std::move(*tokens)};
+}
+
+}  // namespace kvtier::daemon
