@@ -1,5 +1,9 @@
 #include "daemon/cache_methods.h"
 
+#include <cstdio>
+
+#include "tiers/block_key.h"
+
 namespace kvtier::daemon {
 
 using nlohmann::json;
@@ -71,6 +75,27 @@ json cache_stats_to_json(const CacheStats& stats) {
           {"cleaned", stats.cleaned},
           {"nodes", stats.nodes},
           {"costs", tier_costs_to_json(stats.costs)}};
+}
+
+json cache_snapshot_to_json(const EngineLoop::CacheSnapshot& snapshot) {
+  char fingerprint[17];
+  std::snprintf(fingerprint, sizeof fingerprint, "%016llx",
+                static_cast<unsigned long long>(snapshot.fingerprint));
+  json blocks = json::array();
+  for (const BlockEvent& b : snapshot.blocks)
+    blocks.push_back({{"block", tiers::to_hex(b.key)}, {"tier", to_string(b.tier)}});
+  return {{"seq", snapshot.seq},
+          {"fingerprint", fingerprint},
+          {"page_size", snapshot.page_size},
+          {"blocks", std::move(blocks)}};
+}
+
+json cache_events_to_json(const EngineLoop::CacheEvents& batch) {
+  json events = json::array();
+  for (const BlockEvent& e : *batch.events)
+    events.push_back(
+        {{"block", tiers::to_hex(e.key)}, {"tier", to_string(e.tier)}, {"stored", e.stored}});
+  return {{"seq", batch.seq}, {"events", std::move(events)}};
 }
 
 RpcError no_prefix_cache_error() {

@@ -1,6 +1,7 @@
 // The prefix cache as the protocol shows it: the JSON of `stats.cache`,
-// `tiers`, `cache.lookup`, `cache.pin` / `cache.unpin`, `cache.tree` and
-// `cache.flush` (docs/protocol.md), computed from the engine's KvCache.
+// `tiers`, `cache.lookup`, `cache.pin` / `cache.unpin`, `cache.tree`,
+// `cache.flush` and `cache.subscribe` (docs/protocol.md), computed from the
+// engine's KvCache.
 //
 // Sessions never touch the cache: they hand these functions to
 // EngineLoop::call, so every one of them runs on the engine thread, which
@@ -37,6 +38,13 @@ nlohmann::json per_tier_to_json(const PerTier<T>& v) {
   for (int t = 0; t < kNumTiers; ++t) out[to_string(static_cast<Tier>(t))] = v[t];
   return out;
 }
+
+// `cache.subscribe`'s answer: {"seq", "fingerprint" (16 hex digits),
+// "page_size", "blocks": [{"block": <32 hex digits>, "tier": "l1"}, ...]}.
+nlohmann::json cache_snapshot_to_json(const EngineLoop::CacheSnapshot& snapshot);
+// A `cache.events` notification's params: {"seq", "events": [{"block",
+// "tier", "stored"}, ...]}.
+nlohmann::json cache_events_to_json(const EngineLoop::CacheEvents& batch);
 
 // The error every cache method answers while the prefix cache is off.
 RpcError no_prefix_cache_error();

@@ -215,6 +215,28 @@ void EngineLoop::call(std::function<void(EngineAccess&)> task) {
   cv_.notify_one();
 }
 
+void EngineLoop::subscribe_cache(CacheEventSink sink, std::function<void(CacheSnapshot)> reply) {
+  call([this, sink = std::move(sink), reply = std::move(reply)](EngineAccess& e) mutable {
+    KvCache* cache = e.scheduler.cache();
+    if (cache == nullptr) return reply(CacheSnapshot{});
+    // What happened before the snapshot goes to those who subscribed before.
+    publish_cache_events();
+    if (cache_subscribers_.empty())
+      cache->watch([this](const BlockEvent& event) { cache_events_.push_back(event); });
+    cache_subscribers_.push_back(std::move(sink));
+    reply({true, cache_seq_, cache->fingerprint(), e.scheduler.config().page_size,
+           cache->stored_blocks()});
+  });
+}
+
+void EngineLoop::publish_cache_events() {
+  if (cache_events_.empty()) return;
+  const CacheEvents batch{++cache_seq_, std::make_shared<const std::vector<BlockEvent>>(
+                                            std::exchange(cache_events_, {}))};
+  std::erase_if(cache_subscribers_, [&](const CacheEventSink& sink) { return !sink(batch); });
+  if (cache_subscribers_.empty()) scheduler_->cache()->watch({});
+}
+
 RequestOwner EngineLoop::mark_final(RequestId id) {
   std::lock_guard lock(mu_);
   auto it = active_.find(id);

@@ -219,6 +219,34 @@ class EngineLoop {
   // stop().
   void call(std::function<void(EngineAccess&)> task);
 
+  // The prefix cache's contents as a stream (engine/cache/block_event.h),
+  // for a router in front of a fleet. A subscriber first gets a snapshot:
+  // every block stored now and where, as of batch `seq`; then every batch
+  // after it, numbered seq + 1, seq + 2, ... with nothing skipped, each the
+  // events of one engine step in order. A subscriber that misses a batch
+  // (its connection dropped) subscribes again for a fresh snapshot.
+  struct CacheSnapshot {
+    bool enabled = false;  // false: no prefix cache, no events will come
+    std::uint64_t seq = 0;
+    // What a block key is made from (block_hash.h): root_key(fingerprint,
+    // salt), then chain_key over each page_size tokens.
+    std::uint64_t fingerprint = 0;
+    int page_size = 0;
+    std::vector<BlockEvent> blocks;  // each `stored`
+  };
+  struct CacheEvents {
+    std::uint64_t seq = 0;
+    std::shared_ptr<const std::vector<BlockEvent>> events;  // shared by every subscriber
+  };
+  // Called ON THE ENGINE THREAD with each batch; it must only post the batch
+  // elsewhere. Returns false once its subscriber is gone, which unsubscribes
+  // it.
+  using CacheEventSink = std::function<bool(const CacheEvents&)>;
+  // Thread-safe. Subscribes `sink`; `reply` gets the snapshot, on the engine
+  // thread, before `sink` gets any batch. Both are dropped uncalled after
+  // stop().
+  void subscribe_cache(CacheEventSink sink, std::function<void(CacheSnapshot)> reply);
+
   // Thread-safe (immutable after create()).
   const ModelConfig& model_config() const { return model_->config(); }
   // Where the forward runs: "cpu" or "cuda (<device name>)". Fixed at create().
@@ -292,6 +320,9 @@ class EngineLoop {
   void cancel_all();
   // Removes `id` from the set of non-final requests (under mu_); returns
   // who submitted it.
+  // Sends the step's cache events to the subscribers as one batch; stops
+  // listening to the cache when none is left.
+  void publish_cache_events();
   RequestOwner mark_final(RequestId id);
 
   // Engine-thread state. The Model and Tokenizer live on the heap so the
@@ -311,6 +342,12 @@ class EngineLoop {
   long tokens_generated_ = 0;
   RequestMetrics metrics_;
   std::function<void()> on_drained_;  // set by drain(), called once live_ is empty
+  // cache.subscribe's: the subscribers, the events of the step under way
+  // (the cache's listener fills it while anyone subscribes), and the number
+  // of the last batch sent.
+  std::vector<CacheEventSink> cache_subscribers_;
+  std::vector<BlockEvent> cache_events_;
+  std::uint64_t cache_seq_ = 0;
 
   // Shared with submitting threads.
   std::mutex mu_;

@@ -13,8 +13,8 @@ namespace kvtier::daemon {
 
 using nlohmann::json;
 
-const std::array<Session::Method, 15>& Session::methods() {
-  static const std::array<Method, 15> table = {{
+const std::array<Session::Method, 16>& Session::methods() {
+  static const std::array<Method, 16> table = {{
       {"generate", "generate a continuation of a prompt (text or token ids), optionally streamed",
        &Session::method_generate},
       {"cancel", "cancel a running generate by its request id", &Session::method_cancel},
@@ -36,6 +36,9 @@ const std::array<Session::Method, 15>& Session::methods() {
       {"cache.flush",
        "drop what one tier (by its name in `tiers`) or all of them may drop (privileged)",
        &Session::method_cache_flush, true},
+      {"cache.subscribe",
+       "what the prefix cache holds, then a cache.events notification for every change",
+       &Session::method_cache_subscribe},
       {"shutdown", "let running requests finish (drain_timeout), then stop (privileged)",
        &Session::method_shutdown, true},
       {"help", "the methods this daemon answers", &Session::method_help},

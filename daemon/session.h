@@ -98,7 +98,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Changes or stops the daemon for every client: see the top of this file.
     bool privileged = false;
   };
-  static const std::array<Method, 15>& methods();
+  static const std::array<Method, 16>& methods();
 
  private:
   void read();
@@ -132,6 +132,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void method_cache_unpin(RpcCall& call);
   void method_cache_tree(RpcCall& call);
   void method_cache_flush(RpcCall& call);
+  void method_cache_subscribe(RpcCall& call);
 
   // Runs `task` on the engine thread (EngineLoop::call) and answers `call`
   // with what it returns.

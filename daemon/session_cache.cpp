@@ -116,4 +116,30 @@ void Session::method_cache_warm(RpcCall& call) {
   requests_.insert(*id);
 }
 
+// The cache's contents, then every change (EngineLoop::subscribe_cache).
+// The subscription lasts as long as the connection: a client that does not
+// read its events is dropped like any other (send), and subscribes again on
+// a new connection for a fresh snapshot.
+void Session::method_cache_subscribe(RpcCall& call) {
+  if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
+  if (!control_.config().scheduler.prefix_cache) return reply_error(call, no_prefix_cache_error());
+  const std::weak_ptr<Session> weak = shared_from_this();
+  auto executor = socket_.get_executor();
+  engine_.subscribe_cache(
+      [weak, executor](const EngineLoop::CacheEvents& batch) {
+        if (weak.expired()) return false;
+        asio::post(executor, [weak, batch] {
+          if (auto self = weak.lock())
+            self->send(notification_line("cache.events", cache_events_to_json(batch)));
+        });
+        return true;
+      },
+      [self = shared_from_this(), call](EngineLoop::CacheSnapshot snapshot) {
+        asio::post(self->socket_.get_executor(), [self, call, snapshot = std::move(snapshot)] {
+          if (!snapshot.enabled) return self->reply_error(call, no_prefix_cache_error());
+          self->reply(call, cache_snapshot_to_json(snapshot));
+        });
+      });
+}
+
 }  // namespace kvtier::daemon

@@ -10,12 +10,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/session.h"
 #include "daemon_test_util.h"
+#include "engine/cache/block_hash.h"
 #include "small_fs.h"
+#include "tiers/block_key.h"
 
 namespace kvtier {
 namespace {
@@ -247,7 +254,8 @@ TEST(DaemonTiersTest, CacheMethodsAreAClearErrorWithoutThePrefixCache) {
                                                  {"cache.pin", prompt},
                                                  {"cache.unpin", prompt},
                                                  {"cache.tree", json::object()},
-                                                 {"cache.flush", {{"tier", "all"}}}}) {
+                                                 {"cache.flush", {{"tier", "all"}}},
+                                                 {"cache.subscribe", json::object()}}) {
     auto r = c->call(request(4, method, params));
     EXPECT_EQ(error_code(r), -32004) << method;
     if (error_code(r) == -32004) {
@@ -354,6 +362,83 @@ TEST(DaemonTiersTest, AnotherUidIsRefusedPinUnpinAndFlush) {
     EXPECT_EQ(WEXITSTATUS(ran->status), 4) << cmd[1] << " (4: kvtierd answered with an error)";
   }
   EXPECT_TRUE(d.wait_log("refused 'cache.flush' from uid 65534")) << d.log();
+  shutdown(d);
+}
+
+// cache.subscribe: a snapshot, then every change as numbered batches. A
+// prompt's blocks arrive in L1 under the keys a router computes from the
+// prompt alone (root_key of the snapshot's fingerprint, then chain_key a
+// page at a time); a flush moves them to L2; replaying the events on the
+// first snapshot gives what a later subscriber's snapshot says.
+TEST(DaemonTiersTest, CacheSubscribeStreamsWhatTheCacheHolds) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  auto watcher = d.connect();
+  EXPECT_EQ(error_code(watcher->call(request(9, "cache.subscribe", {{"since", 3}}))), -32602);
+  const auto first = watcher->call(request(1, "cache.subscribe"));
+  ASSERT_TRUE(first && first->contains("result")) << (first ? first->dump() : "no answer");
+  const json& snap = (*first)["result"];
+  ASSERT_EQ(snap["fingerprint"].get<std::string>().size(), 16u) << snap.dump();
+  const int page = snap["page_size"].get<int>();
+  std::set<std::pair<std::string, std::string>> held;  // (block, tier)
+  for (const json& b : snap["blocks"])
+    held.emplace(b["block"].get<std::string>(), b["tier"].get<std::string>());
+  std::uint64_t seq = snap["seq"].get<std::uint64_t>();
+  // Reads batches until `done` says the replayed cache is what it waits for.
+  const auto follow = [&](const std::function<bool()>& done) {
+    while (!done()) {
+      const auto msg = watcher->read();
+      if (!msg) return false;
+      if (msg->value("method", "") != "cache.events") continue;
+      const json& params = (*msg)["params"];
+      EXPECT_EQ(params["seq"].get<std::uint64_t>(), seq + 1) << "a batch skipped or repeated";
+      seq = params["seq"].get<std::uint64_t>();
+      for (const json& e : params["events"]) {
+        const auto where =
+            std::make_pair(e["block"].get<std::string>(), e["tier"].get<std::string>());
+        if (e["stored"].get<bool>())
+          EXPECT_TRUE(held.insert(where).second) << e.dump();
+        else
+          EXPECT_EQ(held.erase(where), 1u) << e.dump();
+      }
+    }
+    return true;
+  };
+
+  std::vector<int> prompt(50);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>(5 + i * 7 % 60);
+  auto c = d.connect();
+  const auto done =
+      c->call(request(2, "generate", {{"tokens", prompt}, {"max_tokens", 4}, {"temperature", 0}}));
+  ASSERT_TRUE(done && done->contains("result")) << (done ? done->dump() : "no answer");
+  std::vector<std::string> keys;  // the prompt's full blocks, as a router finds them
+  tiers::BlockKey key =
+      root_key(std::stoull(snap["fingerprint"].get<std::string>(), nullptr, 16), "");
+  for (std::size_t at = 0; at + page <= prompt.size(); at += static_cast<std::size_t>(page)) {
+    key = chain_key(key, std::span(prompt).subspan(at, static_cast<std::size_t>(page)));
+    keys.push_back(tiers::to_hex(key));
+  }
+  ASSERT_EQ(keys.size(), 3u);
+  const auto all_in = [&](const char* tier) {
+    return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) {
+      return held.contains({k, tier});
+    });
+  };
+  ASSERT_TRUE(follow([&] { return all_in("l1"); })) << "the prompt's blocks never arrived in L1";
+
+  const auto flushed = c->call(request(3, "cache.flush", {{"tier", "l1"}}));
+  ASSERT_TRUE(flushed && flushed->contains("result")) << (flushed ? flushed->dump() : "no answer");
+  ASSERT_TRUE(follow([&] { return all_in("l2"); })) << "the flush's moves never arrived";
+  for (const std::string& k : keys) EXPECT_FALSE(held.contains({k, "l1"})) << k;
+
+  const auto second = d.connect()->call(request(4, "cache.subscribe"));
+  ASSERT_TRUE(second && second->contains("result"));
+  const std::uint64_t upto = (*second)["result"]["seq"].get<std::uint64_t>();
+  ASSERT_TRUE(follow([&] { return seq >= upto; }));
+  std::set<std::pair<std::string, std::string>> later;
+  for (const json& b : (*second)["result"]["blocks"])
+    later.emplace(b["block"].get<std::string>(), b["tier"].get<std::string>());
+  EXPECT_EQ(held, later);
   shutdown(d);
 }
 

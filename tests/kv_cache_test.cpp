@@ -14,7 +14,9 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "stand_in_device.h"
@@ -267,6 +269,54 @@ TEST_F(KvCacheTest, AnL2BlockGoesToL3WithNoCopyOffTheDevice) {
   const auto cache = make(false, dir.path() / "l3");
   ASSERT_NE(cache, nullptr);
   EXPECT_EQ(fetch(*cache, block_tokens(1)), want);
+}
+
+// The cache's contents as a stream (KvCache::watch): replaying the events
+// from an empty cache gives exactly the blocks stored_blocks() lists, each
+// event consistent with those before it (a block arrives where it was not,
+// leaves where it was), through demotion to L2, write-back to L3, promotion
+// and flushes; and a cleared listener hears nothing more.
+TEST_F(KvCacheTest, WatchedEventsAddUpToTheStoredBlocks) {
+  test_util::TempDir dir;
+  const auto cache = make(false, dir.path() / "l3");
+  ASSERT_NE(cache, nullptr);
+  std::set<std::pair<tiers::BlockKey, int>> replayed;
+  PerTier<int> arrivals;
+  long inconsistent = 0;
+  cache->watch([&](const BlockEvent& e) {
+    const auto where = std::make_pair(e.key, static_cast<int>(e.tier));
+    if (e.stored) {
+      ++arrivals[e.tier];
+      inconsistent += !replayed.insert(where).second;
+    } else {
+      inconsistent += replayed.erase(where) != 1;
+    }
+  });
+  const auto bytes = fill_l1(*cache, 0);
+  EXPECT_EQ(cache->flush(Tier::kL1), kL1Blocks);
+  cache->persist();  // whatever write-back has not written yet
+  cache->drain();
+  cache->poll();
+  EXPECT_EQ(fetch(*cache, block_tokens(3)), bytes[3]);
+  EXPECT_GT(cache->flush(Tier::kL2), 0);
+  cache->drain();
+  cache->poll();
+
+  EXPECT_EQ(inconsistent, 0);
+  EXPECT_EQ(arrivals[Tier::kL1], kL1Blocks + 1) << "eight inserted, one promoted";
+  EXPECT_EQ(arrivals[Tier::kL2], kL1Blocks);
+  EXPECT_GT(arrivals[Tier::kL3], 0);
+  std::set<std::pair<tiers::BlockKey, int>> now;
+  for (const BlockEvent& e : cache->stored_blocks()) {
+    EXPECT_TRUE(e.stored);
+    now.emplace(e.key, static_cast<int>(e.tier));
+  }
+  EXPECT_EQ(replayed, now);
+
+  cache->watch({});
+  const std::size_t before = replayed.size();
+  cache_in_l1(*cache, block_tokens(40), random_block(40));
+  EXPECT_EQ(replayed.size(), before) << "a cleared listener still heard the cache";
 }
 
 // L3 commits a write on its own thread, and may evict that block for the

@@ -74,6 +74,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/cache/block_event.h"
 #include "engine/cache/cache_config.h"
 #include "engine/cache/cache_handles.h"
 #include "engine/cache/cache_stats.h"
@@ -231,6 +232,16 @@ class KvCache {
   CostModel& cost_model() { return costs_; }
   CacheStats stats() const;
   const RadixCache& tree() const { return tree_; }
+  // The model fingerprint its block keys start from (block_hash.h).
+  std::uint64_t fingerprint() const { return fingerprint_; }
+  // The cache's contents as a stream (block_event.h), for a fleet's router:
+  // from now on every time a block becomes stored in a tier or stops being
+  // stored there, in order, called on the engine thread from inside the
+  // cache's own calls (it must only record the event). Empty: stops.
+  void watch(std::function<void(const BlockEvent&)> listener);
+  // Every (block, tier) where a block is stored now, each as a `stored`
+  // event: the snapshot that the events from now on apply to.
+  std::vector<BlockEvent> stored_blocks() const;
   TreeSummary summarize(int top = 8) const;
   std::vector<std::string> warnings() const { return warnings_; }
   // Start-up's words for a tier: its blocks for L1 and L2; for a store tier

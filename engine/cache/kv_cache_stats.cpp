@@ -56,6 +56,24 @@ CacheStats KvCache::stats() const {
   return s;
 }
 
+void KvCache::watch(std::function<void(const BlockEvent&)> listener) {
+  if (!listener) {
+    tree_.on_stored_change({});
+    return;
+  }
+  tree_.on_stored_change([listener = std::move(listener)](const CacheNode& n, Tier t, bool stored) {
+    listener({n.key, t, stored});
+  });
+}
+
+std::vector<BlockEvent> KvCache::stored_blocks() const {
+  std::vector<BlockEvent> out;
+  for (const CacheNode* n : tree_.nodes())
+    for (int t = 0; t < kNumTiers; ++t)
+      if (n->stored(static_cast<Tier>(t))) out.push_back({n->key, static_cast<Tier>(t), true});
+  return out;
+}
+
 std::string KvCache::describe(Tier tier) const {
   const CacheStats s = stats();
   if (!is_store_tier(tier)) return std::to_string(s.tier[tier].capacity_blocks) + " blocks";

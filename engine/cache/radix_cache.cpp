@@ -104,6 +104,7 @@ void RadixCache::l1_sharing_changed(int block) {
 }
 
 void RadixCache::set(CacheNode* node, Tier tier, Location where) {
+  const bool was_stored = node->stored(tier);
   unindex(*node);
   if (tier == Tier::kL1 && l1_ != nullptr) {
     if (node->slot(Tier::kL1) >= 0)
@@ -113,6 +114,8 @@ void RadixCache::set(CacheNode* node, Tier tier, Location where) {
   }
   node->at[tier] = where;
   index(*node);
+  if (stored_listener_ && was_stored != node->stored(tier))
+    stored_listener_(*node, tier, !was_stored);
   erase_if_empty(node);
 }
 

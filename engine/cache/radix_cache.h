@@ -42,6 +42,7 @@
 
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <set>
 #include <span>
@@ -175,6 +176,12 @@ class RadixCache {
   // callers must not use it after a clear.
   void set(CacheNode* node, Tier tier, Location where);
 
+  // Called by set() whenever a node becomes stored in a tier or stops being
+  // stored there, before the node may be erased: the tree's contents as a
+  // stream (KvCache::watch). Empty: nobody listens.
+  using StoredListener = std::function<void(const CacheNode& node, Tier tier, bool stored)>;
+  void on_stored_change(StoredListener listener) { stored_listener_ = std::move(listener); }
+
   // Erases the node if it holds no bytes and has no children, pins, holds or
   // move in flight, and then each ancestor that becomes such a leaf. Call
   // after dropping a pin or a hold. The pointer may dangle afterwards.
@@ -252,6 +259,7 @@ class RadixCache {
   std::set<LruKey> busy_[kNumTiers];  // in use there (in_use)
   tiers::BlockPool* l1_ = nullptr;    // track_l1's
   std::vector<CacheNode*> l1_owner_;  // with l1_: the node in L1 on each block
+  StoredListener stored_listener_;
 };
 
 }  // namespace kvtier
