@@ -21,6 +21,8 @@ namespace kvtier::daemon {
 namespace {
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+// Set once by main before anything logs (log_program_set).
+const char* g_program = "kvtierd";
 
 // "2026-11-26T02:45:01.123+0000 ": now, local time.
 std::string timestamp() {
@@ -45,7 +47,7 @@ std::string formatted(LogLevel level, std::string_view message) {
   if (journald) {
     line = "<" + std::to_string(static_cast<int>(level)) + ">";
   } else {
-    line = timestamp() + "kvtierd: ";
+    line = timestamp() + g_program + ": ";
     line += to_string(level);
     line += ": ";
   }
@@ -175,6 +177,8 @@ std::expected<LogLevel, std::string> log_level_parse(std::string_view name) {
   return std::unexpected("unknown log level '" + std::string(name) +
                          "' (expected error, warning, info or debug)");
 }
+
+void log_program_set(const char* name) { g_program = name; }
 
 void log_level_set(LogLevel level) { g_level.store(static_cast<int>(level)); }
 

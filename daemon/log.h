@@ -34,6 +34,10 @@ std::string_view to_string(LogLevel level);
 // called at any time, from any thread (`config.set`, SIGHUP): lines already
 // being written keep the level they were checked against.
 void log_level_set(LogLevel level);
+
+// The program name each line starts with outside journald ("kvtierd" unless
+// set). Call from main, before anything logs; `name` must live for ever.
+void log_program_set(const char* name);
 LogLevel log_level();
 
 void log_write(LogLevel level, std::string_view message);

@@ -9,11 +9,8 @@
 #include <unistd.h>
 
 #include <boost/asio.hpp>
-#include <cerrno>
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <new>
 #include <string>
@@ -22,6 +19,7 @@
 #include "daemon/access.h"
 #include "daemon/cli.h"
 #include "daemon/config.h"
+#include "daemon/default_paths.h"
 #include "daemon/engine_loop.h"
 #include "daemon/log.h"
 #include "daemon/oneshot.h"
@@ -34,59 +32,12 @@ namespace {
 
 using namespace kvtier::daemon;
 
-// $XDG_RUNTIME_DIR/kvtier/kvtierd.sock for a user session, else the system
-// path systemd's RuntimeDirectory=kvtier provides.
-std::string default_socket_path() {
-  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  if (runtime && *runtime) return std::string(runtime) + "/kvtier/kvtierd.sock";
-  return "/run/kvtier/kvtierd.sock";
-}
-
-// The bundled model: installed next to the binary (`cmake --install` puts it
-// in PREFIX/share/kvtier/models), else the source tree the binary was built
-// from.
-std::string default_model_dir() {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const fs::path installed =
-        (exe.parent_path() / "../share/kvtier/models/fortunes-char").lexically_normal();
-    if (fs::exists(installed / "config.json", ec)) return installed.string();
-  }
-  return KVTIER_DEFAULT_MODEL_DIR;
-}
-
 // Defaults found at run time: the flags' defaults for --model and --socket.
 DaemonConfig default_config() {
   DaemonConfig c;
   c.model_dir = default_model_dir();
   c.socket_path = default_socket_path();
   return c;
-}
-
-// The socket's folder, made if missing and writable, or why not: asked
-// before the model loads, so that a daemon that cannot bind says so at once.
-std::expected<void, std::string> socket_dir_prepare(const std::string& socket_path) {
-  const auto dir = std::filesystem::path(socket_path).parent_path();
-  if (dir.empty()) return {};
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  std::string why;
-  if (ec) {
-    why = "cannot create " + dir.string() + " for the socket: " + ec.message();
-  } else if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    why = "cannot create the socket in " + dir.string() + ": " + std::strerror(errno);
-  }
-  if (why.empty()) return {};
-  if (socket_path == default_socket_path()) {
-    why += std::getenv("XDG_RUNTIME_DIR")
-               ? " (pass --socket PATH)"
-               : " (pass --socket PATH, or set XDG_RUNTIME_DIR to serve in "
-                 "$XDG_RUNTIME_DIR/kvtier; the system path is for the service, see "
-                 "daemon/systemd)";
-  }
-  return std::unexpected(why);
 }
 
 int serve(const CommandLine& cl, const std::vector<std::string>& args) {
@@ -124,7 +75,7 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
       log_error(ok.error());
       return kExitConfig;
     }
-    if (auto ok = socket_dir_prepare(c.socket_path); !ok) {
+    if (auto ok = socket_dir_prepare(c.socket_path, default_socket_path()); !ok) {
       log_error(ok.error());
       return kExitConfig;
     }

@@ -9,7 +9,9 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace kvtier::tiers {
 
@@ -30,5 +32,9 @@ struct BlockKeyHash {
 
 // 32 lowercase hex digits, hi first: for logs and the protocol.
 std::string to_hex(const BlockKey& key);
+
+// The inverse of to_hex, for keys read from another process: exactly 32 hex
+// digits (either case); nullopt for anything else.
+std::optional<BlockKey> block_key_from_hex(std::string_view hex);
 
 }  // namespace kvtier::tiers

@@ -1,0 +1,135 @@
+// One client connection to the router, speaking kvtierd's protocol
+// (docs/protocol.md): each `generate`, `cache.lookup` and `cache.warm` goes
+// to the daemon Router::route chooses, and its answer and streamed
+// notifications come back as the daemon wrote them, but for two ids:
+//  - the JSON-RPC id is the client's own (the router numbers its calls to a
+//    daemon itself, so clients' ids never collide there);
+//  - the request id (`result.id`, `generate.token`'s `params.id`) is the
+//    router's (Router::request_begin), which `cancel` takes.
+//
+// Validation happens here first, with kvtierd's own parser and messages
+// (protocol.h), so a bad request is refused the same way without a daemon;
+// what needs the model's weights (vocabulary, context, KV budget) is the
+// daemon's, and its error comes back unchanged.
+//
+// Upstream: one connection per daemon this session has used, opened on
+// first use; closing the session closes them, which cancels the session's
+// requests on the daemons (as closing a daemon connection does).
+//
+// A daemon connection that breaks: each request on it that had streamed
+// nothing yet is sent again to another daemon (once per daemon, at most
+// every daemon once); the others, and those with no daemon left, get
+// kDaemonLost.
+//
+// The router answers `health`, `fleet`, `cancel` and `help` itself; other
+// methods (stats, tiers, config.*, cache.tree, cache.flush, cache.pin,
+// cache.unpin, shutdown, cache.subscribe) are a daemon's own and get
+// kMethodNotFound saying so: ask the daemon.
+//
+// Thread-safety: on the router's io thread only.
+#pragma once
+
+#include <array>
+#include <boost/asio.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/access.h"
+#include "daemon/line_framer.h"
+#include "daemon/protocol.h"
+#include "daemon/write_queue.h"
+#include "router/line_connection.h"
+#include "router/router.h"
+
+namespace kvtier::router {
+
+// The router's own error codes, beside kvtierd's (protocol.h).
+namespace router_code {
+inline constexpr int kNoDaemon = -32010;    // no daemon is usable now
+inline constexpr int kDaemonLost = -32011;  // the daemon went away mid-request
+}  // namespace router_code
+
+struct SessionLimits {
+  std::size_t max_line_bytes = 1 << 20;
+  std::size_t max_output_bytes = 8 << 20;
+  uid_t router_uid = 0;  // privileged: this uid and root (cancel of another's request)
+};
+
+class ClientSession : public std::enable_shared_from_this<ClientSession> {
+ public:
+  using ClosedHandler = std::function<void(ClientSession*)>;
+
+  ClientSession(asio::local::stream_protocol::socket socket, Router& router, SessionLimits limits,
+                std::optional<daemon::PeerCredentials> peer, ClosedHandler on_closed);
+
+  void start();
+  // Closes the connection and its daemon connections. Idempotent.
+  void close();
+
+  // Queues one protocol line (or drops the client if its buffer is full).
+  void send(std::string line);
+  void reply_error(const daemon::RpcCall& call, const daemon::RpcError& error);
+
+  // Cancels request `id` (a router id this session started): sends `cancel`
+  // to its daemon and answers `call` on `caller` with the daemon's answer.
+  void cancel_for(const daemon::RpcCall& call, std::uint64_t id,
+                  std::shared_ptr<ClientSession> caller);
+
+ private:
+  // A call forwarded to a daemon, awaiting its answer.
+  struct Forwarded {
+    daemon::RpcCall call;                      // the client's: its id, method and params
+    std::uint64_t request_id = 0;              // the router's, for generate and cache.warm
+    std::uint64_t daemon_request = 0;          // the daemon's, once it told
+    std::shared_ptr<ClientSession> answer_on;  // a cancel for another session: the caller
+    std::uint64_t answer_to_request = 0;       // a cancel: the router id it cancels
+    bool streamed = false;                     // something reached the client already
+    std::vector<int> tried;                    // daemons it was sent to
+    std::vector<int> tokens;                   // the prompt's, to route it again
+    std::string cache_salt;
+  };
+  struct Upstream {
+    std::shared_ptr<LineConnection> conn;
+    std::unordered_map<std::int64_t, Forwarded> calls;  // by the router's JSON-RPC id
+  };
+
+  void read();
+  void on_line(const std::string& line);
+  void reply(const daemon::RpcCall& call, const nlohmann::json& result);
+  daemon::RequestOwner owner() const;
+
+  void routed_call(daemon::RpcCall& call);
+  void method_cancel(daemon::RpcCall& call);
+  // Routes `f` (again), excluding the daemons it was tried on.
+  void dispatch(Forwarded f);
+  void send_to(int daemon, Forwarded f);
+  Upstream& upstream(int daemon);
+  void from_daemon(int daemon, const std::string& line);
+  void daemon_lost(int daemon, const std::string& why);
+  // The request is over: its router id is forgotten.
+  void finished(const Forwarded& f);
+  // The request is no longer on the daemon it was last sent to (answered,
+  // or the connection is gone): that daemon's in-flight count drops.
+  void left_daemon(const Forwarded& f);
+
+  asio::local::stream_protocol::socket socket_;
+  Router& router_;
+  SessionLimits limits_;
+  std::optional<daemon::PeerCredentials> peer_;
+  ClosedHandler on_closed_;
+  std::uint64_t connection_;
+  daemon::LineFramer framer_;
+  std::array<char, 16384> read_buf_{};
+  daemon::WriteQueue<asio::local::stream_protocol::socket> out_;
+  std::vector<std::unique_ptr<Upstream>> upstreams_;  // by daemon index; null until used
+  std::int64_t next_call_id_ = 1;
+  bool closed_ = false;
+};
+
+}  // namespace kvtier::router

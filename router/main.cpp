@@ -1,0 +1,98 @@
+// kvtier-router: one socket in front of a fleet of kvtierd daemons, sending
+// each request to the daemon that holds most of its prefix, in the fastest
+// tier, for the least load (route_choice.h). Clients speak kvtierd's
+// protocol to it unchanged (docs/protocol.md; docs/fleet.md, "A router").
+//
+//   kvtier-router --daemon /run/kvtier/a.sock --daemon /run/kvtier/b.sock
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "daemon/default_paths.h"
+#include "daemon/log.h"
+#include "engine/build_info.h"
+#include "engine/model/model_config.h"
+#include "engine/model/tokenizer.h"
+#include "router/router.h"
+#include "router/router_server.h"
+
+namespace {
+
+using namespace kvtier;
+using namespace kvtier::daemon;
+
+constexpr int kExitConfig = 2;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string default_socket = default_socket_path("kvtier-router.sock");
+  router::RouterServerOptions o;
+  o.socket_path = default_socket;
+  std::vector<std::string> daemons;
+  std::string model_dir = default_model_dir();
+  std::string log_level = "info";
+
+  CLI::App app{"kvtier-router: routes requests to the kvtierd daemon that holds their prefix"};
+  app.add_option("--daemon", daemons, "a kvtierd's Unix socket (repeat for each daemon)")
+      ->required();
+  app.add_option("--socket", o.socket_path, "the router's own Unix socket")->capture_default_str();
+  app.add_option("--model", model_dir,
+                 "the daemons' model folder (the router reads its config and tokenizer)")
+      ->capture_default_str();
+  app.add_option("--max-connections", o.max_connections, "client connections open at once")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--max-line-bytes", o.session.max_line_bytes, "the longest request line")
+      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--max-output-bytes", o.session.max_output_bytes,
+                 "reply bytes queued for a client before it is dropped")
+      ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 32))
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "error, warning, info or debug")->capture_default_str();
+  app.set_version_flag("--version", version_text("kvtier-router"));
+  CLI11_PARSE(app, argc, argv);
+
+  log_program_set("kvtier-router");
+  auto level = log_level_parse(log_level);
+  if (!level) {
+    std::cerr << "kvtier-router: --log-level: " << level.error() << "\n";
+    return kExitConfig;
+  }
+  log_level_set(*level);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto config = ModelConfig::load(std::filesystem::path(model_dir) / "config.json");
+  if (!config) {
+    log_error("--model: " + config.error());
+    return kExitConfig;
+  }
+  auto tokenizer = Tokenizer::load(config->tokenizer);
+  if (!tokenizer) {
+    log_error("--model: " + tokenizer.error());
+    return kExitConfig;
+  }
+  if (auto ok = socket_dir_prepare(o.socket_path, default_socket); !ok) {
+    log_error(ok.error());
+    return kExitConfig;
+  }
+  o.session.router_uid = ::geteuid();
+  boost::asio::io_context io(1);
+  router::Router router(io, daemons, std::move(*config), std::move(*tokenizer));
+  router::RouterServer server(io, router, o);
+  if (auto ok = server.listen(); !ok) {
+    log_error(ok.error());
+    return kExitConfig;
+  }
+  server.start();
+  io.run();
+  log_info("stopped");
+  log_flush(std::chrono::seconds(2));
+  return 0;
+}

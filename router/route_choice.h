@@ -1,0 +1,90 @@
+// Which daemon a request goes to: the one whose first token is expected
+// soonest, from what each daemon holds of the prompt (and in which tier),
+// its own load-or-recompute figures and its load.
+//
+// For each daemon, in microseconds:
+//
+//   expected = min(load(match) + prefill(uncached rows), prefill(all rows))
+//              + pending * prefill(page_size)
+//
+// load(match): each lower tier's blocks of the leading run cost that tier's
+// latency plus a per-block figure (`tiers.costs`; L1 blocks are free);
+// prefill(rows): the daemon's measured prefill curve; the min: a daemon
+// recomputes a run when that is cheaper than loading it, and so does this
+// estimate. pending: the daemon's queued and running requests, each taken
+// to delay the first token by about one small pass (a heuristic: the
+// daemon batches them, so the real delay is less than their prefills).
+//
+// Ties (within 2% of the best) go to the highest rendezvous score of the
+// prompt's first block and the daemon's address, so a prompt nobody holds
+// yet goes to the same daemon from every router and every time, and its
+// next turn finds its blocks there. The choice is a pure function of its
+// inputs: two routers fed the same events and loads choose alike.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/cache/tier.h"
+#include "router/block_index.h"
+
+namespace kvtier::router {
+
+// A daemon's load-or-recompute figures (its `tiers` method's `costs`).
+struct CostFigures {
+  std::vector<std::pair<int, double>> prefill;  // (rows, pass_us), rows ascending
+  PerTier<double> latency_us;                   // L1's are 0
+  PerTier<double> per_block_us;
+
+  // A pass of `rows` rows: read off the line between the two points around
+  // it; past the last point, that point's cost per row. 0 with no points.
+  double prefill_us(int rows) const;
+
+  // Refuses a missing or negative figure, naming it.
+  static std::expected<CostFigures, std::string> parse(const nlohmann::json& costs);
+};
+
+// Why a daemon was chosen.
+enum class Reason {
+  kPrefix,  // it holds the longest-or-cheapest part of the prompt
+  kLoad,    // another daemon holds more of it, but is busier
+  kCold,    // no daemon holds any of it: load, then the rendezvous score
+};
+inline constexpr const char* kReasonNames[] = {"prefix", "load", "cold"};
+inline const char* to_string(Reason r) { return kReasonNames[static_cast<int>(r)]; }
+
+struct Candidate {
+  PrefixMatch match;
+  int pending = 0;  // requests queued and running there
+  const CostFigures* costs = nullptr;
+  std::uint64_t rendezvous = 0;  // rendezvous_score(affinity, address)
+};
+
+struct Choice {
+  int index = -1;  // into the candidates
+  Reason reason = Reason::kCold;
+  double expected_us = 0;
+};
+
+// The expected microseconds to a first token at `c` (see the top).
+double expected_us(const Candidate& c, int prompt_tokens, int page_size);
+
+// The choice among `candidates` (the daemons that may take the request);
+// nullopt when there are none.
+std::optional<Choice> choose(std::span<const Candidate> candidates, int prompt_tokens,
+                             int page_size);
+
+// A daemon's score for a prompt: mixes the prompt's affinity (its first
+// block's key) with the daemon's address.
+std::uint64_t rendezvous_score(std::uint64_t affinity, std::string_view address);
+
+}  // namespace kvtier::router

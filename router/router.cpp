@@ -1,0 +1,126 @@
+#include "router/router.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "engine/cache/block_hash.h"
+
+namespace kvtier::router {
+
+using nlohmann::json;
+
+Router::Router(asio::io_context& io, std::vector<std::string> daemons, ModelConfig config,
+               std::unique_ptr<Tokenizer> tokenizer)
+    : tokenizer_(std::move(tokenizer)) {
+  fleet_.config = std::move(config);
+  for (auto& path : daemons)
+    links_.push_back(std::make_unique<DaemonLink>(io, std::move(path), fleet_));
+}
+
+void Router::start() {
+  for (auto& link : links_) link->start();
+}
+
+void Router::stop() {
+  for (auto& link : links_) link->stop();
+}
+
+std::optional<Route> Router::route(std::span<const int> tokens, std::string_view cache_salt,
+                                   std::span<const int> excluded) {
+  // The prompt's keys, and its affinity: its first (maybe partial) block.
+  std::vector<tiers::BlockKey> keys;
+  std::uint64_t affinity = XXH3_64bits_withSeed(cache_salt.data(), cache_salt.size(), 0);
+  const int page = fleet_.page_size;
+  if (page > 0) {
+    const int first = std::min<int>(page, static_cast<int>(tokens.size()));
+    affinity = XXH3_64bits_withSeed(tokens.data(), first * sizeof(int), affinity);
+  }
+  if (page > 0 && fleet_.fingerprint && !tokens.empty()) {
+    const std::size_t full = (tokens.size() - 1) / static_cast<std::size_t>(page);
+    keys.reserve(full);
+    tiers::BlockKey key = root_key(*fleet_.fingerprint, cache_salt);
+    for (std::size_t b = 0; b < full; ++b) {
+      key = chain_key(key, tokens.subspan(b * page, page));
+      keys.push_back(key);
+    }
+  }
+  std::vector<Candidate> candidates;
+  std::vector<int> indices;
+  for (int i = 0; i < daemons(); ++i) {
+    const DaemonLink& link = *links_[i];
+    if (!link.usable() || std::find(excluded.begin(), excluded.end(), i) != excluded.end())
+      continue;
+    candidates.push_back({link.index().match(keys), link.pending(), &link.costs(),
+                          rendezvous_score(affinity, link.address())});
+    indices.push_back(i);
+  }
+  const auto choice = choose(candidates, static_cast<int>(tokens.size()), std::max(page, 1));
+  if (!choice) {
+    ++unrouted_;
+    return std::nullopt;
+  }
+  ++choices_[static_cast<int>(choice->reason)];
+  const PrefixMatch& match = candidates[choice->index].match;
+  for (int t = 0; t < kNumTiers; ++t) routed_blocks_[t] += match.by_tier[t];
+  links_[indices[choice->index]]->routed();
+  return Route{indices[choice->index], choice->reason, match};
+}
+
+void Router::count_cached(const json& cached_tokens) {
+  if (!cached_tokens.is_object()) return;
+  for (int t = 0; t < kNumTiers; ++t) {
+    const auto it = cached_tokens.find(kTierNames[t].name);
+    if (it != cached_tokens.end() && it->is_number_unsigned())
+      cached_tokens_[t] += it->get<std::uint64_t>();
+  }
+}
+
+std::uint64_t Router::request_begin(std::weak_ptr<ClientSession> session,
+                                    daemon::RequestOwner owner) {
+  const std::uint64_t id = next_request_id_++;
+  requests_.emplace(id, Owned{std::move(session), owner});
+  return id;
+}
+
+void Router::request_end(std::uint64_t id) { requests_.erase(id); }
+
+const Router::Owned* Router::request(std::uint64_t id) const {
+  const auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
+json Router::health() const {
+  json daemons = json::array();
+  const DaemonLink* first = nullptr;
+  int usable = 0;
+  for (const auto& link : links_) {
+    daemons.push_back({{"address", link->address()}, {"usable", link->usable()}});
+    if (!link->usable()) continue;
+    ++usable;
+    if (!first) first = link.get();
+  }
+  json h = first ? first->health() : json::object();
+  h["status"] = first ? "ok" : "unavailable";
+  h["router"] = {{"daemons", daemons}, {"usable", usable}};
+  return h;
+}
+
+json Router::fleet() const {
+  json daemons = json::array();
+  for (const auto& link : links_) daemons.push_back(link->describe());
+  json choices = json::object();
+  for (int r = 0; r < 3; ++r) choices[kReasonNames[r]] = choices_[r];
+  choices["unrouted"] = unrouted_;
+  choices["retried"] = retried_;
+  json routed = json::object(), cached = json::object();
+  for (int t = 0; t < kNumTiers; ++t) {
+    routed[kTierNames[t].name] = routed_blocks_[t];
+    cached[kTierNames[t].name] = cached_tokens_[t];
+  }
+  return {{"daemons", daemons},      {"page_size", fleet_.page_size},
+          {"choices", choices},      {"routed_blocks", routed},
+          {"cached_tokens", cached}, {"requests", requests_.size()}};
+}
+
+}  // namespace kvtier::router

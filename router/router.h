@@ -1,0 +1,98 @@
+// The fleet as the router's sessions see it: the daemons (one DaemonLink
+// each), the model they must share, the tokenizer that turns a text prompt
+// into the ids whose block keys are matched, the choice of a daemon per
+// request, and the router-wide request ids clients cancel by.
+//
+// A prompt's keys are the daemons' own: root_key(fingerprint, cache_salt)
+// chained over its full blocks, as many as admission would match
+// ((tokens - 1) / page_size), engine/cache/block_hash.h. Until a daemon has
+// told the fingerprint (or with no daemon caching prefixes) there are no
+// keys, and every request is routed cold.
+//
+// Request ids: the router hands out its own (each daemon numbers its
+// requests from 1, so theirs collide across a fleet); a session rewrites
+// them in the daemons' answers and maps them back for `cancel`.
+//
+// Thread-safety: everything on the router's io thread.
+#pragma once
+
+#include <boost/asio.hpp>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/access.h"
+#include "engine/model/tokenizer.h"
+#include "router/daemon_link.h"
+#include "router/route_choice.h"
+
+namespace kvtier::router {
+
+class ClientSession;
+
+struct Route {
+  int daemon = -1;
+  Reason reason = Reason::kCold;
+  PrefixMatch match;  // what the chosen daemon holds of the prompt
+};
+
+class Router {
+ public:
+  // `daemons`: their socket paths, at least one. `config`: the router's
+  // --model, with the tokenizer it names.
+  Router(asio::io_context& io, std::vector<std::string> daemons, ModelConfig config,
+         std::unique_ptr<Tokenizer> tokenizer);
+
+  void start();
+  void stop();
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  int daemons() const { return static_cast<int>(links_.size()); }
+  DaemonLink& link(int i) { return *links_[i]; }
+
+  // The daemon for a prompt, among the usable ones not in `excluded`
+  // (indices); nullopt when there is none. Counts the choice.
+  std::optional<Route> route(std::span<const int> tokens, std::string_view cache_salt,
+                             std::span<const int> excluded = {});
+
+  // A request sent again because its daemon went away before answering.
+  void count_retry() { ++retried_; }
+
+  // The cached tokens a daemon's `generate` answer reports, by tier.
+  void count_cached(const nlohmann::json& cached_tokens);
+
+  // Router-wide request ids, and which session and owner each belongs to.
+  std::uint64_t request_begin(std::weak_ptr<ClientSession> session, daemon::RequestOwner owner);
+  void request_end(std::uint64_t id);
+  struct Owned {
+    std::weak_ptr<ClientSession> session;
+    daemon::RequestOwner owner;
+  };
+  const Owned* request(std::uint64_t id) const;
+
+  // `health`: ok while some daemon is usable, with the first usable one's
+  // model and config, and the fleet.
+  nlohmann::json health() const;
+  // `fleet`: every daemon, the choices by reason, the cached tokens by tier.
+  nlohmann::json fleet() const;
+
+ private:
+  FleetModel fleet_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::unique_ptr<DaemonLink>> links_;
+  std::unordered_map<std::uint64_t, Owned> requests_;
+  std::uint64_t next_request_id_ = 1;
+  std::uint64_t choices_[3] = {};
+  std::uint64_t unrouted_ = 0;  // no daemon was usable
+  std::uint64_t retried_ = 0;
+  PerTier<std::uint64_t> routed_blocks_;  // blocks the chosen daemon held, by tier
+  PerTier<std::uint64_t> cached_tokens_;  // as the daemons' answers report them
+};
+
+}  // namespace kvtier::router

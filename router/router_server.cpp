@@ -1,0 +1,94 @@
+#include "router/router_server.h"
+
+#include <sys/stat.h>
+
+#include <csignal>
+#include <filesystem>
+#include <system_error>
+
+#include "daemon/log.h"
+#include "daemon/protocol.h"
+#include "daemon/server.h"
+
+namespace kvtier::router {
+
+using namespace kvtier::daemon;
+using stream = asio::local::stream_protocol;
+
+RouterServer::RouterServer(asio::io_context& io, Router& router, RouterServerOptions options)
+    : io_(io), router_(router), options_(std::move(options)), acceptor_(io), signals_(io) {}
+
+RouterServer::~RouterServer() { stop(); }
+
+std::expected<void, std::string> RouterServer::listen() {
+  const std::string& path = options_.socket_path;
+  // Nothing there, or a socket nobody answers on (socket_path_check).
+  if (auto ok = socket_path_check(path); !ok) return std::unexpected(ok.error());
+  std::error_code fs_ec;
+  std::filesystem::remove(path, fs_ec);
+  boost::system::error_code ec;
+  acceptor_.open(stream(), ec);
+  if (!ec) acceptor_.bind(stream::endpoint(path), ec);
+  if (ec) return std::unexpected("cannot bind " + path + ": " + ec.message());
+  owns_socket_file_ = true;
+  if (::chmod(path.c_str(), 0660) != 0)
+    return std::unexpected("cannot chmod " + path + ": " + std::generic_category().message(errno));
+  acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return std::unexpected("cannot listen on " + path + ": " + ec.message());
+  return {};
+}
+
+void RouterServer::start() {
+  router_.start();
+  signals_.add(SIGINT);
+  signals_.add(SIGTERM);
+  signals_.async_wait([this](boost::system::error_code ec, int signo) {
+    if (ec) return;
+    log_info(std::string("stopping on ") + (signo == SIGINT ? "SIGINT" : "SIGTERM"));
+    stop();
+  });
+  log_info("listening on " + options_.socket_path + ", routing to " +
+           std::to_string(router_.daemons()) + " daemons");
+  accept();
+}
+
+void RouterServer::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  signals_.cancel(ignored);
+  if (owns_socket_file_) {
+    std::error_code fs_ec;
+    std::filesystem::remove(options_.socket_path, fs_ec);
+  }
+  auto sessions = std::move(sessions_);
+  for (auto& [raw, session] : sessions) session->close();
+  router_.stop();
+}
+
+void RouterServer::accept() {
+  acceptor_.async_accept([this](boost::system::error_code ec, stream::socket socket) {
+    if (stopped_) return;
+    if (ec) {
+      log_warning("accept failed: " + ec.message());
+    } else if (static_cast<int>(sessions_.size()) >= options_.max_connections) {
+      log_warning("refused a connection: max_connections (" +
+                  std::to_string(options_.max_connections) + ") are open");
+      const std::string line = error_line(
+          nullptr, {rpc_code::kTooManyPending, "too many connections (max_connections)"});
+      boost::system::error_code ignored;
+      asio::write(socket, asio::buffer(line), ignored);
+    } else {
+      const auto peer = peer_credentials(socket.native_handle());
+      auto session =
+          std::make_shared<ClientSession>(std::move(socket), router_, options_.session, peer,
+                                          [this](ClientSession* s) { sessions_.erase(s); });
+      sessions_.emplace(session.get(), session);
+      session->start();
+    }
+    accept();
+  });
+}
+
+}  // namespace kvtier::router

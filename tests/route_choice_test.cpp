@@ -1,0 +1,103 @@
+// router/route_choice.cpp: the expected cost of each daemon, and the choice.
+#include "router/route_choice.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kvtier::router {
+namespace {
+
+using nlohmann::json;
+
+// 100 us a pass of up to 16 rows, 1000 us one of 256; L3 loads cost 500 us
+// plus 10 a block, remote ones 5000 us plus 100.
+CostFigures costs() {
+  auto f = CostFigures::parse(
+      {{"prefill", {{{"rows", 256}, {"pass_us", 1000.0}}, {{"rows", 16}, {"pass_us", 100.0}}}},
+       {"l2_latency_us", 0},
+       {"l2_per_block_us", 5},
+       {"l3_latency_us", 500},
+       {"l3_per_block_us", 10},
+       {"remote_latency_us", 5000},
+       {"remote_per_block_us", 100}});
+  EXPECT_TRUE(f) << f.error();
+  return *f;
+}
+
+PrefixMatch held(Tier tier, int blocks) {
+  PrefixMatch m;
+  m.blocks = blocks;
+  m.by_tier[tier] = blocks;
+  return m;
+}
+
+TEST(RouteChoiceTest, CostFiguresInterpolateAndRefuseNonsense) {
+  const CostFigures f = costs();
+  EXPECT_DOUBLE_EQ(f.prefill_us(16), 100);
+  EXPECT_DOUBLE_EQ(f.prefill_us(8), 50);
+  EXPECT_DOUBLE_EQ(f.prefill_us(136), 550);
+  EXPECT_DOUBLE_EQ(f.prefill_us(512), 2000);
+  EXPECT_DOUBLE_EQ(f.prefill_us(0), 0);
+  EXPECT_DOUBLE_EQ(f.latency_us[Tier::kL3], 500);
+  EXPECT_DOUBLE_EQ(f.per_block_us[Tier::kRemote], 100);
+  EXPECT_FALSE(CostFigures::parse(json::array()));
+  EXPECT_FALSE(CostFigures::parse({{"prefill", {{{"rows", 0}, {"pass_us", 1}}}}}));
+  EXPECT_FALSE(CostFigures::parse({{"prefill", {{{"rows", 16}, {"pass_us", -1}}}}}));
+  EXPECT_FALSE(CostFigures::parse({{"prefill", json::array()}, {"l3_latency_us", -5}}));
+  EXPECT_FALSE(CostFigures::parse({{"prefill", json::array()}, {"l3_latency_us", "5"}}));
+}
+
+TEST(RouteChoiceTest, TheDaemonHoldingThePrefixInTheFastestTierWins) {
+  const CostFigures f = costs();
+  // 256 tokens, 16 a block: 15 full blocks count.
+  std::vector<Candidate> c = {
+      {held(Tier::kL3, 15), 0, &f, 3}, {held(Tier::kL1, 15), 0, &f, 1}, {PrefixMatch{}, 0, &f, 2}};
+  auto choice = choose(c, 256, 16);
+  ASSERT_TRUE(choice);
+  EXPECT_EQ(choice->index, 1);
+  EXPECT_EQ(choice->reason, Reason::kPrefix);
+  EXPECT_DOUBLE_EQ(choice->expected_us, 100);  // the last 16 rows
+  // L3: 500 + 150 to load, then 16 rows: cheaper than 1000 to recompute.
+  EXPECT_DOUBLE_EQ(expected_us(c[0], 256, 16), 750);
+  // A remote copy costs more than recomputing: counted as recomputing.
+  EXPECT_DOUBLE_EQ(expected_us({held(Tier::kRemote, 15), 0, &f, 0}, 256, 16), 1000);
+}
+
+TEST(RouteChoiceTest, LoadOutweighsAPrefixOnlyWhenItCostsMore) {
+  const CostFigures f = costs();
+  // The holder has 3 requests ahead (300 us) against a 900 us saving: kept.
+  std::vector<Candidate> c = {{held(Tier::kL1, 15), 3, &f, 1}, {PrefixMatch{}, 0, &f, 2}};
+  EXPECT_EQ(choose(c, 256, 16)->index, 0);
+  // With 12 ahead (1200 us) the idle daemon's 1000 us is sooner.
+  c[0].pending = 12;
+  auto choice = choose(c, 256, 16);
+  EXPECT_EQ(choice->index, 1);
+  EXPECT_EQ(choice->reason, Reason::kLoad);
+}
+
+TEST(RouteChoiceTest, ColdPromptsGoWhereTheirRendezvousScoreSaysWhateverTheOrder) {
+  const CostFigures f = costs();
+  std::vector<Candidate> c = {{PrefixMatch{}, 0, &f, rendezvous_score(42, "/a.sock")},
+                              {PrefixMatch{}, 0, &f, rendezvous_score(42, "/b.sock")},
+                              {PrefixMatch{}, 0, &f, rendezvous_score(42, "/c.sock")}};
+  const auto first = choose(c, 100, 16);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->reason, Reason::kCold);
+  const std::uint64_t winner = c[first->index].rendezvous;
+  std::reverse(c.begin(), c.end());
+  EXPECT_EQ(c[choose(c, 100, 16)->index].rendezvous, winner);
+  // Other prompts spread: over 64 affinities each daemon wins some.
+  int wins[3] = {};
+  for (std::uint64_t a = 0; a < 64; ++a) {
+    std::vector<Candidate> d;
+    for (const char* addr : {"/a.sock", "/b.sock", "/c.sock"})
+      d.push_back({PrefixMatch{}, 0, &f, rendezvous_score(a, addr)});
+    ++wins[choose(d, 100, 16)->index];
+  }
+  for (int w : wins) EXPECT_GT(w, 0);
+  EXPECT_FALSE(choose({}, 100, 16));
+}
+
+}  // namespace
+}  // namespace kvtier::router

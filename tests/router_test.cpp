@@ -1,0 +1,253 @@
+// kvtier-router in front of real kvtierd daemons: where it sends requests,
+// what comes back (the daemon's answer, with the router's ids), what it
+// refuses, and how it takes a daemon out and back.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon_test_util.h"
+
+namespace kvtier::daemon_test {
+namespace {
+
+// A prompt of several full blocks of the bundled model (page size 16).
+const std::string kPrompt =
+    "Q: What is the meaning of life and everything in the universe? A: It is " +
+    std::string("forty-two, of course, and a towel. ");
+
+// kvtier-router on a socket in its own directory, in front of `daemons`.
+class Router {
+ public:
+  explicit Router(const std::vector<std::string>& daemons) {
+    socket_path_ = (dir_.path() / "router.sock").string();
+    log_path_ = (dir_.path() / "router.log").string();
+    std::vector<std::string> args = {KVTIER_ROUTER_PATH, "--socket", socket_path_, "--model",
+                                     kModelDir.string()};
+    for (const auto& d : daemons) args.insert(args.end(), {"--daemon", d});
+    const int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    auto child = util::spawn_child(args, {.stderr_fd = log_fd});
+    if (log_fd >= 0) ::close(log_fd);
+    if (child)
+      child_ = std::move(*child);
+    else
+      ADD_FAILURE() << child.error();
+  }
+
+  std::unique_ptr<Client> connect() const { return std::make_unique<Client>(socket_path_); }
+  std::string log() const {
+    std::ifstream in(log_path_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  // The router's `fleet` answer.
+  json fleet() const {
+    auto c = connect();
+    if (!c->valid()) return json();
+    auto r = c->call(request(1, "fleet"));
+    return r && r->contains("result") ? (*r)["result"] : json();
+  }
+
+  // Polls `fleet` until daemon `i`'s usable is `usable`; false on timeout.
+  bool wait_usable(std::size_t i, bool usable) const {
+    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const json f = fleet();
+      if (f.is_object() && f["daemons"].size() > i && f["daemons"][i]["usable"] == usable)
+        return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+ private:
+  test_util::TempDir dir_;
+  std::string socket_path_, log_path_;
+  util::ChildProcess child_;
+};
+
+json generate(Client& c, int id, json params) {
+  auto r = c.call(request(id, "generate", std::move(params)));
+  return r ? *r : json();
+}
+
+class RouterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (auto* d : {&a_, &b_}) ASSERT_TRUE(d->wait_ready()) << d->log();
+    router_ =
+        std::make_unique<Router>(std::vector<std::string>{a_.socket_path(), b_.socket_path()});
+    ASSERT_TRUE(router_->wait_usable(0, true)) << router_->log();
+    ASSERT_TRUE(router_->wait_usable(1, true)) << router_->log();
+  }
+
+  Daemon a_, b_;
+  std::unique_ptr<Router> router_;
+};
+
+TEST_F(RouterTest, ARepeatedPromptGoesWhereItsPrefixIsAndGetsTheSameTokens) {
+  auto c = router_->connect();
+  ASSERT_TRUE(c->valid());
+  const json params = {{"prompt", kPrompt}, {"max_tokens", 12}, {"seed", 5}};
+  const json first = generate(*c, 1, params);
+  ASSERT_TRUE(first.contains("result")) << first.dump();
+  const json second = generate(*c, 2, params);
+  ASSERT_TRUE(second.contains("result")) << second.dump();
+  EXPECT_EQ(second["id"], 2);
+  EXPECT_EQ(second["result"]["tokens"], first["result"]["tokens"]);
+  // The second found the first's blocks in L1: it went to the same daemon.
+  EXPECT_GT(second["result"]["cached_tokens"]["l1"].get<int>(), 0) << second.dump();
+  EXPECT_NE(second["result"]["id"], first["result"]["id"]);
+
+  const json fleet = router_->fleet();
+  EXPECT_EQ(fleet["choices"]["prefix"], 1) << fleet.dump();
+  EXPECT_EQ(fleet["choices"]["cold"], 1) << fleet.dump();
+  EXPECT_GT(fleet["cached_tokens"]["l1"].get<int>(), 0);
+  int holders = 0;
+  for (const json& d : fleet["daemons"]) holders += d["blocks"]["l1"].get<int>() > 0;
+  EXPECT_EQ(holders, 1) << fleet.dump();
+
+  // Each daemon, asked directly, gives the same tokens.
+  for (Daemon* d : {&a_, &b_}) {
+    auto direct = d->connect();
+    const json r = generate(*direct, 3, params);
+    ASSERT_TRUE(r.contains("result")) << r.dump();
+    EXPECT_EQ(r["result"]["tokens"], first["result"]["tokens"]);
+  }
+}
+
+TEST_F(RouterTest, StreamsUnderTheRoutersRequestIdAndCancelsByIt) {
+  auto c = router_->connect();
+  ASSERT_TRUE(c->valid());
+  ASSERT_TRUE(c->send(
+      request(7, "generate",
+              {{"prompt", kPrompt}, {"max_tokens", 200}, {"stream", true}, {"ignore_eos", true}})));
+  auto note = c->read();
+  ASSERT_TRUE(note.has_value());
+  ASSERT_EQ((*note)["method"], "generate.token") << note->dump();
+  EXPECT_EQ((*note)["params"]["rpc_id"], 7);
+  const json id = (*note)["params"]["id"];
+  // Another client (same uid) may cancel it by the router's id.
+  auto other = router_->connect();
+  auto cancelled = other->call(request(8, "cancel", {{"id", id}}));
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_EQ((*cancelled)["result"]["cancelled"], id) << cancelled->dump();
+  for (;;) {
+    auto msg = c->read();
+    ASSERT_TRUE(msg.has_value());
+    if (!msg->contains("id")) {
+      EXPECT_EQ((*msg)["params"]["id"], id);
+      continue;
+    }
+    EXPECT_EQ((*msg)["id"], 7);
+    EXPECT_EQ((*msg)["result"]["finish_reason"], "cancelled") << msg->dump();
+    EXPECT_EQ((*msg)["result"]["id"], id);
+    break;
+  }
+  auto unknown = other->call(request(9, "cancel", {{"id", 987654}}));
+  EXPECT_EQ((*unknown)["error"]["code"], -32602);
+}
+
+TEST_F(RouterTest, RefusesWhatADaemonRefusesTheSameWay) {
+  auto via_router = router_->connect();
+  auto direct = a_.connect();
+  for (
+      const std::string& line :
+      {std::string(
+           R"({"jsonrpc":"2.0","id":1,"method":"generate","params":{"prompt":"x","max_tokens":0}})"),
+       std::string(
+           R"({"jsonrpc":"2.0","id":1,"method":"generate","params":{"prompt":"x","tokens":[1]}})"),
+       std::string(
+           R"({"jsonrpc":"2.0","id":1,"method":"generate","params":{"prompt":"x","bogus":1}})"),
+       std::string(R"({"jsonrpc":"2.0","id":1,"method":"generate","params":{"tokens":[99999]}})"),
+       std::string(R"({"jsonrpc":"2.0","id":1,"method":"cache.lookup","params":{}})"),
+       std::string(R"({"jsonrpc":"2.0","id":1,"method":"no.such"})"), std::string("{not json"),
+       std::string(R"([1,2])")}) {
+    ASSERT_TRUE(via_router->send_raw(line + "\n"));
+    ASSERT_TRUE(direct->send_raw(line + "\n"));
+    const auto r = via_router->read();
+    const auto d = direct->read();
+    ASSERT_TRUE(r && d) << line;
+    EXPECT_EQ((*r)["error"]["code"], (*d)["error"]["code"]) << line;
+    EXPECT_EQ((*r)["error"]["message"], (*d)["error"]["message"]) << line;
+    EXPECT_EQ((*r)["id"], (*d)["id"]) << line;
+  }
+  // A daemon's own method is not the router's.
+  auto stats = via_router->call(request(2, "stats"));
+  EXPECT_EQ((*stats)["error"]["code"], -32601);
+  auto health = via_router->call(request(3, "health"));
+  EXPECT_EQ((*health)["result"]["status"], "ok");
+  EXPECT_EQ((*health)["result"]["router"]["usable"], 2);
+}
+
+TEST_F(RouterTest, ADaemonThatDiesIsTakenOutAndComesBack) {
+  auto c = router_->connect();
+  const json params = {{"prompt", kPrompt}, {"max_tokens", 8}, {"seed", 9}};
+  const json before = generate(*c, 1, params);
+  ASSERT_TRUE(before.contains("result")) << before.dump();
+
+  // A stopped daemon answers nothing: out within a second of its last poll.
+  ASSERT_EQ(::kill(a_.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(router_->wait_usable(0, false)) << router_->log();
+  EXPECT_TRUE(test_util::contains(router_->fleet()["daemons"][0]["last_error"].get<std::string>(),
+                                  "no answer"));
+  ASSERT_EQ(::kill(a_.pid(), SIGCONT), 0);
+  ASSERT_TRUE(router_->wait_usable(0, true)) << router_->log();
+
+  // Killed: every request goes to the other, with the same tokens.
+  ASSERT_EQ(::kill(a_.pid(), SIGKILL), 0);
+  a_.wait_exit();
+  ASSERT_TRUE(router_->wait_usable(0, false)) << router_->log();
+  for (int i = 0; i < 3; ++i) {
+    const json r = generate(*c, 10 + i, params);
+    ASSERT_TRUE(r.contains("result")) << r.dump();
+    EXPECT_EQ(r["result"]["tokens"], before["result"]["tokens"]);
+  }
+  // A daemon on the same socket again: back in use.
+  Daemon again({"--socket", a_.socket_path()});
+  ASSERT_TRUE(again.wait_ready()) << again.log();
+  ASSERT_TRUE(router_->wait_usable(0, true)) << router_->log();
+  EXPECT_GE(router_->fleet()["daemons"][0]["downs"].get<int>(), 2);
+
+  // With every daemon gone, a clear error.
+  ASSERT_EQ(::kill(again.pid(), SIGKILL), 0);
+  ASSERT_EQ(::kill(b_.pid(), SIGKILL), 0);
+  ASSERT_TRUE(router_->wait_usable(0, false));
+  ASSERT_TRUE(router_->wait_usable(1, false));
+  const json none = generate(*c, 20, params);
+  EXPECT_EQ(none["error"]["code"], -32010) << none.dump();
+  auto health = c->call(request(21, "health"));
+  EXPECT_EQ((*health)["result"]["status"], "unavailable");
+}
+
+TEST_F(RouterTest, ARequestOnADaemonThatDiesBeforeAnsweringIsSentToAnother) {
+  auto c = router_->connect();
+  const json params = {{"prompt", kPrompt}, {"max_tokens", 8}, {"seed", 3}};
+  const json warm = generate(*c, 1, params);
+  ASSERT_TRUE(warm.contains("result")) << warm.dump();
+  // The holder stops; the repeat is sent to it (the router has not noticed
+  // yet, or it has and sends it to the other); then the holder dies.
+  const json fleet = router_->fleet();
+  const int holder = fleet["daemons"][0]["blocks"]["l1"].get<int>() > 0 ? 0 : 1;
+  Daemon& d = holder == 0 ? a_ : b_;
+  ASSERT_EQ(::kill(d.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(c->send(request(2, "generate", params)));
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(::kill(d.pid(), SIGKILL), 0);
+  auto r = c->read();
+  ASSERT_TRUE(r.has_value());
+  ASSERT_TRUE(r->contains("result")) << r->dump();
+  EXPECT_EQ((*r)["id"], 2);
+  EXPECT_EQ((*r)["result"]["tokens"], warm["result"]["tokens"]);
+  // Which path it took depends on timing; say which.
+  RecordProperty("retried", router_->fleet()["choices"]["retried"].dump());
+}
+
+}  // namespace
+}  // namespace kvtier::daemon_test
