@@ -16,11 +16,22 @@
 
 namespace kvtier::bench {
 
-std::string default_kvtierd(const char* argv0) {
+namespace {
+
+// `folder/program` beside the running bench binary's folder.
+std::string in_build_tree(const char* argv0, const char* folder, const char* program) {
   std::error_code ec;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) self = std::filesystem::absolute(argv0);
-  return (self.parent_path().parent_path() / "daemon" / "kvtierd").string();
+  return (self.parent_path().parent_path() / folder / program).string();
+}
+
+}  // namespace
+
+std::string default_kvtierd(const char* argv0) { return in_build_tree(argv0, "daemon", "kvtierd"); }
+
+std::string default_router(const char* argv0) {
+  return in_build_tree(argv0, "router", "kvtier-router");
 }
 
 namespace {

@@ -1,4 +1,4 @@
-// A kvtierd child process for the soak and the comparison runs: started on a
+// A kvtierd (or kvtier-router) child process for the soak and the comparison runs: started on a
 // socket in a fresh /tmp folder, its stderr in a log file, stopped through
 // the protocol (`shutdown`), killed if it does not exit in time.
 #pragma once
@@ -23,6 +23,9 @@ std::map<std::string, std::string> daemon_flags(const std::string& binary);
 // The kvtierd of this build tree, beside the running bench binary
 // (build/bench/soak -> build/daemon/kvtierd); `argv0` when /proc has no link.
 std::string default_kvtierd(const char* argv0);
+
+// The kvtier-router of this build tree (build/router/kvtier-router).
+std::string default_router(const char* argv0);
 
 class DaemonProcess {
  public:

@@ -177,7 +177,9 @@ class Runner {
 
   std::optional<std::vector<ctl::RpcClient>> stats_clients() const {
     std::vector<ctl::RpcClient> clients;
-    for (const std::string& socket : options_.sockets) {
+    const auto& sockets =
+        options_.stats_sockets.empty() ? options_.sockets : options_.stats_sockets;
+    for (const std::string& socket : sockets) {
       auto client = ctl::RpcClient::connect(socket);
       if (!client) return std::nullopt;
       clients.push_back(std::move(*client));

@@ -26,10 +26,12 @@
 namespace kvtier::bench {
 
 struct LoadOptions {
-  std::vector<std::string> sockets;  // one per daemon; arrivals go round-robin
-  std::string api = "jsonrpc";       // how requests are sent: jsonrpc | http (loadgen_wire.h)
-  double rate = 4;                   // arrivals per second (Poisson), over all daemons
-  int concurrency = 8;               // connections to each daemon = its requests in flight
+  std::vector<std::string> sockets;  // one per daemon (or a router); arrivals go round-robin
+  // Where `stats` is asked, every daemon behind a router; empty: sockets.
+  std::vector<std::string> stats_sockets;
+  std::string api = "jsonrpc";  // how requests are sent: jsonrpc | http (loadgen_wire.h)
+  double rate = 4;              // arrivals per second (Poisson), over all daemons
+  int concurrency = 8;          // connections to each daemon = its requests in flight
   double duration_s = 30;
   std::string kinds = "abcd";
   std::uint64_t seed = 1;

@@ -37,6 +37,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "bench/loadgen_daemon.h"
 #include "bench/loadgen_report.h"
@@ -62,13 +63,14 @@ constexpr int kGpt2Concurrency = 4;
 constexpr double kGpt2DrainTimeout = 300;
 
 struct SoakOptions {
-  std::string kvtierd, model, out = "soak-out", workload = "a,b,c";
+  std::string kvtierd, router, model, out = "soak-out", workload = "a,b,c";
   double duration_s = 600, rate = 6, warmup_s = -1, max_p99_ttft_ms = 0, drain_timeout_s = 120;
   int concurrency = 6, verify = 16, page_size = 16, threads = 0;
   int l1_blocks = 24, l2_blocks = 32, l3_blocks = 96;
   std::uint64_t l1_bytes = 0, l2_bytes = 0, l3_bytes = 0;  // 0: the blocks above
   bool gpt2_124m = false;               // a GPT-2 124M-shaped model of random weights, tiers in GiB
   int fleet = 0;                        // daemons of a --fleet run; 0 = none
+  bool via_router = false;              // --fleet: round-robin against kvtier-router
   std::size_t redis_bytes = 256 << 20;  // the fleet's redis-server maxmemory
   std::uint64_t seed = 1;
   bool compare = false, quiet = false;
@@ -79,6 +81,7 @@ struct TierSetup {
   bool l2 = true, l3 = true;
   std::string preemption;  // "" = the daemon's default
   std::string remote;      // the remote tier's address; "" = none
+  bool router = false;     // the load goes through kvtier-router instead of round-robin
 };
 
 struct Check {
@@ -392,7 +395,33 @@ struct RunOutput {
   std::vector<Check> checks;
   bool started = false;
   double lone_ttft_ms = -1;  // one request of the workload alone, before the arrivals
+  json router_fleet;         // the router's `fleet` at the end of a run through it
 };
+
+// kvtier-router in front of `daemons`, once it uses every one of them.
+std::expected<std::unique_ptr<DaemonProcess>, std::string> start_router(
+    const SoakOptions& o, const std::vector<std::string>& daemons, const std::string& log) {
+  std::vector<std::string> args = {"--model", o.model};
+  for (const auto& d : daemons) args.insert(args.end(), {"--daemon", d});
+  auto router = DaemonProcess::start(o.router, args, log);
+  if (!router) return router;
+  for (int tries = 0; tries < 500; ++tries) {
+    auto c = kvtier::ctl::RpcClient::connect((*router)->socket());
+    auto h = c ? c->call("health", json::object()) : std::unexpected(c.error());
+    if (h && h->value("/router/usable"_json_pointer, 0) == static_cast<int>(daemons.size()))
+      return router;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return std::unexpected("kvtier-router did not take every daemon in 10 s; see " + log);
+}
+
+// The router's `fleet` answer, or null.
+json router_fleet(const std::string& socket) {
+  auto c = kvtier::ctl::RpcClient::connect(socket);
+  if (!c) return nullptr;
+  auto f = c->call("fleet", json::object());
+  return f ? *f : json(nullptr);
+}
 
 // The TTFT of one request of the workload (a draw of its own), sent alone
 // under a cache_salt of its own; -1 when it failed.
@@ -462,8 +491,21 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
     lo.sockets.push_back(daemon->socket());
     lo.daemon_pids.push_back(daemon->pid());
   }
-  lo.rate = o.rate;
   lo.concurrency = o.concurrency;
+  std::unique_ptr<DaemonProcess> router;
+  if (setup.router) {
+    auto started = start_router(o, lo.sockets, (fs::path(o.out) / (tag + "-router.log")).string());
+    if (!started) {
+      std::fprintf(stderr, "soak: %s\n", started.error().c_str());
+      out.started = false;
+      return out;
+    }
+    router = std::move(*started);
+    // Every connection goes to the router: as many as the daemons had.
+    lo.stats_sockets = std::exchange(lo.sockets, {router->socket()});
+    lo.concurrency = o.concurrency * daemons;
+  }
+  lo.rate = o.rate;
   lo.duration_s = o.duration_s;
   lo.drain_timeout_s = o.drain_timeout_s;
   lo.kinds = *parse_kinds(o.workload);
@@ -486,6 +528,10 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
     out.checks.push_back(
         check_cold(o, lo.sockets, out.result, verify == Verify::kFleet && !setup.remote.empty()));
   std::string unclean;
+  if (router) {
+    out.router_fleet = router_fleet(router->socket());
+    if (!router->stop()) unclean = router->log_path();
+  }
   for (std::size_t d = 0; d < fleet.size(); ++d)
     if (!fleet[d]->stop()) unclean += (unclean.empty() ? "" : ", ") + logs[d];
   if (verify != Verify::kNone)
@@ -524,29 +570,45 @@ int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& fl
     std::fprintf(stderr, "soak: %s\n", redis.error().c_str());
     return 2;
   }
-  const std::vector<std::pair<std::string, TierSetup>> setups = {
-      {"islands", {"islands", true, true, "swap", ""}},
-      {"shared", {"shared remote", true, true, "swap", (*redis)->socket()}},
-  };
+  // --router: both share the remote tier, so round-robin's misses of L1
+  // are remote hits, as a fleet behind a plain load balancer has them.
+  const std::vector<std::pair<std::string, TierSetup>> setups =
+      o.via_router ? std::vector<std::pair<std::string, TierSetup>>{{"round-robin",
+                                                                     {"round-robin", true, true,
+                                                                      "swap", (*redis)->socket()}},
+                                                                    {"router",
+                                                                     {"router", true, true, "swap",
+                                                                      (*redis)->socket(), true}}}
+                   : std::vector<std::pair<std::string, TierSetup>>{
+                         {"islands", {"islands", true, true, "swap", ""}},
+                         {"shared", {"shared remote", true, true, "swap", (*redis)->socket()}}};
   std::vector<std::pair<std::string, Summary>> rows;
   std::vector<std::vector<Check>> checks;
+  std::string router_choices;
   for (const auto& [tag, setup] : setups) {
     RunOutput r = run_setup(o, setup, flags, "fleet-" + tag, Verify::kFleet, o.fleet);
     if (!r.started) return 2;
     rows.emplace_back(setup.label, r.summary);
     checks.push_back(std::move(r.checks));
+    if (r.router_fleet.is_object())
+      router_choices = "router choices " + r.router_fleet["choices"].dump() +
+                       ", blocks the chosen daemon held " + r.router_fleet["routed_blocks"].dump();
   }
   std::printf(
-      "fleet of %d daemons, workload %s round-robin, rate %.2f/s, concurrency %d each, %.0f s "
+      "fleet of %d daemons, workload %s %s, rate %.2f/s, concurrency %d each, %.0f s "
       "each, seed %llu; each daemon %s; shared: one redis-server on a Unix socket, maxmemory "
       "%zu MiB\n",
-      o.fleet, o.workload.c_str(), o.rate, o.concurrency, o.duration_s,
-      static_cast<unsigned long long>(o.seed), tiers_text(o).c_str(), o.redis_bytes >> 20);
+      o.fleet, o.workload.c_str(),
+      o.via_router ? "round-robin, then through kvtier-router" : "round-robin", o.rate,
+      o.concurrency, o.duration_s, static_cast<unsigned long long>(o.seed), tiers_text(o).c_str(),
+      o.redis_bytes >> 20);
   print_comparison(rows, stdout);
+  if (!router_choices.empty()) std::printf("%s\n", router_choices.c_str());
   bool ok = true;
   for (std::size_t i = 0; i < rows.size(); ++i)
     ok = print_checks(checks[i], rows[i].first + ": ") && ok;
-  std::printf("CSVs: %s/fleet-{islands,shared}-{requests,stats,config}.csv\n", o.out.c_str());
+  std::printf("CSVs: %s/fleet-{%s}-{requests,stats,config}.csv\n", o.out.c_str(),
+              o.via_router ? "round-robin,router" : "islands,shared");
   std::printf("soak: %s\n", ok ? "all checks passed" : "FAILED");
   return ok ? 0 : 1;
 }
@@ -557,6 +619,7 @@ int main(int argc, char** argv) {
   CLI::App app{"kvtier soak: a long run against kvtierd with small tiers, and its checks"};
   SoakOptions o;
   o.kvtierd = default_kvtierd(argv[0]);
+  o.router = default_router(argv[0]);
   o.model = (fs::path(KVTIER_SOURCE_DIR) / "models" / "fortunes-char").string();
   app.add_option("--kvtierd", o.kvtierd, "kvtierd binary")->capture_default_str();
   app.add_option("--model", o.model, "Model folder")->capture_default_str();
@@ -611,6 +674,12 @@ int main(int argc, char** argv) {
                  "and sharing a remote tier on a redis-server of the soak's own, and compare")
       ->check(CLI::Range(1, 16))
       ->excludes("--compare");
+  app.add_flag("--router", o.via_router,
+               "With --fleet: round-robin, then the same arrivals through kvtier-router "
+               "(both sharing the remote tier), compared")
+      ->needs("--fleet");
+  app.add_option("--kvtier-router", o.router, "The kvtier-router binary for --router")
+      ->capture_default_str();
   app.add_option("--redis-bytes", o.redis_bytes, "The fleet's redis-server maxmemory, bytes")
       ->capture_default_str();
   auto* gpt2_flag =

@@ -191,6 +191,8 @@ int main(int argc, char** argv) {
 
   auto* stats = app.add_subcommand("stats", "Scheduler and request counters");
   auto* health = app.add_subcommand("health", "Check that the daemon answers, on one line");
+  auto* fleet = app.add_subcommand(
+      "fleet", "kvtier-router's daemons, their load and index, and its choices (docs/fleet.md)");
   auto* shutdown = app.add_subcommand(
       "shutdown", "Stop the daemon: running requests may finish within its drain_timeout");
   std::uint64_t cancel_id = 0;
@@ -314,6 +316,9 @@ int main(int argc, char** argv) {
   }
   if (health->parsed()) {
     return run_method(*client, "health", json::object(), json_out, kvtier::ctl::health_text);
+  }
+  if (fleet->parsed()) {
+    return run_method(*client, "fleet", json::object(), json_out, kvtier::ctl::fleet_text);
   }
   if (shutdown->parsed()) {
     return run_method(*client, "shutdown", json::object(), json_out,

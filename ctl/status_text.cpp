@@ -139,6 +139,11 @@ std::string health_text(const json& health) {
                     n("n_embd") + " wide, vocab " + n("vocab_size") + ", context " +
                     n("block_size"));
   }
+  if (auto r = health.find("router"); r != health.end() && r->is_object()) {
+    const std::size_t all = r->value("daemons", json::array()).size();
+    parts.push_back("router: " + scalar_text(r->value("usable", json("?"))) + " of " +
+                    std::to_string(all) + " daemons usable");
+  }
   // Any other plain field as "name value"; `config` is config get's.
   for (const auto& [key, value] : health.items()) {
     if (key == "status" || key == "device" || is_version_key(key) || value.is_structured())
@@ -148,6 +153,45 @@ std::string health_text(const json& health) {
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : "  ") + p;
   return out + "\n";
+}
+
+std::string fleet_text(const json& fleet) {
+  // "l1 12, l2 0, ..." for an object of counts, in its order.
+  const auto counts = [](const json& object) {
+    std::string out;
+    if (!object.is_object()) return out;
+    for (const auto& [key, value] : object.items())
+      out += (out.empty() ? "" : ", ") + key + " " + scalar_text(value);
+    return out;
+  };
+  std::vector<std::vector<std::string>> rows = {
+      {"daemon", "usable", "pending", "blocks indexed", "out", "last error"}};
+  for (const json& d : fleet.value("daemons", json::array())) {
+    if (!d.is_object()) continue;
+    rows.push_back(
+        {scalar_text(d.value("address", json("?"))), d.value("usable", false) ? "yes" : "no",
+         scalar_text(d.value("pending", json("?"))),
+         d.value("indexed", false) ? counts(d.value("blocks", json())) : "(none)",
+         scalar_text(d.value("downs", json("?"))), scalar_text(d.value("last_error", json("")))});
+  }
+  std::vector<std::size_t> width(rows.front().size(), 0);
+  for (const auto& row : rows)
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  out += "choices: " + counts(fleet.value("choices", json())) + "\n";
+  out += "blocks the chosen daemon held: " + counts(fleet.value("routed_blocks", json())) + "\n";
+  out +=
+      "cached tokens the daemons reported: " + counts(fleet.value("cached_tokens", json())) + "\n";
+  return out;
 }
 
 }  // namespace kvtier::ctl

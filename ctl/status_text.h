@@ -1,5 +1,5 @@
-// The text forms of `kvtierctl stats` and `kvtierctl health`: the results
-// of the `stats` and `health` methods (docs/protocol.md) made readable.
+// The text forms of `kvtierctl stats`, `health` and `fleet`: the results
+// of those methods (docs/protocol.md, docs/fleet.md) made readable.
 //
 // Both show every field the daemon sends, known or not, so a field added to
 // the protocol is never hidden; the known ones are grouped and laid out.
@@ -17,7 +17,13 @@ namespace kvtier::ctl {
 std::string stats_text(const nlohmann::json& stats);
 
 // One line: "ok  kvtierd 0.3 (rev abc)  device cpu  model 4 layers, ...",
-// with the version and revision when the daemon says them.
+// with the version and revision when the daemon says them; from a
+// kvtier-router, "router: 2 of 3 daemons usable" too.
 std::string health_text(const nlohmann::json& health);
+
+// kvtier-router's `fleet` (docs/fleet.md): one line per daemon (usable,
+// pending, blocks indexed per tier, times taken out, last error), then the
+// router's choices by reason and the hits by tier, fleet-wide.
+std::string fleet_text(const nlohmann::json& fleet);
 
 }  // namespace kvtier::ctl

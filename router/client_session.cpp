@@ -25,6 +25,7 @@ constexpr std::pair<const char*, const char*> kOwnMethods[] = {
     {"cancel", "cancel a running generate by its (router's) request id"},
     {"health", "ok while some daemon is usable; a usable daemon's model and config"},
     {"fleet", "every daemon: usable or not, its load and index; choices by reason"},
+    {"shutdown", "stop the router (privileged); the daemons go on"},
     {"help", "the methods this router answers"},
 };
 constexpr const char* kDaemonMethods[] = {
@@ -118,6 +119,7 @@ void ClientSession::on_line(const std::string& line) {
   const std::string& m = call->method;
   if (m == "generate" || m == "cache.lookup" || m == "cache.warm") return routed_call(*call);
   if (m == "cancel") return method_cancel(*call);
+  if (m == "shutdown") return method_shutdown(*call);
   if (m == "health" || m == "fleet" || m == "help") {
     if (auto ok = no_params_check(call->params); !ok) return reply_error(*call, ok.error());
     if (m == "health") return reply(*call, router_.health());
@@ -291,6 +293,22 @@ void ClientSession::left_daemon(const Forwarded& f) {
   if (f.call.method != "cancel" && !f.tried.empty()) router_.link(f.tried.back()).done();
 }
 
+bool ClientSession::privileged() const {
+  return peer_ && privileged_call_allowed(peer_->uid, limits_.router_uid, false);
+}
+
+void ClientSession::method_shutdown(RpcCall& call) {
+  if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
+  if (!privileged()) {
+    return reply_error(call, {rpc_code::kPermissionDenied,
+                              "permission denied: 'shutdown' is allowed only to uid " +
+                                  std::to_string(limits_.router_uid) + " (the router's) and root"});
+  }
+  reply(call, {{"stopping", true}});
+  log_info("shutdown requested by " + (peer_ ? to_string(*peer_) : std::string("a client")));
+  if (router_.on_shutdown) router_.on_shutdown();
+}
+
 void ClientSession::method_cancel(RpcCall& call) {
   auto id = cancel_params_parse(call.params);
   if (!id) return reply_error(call, id.error());
@@ -299,8 +317,7 @@ void ClientSession::method_cancel(RpcCall& call) {
   const Router::Owned* owned = router_.request(*id);
   auto session = owned ? owned->session.lock() : nullptr;
   if (!session) return reply_error(call, unknown);
-  const bool privileged = peer_ && (peer_->uid == 0 || peer_->uid == limits_.router_uid);
-  if (!cancel_allowed(owned->owner, owner(), privileged)) {
+  if (!cancel_allowed(owned->owner, owner(), privileged())) {
     return reply_error(
         call, {rpc_code::kPermissionDenied,
                "permission denied: request " + std::to_string(*id) +

@@ -21,10 +21,11 @@
 // every daemon once); the others, and those with no daemon left, get
 // kDaemonLost.
 //
-// The router answers `health`, `fleet`, `cancel` and `help` itself; other
-// methods (stats, tiers, config.*, cache.tree, cache.flush, cache.pin,
-// cache.unpin, shutdown, cache.subscribe) are a daemon's own and get
-// kMethodNotFound saying so: ask the daemon.
+// The router answers `health`, `fleet`, `cancel`, `shutdown` (the router's
+// uid and root only; the daemons go on) and `help` itself; other methods
+// (stats, tiers, config.*, cache.tree, cache.flush, cache.pin, cache.unpin,
+// cache.subscribe) are a daemon's own and get kMethodNotFound saying so:
+// ask the daemon.
 //
 // Thread-safety: on the router's io thread only.
 #pragma once
@@ -106,6 +107,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   void routed_call(daemon::RpcCall& call);
   void method_cancel(daemon::RpcCall& call);
+  void method_shutdown(daemon::RpcCall& call);
+  // The router's uid or root (access.h).
+  bool privileged() const;
   // Routes `f` (again), excluding the daemons it was tried on.
   void dispatch(Forwarded f);
   void send_to(int daemon, Forwarded f);

@@ -18,6 +18,7 @@
 
 #include <boost/asio.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -51,6 +52,9 @@ class Router {
 
   void start();
   void stop();
+
+  // What `shutdown` calls: the server stops (set by it).
+  std::function<void()> on_shutdown;
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   int daemons() const { return static_cast<int>(links_.size()); }

@@ -16,7 +16,12 @@ using namespace kvtier::daemon;
 using stream = asio::local::stream_protocol;
 
 RouterServer::RouterServer(asio::io_context& io, Router& router, RouterServerOptions options)
-    : io_(io), router_(router), options_(std::move(options)), acceptor_(io), signals_(io) {}
+    : io_(io),
+      router_(router),
+      options_(std::move(options)),
+      acceptor_(io),
+      signals_(io),
+      shutdown_timer_(io) {}
 
 RouterServer::~RouterServer() { stop(); }
 
@@ -39,6 +44,13 @@ std::expected<void, std::string> RouterServer::listen() {
 }
 
 void RouterServer::start() {
+  // After a moment, so the `shutdown` call's own answer is written first.
+  router_.on_shutdown = [this] {
+    shutdown_timer_.expires_after(std::chrono::milliseconds(100));
+    shutdown_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) stop();
+    });
+  };
   router_.start();
   signals_.add(SIGINT);
   signals_.add(SIGTERM);
@@ -58,6 +70,7 @@ void RouterServer::stop() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   signals_.cancel(ignored);
+  shutdown_timer_.cancel();
   if (owns_socket_file_) {
     std::error_code fs_ec;
     std::filesystem::remove(options_.socket_path, fs_ec);

@@ -1,7 +1,8 @@
 // kvtier-router's listening side: the Unix socket clients connect to (the
 // same rules as kvtierd's: a stale socket file is replaced, a live one
-// refused, mode 0660), its sessions, and SIGINT/SIGTERM, which close every
-// session (cancelling their requests on the daemons) and stop.
+// refused, mode 0660), its sessions, and SIGINT/SIGTERM or `shutdown`,
+// which close every session (cancelling their requests on the daemons) and
+// stop; the daemons go on.
 //
 // Thread-safety: everything on the io_context's thread.
 #pragma once
@@ -43,6 +44,7 @@ class RouterServer {
   RouterServerOptions options_;
   asio::local::stream_protocol::acceptor acceptor_;
   asio::signal_set signals_;
+  asio::steady_timer shutdown_timer_;
   std::unordered_map<ClientSession*, std::shared_ptr<ClientSession>> sessions_;
   bool owns_socket_file_ = false;
   bool stopped_ = false;

@@ -39,6 +39,8 @@ class Router {
   }
 
   std::unique_ptr<Client> connect() const { return std::make_unique<Client>(socket_path_); }
+  const std::string& socket_path() const { return socket_path_; }
+  const std::filesystem::path& dir() const { return dir_.path(); }
   std::string log() const {
     std::ifstream in(log_path_);
     std::stringstream text;
@@ -112,6 +114,20 @@ TEST_F(RouterTest, ARepeatedPromptGoesWhereItsPrefixIsAndGetsTheSameTokens) {
   int holders = 0;
   for (const json& d : fleet["daemons"]) holders += d["blocks"]["l1"].get<int>() > 0;
   EXPECT_EQ(holders, 1) << fleet.dump();
+
+  // kvtierctl pointed at the router shows the fleet.
+  const std::string ctl =
+      (std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl")
+          .string();
+  const ProcessResult shown =
+      run_process({ctl, "-s", router_->socket_path(), "fleet"}, router_->dir());
+  EXPECT_EQ(shown.exit_code, 0) << shown.err;
+  for (const std::string& needle :
+       {a_.socket_path(), b_.socket_path(), std::string("prefix 1"), std::string("cold 1")})
+    EXPECT_TRUE(test_util::contains(shown.out, needle)) << needle << " in\n" << shown.out;
+  const ProcessResult health =
+      run_process({ctl, "-s", router_->socket_path(), "health"}, router_->dir());
+  EXPECT_TRUE(test_util::contains(health.out, "router: 2 of 2 daemons usable")) << health.out;
 
   // Each daemon, asked directly, gives the same tokens.
   for (Daemon* d : {&a_, &b_}) {

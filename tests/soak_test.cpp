@@ -116,6 +116,26 @@ TEST(SoakTest, ShortFleetRunSharesPrefixesThroughRedis) {
   EXPECT_GT(remote_hits, 0) << output;
 }
 
+// --router: the same arrivals round-robin, then through kvtier-router;
+// both runs pass their checks (none lost, cold answers identical through
+// the router) and the router says how it chose.
+TEST(SoakTest, ShortFleetRunThroughTheRouter) {
+  const fs::path soak = soak_path();
+  if (!fs::exists(soak)) GTEST_SKIP() << soak << " is not built (KVTIER_BUILD_BENCH=OFF?)";
+  SKIP_WITHOUT_REDIS();
+  test_util::TempDir dir;
+  const fs::path out = dir.path() / "fleet";
+  const auto [status, output] = run_soak(
+      "--fleet 2 --router --workload b --duration 6 --rate 4 --concurrency 2 --verify 4 "
+      "--l1-blocks 20 --l2-blocks 16 --l3-blocks 32 --threads 1 --redis-bytes 67108864",
+      out);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
+  EXPECT_NE(output.find("router choices {"), std::string::npos) << output;
+  EXPECT_TRUE(fs::exists(out / "fleet-router-requests.csv")) << output;
+  EXPECT_TRUE(fs::exists(out / "fleet-round-robin-requests.csv")) << output;
+}
+
 // Tiers given in bytes (rounded down to the bundled model's 64 KiB blocks)
 // and workload f's long documents: the checks pass, the daemon got those
 // sizes, and the L3 slab is gone after the run.
