@@ -89,7 +89,9 @@ void DaemonLink::call(const std::string& method, Answer answer) {
 
 void DaemonLink::on_line(const std::string& line) {
   auto parsed = daemon::json_parse(line);
-  if (!parsed || !parsed->is_object()) return fail("it sent a line that is not a JSON object");
+  // A line cut short or garbled: its events are lost, so start again from
+  // a snapshot (a call it answered is asked again there).
+  if (!parsed || !parsed->is_object()) return resync("a line that is not a JSON object");
   const json& message = *parsed;
   const auto id = message.find("id");
   if (id == message.end()) {
@@ -200,6 +202,11 @@ void DaemonLink::fail(const std::string& why) {
 }
 
 void DaemonLink::resync(const std::string& why) {
+  // Twice within a second: not a lost line but a stream that keeps
+  // breaking; out of use, so it costs retries, not a busy loop.
+  const auto now = Clock::now();
+  if (now - last_resync_ < kAnswerTimeout) return fail("its event stream keeps breaking: " + why);
+  last_resync_ = now;
   log_warning("daemon " + address_ + ": " + why + "; subscribing again");
   ++resyncs_;
   const bool was_usable = usable_;

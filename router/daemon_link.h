@@ -12,10 +12,11 @@
 // Then its index is dropped and it is tried again every kRetryInterval;
 // it is back once a new handshake ends.
 //
-// A batch of events that does not follow the last (lost events) or does
-// not parse makes the link subscribe again on a fresh connection; the
-// daemon stays usable meanwhile, with an empty index (it matches nothing
-// until the new snapshot), so a bad stream costs hits, never a wrong route.
+// A batch of events that does not follow the last (lost events), or a line
+// that does not parse, makes the link subscribe again on a fresh
+// connection; the daemon stays usable meanwhile, with an empty index (it
+// matches nothing until the new snapshot), so a bad stream costs hits,
+// never a wrong route. A second one within a second takes it out of use.
 //
 // Thread-safety: on the router's io thread only.
 #pragma once
@@ -111,6 +112,7 @@ class DaemonLink {
   Clock::time_point awaited_since_;
   Clock::time_point next_connect_{};
   Clock::time_point next_costs_{};
+  Clock::time_point last_resync_{};
   bool subscribed_ = false;  // the handshake ended on this connection
   bool usable_ = false;
   bool stopped_ = false;

@@ -1,0 +1,251 @@
+// kvtier-router against a daemon that misbehaves on its control connection:
+// events lost, a line cut short, a stream that keeps breaking, another
+// model's fingerprint. The real kvtierd never does these, so the daemon
+// here is a script on a Unix socket; the router is the real one. Each
+// fault must cost hits (an empty index until a fresh snapshot), never a
+// route on stale blocks, and a stream that keeps breaking takes the daemon
+// out of use instead of a busy loop.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "daemon_test_util.h"
+#include "tiers/block_key.h"
+
+namespace kvtier::daemon_test {
+namespace {
+
+std::string key_hex(std::uint64_t n) { return tiers::to_hex({n, n}); }
+
+// A daemon that answers the router's control calls from a script: health
+// (the bundled model's shapes, page size 16), tiers, stats, and
+// cache.subscribe with the next of `snapshots` (the last one again once
+// they run out), held back while hold_subscribe is set. send() writes a
+// raw line to the connection open now.
+class ScriptedDaemon {
+ public:
+  ScriptedDaemon(const std::filesystem::path& dir, std::string fingerprint,
+                 std::vector<std::vector<std::string>> snapshots)
+      : path_((dir / ("scripted-" + fingerprint + ".sock")).string()),
+        fingerprint_(std::move(fingerprint)),
+        snapshots_(std::move(snapshots)) {
+    listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(listen_fd_, 8), 0);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ScriptedDaemon() {
+    stop_ = true;
+    thread_.join();
+    if (conn_fd_ >= 0) ::close(conn_fd_);
+    ::close(listen_fd_);
+  }
+
+  const std::string& path() const { return path_; }
+  void send(std::string line) {
+    std::lock_guard lock(mu_);
+    outbox_.push_back(std::move(line) + "\n");
+  }
+  std::atomic<bool> hold_subscribe{false};
+  std::atomic<int> subscriptions{0};
+
+ private:
+  void serve() {
+    std::string buf;
+    while (!stop_) {
+      pollfd p[2] = {{listen_fd_, POLLIN, 0}, {conn_fd_, POLLIN, 0}};
+      ::poll(p, conn_fd_ >= 0 ? 2 : 1, 10);
+      if (p[0].revents & POLLIN) {  // the newest connection is the one served
+        if (conn_fd_ >= 0) ::close(conn_fd_);
+        conn_fd_ = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        buf.clear();
+        pending_subscribe_ = json();
+      }
+      if (conn_fd_ < 0) continue;
+      if (conn_fd_ >= 0 && (p[1].revents & (POLLIN | POLLHUP))) {
+        char chunk[4096];
+        const ssize_t n = ::recv(conn_fd_, chunk, sizeof chunk, 0);
+        if (n <= 0) {
+          ::close(conn_fd_);
+          conn_fd_ = -1;
+          continue;
+        }
+        buf.append(chunk, static_cast<std::size_t>(n));
+      }
+      for (std::size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
+        answer(json::parse(buf.substr(0, nl)));
+        buf.erase(0, nl + 1);
+      }
+      if (!pending_subscribe_.is_null() && !hold_subscribe) {
+        write(pending_subscribe_.dump() + "\n");
+        pending_subscribe_ = json();
+        ++subscriptions;
+      }
+      std::deque<std::string> out;
+      {
+        std::lock_guard lock(mu_);
+        out.swap(outbox_);
+      }
+      for (const auto& line : out) write(line);
+    }
+  }
+
+  void answer(const json& call) {
+    const std::string method = call.value("method", "");
+    json result;
+    if (method == "health") {
+      result = {{"status", "ok"},
+                {"model",
+                 {{"n_layer", 4},
+                  {"n_head", 4},
+                  {"n_embd", 128},
+                  {"vocab_size", 96},
+                  {"block_size", 256}}},
+                {"config", {{"page_size", 16}}}};
+    } else if (method == "tiers") {
+      result = {{"costs", {{"prefill", {{{"rows", 16}, {"pass_us", 100.0}}}}}}};
+    } else if (method == "stats") {
+      result = {{"pending", 0}};
+    } else if (method == "cache.subscribe") {
+      const auto& keys = snapshots_[std::min<std::size_t>(next_snapshot_++, snapshots_.size() - 1)];
+      json blocks = json::array();
+      for (const auto& k : keys) blocks.push_back({{"block", k}, {"tier", "l1"}});
+      const std::uint64_t seq = 10 * next_snapshot_;
+      pending_subscribe_ = {
+          {"jsonrpc", "2.0"},
+          {"id", call["id"]},
+          {"result",
+           {{"seq", seq}, {"fingerprint", fingerprint_}, {"page_size", 16}, {"blocks", blocks}}}};
+      return;
+    }
+    write(json{{"jsonrpc", "2.0"}, {"id", call["id"]}, {"result", result}}.dump() + "\n");
+  }
+
+  void write(const std::string& bytes) {
+    if (conn_fd_ >= 0) (void)::send(conn_fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  }
+
+  std::string path_, fingerprint_;
+  std::vector<std::vector<std::string>> snapshots_;
+  std::size_t next_snapshot_ = 0;
+  int listen_fd_ = -1, conn_fd_ = -1;
+  json pending_subscribe_;
+  std::mutex mu_;
+  std::deque<std::string> outbox_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// kvtier-router in front of `daemons`; fleet() is its `fleet` answer.
+class RouterProcess {
+ public:
+  explicit RouterProcess(const std::vector<std::string>& daemons) {
+    socket_ = (dir_.path() / "router.sock").string();
+    log_ = (dir_.path() / "router.log").string();
+    std::vector<std::string> args = {KVTIER_ROUTER_PATH, "--socket", socket_, "--model",
+                                     kModelDir.string()};
+    for (const auto& d : daemons) args.insert(args.end(), {"--daemon", d});
+    const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    auto child = util::spawn_child(args, {.stderr_fd = fd});
+    ::close(fd);
+    if (child)
+      child_ = std::move(*child);
+    else
+      ADD_FAILURE() << child.error();
+  }
+  json fleet() const {
+    Client c(socket_);
+    if (!c.valid()) return json();
+    auto r = c.call(request(1, "fleet"));
+    return r && r->contains("result") ? (*r)["result"] : json();
+  }
+  // Polls fleet() until `ok` holds of daemon `i`; its last view on timeout.
+  json wait_for(std::size_t i, const std::function<bool(const json&)>& ok) const {
+    json d;
+    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const json f = fleet();
+      if (f.is_object() && f["daemons"].size() > i) {
+        d = f["daemons"][i];
+        if (ok(d)) return d;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "timed out; last: " << d.dump() << "\n" << test_util::read_file(log_);
+    return d;
+  }
+
+ private:
+  test_util::TempDir dir_;
+  std::string socket_, log_;
+  util::ChildProcess child_;
+};
+
+json events(std::uint64_t seq, const std::vector<std::string>& stored) {
+  json e = json::array();
+  for (const auto& k : stored) e.push_back({{"block", k}, {"tier", "l1"}, {"stored", true}});
+  return {
+      {"jsonrpc", "2.0"}, {"method", "cache.events"}, {"params", {{"seq", seq}, {"events", e}}}};
+}
+
+int l1_blocks(const json& d) { return d["blocks"]["l1"].get<int>(); }
+
+TEST(RouterEventsTest, LostOrGarbledEventsCostASnapshotAndAStreamThatKeepsBreakingIsTakenOut) {
+  test_util::TempDir dir;
+  ScriptedDaemon daemon(dir.path(), "00000000000000aa",
+                        {{key_hex(1)}, {key_hex(1), key_hex(2), key_hex(3)}, {key_hex(7)}});
+  RouterProcess router({daemon.path()});
+  router.wait_for(0, [](const json& d) { return d["usable"] == true && l1_blocks(d) == 1; });
+
+  // Seq 10 was the snapshot: 11 follows, and is applied.
+  daemon.send(events(11, {key_hex(2)}).dump());
+  router.wait_for(0, [](const json& d) { return l1_blocks(d) == 2; });
+
+  // 13 after 11: a batch was lost. A fresh snapshot (three blocks) replaces
+  // the index; the daemon stayed usable throughout.
+  daemon.send(events(13, {key_hex(4)}).dump());
+  json d = router.wait_for(0, [](const json& d) { return l1_blocks(d) == 3; });
+  EXPECT_EQ(d["resyncs"], 1);
+  EXPECT_EQ(d["downs"], 0);
+  EXPECT_EQ(d["usable"], true);
+
+  // A line cut short, more than a second later: one more snapshot.
+  std::this_thread::sleep_for(1100ms);
+  daemon.send(R"({"jsonrpc":"2.0","method":"cache.events","params":{"seq":31,"ev)");
+  d = router.wait_for(0, [](const json& d) { return d["resyncs"] == 2 && l1_blocks(d) == 1; });
+  EXPECT_EQ(d["downs"], 0);
+
+  // Broken again at once: out of use (then tried again, and back).
+  const int subscribed = daemon.subscriptions;
+  daemon.send("{not json");
+  d = router.wait_for(0, [](const json& d) { return d["downs"] == 1; });
+  d = router.wait_for(0, [&](const json& d) { return d["usable"] == true; });
+  EXPECT_GT(daemon.subscriptions, subscribed);
+}
+
+TEST(RouterEventsTest, ADaemonOfAnotherFingerprintIsNotUsed) {
+  test_util::TempDir dir;
+  ScriptedDaemon first(dir.path(), "00000000000000aa", {{key_hex(1)}});
+  ScriptedDaemon other(dir.path(), "00000000000000bb", {{key_hex(1)}});
+  other.hold_subscribe = true;  // the first sets the fleet's fingerprint
+  RouterProcess router({first.path(), other.path()});
+  router.wait_for(0, [](const json& d) { return d["usable"] == true; });
+  other.hold_subscribe = false;
+  const json d = router.wait_for(1, [](const json& d) {
+    return test_util::contains(d["last_error"].get<std::string>(), "fingerprint");
+  });
+  EXPECT_EQ(d["usable"], false);
+  EXPECT_EQ(l1_blocks(d), 0);
+}
+
+}  // namespace
+}  // namespace kvtier::daemon_test
