@@ -164,9 +164,14 @@ void ClientSession::routed_call(RpcCall& call) {
 void ClientSession::dispatch(Forwarded f) {
   const auto route = router_.route(f.tokens, f.cache_salt, f.tried);
   if (!route) {
-    reply_error(f.call, {router_code::kNoDaemon, "no daemon is usable now (" +
-                                                     std::to_string(router_.daemons()) +
-                                                     " configured; `fleet` says why)"});
+    if (f.refusal.is_object()) {  // every daemon left refused it: say what the last one said
+      reply_error(f.call, {f.refusal.value("code", rpc_code::kTooManyPending),
+                           f.refusal.value("message", std::string("refused"))});
+    } else {
+      reply_error(f.call, {router_code::kNoDaemon, "no daemon is usable now (" +
+                                                       std::to_string(router_.daemons()) +
+                                                       " configured; `fleet` says why)"});
+    }
     return finished(f);
   }
   send_to(route->daemon, std::move(f));
@@ -235,6 +240,17 @@ void ClientSession::from_daemon(int daemon, const std::string& line) {
   Forwarded f = std::move(it->second);
   u.calls.erase(it);
   left_daemon(f);
+  // Refused for now by a full or draining daemon: another may take it.
+  if (const auto err = msg.find("error"); err != msg.end() && err->is_object() && !f.streamed &&
+                                          f.call.method != "cancel" &&
+                                          static_cast<int>(f.tried.size()) < router_.daemons()) {
+    const int code = err->value("code", 0);
+    if (code == rpc_code::kTooManyPending || code == rpc_code::kShuttingDown) {
+      router_.count_retry();
+      f.refusal = *err;
+      return dispatch(std::move(f));
+    }
+  }
   if (auto result = msg.find("result"); result != msg.end() && result->is_object()) {
     if (f.request_id != 0 && result->contains("id")) (*result)["id"] = f.request_id;
     if (f.call.method == "generate") router_.count_cached(result->value("cached_tokens", json()));

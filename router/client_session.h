@@ -17,9 +17,11 @@
 // requests on the daemons (as closing a daemon connection does).
 //
 // A daemon connection that breaks: each request on it that had streamed
-// nothing yet is sent again to another daemon (once per daemon, at most
-// every daemon once); the others, and those with no daemon left, get
-// kDaemonLost.
+// nothing yet is sent again to another daemon (at most every daemon once);
+// the others, and those with no daemon left, get kDaemonLost. A request a
+// daemon refuses for now (kTooManyPending, kShuttingDown: full, or draining
+// for a restart) is sent to another the same way; the last refusal comes
+// back as the daemon wrote it.
 //
 // The router answers `health`, `fleet`, `cancel`, `shutdown` (the router's
 // uid and root only; the daemons go on) and `help` itself; other methods
@@ -93,6 +95,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     bool streamed = false;                     // something reached the client already
     std::vector<int> tried;                    // daemons it was sent to
     std::vector<int> tokens;                   // the prompt's, to route it again
+    nlohmann::json refusal;  // the last daemon's kTooManyPending or kShuttingDown, if any
     std::string cache_salt;
   };
   struct Upstream {

@@ -1,12 +1,14 @@
-// kvtier-router against a daemon that misbehaves on its control connection:
-// events lost, a line cut short, a stream that keeps breaking, another
-// model's fingerprint. The real kvtierd never does these, so the daemon
-// here is a script on a Unix socket; the router is the real one. Each
-// fault must cost hits (an empty index until a fresh snapshot), never a
-// route on stale blocks, and a stream that keeps breaking takes the daemon
-// out of use instead of a busy loop.
+// kvtier-router against daemons that misbehave or refuse: events lost, a
+// line cut short, a stream that keeps breaking, another model's
+// fingerprint, a daemon full or draining. The real kvtierd never does the
+// first ones and cannot be made to refuse on cue, so that daemon is a
+// script on a Unix socket; the router (and, where one is needed, the other
+// daemon) are the real ones. Each fault must cost hits or a retry, never a
+// route on stale blocks or a lost request, and a stream that keeps
+// breaking takes the daemon out of use instead of a busy loop.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -24,7 +26,8 @@ namespace {
 std::string key_hex(std::uint64_t n) { return tiers::to_hex({n, n}); }
 
 // A daemon that answers the router's control calls from a script: health
-// (the bundled model's shapes, page size 16), tiers, stats, and
+// (the bundled model's shapes, page size 16), tiers (a prefill so cheap
+// that the router prefers it to any real daemon), stats, and
 // cache.subscribe with the next of `snapshots` (the last one again once
 // they run out), held back while hold_subscribe is set. send() writes a
 // raw line to the connection open now.
@@ -46,47 +49,54 @@ class ScriptedDaemon {
   ~ScriptedDaemon() {
     stop_ = true;
     thread_.join();
-    if (conn_fd_ >= 0) ::close(conn_fd_);
+    for (const Conn& c : conns_) ::close(c.fd);
     ::close(listen_fd_);
   }
 
   const std::string& path() const { return path_; }
+  // A raw line to the connection that subscribed last.
   void send(std::string line) {
     std::lock_guard lock(mu_);
     outbox_.push_back(std::move(line) + "\n");
   }
   std::atomic<bool> hold_subscribe{false};
+  // The error every other call (generate) gets.
+  std::atomic<int> refuse_with{-32601};
   std::atomic<int> subscriptions{0};
 
  private:
-  void serve() {
+  struct Conn {
+    int fd;
     std::string buf;
+  };
+
+  void serve() {
     while (!stop_) {
-      pollfd p[2] = {{listen_fd_, POLLIN, 0}, {conn_fd_, POLLIN, 0}};
-      ::poll(p, conn_fd_ >= 0 ? 2 : 1, 10);
-      if (p[0].revents & POLLIN) {  // the newest connection is the one served
-        if (conn_fd_ >= 0) ::close(conn_fd_);
-        conn_fd_ = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        buf.clear();
-        pending_subscribe_ = json();
-      }
-      if (conn_fd_ < 0) continue;
-      if (conn_fd_ >= 0 && (p[1].revents & (POLLIN | POLLHUP))) {
+      std::vector<pollfd> p = {{listen_fd_, POLLIN, 0}};
+      for (const Conn& c : conns_) p.push_back({c.fd, POLLIN, 0});
+      ::poll(p.data(), p.size(), 10);
+      for (std::size_t i = conns_.size(); i-- > 0;) {
+        if (!(p[i + 1].revents & (POLLIN | POLLHUP))) continue;
         char chunk[4096];
-        const ssize_t n = ::recv(conn_fd_, chunk, sizeof chunk, 0);
+        const ssize_t n = ::recv(conns_[i].fd, chunk, sizeof chunk, 0);
         if (n <= 0) {
-          ::close(conn_fd_);
-          conn_fd_ = -1;
+          if (conns_[i].fd == subscriber_) subscriber_ = -1;
+          ::close(conns_[i].fd);
+          conns_.erase(conns_.begin() + static_cast<long>(i));
           continue;
         }
-        buf.append(chunk, static_cast<std::size_t>(n));
+        conns_[i].buf.append(chunk, static_cast<std::size_t>(n));
+        for (std::size_t nl; (nl = conns_[i].buf.find('\n')) != std::string::npos;) {
+          answer(conns_[i].fd, json::parse(conns_[i].buf.substr(0, nl)));
+          conns_[i].buf.erase(0, nl + 1);
+        }
       }
-      for (std::size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
-        answer(json::parse(buf.substr(0, nl)));
-        buf.erase(0, nl + 1);
+      if (p[0].revents & POLLIN) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) conns_.push_back({fd, ""});
       }
       if (!pending_subscribe_.is_null() && !hold_subscribe) {
-        write(pending_subscribe_.dump() + "\n");
+        write(subscriber_, pending_subscribe_.dump() + "\n");
         pending_subscribe_ = json();
         ++subscriptions;
       }
@@ -95,11 +105,11 @@ class ScriptedDaemon {
         std::lock_guard lock(mu_);
         out.swap(outbox_);
       }
-      for (const auto& line : out) write(line);
+      for (const auto& line : out) write(subscriber_, line);
     }
   }
 
-  void answer(const json& call) {
+  void answer(int fd, const json& call) {
     const std::string method = call.value("method", "");
     json result;
     if (method == "health") {
@@ -112,7 +122,7 @@ class ScriptedDaemon {
                   {"block_size", 256}}},
                 {"config", {{"page_size", 16}}}};
     } else if (method == "tiers") {
-      result = {{"costs", {{"prefill", {{{"rows", 16}, {"pass_us", 100.0}}}}}}};
+      result = {{"costs", {{"prefill", {{{"rows", 16}, {"pass_us", 0.001}}}}}}};
     } else if (method == "stats") {
       result = {{"pending", 0}};
     } else if (method == "cache.subscribe") {
@@ -120,24 +130,34 @@ class ScriptedDaemon {
       json blocks = json::array();
       for (const auto& k : keys) blocks.push_back({{"block", k}, {"tier", "l1"}});
       const std::uint64_t seq = 10 * next_snapshot_;
+      subscriber_ = fd;
       pending_subscribe_ = {
           {"jsonrpc", "2.0"},
           {"id", call["id"]},
           {"result",
            {{"seq", seq}, {"fingerprint", fingerprint_}, {"page_size", 16}, {"blocks", blocks}}}};
       return;
+    } else {
+      write(fd, json{{"jsonrpc", "2.0"},
+                     {"id", call["id"]},
+                     {"error", {{"code", refuse_with.load()}, {"message", "scripted refusal"}}}}
+                        .dump() +
+                    "\n");
+      return;
     }
-    write(json{{"jsonrpc", "2.0"}, {"id", call["id"]}, {"result", result}}.dump() + "\n");
+    write(fd, json{{"jsonrpc", "2.0"}, {"id", call["id"]}, {"result", result}}.dump() + "\n");
   }
 
-  void write(const std::string& bytes) {
-    if (conn_fd_ >= 0) (void)::send(conn_fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  static void write(int fd, const std::string& bytes) {
+    if (fd >= 0) (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   }
 
   std::string path_, fingerprint_;
   std::vector<std::vector<std::string>> snapshots_;
   std::size_t next_snapshot_ = 0;
-  int listen_fd_ = -1, conn_fd_ = -1;
+  int listen_fd_ = -1;
+  std::vector<Conn> conns_;
+  int subscriber_ = -1;  // the connection that subscribed last
   json pending_subscribe_;
   std::mutex mu_;
   std::deque<std::string> outbox_;
@@ -162,6 +182,7 @@ class RouterProcess {
     else
       ADD_FAILURE() << child.error();
   }
+  const std::string& socket() const { return socket_; }
   json fleet() const {
     Client c(socket_);
     if (!c.valid()) return json();
@@ -199,7 +220,7 @@ json events(std::uint64_t seq, const std::vector<std::string>& stored) {
 
 int l1_blocks(const json& d) { return d["blocks"]["l1"].get<int>(); }
 
-TEST(RouterEventsTest, LostOrGarbledEventsCostASnapshotAndAStreamThatKeepsBreakingIsTakenOut) {
+TEST(RouterFaultsTest, LostOrGarbledEventsCostASnapshotAndAStreamThatKeepsBreakingIsTakenOut) {
   test_util::TempDir dir;
   ScriptedDaemon daemon(dir.path(), "00000000000000aa",
                         {{key_hex(1)}, {key_hex(1), key_hex(2), key_hex(3)}, {key_hex(7)}});
@@ -232,7 +253,7 @@ TEST(RouterEventsTest, LostOrGarbledEventsCostASnapshotAndAStreamThatKeepsBreaki
   EXPECT_GT(daemon.subscriptions, subscribed);
 }
 
-TEST(RouterEventsTest, ADaemonOfAnotherFingerprintIsNotUsed) {
+TEST(RouterFaultsTest, ADaemonOfAnotherFingerprintIsNotUsed) {
   test_util::TempDir dir;
   ScriptedDaemon first(dir.path(), "00000000000000aa", {{key_hex(1)}});
   ScriptedDaemon other(dir.path(), "00000000000000bb", {{key_hex(1)}});
@@ -245,6 +266,41 @@ TEST(RouterEventsTest, ADaemonOfAnotherFingerprintIsNotUsed) {
   });
   EXPECT_EQ(d["usable"], false);
   EXPECT_EQ(l1_blocks(d), 0);
+}
+
+// A daemon that is full (-32000) or draining (-32002) refuses for now: the
+// request goes to another, and only when none takes it does the refusal
+// come back.
+TEST(RouterFaultsTest, ARequestRefusedForNowIsSentToAnotherDaemon) {
+  test_util::TempDir dir;
+  Daemon real;
+  ASSERT_TRUE(real.wait_ready()) << real.log();
+  auto c = real.connect();
+  auto snapshot = c->call(request(1, "cache.subscribe"));
+  ASSERT_TRUE(snapshot && snapshot->contains("result"));
+  // The real daemon's fingerprint, so both are of the fleet; the scripted
+  // one's prefill is the cheaper, so every request goes to it first.
+  ScriptedDaemon full(dir.path(), (*snapshot)["result"]["fingerprint"], {{}});
+  full.refuse_with = -32000;
+  RouterProcess router({full.path(), real.socket_path()});
+  router.wait_for(0, [](const json& d) { return d["usable"] == true; });
+  router.wait_for(1, [](const json& d) { return d["usable"] == true; });
+
+  Client via(router.socket());
+  const json params = {{"prompt", "Q: What is a towel for?"}, {"max_tokens", 4}, {"seed", 1}};
+  auto r = via.call(request(2, "generate", params));
+  ASSERT_TRUE(r && r->contains("result")) << (r ? r->dump() : "no answer");
+  EXPECT_EQ(router.fleet()["choices"]["retried"], 1);
+
+  // Draining refuses too; with the real daemon gone, the refusal itself
+  // comes back.
+  full.refuse_with = -32002;
+  ASSERT_EQ(::kill(real.pid(), SIGKILL), 0);
+  router.wait_for(1, [](const json& d) { return d["usable"] == false; });
+  r = via.call(request(3, "generate", params));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ((*r)["error"]["code"], -32002) << r->dump();
+  EXPECT_EQ((*r)["error"]["message"], "scripted refusal");
 }
 
 }  // namespace
