@@ -25,6 +25,7 @@ constexpr std::pair<const char*, const char*> kOwnMethods[] = {
     {"cancel", "cancel a running generate by its (router's) request id"},
     {"health", "ok while some daemon is usable; a usable daemon's model and config"},
     {"fleet", "every daemon: usable or not, its load and index; choices by reason"},
+    {"fleet.route", "where a prompt would go now and why (every daemon's expected cost)"},
     {"shutdown", "stop the router (privileged); the daemons go on"},
     {"help", "the methods this router answers"},
 };
@@ -119,6 +120,13 @@ void ClientSession::on_line(const std::string& line) {
   const std::string& m = call->method;
   if (m == "generate" || m == "cache.lookup" || m == "cache.warm") return routed_call(*call);
   if (m == "cancel") return method_cancel(*call);
+  if (m == "fleet.route") {
+    auto params = cache_prompt_params_parse(call->params, m);
+    if (!params) return reply_error(*call, params.error());
+    auto tokens = prompt_tokens(router_.tokenizer(), std::move(params->prompt));
+    if (!tokens) return reply_error(*call, {rpc_code::kInvalidParams, tokens.error()});
+    return reply(*call, router_.explain(*tokens, params->cache_salt));
+  }
   if (m == "shutdown") return method_shutdown(*call);
   if (m == "health" || m == "fleet" || m == "help") {
     if (auto ok = no_params_check(call->params); !ok) return reply_error(*call, ok.error());

@@ -68,8 +68,8 @@ std::optional<Choice> choose(std::span<const Candidate> candidates, int prompt_t
   for (std::size_t i = 0; i < candidates.size(); ++i)
     cost[i] = expected_us(candidates[i], prompt_tokens, page_size);
   const double best = *std::min_element(cost.begin(), cost.end());
-  // Within 2% (and a microsecond, for costs of 0) of the best: equal.
-  const double bar = best * 1.02 + 1.0;
+  // Within kTieMargin (and a microsecond, for costs of 0) of the best: equal.
+  const double bar = best * (1 + kTieMargin) + 1.0;
   int chosen = -1;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     if (cost[i] > bar) continue;

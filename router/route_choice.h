@@ -15,10 +15,16 @@
 // to delay the first token by about one small pass (a heuristic: the
 // daemon batches them, so the real delay is less than their prefills).
 //
-// Ties (within 2% of the best) go to the highest rendezvous score of the
-// prompt's first block and the daemon's address, so a prompt nobody holds
-// yet goes to the same daemon from every router and every time, and its
-// next turn finds its blocks there. The choice is a pure function of its
+// Ties go to the highest rendezvous score of the prompt's first block and
+// the daemon's address, so a prompt nobody holds yet goes to the same
+// daemon from every router and every time, and its next turn finds its
+// blocks there. A tie is anything within kTieMargin of the best: daemons of
+// one kind measure their costs at start with noise of that order (a
+// prefill pass on a busy 2-core machine differs by up to ~25% between
+// runs), and a narrower margin sends every new prompt to whichever daemon
+// happened to measure itself fastest until load evens them out. Real
+// differences (a block in L1 against a cold prefill, a GPU against a CPU)
+// are several times, far outside it. The choice is a pure function of its
 // inputs: two routers fed the same events and loads choose alike.
 //
 // Thread-safety: pure functions.
@@ -61,6 +67,8 @@ enum class Reason {
 };
 inline constexpr const char* kReasonNames[] = {"prefix", "load", "cold"};
 inline const char* to_string(Reason r) { return kReasonNames[static_cast<int>(r)]; }
+
+inline constexpr double kTieMargin = 0.25;
 
 struct Candidate {
   PrefixMatch match;

@@ -26,8 +26,8 @@ void Router::stop() {
   for (auto& link : links_) link->stop();
 }
 
-std::optional<Route> Router::route(std::span<const int> tokens, std::string_view cache_salt,
-                                   std::span<const int> excluded) {
+Router::Plan Router::plan(std::span<const int> tokens, std::string_view cache_salt,
+                          std::span<const int> excluded) const {
   // The prompt's keys, and its affinity: its first (maybe partial) block.
   std::vector<tiers::BlockKey> keys;
   std::uint64_t affinity = XXH3_64bits_withSeed(cache_salt.data(), cache_salt.size(), 0);
@@ -45,26 +45,54 @@ std::optional<Route> Router::route(std::span<const int> tokens, std::string_view
       keys.push_back(key);
     }
   }
-  std::vector<Candidate> candidates;
-  std::vector<int> indices;
+  Plan p;
   for (int i = 0; i < daemons(); ++i) {
     const DaemonLink& link = *links_[i];
     if (!link.usable() || std::find(excluded.begin(), excluded.end(), i) != excluded.end())
       continue;
-    candidates.push_back({link.index().match(keys), link.pending(), &link.costs(),
-                          rendezvous_score(affinity, link.address())});
-    indices.push_back(i);
+    p.candidates.push_back({link.index().match(keys), link.pending(), &link.costs(),
+                            rendezvous_score(affinity, link.address())});
+    p.daemons.push_back(i);
   }
-  const auto choice = choose(candidates, static_cast<int>(tokens.size()), std::max(page, 1));
-  if (!choice) {
+  p.prompt_tokens = static_cast<int>(tokens.size());
+  p.page_size = std::max(page, 1);
+  p.choice = choose(p.candidates, p.prompt_tokens, p.page_size);
+  return p;
+}
+
+std::optional<Route> Router::route(std::span<const int> tokens, std::string_view cache_salt,
+                                   std::span<const int> excluded) {
+  const Plan p = plan(tokens, cache_salt, excluded);
+  if (!p.choice) {
     ++unrouted_;
     return std::nullopt;
   }
-  ++choices_[static_cast<int>(choice->reason)];
-  const PrefixMatch& match = candidates[choice->index].match;
+  ++choices_[static_cast<int>(p.choice->reason)];
+  const PrefixMatch& match = p.candidates[p.choice->index].match;
   for (int t = 0; t < kNumTiers; ++t) routed_blocks_[t] += match.by_tier[t];
-  links_[indices[choice->index]]->routed();
-  return Route{indices[choice->index], choice->reason, match};
+  const int daemon = p.daemons[p.choice->index];
+  links_[daemon]->routed();
+  return Route{daemon, p.choice->reason, match};
+}
+
+json Router::explain(std::span<const int> tokens, std::string_view cache_salt) const {
+  const Plan p = plan(tokens, cache_salt, {});
+  json daemons = json::array();
+  for (std::size_t c = 0; c < p.candidates.size(); ++c) {
+    const Candidate& cand = p.candidates[c];
+    json held = json::object();
+    for (int t = 0; t < kNumTiers; ++t) held[kTierNames[t].name] = cand.match.by_tier[t];
+    daemons.push_back({{"address", links_[p.daemons[c]]->address()},
+                       {"expected_us", expected_us(cand, p.prompt_tokens, p.page_size)},
+                       {"held_blocks", held},
+                       {"pending", cand.pending}});
+  }
+  json out = {{"daemon", nullptr}, {"reason", nullptr}, {"daemons", daemons}};
+  if (p.choice) {
+    out["daemon"] = links_[p.daemons[p.choice->index]]->address();
+    out["reason"] = to_string(p.choice->reason);
+  }
+  return out;
 }
 
 void Router::count_cached(const json& cached_tokens) {

@@ -65,6 +65,12 @@ class Router {
   std::optional<Route> route(std::span<const int> tokens, std::string_view cache_salt,
                              std::span<const int> excluded = {});
 
+  // Where a prompt would go now and why, counting nothing: the chosen
+  // daemon and reason (null when none is usable), and for every usable
+  // daemon its expected microseconds, the blocks of the prompt it holds by
+  // tier and its load. The `fleet.route` method.
+  nlohmann::json explain(std::span<const int> tokens, std::string_view cache_salt) const;
+
   // A request sent again because its daemon went away before answering.
   void count_retry() { ++retried_; }
 
@@ -87,6 +93,16 @@ class Router {
   nlohmann::json fleet() const;
 
  private:
+  // The candidates for a prompt and the choice among them.
+  struct Plan {
+    std::vector<Candidate> candidates;
+    std::vector<int> daemons;  // each candidate's daemon index
+    int prompt_tokens = 0, page_size = 1;
+    std::optional<Choice> choice;
+  };
+  Plan plan(std::span<const int> tokens, std::string_view cache_salt,
+            std::span<const int> excluded) const;
+
   FleetModel fleet_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<std::unique_ptr<DaemonLink>> links_;

@@ -99,5 +99,16 @@ TEST(RouteChoiceTest, ColdPromptsGoWhereTheirRendezvousScoreSaysWhateverTheOrder
   EXPECT_FALSE(choose({}, 100, 16));
 }
 
+TEST(RouteChoiceTest, CostsWithinTheMarginAreATieAndBeyondItAreNot) {
+  const CostFigures f = costs();
+  CostFigures slower = f;
+  for (auto& [rows, us] : slower.prefill) us *= 1.2;  // start-up noise
+  // The slower-measured daemon has the higher score: within the margin, it wins.
+  std::vector<Candidate> c = {{PrefixMatch{}, 0, &f, 1}, {PrefixMatch{}, 0, &slower, 2}};
+  EXPECT_EQ(choose(c, 256, 16)->index, 1);
+  for (auto& [rows, us] : slower.prefill) us *= 2;  // really slower (2.4x)
+  EXPECT_EQ(choose(c, 256, 16)->index, 0);
+}
+
 }  // namespace
 }  // namespace kvtier::router

@@ -99,6 +99,15 @@ TEST_F(RouterTest, ARepeatedPromptGoesWhereItsPrefixIsAndGetsTheSameTokens) {
   const json params = {{"prompt", kPrompt}, {"max_tokens", 12}, {"seed", 5}};
   const json first = generate(*c, 1, params);
   ASSERT_TRUE(first.contains("result")) << first.dump();
+  // Once the daemon's events have reached the router (they may come after
+  // the answer; the second turn would go to the same daemon anyway, by the
+  // prompt's rendezvous score, but counted as cold).
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  for (bool indexed = false; !indexed && std::chrono::steady_clock::now() < deadline;) {
+    const json fleet = router_->fleet();
+    for (const json& d : fleet["daemons"]) indexed |= d["blocks"]["l1"].get<int>() > 0;
+    if (!indexed) std::this_thread::sleep_for(10ms);
+  }
   const json second = generate(*c, 2, params);
   ASSERT_TRUE(second.contains("result")) << second.dump();
   EXPECT_EQ(second["id"], 2);
@@ -136,6 +145,46 @@ TEST_F(RouterTest, ARepeatedPromptGoesWhereItsPrefixIsAndGetsTheSameTokens) {
     ASSERT_TRUE(r.contains("result")) << r.dump();
     EXPECT_EQ(r["result"]["tokens"], first["result"]["tokens"]);
   }
+}
+
+// Two routers in front of the same daemons, fed the same events, choose
+// alike: a new prompt by its rendezvous score, one a daemon holds by what
+// it holds, whichever router sent it there.
+TEST_F(RouterTest, TwoRoutersChooseAlike) {
+  Router second({a_.socket_path(), b_.socket_path()});
+  ASSERT_TRUE(second.wait_usable(0, true)) << second.log();
+  ASSERT_TRUE(second.wait_usable(1, true)) << second.log();
+  auto one = router_->connect();
+  auto two = second.connect();
+  const auto route = [](Client& c, const std::string& prompt) {
+    auto r = c.call(request(1, "fleet.route", {{"prompt", prompt}}));
+    return r && r->contains("result") ? (*r)["result"] : json();
+  };
+  for (int i = 0; i < 8; ++i) {
+    const std::string prompt = "Q: Question number " + std::to_string(i) + " of eight? A:";
+    const json r1 = route(*one, prompt), r2 = route(*two, prompt);
+    ASSERT_TRUE(r1.is_object() && r2.is_object());
+    EXPECT_EQ(r1["daemon"], r2["daemon"]) << r1.dump() << "\n" << r2.dump();
+    EXPECT_EQ(r1["reason"], "cold");
+    EXPECT_EQ(r1["daemons"].size(), 2u);
+  }
+
+  // Sent through the first router, the prompt is then where the second
+  // would send it too, for what that daemon now holds.
+  const json r = generate(*one, 2, {{"prompt", kPrompt}, {"max_tokens", 4}, {"seed", 2}});
+  ASSERT_TRUE(r.contains("result")) << r.dump();
+  const std::string holder = route(*one, kPrompt)["daemon"];
+  json seen;
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    seen = route(*two, kPrompt);
+    if (seen["reason"] == "prefix") break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(seen["reason"], "prefix") << seen.dump();
+  EXPECT_EQ(seen["daemon"], holder) << seen.dump();
+  // Asking changed nothing: no choice was counted.
+  EXPECT_EQ(second.fleet()["choices"]["prefix"], 0);
 }
 
 TEST_F(RouterTest, StreamsUnderTheRoutersRequestIdAndCancelsByIt) {
