@@ -17,18 +17,7 @@ namespace {
 // dropped by the daemon's own limits first.
 constexpr std::size_t kMaxUpstreamOutput = 64 << 20;
 
-// What the router answers itself, and the daemons' methods it does not.
-constexpr std::pair<const char*, const char*> kOwnMethods[] = {
-    {"generate", "generate a continuation of a prompt, on the daemon the router chooses"},
-    {"cache.lookup", "how much of a prompt the chosen daemon caches, and in which tier"},
-    {"cache.warm", "prefill a prompt into the chosen daemon's cache"},
-    {"cancel", "cancel a running generate by its (router's) request id"},
-    {"health", "ok while some daemon is usable; a usable daemon's model and config"},
-    {"fleet", "every daemon: usable or not, its load and index; choices by reason"},
-    {"fleet.route", "where a prompt would go now and why (every daemon's expected cost)"},
-    {"shutdown", "stop the router (privileged); the daemons go on"},
-    {"help", "the methods this router answers"},
-};
+// The daemons' methods the router does not answer.
 constexpr const char* kDaemonMethods[] = {
     "stats",       "tiers",     "config.get",  "config.set",      "cache.tree",
     "cache.flush", "cache.pin", "cache.unpin", "cache.subscribe", "shutdown"};
@@ -114,37 +103,68 @@ void ClientSession::close() {
   if (on_closed_) std::exchange(on_closed_, nullptr)(this);
 }
 
+const std::array<ClientSession::Method, 9>& ClientSession::methods() {
+  static const std::array<Method, 9> table = {{
+      {"generate", "generate a continuation of a prompt, on the daemon the router chooses",
+       &ClientSession::routed_call},
+      {"cache.lookup", "how much of a prompt the chosen daemon caches, and in which tier",
+       &ClientSession::routed_call},
+      {"cache.warm", "prefill a prompt into the chosen daemon's cache",
+       &ClientSession::routed_call},
+      {"cancel", "cancel a running generate by its (router's) request id",
+       &ClientSession::method_cancel},
+      {"health", "ok while some daemon is usable; a usable daemon's model and config",
+       &ClientSession::method_health},
+      {"fleet", "every daemon: usable or not, its load and index; choices by reason",
+       &ClientSession::method_fleet},
+      {"fleet.route", "where a prompt would go now and why (every daemon's expected cost)",
+       &ClientSession::method_fleet_route},
+      {"shutdown", "stop the router (privileged); the daemons go on",
+       &ClientSession::method_shutdown},
+      {"help", "the methods this router answers", &ClientSession::method_help},
+  }};
+  return table;
+}
+
 void ClientSession::on_line(const std::string& line) {
   auto call = call_parse(line);
   if (!call) return send(error_line(call.error().id, call.error().error));
-  const std::string& m = call->method;
-  if (m == "generate" || m == "cache.lookup" || m == "cache.warm") return routed_call(*call);
-  if (m == "cancel") return method_cancel(*call);
-  if (m == "fleet.route") {
-    auto params = cache_prompt_params_parse(call->params, m);
-    if (!params) return reply_error(*call, params.error());
-    auto tokens = prompt_tokens(router_.tokenizer(), std::move(params->prompt));
-    if (!tokens) return reply_error(*call, {rpc_code::kInvalidParams, tokens.error()});
-    return reply(*call, router_.explain(*tokens, params->cache_salt));
-  }
-  if (m == "shutdown") return method_shutdown(*call);
-  if (m == "health" || m == "fleet" || m == "help") {
-    if (auto ok = no_params_check(call->params); !ok) return reply_error(*call, ok.error());
-    if (m == "health") return reply(*call, router_.health());
-    if (m == "fleet") return reply(*call, router_.fleet());
-    json methods = json::array();
-    for (const auto& [name, summary] : kOwnMethods)
-      methods.push_back({{"name", name}, {"summary", summary}});
-    return reply(*call, {{"methods", methods}});
-  }
+  for (const Method& m : methods())
+    if (call->method == m.name) return (this->*m.handler)(*call);
   for (const char* daemon_method : kDaemonMethods) {
-    if (m == daemon_method)
+    if (call->method == daemon_method)
       return reply_error(
-          *call, {rpc_code::kMethodNotFound, "'" + m +
+          *call, {rpc_code::kMethodNotFound, "'" + call->method +
                                                  "' is a daemon's method, not the router's: ask a "
                                                  "daemon (`fleet` lists them)"});
   }
-  reply_error(*call, {rpc_code::kMethodNotFound, "unknown method '" + m + "' (try 'help')"});
+  reply_error(*call,
+              {rpc_code::kMethodNotFound, "unknown method '" + call->method + "' (try 'help')"});
+}
+
+void ClientSession::method_health(RpcCall& call) {
+  if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
+  reply(call, router_.health());
+}
+
+void ClientSession::method_fleet(RpcCall& call) {
+  if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
+  reply(call, router_.fleet());
+}
+
+void ClientSession::method_help(RpcCall& call) {
+  if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
+  json list = json::array();
+  for (const Method& m : methods()) list.push_back({{"name", m.name}, {"summary", m.summary}});
+  reply(call, {{"methods", list}});
+}
+
+void ClientSession::method_fleet_route(RpcCall& call) {
+  auto params = cache_prompt_params_parse(call.params, call.method);
+  if (!params) return reply_error(call, params.error());
+  auto tokens = prompt_tokens(router_.tokenizer(), std::move(params->prompt));
+  if (!tokens) return reply_error(call, {rpc_code::kInvalidParams, tokens.error()});
+  reply(call, router_.explain(*tokens, params->cache_salt));
 }
 
 void ClientSession::routed_call(RpcCall& call) {

@@ -23,8 +23,9 @@
 // for a restart) is sent to another the same way; the last refusal comes
 // back as the daemon wrote it.
 //
-// The router answers `health`, `fleet`, `cancel`, `shutdown` (the router's
-// uid and root only; the daemons go on) and `help` itself; other methods
+// The router answers `health`, `fleet`, `fleet.route`, `cancel`, `shutdown`
+// (the router's uid and root only; the daemons go on) and `help` itself
+// (methods()); other methods
 // (stats, tiers, config.*, cache.tree, cache.flush, cache.pin, cache.unpin,
 // cache.subscribe) are a daemon's own and get kMethodNotFound saying so:
 // ask the daemon.
@@ -108,8 +109,22 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   void reply(const daemon::RpcCall& call, const nlohmann::json& result);
   daemon::RequestOwner owner() const;
 
+  // The methods the router answers, with a one-line summary each: the
+  // dispatch table and `help` both come from it.
+  struct Method {
+    const char* name;
+    const char* summary;
+    void (ClientSession::*handler)(daemon::RpcCall& call);
+  };
+  static const std::array<Method, 9>& methods();
+
+  // generate, cache.lookup, cache.warm: to the daemon Router::route chooses.
   void routed_call(daemon::RpcCall& call);
   void method_cancel(daemon::RpcCall& call);
+  void method_health(daemon::RpcCall& call);
+  void method_fleet(daemon::RpcCall& call);
+  void method_fleet_route(daemon::RpcCall& call);
+  void method_help(daemon::RpcCall& call);
   void method_shutdown(daemon::RpcCall& call);
   // The router's uid or root (access.h).
   bool privileged() const;

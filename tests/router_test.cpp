@@ -246,6 +246,12 @@ TEST_F(RouterTest, RefusesWhatADaemonRefusesTheSameWay) {
   // A daemon's own method is not the router's.
   auto stats = via_router->call(request(2, "stats"));
   EXPECT_EQ((*stats)["error"]["code"], -32601);
+  auto help = via_router->call(request(4, "help"));
+  ASSERT_TRUE(help.has_value());
+  std::vector<std::string> names;
+  for (const json& m : (*help)["result"]["methods"]) names.push_back(m["name"]);
+  for (const char* name : {"generate", "cancel", "fleet", "fleet.route", "shutdown"})
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   auto health = via_router->call(request(3, "health"));
   EXPECT_EQ((*health)["result"]["status"], "ok");
   EXPECT_EQ((*health)["result"]["router"]["usable"], 2);
