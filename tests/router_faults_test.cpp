@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "daemon_test_util.h"
+#include "router_test_util.h"
 #include "tiers/block_key.h"
 
 namespace kvtier::daemon_test {
@@ -165,52 +166,6 @@ class ScriptedDaemon {
   std::thread thread_;
 };
 
-// kvtier-router in front of `daemons`; fleet() is its `fleet` answer.
-class RouterProcess {
- public:
-  explicit RouterProcess(const std::vector<std::string>& daemons) {
-    socket_ = (dir_.path() / "router.sock").string();
-    log_ = (dir_.path() / "router.log").string();
-    std::vector<std::string> args = {KVTIER_ROUTER_PATH, "--socket", socket_, "--model",
-                                     kModelDir.string()};
-    for (const auto& d : daemons) args.insert(args.end(), {"--daemon", d});
-    const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    auto child = util::spawn_child(args, {.stderr_fd = fd});
-    ::close(fd);
-    if (child)
-      child_ = std::move(*child);
-    else
-      ADD_FAILURE() << child.error();
-  }
-  const std::string& socket() const { return socket_; }
-  json fleet() const {
-    Client c(socket_);
-    if (!c.valid()) return json();
-    auto r = c.call(request(1, "fleet"));
-    return r && r->contains("result") ? (*r)["result"] : json();
-  }
-  // Polls fleet() until `ok` holds of daemon `i`; its last view on timeout.
-  json wait_for(std::size_t i, const std::function<bool(const json&)>& ok) const {
-    json d;
-    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      const json f = fleet();
-      if (f.is_object() && f["daemons"].size() > i) {
-        d = f["daemons"][i];
-        if (ok(d)) return d;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    ADD_FAILURE() << "timed out; last: " << d.dump() << "\n" << test_util::read_file(log_);
-    return d;
-  }
-
- private:
-  test_util::TempDir dir_;
-  std::string socket_, log_;
-  util::ChildProcess child_;
-};
-
 json events(std::uint64_t seq, const std::vector<std::string>& stored) {
   json e = json::array();
   for (const auto& k : stored) e.push_back({{"block", k}, {"tier", "l1"}, {"stored", true}});
@@ -286,7 +241,7 @@ TEST(RouterFaultsTest, ARequestRefusedForNowIsSentToAnotherDaemon) {
   router.wait_for(0, [](const json& d) { return d["usable"] == true; });
   router.wait_for(1, [](const json& d) { return d["usable"] == true; });
 
-  Client via(router.socket());
+  Client via(router.socket_path());
   const json params = {{"prompt", "Q: What is a towel for?"}, {"max_tokens", 4}, {"seed", 1}};
   auto r = via.call(request(2, "generate", params));
   ASSERT_TRUE(r && r->contains("result")) << (r ? r->dump() : "no answer");

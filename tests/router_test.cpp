@@ -5,12 +5,11 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "daemon_test_util.h"
+#include "router_test_util.h"
 
 namespace kvtier::daemon_test {
 namespace {
@@ -19,60 +18,6 @@ namespace {
 const std::string kPrompt =
     "Q: What is the meaning of life and everything in the universe? A: It is " +
     std::string("forty-two, of course, and a towel. ");
-
-// kvtier-router on a socket in its own directory, in front of `daemons`.
-class Router {
- public:
-  explicit Router(const std::vector<std::string>& daemons) {
-    socket_path_ = (dir_.path() / "router.sock").string();
-    log_path_ = (dir_.path() / "router.log").string();
-    std::vector<std::string> args = {KVTIER_ROUTER_PATH, "--socket", socket_path_, "--model",
-                                     kModelDir.string()};
-    for (const auto& d : daemons) args.insert(args.end(), {"--daemon", d});
-    const int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    auto child = util::spawn_child(args, {.stderr_fd = log_fd});
-    if (log_fd >= 0) ::close(log_fd);
-    if (child)
-      child_ = std::move(*child);
-    else
-      ADD_FAILURE() << child.error();
-  }
-
-  std::unique_ptr<Client> connect() const { return std::make_unique<Client>(socket_path_); }
-  const std::string& socket_path() const { return socket_path_; }
-  const std::filesystem::path& dir() const { return dir_.path(); }
-  std::string log() const {
-    std::ifstream in(log_path_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-
-  // The router's `fleet` answer.
-  json fleet() const {
-    auto c = connect();
-    if (!c->valid()) return json();
-    auto r = c->call(request(1, "fleet"));
-    return r && r->contains("result") ? (*r)["result"] : json();
-  }
-
-  // Polls `fleet` until daemon `i`'s usable is `usable`; false on timeout.
-  bool wait_usable(std::size_t i, bool usable) const {
-    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      const json f = fleet();
-      if (f.is_object() && f["daemons"].size() > i && f["daemons"][i]["usable"] == usable)
-        return true;
-      std::this_thread::sleep_for(20ms);
-    }
-    return false;
-  }
-
- private:
-  test_util::TempDir dir_;
-  std::string socket_path_, log_path_;
-  util::ChildProcess child_;
-};
 
 json generate(Client& c, int id, json params) {
   auto r = c.call(request(id, "generate", std::move(params)));
@@ -83,14 +28,14 @@ class RouterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (auto* d : {&a_, &b_}) ASSERT_TRUE(d->wait_ready()) << d->log();
-    router_ =
-        std::make_unique<Router>(std::vector<std::string>{a_.socket_path(), b_.socket_path()});
+    router_ = std::make_unique<RouterProcess>(
+        std::vector<std::string>{a_.socket_path(), b_.socket_path()});
     ASSERT_TRUE(router_->wait_usable(0, true)) << router_->log();
     ASSERT_TRUE(router_->wait_usable(1, true)) << router_->log();
   }
 
   Daemon a_, b_;
-  std::unique_ptr<Router> router_;
+  std::unique_ptr<RouterProcess> router_;
 };
 
 TEST_F(RouterTest, ARepeatedPromptGoesWhereItsPrefixIsAndGetsTheSameTokens) {
@@ -151,7 +96,7 @@ TEST_F(RouterTest, ARepeatedPromptGoesWhereItsPrefixIsAndGetsTheSameTokens) {
 // alike: a new prompt by its rendezvous score, one a daemon holds by what
 // it holds, whichever router sent it there.
 TEST_F(RouterTest, TwoRoutersChooseAlike) {
-  Router second({a_.socket_path(), b_.socket_path()});
+  RouterProcess second({a_.socket_path(), b_.socket_path()});
   ASSERT_TRUE(second.wait_usable(0, true)) << second.log();
   ASSERT_TRUE(second.wait_usable(1, true)) << second.log();
   auto one = router_->connect();
