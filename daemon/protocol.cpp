@@ -343,6 +343,11 @@ std::string error_line(const json& id, const RpcError& error) {
                    {"error", {{"code", error.code}, {"message", error.message}}}});
 }
 
+std::string line_too_long_line(std::size_t max_line_bytes) {
+  return error_line(nullptr, {rpc_code::kLineTooLong, "request line longer than max_line_bytes (" +
+                                                          std::to_string(max_line_bytes) + ")"});
+}
+
 std::string notification_line(std::string_view method, const json& params) {
   return dump(json{{"jsonrpc", "2.0"}, {"method", method}, {"params", params}});
 }

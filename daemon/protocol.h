@@ -9,6 +9,7 @@
 // Thread-safety: all functions are pure and may be called concurrently.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <nlohmann/json.hpp>
@@ -142,6 +143,9 @@ std::expected<void, RpcError> no_params_check(const nlohmann::json& params);
 // in place of the bad bytes rather than failing.
 std::string response_line(const nlohmann::json& id, const nlohmann::json& result);
 std::string error_line(const nlohmann::json& id, const RpcError& error);
+// The answer (id null) to a line the LineFramer dropped as longer than
+// `max_line_bytes`: kLineTooLong, naming the limit.
+std::string line_too_long_line(std::size_t max_line_bytes);
 std::string notification_line(std::string_view method, const nlohmann::json& params);
 
 }  // namespace kvtier::daemon

@@ -72,36 +72,34 @@ bool Session::privileged() const {
 void Session::start() { read(); }
 
 void Session::read() {
-  socket_.async_read_some(asio::buffer(read_buf_), [self = shared_from_this()](
-                                                       boost::system::error_code ec,
-                                                       std::size_t n) {
-    if (self->closed_ || self->stopping_) return;
-    if (ec) {
-      if (ec != asio::error::eof) log_debug("connection read failed: " + ec.message());
-      self->close();
-      return;
-    }
-    if (std::exchange(self->first_read_, false) && n > 0 && http::starts_http(self->read_buf_[0]) &&
-        self->on_http_) {
-      self->closed_ = true;  // the socket goes on, as HTTP
-      self->on_http_(std::move(self->socket_), std::string(self->read_buf_.data(), n));
-      if (self->on_closed_) self->on_closed_(self.get());
-      return;
-    }
-    // The limit in force when the bytes arrived (config.set may change it).
-    self->framer_.set_max_line_bytes(self->control_.config().max_line_bytes);
-    for (auto& item : self->framer_.feed(std::string_view(self->read_buf_.data(), n))) {
-      if (item.too_long) {
-        self->send(error_line(nullptr, {rpc_code::kLineTooLong,
-                                        "request line longer than max_line_bytes (" +
-                                            std::to_string(self->framer_.max_line_bytes()) + ")"}));
-      } else {
-        self->on_line(item.line);
-      }
-      if (self->closed_ || self->stopping_) return;
-    }
-    self->read();
-  });
+  socket_.async_read_some(
+      asio::buffer(read_buf_),
+      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+        if (self->closed_ || self->stopping_) return;
+        if (ec) {
+          if (ec != asio::error::eof) log_debug("connection read failed: " + ec.message());
+          self->close();
+          return;
+        }
+        if (std::exchange(self->first_read_, false) && n > 0 &&
+            http::starts_http(self->read_buf_[0]) && self->on_http_) {
+          self->closed_ = true;  // the socket goes on, as HTTP
+          self->on_http_(std::move(self->socket_), std::string(self->read_buf_.data(), n));
+          if (self->on_closed_) self->on_closed_(self.get());
+          return;
+        }
+        // The limit in force when the bytes arrived (config.set may change it).
+        self->framer_.set_max_line_bytes(self->control_.config().max_line_bytes);
+        for (auto& item : self->framer_.feed(std::string_view(self->read_buf_.data(), n))) {
+          if (item.too_long) {
+            self->send(line_too_long_line(self->framer_.max_line_bytes()));
+          } else {
+            self->on_line(item.line);
+          }
+          if (self->closed_ || self->stopping_) return;
+        }
+        self->read();
+      });
 }
 
 void Session::on_line(const std::string& line) {

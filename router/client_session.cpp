@@ -44,23 +44,21 @@ RequestOwner ClientSession::owner() const {
 }
 
 void ClientSession::read() {
-  socket_.async_read_some(asio::buffer(read_buf_), [self = shared_from_this()](
-                                                       boost::system::error_code ec,
-                                                       std::size_t n) {
-    if (self->closed_) return;
-    if (ec) return self->close();
-    for (auto& item : self->framer_.feed(std::string_view(self->read_buf_.data(), n))) {
-      if (item.too_long) {
-        self->send(error_line(nullptr, {rpc_code::kLineTooLong,
-                                        "request line longer than max_line_bytes (" +
-                                            std::to_string(self->framer_.max_line_bytes()) + ")"}));
-      } else {
-        self->on_line(item.line);
-      }
-      if (self->closed_) return;
-    }
-    self->read();
-  });
+  socket_.async_read_some(
+      asio::buffer(read_buf_),
+      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+        if (self->closed_) return;
+        if (ec) return self->close();
+        for (auto& item : self->framer_.feed(std::string_view(self->read_buf_.data(), n))) {
+          if (item.too_long) {
+            self->send(line_too_long_line(self->framer_.max_line_bytes()));
+          } else {
+            self->on_line(item.line);
+          }
+          if (self->closed_) return;
+        }
+        self->read();
+      });
 }
 
 void ClientSession::send(std::string line) {
