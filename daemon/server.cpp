@@ -82,6 +82,43 @@ Server::~Server() {
   }
 }
 
+std::expected<void, std::string> unix_socket_listen(stream::acceptor& acceptor,
+                                                    const std::string& path,
+                                                    std::optional<gid_t> group) {
+  // Asked again: the path may have changed since main() asked.
+  auto state = path_state(path);
+  if (!state) return std::unexpected(state.error());
+  if (*state == PathState::kStaleSocket) {
+    log_info("removing stale socket " + path);
+    std::error_code fs_ec;
+    fs::remove(path, fs_ec);
+    if (fs_ec)
+      return std::unexpected("cannot remove stale socket " + path + ": " + fs_ec.message());
+  }
+  boost::system::error_code ec;
+  acceptor.open(stream(), ec);
+  if (!ec) acceptor.bind(stream::endpoint(path), ec);
+  if (ec) return std::unexpected("cannot bind " + path + ": " + ec.message());
+  // Bound: from here on a failure removes the file it made.
+  const auto failed = [&](std::string why) {
+    std::error_code ignored;
+    fs::remove(path, ignored);
+    return std::unexpected(std::move(why));
+  };
+  // Mode and group before listen(): no client can connect through a mode
+  // wider than the one asked for, even for a moment.
+  // Owner and group only: a client can make the daemon burn CPU and memory.
+  if (::chmod(path.c_str(), 0660) != 0)
+    return failed("cannot chmod " + path + ": " + std::generic_category().message(errno));
+  if (group && ::chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
+    return failed("cannot give " + path + " to group " + std::to_string(*group) + ": " +
+                  std::generic_category().message(errno));
+  }
+  acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return failed("cannot listen on " + path + ": " + ec.message());
+  return {};
+}
+
 std::expected<void, std::string> Server::listen() {
   const std::string& path = config_.socket_path;
   boost::system::error_code ec;
@@ -94,35 +131,9 @@ std::expected<void, std::string> Server::listen() {
     listening_ = true;
     return listen_tcp();
   }
-  // Asked again: the path may have changed since main() asked.
-  auto state = path_state(path);
-  if (!state) return std::unexpected(state.error());
-  if (*state == PathState::kStaleSocket) {
-    log_info("removing stale socket " + path);
-    std::error_code fs_ec;
-    fs::remove(path, fs_ec);
-    if (fs_ec)
-      return std::unexpected("cannot remove stale socket " + path + ": " + fs_ec.message());
-  }
-  acceptor_.open(stream(), ec);
-  if (!ec) acceptor_.bind(stream::endpoint(path), ec);
-  if (ec) return std::unexpected("cannot bind " + path + ": " + ec.message());
+  if (auto ok = unix_socket_listen(acceptor_, path, options_.socket_group); !ok) return ok;
   listening_ = true;
   owns_socket_file_ = true;
-  // Mode and group before listen(): no client can connect through a mode
-  // wider than the one asked for, even for a moment.
-  // Owner and group only: a client can make the daemon burn CPU and memory.
-  if (::chmod(path.c_str(), 0660) != 0) {
-    return std::unexpected("cannot chmod " + path + ": " + std::generic_category().message(errno));
-  }
-  if (options_.socket_group &&
-      ::chown(path.c_str(), static_cast<uid_t>(-1), *options_.socket_group) != 0) {
-    return std::unexpected("cannot give " + path + " to group " +
-                           std::to_string(*options_.socket_group) + ": " +
-                           std::generic_category().message(errno));
-  }
-  acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return std::unexpected("cannot listen on " + path + ": " + ec.message());
   return listen_tcp();
 }
 

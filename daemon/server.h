@@ -95,6 +95,16 @@ struct ServerOptions {
 // that could not serve says so at once instead of after the load.
 std::expected<void, std::string> socket_path_check(const std::string& path);
 
+// Listens on a Unix socket at `path` (kvtierd's and kvtier-router's): a
+// stale socket file is replaced, a live one or a file of another kind
+// refused (socket_path_check); the socket gets mode 0660, and `group` when
+// given, before listen(), so no client connects through a wider mode even
+// for a moment. A failure after the bind removes the file again. Errors
+// name the path and the reason.
+std::expected<void, std::string> unix_socket_listen(
+    asio::local::stream_protocol::acceptor& acceptor, const std::string& path,
+    std::optional<gid_t> group);
+
 class Server : public DaemonControl {
  public:
   // `engine` must be started and outlive the server.

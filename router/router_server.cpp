@@ -1,10 +1,7 @@
 #include "router/router_server.h"
 
-#include <sys/stat.h>
-
 #include <csignal>
 #include <filesystem>
-#include <system_error>
 
 #include "daemon/log.h"
 #include "daemon/protocol.h"
@@ -26,20 +23,8 @@ RouterServer::RouterServer(asio::io_context& io, Router& router, RouterServerOpt
 RouterServer::~RouterServer() { stop(); }
 
 std::expected<void, std::string> RouterServer::listen() {
-  const std::string& path = options_.socket_path;
-  // Nothing there, or a socket nobody answers on (socket_path_check).
-  if (auto ok = socket_path_check(path); !ok) return std::unexpected(ok.error());
-  std::error_code fs_ec;
-  std::filesystem::remove(path, fs_ec);
-  boost::system::error_code ec;
-  acceptor_.open(stream(), ec);
-  if (!ec) acceptor_.bind(stream::endpoint(path), ec);
-  if (ec) return std::unexpected("cannot bind " + path + ": " + ec.message());
+  if (auto ok = unix_socket_listen(acceptor_, options_.socket_path, std::nullopt); !ok) return ok;
   owns_socket_file_ = true;
-  if (::chmod(path.c_str(), 0660) != 0)
-    return std::unexpected("cannot chmod " + path + ": " + std::generic_category().message(errno));
-  acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return std::unexpected("cannot listen on " + path + ": " + ec.message());
   return {};
 }
 
