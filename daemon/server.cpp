@@ -139,18 +139,7 @@ std::expected<void, std::string> Server::listen() {
 
 std::expected<void, std::string> Server::listen_tcp() {
   if (!options_.http_listen) return {};
-  const asio::ip::tcp::endpoint& at = options_.http_listen->endpoint;
-  boost::system::error_code ec;
-  tcp_acceptor_.open(at.protocol(), ec);
-  if (!ec) tcp_acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) tcp_acceptor_.bind(at, ec);
-  if (!ec) tcp_acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    std::ostringstream where;
-    where << at;
-    return std::unexpected("http_listen: cannot listen on " + where.str() + ": " + ec.message());
-  }
-  return {};
+  return http::tcp_listen(tcp_acceptor_, options_.http_listen->endpoint);
 }
 
 void Server::wait_signal() {
@@ -228,7 +217,7 @@ void Server::accept_tcp() {
         log_info("HTTP client connected from " + who.str());
       }
       auto connection =
-          http::Connection::make(std::move(socket), http_context_, std::move(o),
+          http::Connection::make(std::move(socket), http_service_, std::move(o),
                                  [this](http::Connection* c) { http_connections_.erase(c); });
       http_connections_.emplace(connection.get(), connection);
       connection->start({});
@@ -273,7 +262,7 @@ void Server::serve_http(stream::socket socket, std::string already_read) {
   o.max_output_bytes = options_.session.max_output_bytes;
   o.peer = peer_credentials(socket.native_handle());
   auto connection =
-      http::Connection::make(std::move(socket), http_context_, std::move(o),
+      http::Connection::make(std::move(socket), http_service_, std::move(o),
                              [this](http::Connection* c) { http_connections_.erase(c); });
   http_connections_.emplace(connection.get(), connection);
   connection->start(std::move(already_read));

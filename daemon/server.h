@@ -59,6 +59,7 @@
 #include "daemon/http/chat_template.h"
 #include "daemon/http/connection.h"
 #include "daemon/http/listener.h"
+#include "daemon/http/routes.h"
 #include "daemon/session.h"
 
 namespace kvtier::daemon {
@@ -169,6 +170,7 @@ class Server : public DaemonControl {
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
   http::HttpCounts http_counts_;
   http::Context http_context_;
+  http::DaemonService http_service_{http_context_};
   std::unordered_map<http::Connection*, std::shared_ptr<http::Connection>> http_connections_;
   bool listening_ = false;
   bool owns_socket_file_ = false;  // bound here, so removed on exit

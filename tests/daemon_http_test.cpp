@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "daemon_test_util.h"
+#include "http_test_util.h"
 
 namespace kvtier {
 namespace {
@@ -19,52 +20,16 @@ namespace {
 using namespace daemon_test;
 using nlohmann::json;
 
-struct HttpAnswer {
-  int status = 0;  // 0: curl could not get one
-  std::string body;
-  json doc() const { return json::parse(body, nullptr, false); }
-};
+using test_util::HttpAnswer;
+using test_util::metric;
 
-// `curl` against the daemon's socket: METHOD PATH, with `body` as JSON when
-// given, and `extra` more arguments.
+// `curl` against the daemon's socket (http_test_util.h).
 HttpAnswer curl(const Daemon& d, const std::string& method, const std::string& path,
                 const std::optional<json>& body = std::nullopt, const std::string& extra = "") {
-  std::string cmd = "curl -s -N --max-time 60 -w '\\n%{http_code}' --unix-socket '" +
-                    d.socket_path() + "' -X " + method + " " + extra;
-  if (body) {
-    const std::string file = (d.dir() / "body.json").string();
-    std::ofstream(file) << body->dump();
-    cmd += " -H 'Content-Type: application/json' --data-binary @'" + file + "'";
-  }
-  cmd += " 'http://localhost" + path + "' 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  HttpAnswer a;
-  if (p == nullptr) return a;
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ::pclose(p);
-  const std::size_t nl = out.rfind('\n');
-  if (nl == std::string::npos) return a;
-  a.status = std::atoi(out.c_str() + nl + 1);
-  a.body = out.substr(0, nl);
-  return a;
+  return test_util::curl(d.socket_path(), d.dir(), method, path, body, extra);
 }
 
-// The JSON payloads of a server-sent event stream, "[DONE]" included as a
-// string.
-std::vector<json> events(const std::string& body) {
-  std::vector<json> out;
-  std::size_t at = 0;
-  while ((at = body.find("data: ", at)) != std::string::npos) {
-    at += 6;
-    const std::size_t end = body.find("\n\n", at);
-    const std::string data = body.substr(at, end - at);
-    out.push_back(data == "[DONE]" ? json("[DONE]") : json::parse(data, nullptr, false));
-    at = end;
-  }
-  return out;
-}
+std::vector<json> events(const std::string& body) { return test_util::sse_events(body); }
 
 // Whatever the daemon sends back to `bytes` on a raw connection, until it
 // closes the connection or `wait` passes.
@@ -521,17 +486,6 @@ TEST_F(DaemonHttpTest, OnTcpBeyondLoopbackAKeyIsRequiredAndChecked) {
   EXPECT_EQ(curl(*d, "GET", "/v1/models").status, 200);
 }
 
-// The value of the sample `series` (name and labels as /metrics writes
-// them) in a Prometheus text answer; -1 when absent.
-double metric(const std::string& text, const std::string& series) {
-  std::size_t at = 0;
-  while ((at = text.find(series + " ", at)) != std::string::npos) {
-    if (at == 0 || text[at - 1] == '\n') return std::atof(text.c_str() + at + series.size() + 1);
-    at += series.size();
-  }
-  return -1;
-}
-
 TEST_F(DaemonHttpTest, MetricsPassPromtoolAndMoveAsARequestsBlocksMove) {
   auto d = start();
   const HttpAnswer before = curl(*d, "GET", "/metrics");
@@ -567,15 +521,9 @@ TEST_F(DaemonHttpTest, MetricsPassPromtoolAndMoveAsARequestsBlocksMove) {
   if (!test_util::on_path("promtool"))
     GTEST_SKIP() << "promtool is not installed (Debian's prometheus package; "
                     "scripts/install-deps.sh installs it): the format was not checked";
-  const std::string file = (d->dir() / "metrics.txt").string();
-  std::ofstream(file) << m;
-  const std::string check = "promtool check metrics < '" + file + "' 2>&1";
-  FILE* p = ::popen(check.c_str(), "r");
-  std::string said;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) said.append(buf, n);
-  EXPECT_EQ(::pclose(p), 0) << said;
-  EXPECT_EQ(said, "") << "promtool's lint";
+  const test_util::CommandResult check = test_util::promtool_check(m, d->dir());
+  EXPECT_EQ(check.status, 0) << check.output;
+  EXPECT_EQ(check.output, "") << "promtool's lint";
 }
 
 }  // namespace

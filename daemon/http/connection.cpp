@@ -6,9 +6,7 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "daemon/control.h"
 #include "daemon/http/errors.h"
-#include "daemon/http/routes.h"
 #include "daemon/log.h"
 #include "daemon/write_queue.h"
 
@@ -37,11 +35,11 @@ class ConnectionImpl final : public Connection,
                              public Exchange,
                              public std::enable_shared_from_this<ConnectionImpl<Protocol>> {
  public:
-  ConnectionImpl(typename Protocol::socket socket, Context& context, ConnectionOptions options,
+  ConnectionImpl(typename Protocol::socket socket, Service& service, ConnectionOptions options,
                  ClosedHandler on_closed)
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
-        context_(context),
+        service_(service),
         options_(std::move(options)),
         on_closed_(std::move(on_closed)),
         number_(next_connection_number()),
@@ -65,7 +63,7 @@ class ConnectionImpl final : public Connection,
   // Exchange.
   void respond(Response r) override {
     if (closed_ || state_ != State::kAnswering) return;
-    ++context_.counts.answers[{std::string(route_label(path_)), r.status}];
+    service_.answered(path_, r.status);
     bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), 11};
     res.set(bhttp::field::server, "kvtier");
     res.set(bhttp::field::content_type, r.content_type);
@@ -82,7 +80,7 @@ class ConnectionImpl final : public Connection,
   void stream_begin() override {
     if (closed_ || state_ != State::kAnswering) return;
     state_ = State::kStreaming;
-    ++context_.counts.answers[{std::string(route_label(path_)), 200}];
+    service_.answered(path_, 200);
     bhttp::response<bhttp::empty_body> res{bhttp::status::ok, 11};
     res.set(bhttp::field::server, "kvtier");
     res.set(bhttp::field::content_type, "text/event-stream");
@@ -128,7 +126,7 @@ class ConnectionImpl final : public Connection,
     continued_ = false;
     parser_.emplace();
     parser_->header_limit(kMaxHeaderBytes);
-    parser_->body_limit(context_.control.config().max_line_bytes);
+    parser_->body_limit(service_.max_body_bytes());
     parser_->eager(true);
     arm_timer();
     parse();
@@ -138,7 +136,7 @@ class ConnectionImpl final : public Connection,
   // From now (the start of a wait for a request, or its first byte), the
   // request has http_timeout to arrive.
   void arm_timer() {
-    const double seconds = context_.control.config().http_timeout;
+    const double seconds = service_.request_timeout();
     timer_.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(
         std::chrono::duration<double>(seconds)));
     timer_.async_wait([self = this->shared_from_this(), seconds](error_code ec) {
@@ -185,7 +183,7 @@ class ConnectionImpl final : public Connection,
     in_.erase(0, used);
     if (ec == bhttp::error::body_limit)
       return fail(413, "the request body is longer than max_line_bytes (" +
-                           std::to_string(context_.control.config().max_line_bytes) + ")");
+                           std::to_string(service_.max_body_bytes()) + ")");
     if (ec == bhttp::error::header_limit)
       return fail(431, "the request's header block is longer than " +
                            std::to_string(kMaxHeaderBytes) + " bytes");
@@ -229,7 +227,7 @@ class ConnectionImpl final : public Connection,
         return respond(std::move(denied));
       }
     }
-    dispatch(r, this->shared_from_this(), context_);
+    service_.dispatch(r, this->shared_from_this());
   }
 
   // The answer to the current request is complete (queued).
@@ -283,14 +281,14 @@ class ConnectionImpl final : public Connection,
     socket_.close(ignored);
     out_.clear();
     // Nobody is left to read these results: give their KV back now.
-    for (RequestId id : requests_) (void)context_.engine.cancel(id, owner(), false);
+    for (RequestId id : requests_) service_.cancel(id, owner());
     requests_.clear();
     if (on_closed_) on_closed_(this);
   }
 
   typename Protocol::socket socket_;
   asio::steady_timer timer_;
-  Context& context_;
+  Service& service_;
   ConnectionOptions options_;
   ClosedHandler on_closed_;
   std::uint64_t number_;
@@ -312,15 +310,15 @@ class ConnectionImpl final : public Connection,
 }  // namespace
 
 std::shared_ptr<Connection> Connection::make(asio::local::stream_protocol::socket socket,
-                                             Context& context, ConnectionOptions options,
+                                             Service& service, ConnectionOptions options,
                                              ClosedHandler on_closed) {
   return std::make_shared<ConnectionImpl<asio::local::stream_protocol>>(
-      std::move(socket), context, std::move(options), std::move(on_closed));
+      std::move(socket), service, std::move(options), std::move(on_closed));
 }
 
-std::shared_ptr<Connection> Connection::make(asio::ip::tcp::socket socket, Context& context,
+std::shared_ptr<Connection> Connection::make(asio::ip::tcp::socket socket, Service& service,
                                              ConnectionOptions options, ClosedHandler on_closed) {
-  return std::make_shared<ConnectionImpl<asio::ip::tcp>>(std::move(socket), context,
+  return std::make_shared<ConnectionImpl<asio::ip::tcp>>(std::move(socket), service,
                                                          std::move(options), std::move(on_closed));
 }
 

@@ -1,8 +1,9 @@
 // One HTTP/1.1 client connection: on the daemon's Unix socket, where the
 // server tells it from JSON-RPC by its first byte (an HTTP request starts
 // with a method's upper-case letters, a JSON-RPC line with '{'), or on the
-// optional TCP listener (http_listen). Boost.Beast parses each request and
-// writes each answer; the routes (routes.h) make the answers.
+// optional TCP listener (http_listen); or on kvtier-router's. Boost.Beast
+// parses each request and writes each answer; a Service (exchange.h) makes
+// the answers: kvtierd's routes (routes.h) or the router's front door.
 //
 // Limits, so that no client can hold the daemon's memory or a connection
 // slot for nothing:
@@ -61,10 +62,11 @@ class Connection {
   // Called once when the connection has closed, on the io thread.
   using ClosedHandler = std::function<void(Connection*)>;
 
+  // `service` outlives the connection.
   static std::shared_ptr<Connection> make(asio::local::stream_protocol::socket socket,
-                                          Context& context, ConnectionOptions options,
+                                          Service& service, ConnectionOptions options,
                                           ClosedHandler on_closed);
-  static std::shared_ptr<Connection> make(asio::ip::tcp::socket socket, Context& context,
+  static std::shared_ptr<Connection> make(asio::ip::tcp::socket socket, Service& service,
                                           ConnectionOptions options, ClosedHandler on_closed);
   virtual ~Connection() = default;
 

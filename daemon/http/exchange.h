@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <memory>
@@ -69,6 +70,31 @@ class Exchange {
   virtual void untrack(RequestId id) = 0;
   // Who submits this connection's requests (for cancel_allowed).
   virtual RequestOwner owner() const = 0;
+};
+
+// What a connection (connection.h) needs of the program behind it: the
+// limits it reads requests under, the answer to each whole request, a count
+// of every answer (for /metrics), and the cancel of a request whose client
+// went away. kvtierd's routes are one (routes.h, DaemonService), the
+// router's front door another (router/http_front.h).
+//
+// Thread-safety: the connection's io thread.
+class Service {
+ public:
+  virtual ~Service() = default;
+
+  // The longest request body (413 beyond): max_line_bytes.
+  virtual std::size_t max_body_bytes() const = 0;
+  // Seconds a request has to arrive whole, and an idle keep-alive
+  // connection to live: http_timeout.
+  virtual double request_timeout() const = 0;
+  // Answers `request`, once (the Exchange contract above).
+  virtual void dispatch(const Request& request, const std::shared_ptr<Exchange>& exchange) = 0;
+  // An answer with `status` to a request for `path` was sent (or a request
+  // refused before dispatch: path empty).
+  virtual void answered(std::string_view path, int status) = 0;
+  // A request the exchange tracked when its client closed the connection.
+  virtual void cancel(RequestId id, const RequestOwner& owner) = 0;
 };
 
 struct ChatTemplate;

@@ -1,6 +1,7 @@
 #include "daemon/http/listener.h"
 
 #include <charconv>
+#include <sstream>
 
 #include "util/private_file.h"
 
@@ -36,31 +37,47 @@ std::expected<ip::tcp::endpoint, std::string> endpoint_of(const std::string& tex
 
 }  // namespace
 
-std::expected<std::optional<ListenSpec>, std::string> listen_spec(const DaemonConfig& config) {
-  if (config.http_listen.empty()) {
-    if (!config.http_api_key_file.empty())
+std::expected<std::optional<ListenSpec>, std::string> listen_spec(const std::string& listen,
+                                                                  const std::string& api_key_file) {
+  if (listen.empty()) {
+    if (!api_key_file.empty())
       return std::unexpected(
           std::string("http_api_key_file is set but http_listen is not: the "
                       "Unix socket is guarded by its file mode, not a key"));
     return std::nullopt;
   }
-  auto endpoint = endpoint_of(config.http_listen);
+  auto endpoint = endpoint_of(listen);
   if (!endpoint) return std::unexpected(endpoint.error());
   ListenSpec spec{*endpoint, {}};
-  if (!config.http_api_key_file.empty()) {
-    auto key = util::read_private_file("http_api_key_file", config.http_api_key_file, kMaxKeyBytes);
+  if (!api_key_file.empty()) {
+    auto key = util::read_private_file("http_api_key_file", api_key_file, kMaxKeyBytes);
     if (!key) return std::unexpected(key.error());
     if (key->size() < kMinKeyBytes)
-      return std::unexpected("http_api_key_file " + config.http_api_key_file + ": a key of " +
+      return std::unexpected("http_api_key_file " + api_key_file + ": a key of " +
                              std::to_string(key->size()) + " bytes; give at least " +
                              std::to_string(kMinKeyBytes));
     spec.api_key = std::move(*key);
   } else if (!endpoint->address().is_loopback()) {
-    return std::unexpected("http_listen " + config.http_listen +
+    return std::unexpected("http_listen " + listen +
                            " is reachable beyond this machine: set http_api_key_file to a file "
                            "(mode 0600) holding the API key clients must send");
   }
   return spec;
+}
+
+std::expected<void, std::string> tcp_listen(ip::tcp::acceptor& acceptor,
+                                            const ip::tcp::endpoint& endpoint) {
+  boost::system::error_code ec;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(boost::asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(boost::asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    std::ostringstream where;
+    where << endpoint;
+    return std::unexpected("http_listen: cannot listen on " + where.str() + ": " + ec.message());
+  }
+  return {};
 }
 
 }  // namespace kvtier::daemon::http

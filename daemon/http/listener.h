@@ -29,7 +29,19 @@ struct ListenSpec {
   std::string api_key;  // empty: none asked
 };
 
-// nullopt when http_listen is empty; an error naming the setting otherwise.
-std::expected<std::optional<ListenSpec>, std::string> listen_spec(const DaemonConfig& config);
+// nullopt when `listen` (http_listen) is empty; an error naming the
+// setting otherwise. `api_key_file` is http_api_key_file. kvtier-router
+// takes its --http-listen and --http-api-key-file with the same rules.
+std::expected<std::optional<ListenSpec>, std::string> listen_spec(const std::string& listen,
+                                                                  const std::string& api_key_file);
+inline std::expected<std::optional<ListenSpec>, std::string> listen_spec(
+    const DaemonConfig& config) {
+  return listen_spec(config.http_listen, config.http_api_key_file);
+}
+
+// Opens, binds and listens `acceptor` on `endpoint` (address reuse on, as
+// a restarted server needs); the error names http_listen and the address.
+std::expected<void, std::string> tcp_listen(boost::asio::ip::tcp::acceptor& acceptor,
+                                            const boost::asio::ip::tcp::endpoint& endpoint);
 
 }  // namespace kvtier::daemon::http

@@ -8,8 +8,8 @@ namespace kvtier::daemon::http {
 
 using nlohmann::json;
 
-std::string served_model_name(const DaemonConfig& config) {
-  std::filesystem::path dir(config.model_dir);
+std::string served_model_name(const std::string& model_dir) {
+  std::filesystem::path dir(model_dir);
   if (!dir.has_filename()) dir = dir.parent_path();  // "models/fortunes-char/"
   const std::string name = dir.filename().string();
   return name.empty() ? std::string("kvtier") : name;

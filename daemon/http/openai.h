@@ -15,7 +15,10 @@ namespace kvtier::daemon::http {
 
 // The name clients address the model by ("model" in a request, "id" in
 // /v1/models): the model folder's name, "fortunes-char" for the bundled one.
-std::string served_model_name(const DaemonConfig& config);
+std::string served_model_name(const std::string& model_dir);
+inline std::string served_model_name(const DaemonConfig& config) {
+  return served_model_name(config.model_dir);
+}
 
 // Seconds since the epoch, for "created".
 inline std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }

@@ -2,7 +2,7 @@
 
 #include <array>
 
-#include "daemon/http/errors.h"
+#include "daemon/control.h"
 
 namespace kvtier::daemon::http {
 
@@ -24,18 +24,26 @@ std::string_view route_label(std::string_view path) {
 }
 
 void dispatch(const Request& request, const std::shared_ptr<Exchange>& exchange, Context& context) {
-  bool path_known = false;
-  for (const Route& route : routes()) {
-    if (request.path() != route.path) continue;
-    path_known = true;
-    if (request.method == route.method) return route.handler(request, exchange, context);
-  }
-  const std::string what = request.method + " " + std::string(request.path());
-  if (!path_known) return exchange->respond(error_response(404, "no such endpoint: " + what));
-  Response r = error_response(405, "method not allowed: " + what);
-  for (const Route& route : routes())
-    if (request.path() == route.path) r.headers.emplace_back("Allow", route.method);
-  exchange->respond(std::move(r));
+  if (const Route* route = find_route(routes(), request, *exchange))
+    route->handler(request, exchange, context);
+}
+
+std::size_t DaemonService::max_body_bytes() const {
+  return context_.control.config().max_line_bytes;
+}
+
+double DaemonService::request_timeout() const { return context_.control.config().http_timeout; }
+
+void DaemonService::dispatch(const Request& request, const std::shared_ptr<Exchange>& exchange) {
+  http::dispatch(request, exchange, context_);
+}
+
+void DaemonService::answered(std::string_view path, int status) {
+  ++context_.counts.answers[{std::string(route_label(path)), status}];
+}
+
+void DaemonService::cancel(RequestId id, const RequestOwner& owner) {
+  (void)context_.engine.cancel(id, owner, false);
 }
 
 }  // namespace kvtier::daemon::http
