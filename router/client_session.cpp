@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "daemon/http/connection.h"
 #include "daemon/log.h"
 #include "daemon/prompt.h"
 
@@ -26,12 +27,13 @@ constexpr const char* kDaemonMethods[] = {
 
 ClientSession::ClientSession(asio::local::stream_protocol::socket socket, Router& router,
                              SessionLimits limits, std::optional<PeerCredentials> peer,
-                             ClosedHandler on_closed)
+                             ClosedHandler on_closed, HttpHandoff on_http)
     : socket_(std::move(socket)),
       router_(router),
       limits_(limits),
       peer_(peer),
       on_closed_(std::move(on_closed)),
+      on_http_(std::move(on_http)),
       connection_(next_connection_number()),
       framer_(limits.max_line_bytes),
       out_(socket_, limits.max_output_bytes),
@@ -49,6 +51,13 @@ void ClientSession::read() {
       [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
         if (self->closed_) return;
         if (ec) return self->close();
+        if (std::exchange(self->first_read_, false) && n > 0 &&
+            http::starts_http(self->read_buf_[0]) && self->on_http_) {
+          self->closed_ = true;  // the socket goes on, as HTTP
+          self->on_http_(std::move(self->socket_), std::string(self->read_buf_.data(), n));
+          if (self->on_closed_) std::exchange(self->on_closed_, nullptr)(self.get());
+          return;
+        }
         for (auto& item : self->framer_.feed(std::string_view(self->read_buf_.data(), n))) {
           if (item.too_long) {
             self->send(line_too_long_line(self->framer_.max_line_bytes()));

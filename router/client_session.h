@@ -68,9 +68,14 @@ struct SessionLimits {
 class ClientSession : public std::enable_shared_from_this<ClientSession> {
  public:
   using ClosedHandler = std::function<void(ClientSession*)>;
+  // Takes over a connection whose first byte starts an HTTP request
+  // (http::starts_http), with the bytes read, as kvtierd's Session does.
+  using HttpHandoff =
+      std::function<void(asio::local::stream_protocol::socket socket, std::string already_read)>;
 
   ClientSession(asio::local::stream_protocol::socket socket, Router& router, SessionLimits limits,
-                std::optional<daemon::PeerCredentials> peer, ClosedHandler on_closed);
+                std::optional<daemon::PeerCredentials> peer, ClosedHandler on_closed,
+                HttpHandoff on_http = {});
 
   void start();
   // Closes the connection and its daemon connections. Idempotent.
@@ -145,6 +150,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   SessionLimits limits_;
   std::optional<daemon::PeerCredentials> peer_;
   ClosedHandler on_closed_;
+  HttpHandoff on_http_;
+  bool first_read_ = true;
   std::uint64_t connection_;
   daemon::LineFramer framer_;
   std::array<char, 16384> read_buf_{};

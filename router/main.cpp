@@ -1,7 +1,8 @@
 // kvtier-router: one socket in front of a fleet of kvtierd daemons, sending
 // each request to the daemon that holds most of its prefix, in the fastest
 // tier, for the least load (route_choice.h). Clients speak kvtierd's
-// protocol to it unchanged (docs/protocol.md; docs/fleet.md, "A router").
+// protocol to it unchanged, or kvtierd's OpenAI HTTP API (docs/protocol.md,
+// docs/http.md; docs/fleet.md, "A router").
 //
 //   kvtier-router --daemon /run/kvtier/a.sock --daemon /run/kvtier/b.sock
 #include <unistd.h>
@@ -14,6 +15,9 @@
 #include <vector>
 
 #include "daemon/default_paths.h"
+#include "daemon/http/chat_template.h"
+#include "daemon/http/listener.h"
+#include "daemon/http/openai.h"
 #include "daemon/log.h"
 #include "engine/build_info.h"
 #include "engine/model/model_config.h"
@@ -37,6 +41,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> daemons;
   std::string model_dir = default_model_dir();
   std::string log_level = "info";
+  std::string http_listen, http_api_key_file;
 
   CLI::App app{"kvtier-router: routes requests to the kvtierd daemon that holds their prefix"};
   app.add_option("--daemon", daemons, "a kvtierd's Unix socket (repeat for each daemon)")
@@ -54,6 +59,16 @@ int main(int argc, char** argv) {
   app.add_option("--max-output-bytes", o.session.max_output_bytes,
                  "reply bytes queued for a client before it is dropped")
       ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 32))
+      ->capture_default_str();
+  app.add_option("--http-listen", http_listen,
+                 "also serve the HTTP API on TCP: PORT (loopback) or HOST:PORT, as kvtierd's "
+                 "http_listen");
+  app.add_option("--http-api-key-file", http_api_key_file,
+                 "a file (mode 0600) holding the API key HTTP clients must send (required beyond "
+                 "loopback)");
+  app.add_option("--http-timeout", o.http.request_timeout,
+                 "seconds an HTTP request has to arrive whole, and an idle one to stay open")
+      ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   app.add_option("--log-level", log_level, "error, warning, info or debug")->capture_default_str();
   app.set_version_flag("--version", version_text("kvtier-router"));
@@ -78,6 +93,20 @@ int main(int argc, char** argv) {
     log_error("--model: " + tokenizer.error());
     return kExitConfig;
   }
+  auto chat_template = http::ChatTemplate::load(model_dir);
+  if (!chat_template) {
+    log_error("--model: " + chat_template.error());
+    return kExitConfig;
+  }
+  auto listen = http::listen_spec(http_listen, http_api_key_file);
+  if (!listen) {
+    log_error(listen.error());
+    return kExitConfig;
+  }
+  o.http_listen = std::move(*listen);
+  o.http.chat_template = std::move(*chat_template);
+  o.http.served_model = http::served_model_name(model_dir);
+  o.http.max_body_bytes = o.session.max_line_bytes;
   if (auto ok = socket_dir_prepare(o.socket_path, default_socket); !ok) {
     log_error(ok.error());
     return kExitConfig;

@@ -57,6 +57,7 @@ class Router {
   std::function<void()> on_shutdown;
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ModelConfig& model() const { return fleet_.config; }
   int daemons() const { return static_cast<int>(links_.size()); }
   DaemonLink& link(int i) { return *links_[i]; }
 

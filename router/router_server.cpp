@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <sstream>
 
 #include "daemon/log.h"
 #include "daemon/protocol.h"
@@ -16,7 +17,9 @@ RouterServer::RouterServer(asio::io_context& io, Router& router, RouterServerOpt
     : io_(io),
       router_(router),
       options_(std::move(options)),
+      front_(io, router, options_.http),
       acceptor_(io),
+      tcp_acceptor_(io),
       signals_(io),
       shutdown_timer_(io) {}
 
@@ -25,7 +28,8 @@ RouterServer::~RouterServer() { stop(); }
 std::expected<void, std::string> RouterServer::listen() {
   if (auto ok = unix_socket_listen(acceptor_, options_.socket_path, std::nullopt); !ok) return ok;
   owns_socket_file_ = true;
-  return {};
+  if (!options_.http_listen) return {};
+  return http::tcp_listen(tcp_acceptor_, options_.http_listen->endpoint);
 }
 
 void RouterServer::start() {
@@ -36,6 +40,7 @@ void RouterServer::start() {
       if (!ec) stop();
     });
   };
+  front_.connections = [this] { return connections(); };
   router_.start();
   signals_.add(SIGINT);
   signals_.add(SIGTERM);
@@ -47,6 +52,13 @@ void RouterServer::start() {
   log_info("listening on " + options_.socket_path + ", routing to " +
            std::to_string(router_.daemons()) + " daemons");
   accept();
+  if (options_.http_listen) {
+    std::ostringstream at;
+    at << options_.http_listen->endpoint;
+    log_info("HTTP API on " + at.str() +
+             (options_.http_listen->api_key.empty() ? "" : " (API key required)"));
+    accept_tcp();
+  }
 }
 
 void RouterServer::stop() {
@@ -54,6 +66,7 @@ void RouterServer::stop() {
   stopped_ = true;
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  tcp_acceptor_.close(ignored);
   signals_.cancel(ignored);
   shutdown_timer_.cancel();
   if (owns_socket_file_) {
@@ -62,7 +75,16 @@ void RouterServer::stop() {
   }
   auto sessions = std::move(sessions_);
   for (auto& [raw, session] : sessions) session->close();
+  auto http_connections = http_connections_;
+  for (auto& [raw, connection] : http_connections) connection->stop();
   router_.stop();
+}
+
+bool RouterServer::room_for_one_more() {
+  if (connections() < options_.max_connections) return true;
+  log_warning("refused a connection: max_connections (" + std::to_string(options_.max_connections) +
+              ") are open");
+  return false;
 }
 
 void RouterServer::accept() {
@@ -70,23 +92,56 @@ void RouterServer::accept() {
     if (stopped_) return;
     if (ec) {
       log_warning("accept failed: " + ec.message());
-    } else if (static_cast<int>(sessions_.size()) >= options_.max_connections) {
-      log_warning("refused a connection: max_connections (" +
-                  std::to_string(options_.max_connections) + ") are open");
+    } else if (!room_for_one_more()) {
       const std::string line = error_line(
           nullptr, {rpc_code::kTooManyPending, "too many connections (max_connections)"});
       boost::system::error_code ignored;
       asio::write(socket, asio::buffer(line), ignored);
     } else {
       const auto peer = peer_credentials(socket.native_handle());
-      auto session =
-          std::make_shared<ClientSession>(std::move(socket), router_, options_.session, peer,
-                                          [this](ClientSession* s) { sessions_.erase(s); });
+      auto session = std::make_shared<ClientSession>(
+          std::move(socket), router_, options_.session, peer,
+          [this](ClientSession* s) { sessions_.erase(s); },
+          [this, peer](stream::socket s, std::string bytes) {
+            http::ConnectionOptions o;
+            o.max_output_bytes = options_.session.max_output_bytes;
+            o.peer = peer;
+            serve_http(std::move(s), std::move(bytes), std::move(o));
+          });
       sessions_.emplace(session.get(), session);
       session->start();
     }
     accept();
   });
+}
+
+void RouterServer::accept_tcp() {
+  tcp_acceptor_.async_accept([this](boost::system::error_code ec, asio::ip::tcp::socket socket) {
+    if (stopped_) return;
+    if (ec) {
+      log_warning("HTTP accept failed: " + ec.message());
+    } else if (!room_for_one_more()) {
+      const std::string busy =
+          "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+      boost::system::error_code ignored;
+      asio::write(socket, asio::buffer(busy), ignored);  // tiny; the socket buffer takes it
+    } else {
+      http::ConnectionOptions o;
+      o.max_output_bytes = options_.session.max_output_bytes;
+      o.api_key = options_.http_listen->api_key;
+      serve_http(std::move(socket), {}, std::move(o));
+    }
+    accept_tcp();
+  });
+}
+
+template <class Socket>
+void RouterServer::serve_http(Socket socket, std::string already_read, http::ConnectionOptions o) {
+  auto connection =
+      http::Connection::make(std::move(socket), front_, std::move(o),
+                             [this](http::Connection* c) { http_connections_.erase(c); });
+  http_connections_.emplace(connection.get(), connection);
+  connection->start(std::move(already_read));
 }
 
 }  // namespace kvtier::router

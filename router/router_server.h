@@ -1,8 +1,11 @@
 // kvtier-router's listening side: the Unix socket clients connect to (the
 // same rules as kvtierd's: a stale socket file is replaced, a live one
-// refused, mode 0660), its sessions, and SIGINT/SIGTERM or `shutdown`,
-// which close every session (cancelling their requests on the daemons) and
-// stop; the daemons go on.
+// refused, mode 0660), where each connection speaks JSON-RPC (a
+// ClientSession) or HTTP (told by its first byte, served by the HttpFront);
+// the optional HTTP TCP listener (--http-listen, kvtierd's http_listen
+// rules: an API key beyond loopback); max_connections over all of them;
+// and SIGINT/SIGTERM or `shutdown`, which close every connection
+// (cancelling their requests on the daemons) and stop; the daemons go on.
 //
 // Thread-safety: everything on the io_context's thread.
 #pragma once
@@ -14,7 +17,10 @@
 #include <string>
 #include <unordered_map>
 
+#include "daemon/http/connection.h"
+#include "daemon/http/listener.h"
 #include "router/client_session.h"
+#include "router/http_front.h"
 #include "router/router.h"
 
 namespace kvtier::router {
@@ -23,6 +29,8 @@ struct RouterServerOptions {
   std::string socket_path;
   int max_connections = 1024;
   SessionLimits session;
+  HttpFrontOptions http;
+  std::optional<daemon::http::ListenSpec> http_listen;  // none: the Unix socket only
 };
 
 class RouterServer {
@@ -30,7 +38,8 @@ class RouterServer {
   RouterServer(asio::io_context& io, Router& router, RouterServerOptions options);
   ~RouterServer();
 
-  // Binds and listens; errors name the path and the reason.
+  // Binds and listens (the Unix socket, and the TCP port if asked); errors
+  // name the path or address and the reason.
   std::expected<void, std::string> listen();
   // Starts accepting and the daemon links, and watches the signals.
   void start();
@@ -38,14 +47,24 @@ class RouterServer {
 
  private:
   void accept();
+  void accept_tcp();
+  int connections() const { return static_cast<int>(sessions_.size() + http_connections_.size()); }
+  // Whether one more connection fits max_connections; logs when not.
+  bool room_for_one_more();
+  template <class Socket>
+  void serve_http(Socket socket, std::string already_read, daemon::http::ConnectionOptions o);
 
   asio::io_context& io_;
   Router& router_;
   RouterServerOptions options_;
+  HttpFront front_;
   asio::local::stream_protocol::acceptor acceptor_;
+  asio::ip::tcp::acceptor tcp_acceptor_;
   asio::signal_set signals_;
   asio::steady_timer shutdown_timer_;
   std::unordered_map<ClientSession*, std::shared_ptr<ClientSession>> sessions_;
+  std::unordered_map<daemon::http::Connection*, std::shared_ptr<daemon::http::Connection>>
+      http_connections_;
   bool owns_socket_file_ = false;
   bool stopped_ = false;
 };

@@ -1,0 +1,230 @@
+#include "router/http_front.h"
+
+#include <array>
+
+#include "daemon/http/body.h"
+#include "daemon/http/completion_params.h"
+#include "daemon/http/errors.h"
+#include "daemon/http/openai.h"
+#include "daemon/http/routes.h"
+#include "daemon/log.h"
+#include "daemon/prompt.h"
+#include "daemon/protocol.h"
+#include "router/router_metrics.h"
+
+namespace kvtier::router {
+
+using daemon::RequestOwner;
+using daemon::http::dump;
+using daemon::http::error_object;
+using daemon::http::error_response;
+using daemon::http::Exchange;
+using daemon::http::find_route;
+using daemon::http::json_body;
+using daemon::http::ParamError;
+using daemon::http::Request;
+using daemon::http::Response;
+using nlohmann::json;
+
+// One client request on its way to a daemon, perhaps to a second one.
+struct HttpFront::Forward {
+  Request request;
+  std::shared_ptr<Exchange> exchange;
+  std::vector<int> tokens;  // the first prompt's, to route it
+  std::string cache_salt;
+  std::vector<int> tried;           // daemons it was sent to, the last one current
+  std::optional<Response> refusal;  // the last daemon's 429 or 503
+  RequestId id = 0;                 // tracked on the exchange while on a daemon
+  std::shared_ptr<HttpUpstream> upstream;
+};
+
+namespace {
+
+// The daemons' usage block, for the router's cached-token counts.
+void count_usage(Router& router, std::string_view answer) {
+  if (answer.find("\"kvtier_cached_tokens\"") == std::string_view::npos) return;
+  auto parsed = daemon::json_parse(answer);
+  if (!parsed || !parsed->is_object()) return;
+  const auto usage = parsed->find("usage");
+  if (usage != parsed->end() && usage->is_object())
+    router.count_cached(usage->value("kvtier_cached_tokens", json()));
+}
+
+}  // namespace
+
+HttpFront::HttpFront(asio::io_context& io, Router& router, HttpFrontOptions options)
+    : io_(io), router_(router), options_(std::move(options)) {}
+
+HttpFront::~HttpFront() {
+  for (auto& [id, f] : in_flight_)
+    if (f->upstream) f->upstream->close();
+}
+
+std::span<const HttpFront::Route> HttpFront::routes() {
+  static const std::array<Route, 5> table = {{
+      {"GET", "/health", &HttpFront::health},
+      {"GET", "/metrics", &HttpFront::metrics},
+      {"GET", "/v1/models", &HttpFront::models},
+      {"POST", "/v1/completions", &HttpFront::completions},
+      {"POST", "/v1/chat/completions", &HttpFront::chat},
+  }};
+  return table;
+}
+
+void HttpFront::dispatch(const Request& request, const std::shared_ptr<Exchange>& exchange) {
+  if (const Route* route = find_route(routes(), request, *exchange))
+    (this->*route->handler)(request, exchange);
+}
+
+void HttpFront::answered(std::string_view path, int status) {
+  std::string label = "other";
+  for (const Route& route : routes())
+    if (path == route.path) label = route.path;
+  ++answers_[{label, status}];
+}
+
+void HttpFront::cancel(RequestId id, const RequestOwner&) {
+  const auto it = in_flight_.find(id);
+  if (it == in_flight_.end()) return;
+  const std::shared_ptr<Forward> f = it->second;
+  f->upstream->close();  // the daemon cancels the generation of a client gone
+  left(*f);
+}
+
+void HttpFront::health(const Request&, const std::shared_ptr<Exchange>& exchange) {
+  int usable = 0;
+  for (int i = 0; i < router_.daemons(); ++i) usable += router_.link(i).usable() ? 1 : 0;
+  Response r;
+  r.status = usable > 0 ? 200 : 503;
+  r.body = dump({{"status", usable > 0 ? "ok" : "unavailable"},
+                 {"daemons", router_.daemons()},
+                 {"usable", usable}});
+  exchange->respond(std::move(r));
+}
+
+void HttpFront::metrics(const Request&, const std::shared_ptr<Exchange>& exchange) {
+  Response r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = router_metrics_text(router_, answers_, connections ? connections() : 0);
+  exchange->respond(std::move(r));
+}
+
+void HttpFront::models(const Request& request, const std::shared_ptr<Exchange>& exchange) {
+  int daemon = -1;
+  for (int i = 0; i < router_.daemons() && daemon < 0; ++i)
+    if (router_.link(i).usable()) daemon = i;
+  if (daemon < 0) return exchange->respond(error_response(503, "no daemon is usable now"));
+  const std::string address = router_.link(daemon).address();
+  HttpUpstream::start(
+      io_, address, request,
+      {.on_response = [exchange](Response r) { exchange->respond(std::move(r)); },
+       .on_failed =
+           [exchange, address](const std::string& why, bool) {
+             exchange->respond(error_response(502, "daemon " + address + ": " + why));
+           }});
+}
+
+void HttpFront::completions(const Request& request, const std::shared_ptr<Exchange>& exchange) {
+  auto body = json_body(request);
+  if (!body) return exchange->respond(std::move(body.error()));
+  auto spec = daemon::http::completion_spec(*body, options_.served_model);
+  if (!spec) {
+    const ParamError& e = spec.error();
+    return exchange->respond(error_response(e.status, e.message, e.param, e.code));
+  }
+  auto f = std::make_shared<Forward>();
+  auto tokens = daemon::prompt_tokens(router_.tokenizer(), spec->prompts.front());
+  if (!tokens) return exchange->respond(error_response(400, tokens.error(), "prompt"));
+  f->tokens = std::move(*tokens);
+  f->cache_salt = spec->params.cache_salt;
+  f->request = request;
+  f->exchange = exchange;
+  send(f);
+}
+
+void HttpFront::chat(const Request& request, const std::shared_ptr<Exchange>& exchange) {
+  auto body = json_body(request);
+  if (!body) return exchange->respond(std::move(body.error()));
+  auto spec =
+      chat_spec(*body, options_.served_model, options_.chat_template, router_.model().block_size);
+  if (!spec) {
+    const ParamError& e = spec.error();
+    return exchange->respond(error_response(e.status, e.message, e.param, e.code));
+  }
+  auto f = std::make_shared<Forward>();
+  auto tokens = daemon::prompt_tokens(router_.tokenizer(), spec->prompts.front());
+  if (!tokens) return exchange->respond(error_response(400, tokens.error(), "messages"));
+  f->tokens = std::move(*tokens);
+  f->cache_salt = spec->params.cache_salt;
+  f->request = request;
+  f->exchange = exchange;
+  send(f);
+}
+
+void HttpFront::send(const std::shared_ptr<Forward>& f) {
+  const auto route = router_.route(f->tokens, f->cache_salt, f->tried);
+  if (!route) {
+    if (f->refusal) return f->exchange->respond(std::move(*f->refusal));
+    return f->exchange->respond(
+        error_response(503, "no daemon is usable now (" + std::to_string(router_.daemons()) +
+                                " configured; `kvtierctl fleet` or GET /metrics says why)"));
+  }
+  const int daemon = route->daemon;
+  f->tried.push_back(daemon);
+  f->refusal.reset();
+  f->id = next_id_++;
+  f->exchange->track(f->id);
+  in_flight_.emplace(f->id, f);
+  const std::string address = router_.link(daemon).address();
+  // Sent elsewhere if another daemon is left to try; false otherwise.
+  const auto retry = [this, f] {
+    if (static_cast<int>(f->tried.size()) >= router_.daemons()) return false;
+    router_.count_retry();
+    send(f);
+    return true;
+  };
+  f->upstream = HttpUpstream::start(
+      io_, address, f->request,
+      {.on_response =
+           [this, f, retry](Response r) {
+             left(*f);
+             if (r.status == 429 || r.status == 503) {  // full or draining: for now
+               f->refusal = r;
+               if (retry()) return;
+               f->refusal.reset();
+             }
+             if (r.status == 200) count_usage(router_, r.body);
+             f->exchange->respond(std::move(r));
+           },
+       .on_stream_begin = [f] { f->exchange->stream_begin(); },
+       .on_event =
+           [this, f](std::string_view data) {
+             count_usage(router_, data);
+             f->exchange->stream_event(data);
+           },
+       .on_end =
+           [this, f] {
+             left(*f);
+             f->exchange->stream_end();
+           },
+       .on_failed =
+           [this, f, retry, address](const std::string& why, bool delivered) {
+             left(*f);
+             daemon::log_warning("daemon " + address + " failed an HTTP request: " + why);
+             if (!delivered && retry()) return;
+             const std::string message =
+                 "daemon " + address + " went away before answering whole: " + why;
+             if (!delivered) return f->exchange->respond(error_response(502, message));
+             f->exchange->stream_event(dump({{"error", error_object(502, message)}}));
+             f->exchange->stream_end();
+           }});
+}
+
+void HttpFront::left(Forward& f) {
+  f.upstream.reset();  // the upstream holds f through its handlers
+  if (in_flight_.erase(f.id) == 0) return;
+  f.exchange->untrack(f.id);
+  router_.link(f.tried.back()).done();
+}
+
+}  // namespace kvtier::router
