@@ -89,23 +89,39 @@ std::expected<std::unique_ptr<DaemonProcess>, std::string> DaemonProcess::start(
   d->dir_ = dir_template;
   d->socket_ = d->dir_ + "/kvtierd.sock";
   d->log_path_ = log_path;
-  std::vector<std::string> argv = {binary, "--socket", d->socket_};
-  argv.insert(argv.end(), args.begin(), args.end());
-  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  d->binary_ = binary;
+  d->args_ = args;
+  if (auto ok = d->spawn(ready_timeout_s); !ok) return std::unexpected(ok.error());
+  return d;
+}
+
+std::expected<void, std::string> DaemonProcess::spawn(double ready_timeout_s) {
+  std::vector<std::string> argv = {binary_, "--socket", socket_};
+  argv.insert(argv.end(), args_.begin(), args_.end());
+  const int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   auto child = util::spawn_child(argv, {.stdout_fd = log_fd, .stderr_fd = log_fd});
   if (log_fd >= 0) ::close(log_fd);
   if (!child) return std::unexpected(child.error());
-  d->child_ = std::move(*child);
+  child_ = std::move(*child);
   const auto deadline = Clock::now() + millis(ready_timeout_s);
   while (Clock::now() < deadline) {
-    if (const auto status = d->child_.wait(std::chrono::milliseconds(0))) {
+    if (const auto status = child_.wait(std::chrono::milliseconds(0))) {
       return std::unexpected("kvtierd exited at start-up (status " + std::to_string(*status) +
-                             "); see " + log_path);
+                             "); see " + log_path_);
     }
-    if (ctl::RpcClient::connect(d->socket_)) return d;
+    if (ctl::RpcClient::connect(socket_)) return {};
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return std::unexpected("kvtierd did not accept connections in time; see " + log_path);
+  return std::unexpected("kvtierd did not accept connections in time; see " + log_path_);
+}
+
+void DaemonProcess::kill() { (void)child_.stop(std::chrono::milliseconds(0)); }
+
+std::expected<void, std::string> DaemonProcess::restart(const std::string& log_path,
+                                                        double ready_timeout_s) {
+  kill();
+  log_path_ = log_path;
+  return spawn(ready_timeout_s);
 }
 
 bool DaemonProcess::stop(double timeout_s) {

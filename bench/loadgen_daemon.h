@@ -46,10 +46,21 @@ class DaemonProcess {
   // True when it exited by itself with status 0.
   bool stop(double timeout_s = 30);
 
+  // SIGKILLs it and reaps it, as a crash would end it (a fault soak); its
+  // socket file stays behind, stale.
+  void kill();
+  // Starts the same binary with the same arguments again on the same
+  // socket (after kill()), logging to `log_path`, and waits as start() does.
+  std::expected<void, std::string> restart(const std::string& log_path,
+                                           double ready_timeout_s = 60);
+
  private:
   DaemonProcess() = default;
+  std::expected<void, std::string> spawn(double ready_timeout_s);
 
   util::ChildProcess child_;
+  std::string binary_;
+  std::vector<std::string> args_;
   std::string dir_, socket_, log_path_;
 };
 

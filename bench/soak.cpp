@@ -20,6 +20,11 @@
 // default: many applications' system prompts), twice: as islands, each with
 // its own tiers only, and sharing a remote tier on a redis-server of the
 // soak's own; side by side, with the requests and cold checks of each.
+// --fleet N --router compares round-robin with kvtier-router on the same
+// arrivals; adding --kill-at S runs the router's half alone with daemon 0
+// SIGKILLed S seconds in and started again --kill-for seconds later, and
+// checks that no request is lost (only those already streaming may fail)
+// and that the router sends it requests again within 2 s of its return.
 //
 // --gpt2-124m runs on a GPT-2 124M-shaped model of random weights, written
 // into --out at the start (bench/soak_model.h) and removed at the end, with
@@ -28,6 +33,7 @@
 //
 //   build/bench/soak [--duration 600] [--out DIR] [--kvtierd PATH] [--compare | --fleet 3]
 //   build/bench/soak --gpt2-124m [--duration 600] [--out DIR]
+//   build/bench/soak --fleet 3 --router [--kill-at 20 [--kill-for 5]]
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -71,6 +77,8 @@ struct SoakOptions {
   bool gpt2_124m = false;               // a GPT-2 124M-shaped model of random weights, tiers in GiB
   int fleet = 0;                        // daemons of a --fleet run; 0 = none
   bool via_router = false;              // --fleet: round-robin against kvtier-router
+  double kill_at_s = 0;                 // --router: daemon 0 SIGKILLed this far in; 0 = never
+  double kill_for_s = 5;                // and started again on its socket this much later
   std::size_t redis_bytes = 256 << 20;  // the fleet's redis-server maxmemory
   std::uint64_t seed = 1;
   bool compare = false, quiet = false;
@@ -437,6 +445,90 @@ double lone_ttft_ms(const std::string& socket, const LoadOptions& lo) {
   return r && r->contains("timings") ? (*r)["timings"].value("ttft_ms", -1.0) : -1;
 }
 
+// --kill-at: what happened to daemon 0 and how the router took it, in
+// seconds from the start of the arrivals; -1 = did not happen.
+struct KillReport {
+  double killed_s = -1, back_s = -1;  // SIGKILLed; accepting again on its socket
+  double usable_s = -1;               // the router's `fleet` says it is usable again
+  double routed_s = -1;               // its own `stats` counts a request
+  std::string error;                  // it could not be started again
+};
+
+// Kills daemon `d` at o.kill_at_s, starts it again o.kill_for_s later on
+// the same socket, then watches the router take it back (every 10 ms, at
+// most 10 s). Runs beside the load, on a thread of its own.
+KillReport kill_and_return(const SoakOptions& o, DaemonProcess& d, const std::string& router,
+                           const std::string& log) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const auto since = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const auto at = [t0](double s) {
+    return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  KillReport k;
+  std::this_thread::sleep_until(at(o.kill_at_s));
+  d.kill();
+  k.killed_s = since();
+  std::this_thread::sleep_until(at(o.kill_at_s + o.kill_for_s));
+  if (auto ok = d.restart(log); !ok) {
+    k.error = ok.error();
+    return k;
+  }
+  k.back_s = since();
+  while (since() < k.back_s + 10 && (k.usable_s < 0 || k.routed_s < 0)) {
+    if (k.usable_s < 0) {
+      const json f = router_fleet(router);
+      if (f.is_object() && f["daemons"].is_array() && !f["daemons"].empty() &&
+          f["daemons"][0].value("usable", false))
+        k.usable_s = since();
+    }
+    if (k.routed_s < 0) {
+      auto c = kvtier::ctl::RpcClient::connect(d.socket());
+      auto s = c ? c->call("stats", json::object()) : std::unexpected(c.error());
+      if (s && view_stats(*s).submitted > 0) k.routed_s = since();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return k;
+}
+
+// The checks of a run with a daemon killed: nothing lost; every request
+// that failed had started streaming (the router retries the others); and
+// the router used the daemon again within 2 s of its return.
+std::vector<Check> kill_checks(const LoadResult& r, const Summary& s, const KillReport& k) {
+  long failed = 0, failed_unstreamed = 0;
+  std::string first_unstreamed;
+  for (const auto& q : r.records) {
+    if (q.error.empty()) continue;
+    ++failed;
+    if (q.first_token_s >= 0) continue;
+    if (++failed_unstreamed == 1) first_unstreamed = q.error;
+  }
+  std::vector<Check> checks;
+  checks.push_back(
+      {"requests",
+       s.arrived > 0 && s.lost == 0 && failed_unstreamed == 0 ? Check::kPass : Check::kFail,
+       std::to_string(s.ok) + "/" + std::to_string(s.arrived) + " answered, " +
+           std::to_string(failed) + " failed (each after part of its answer was streamed), " +
+           std::to_string(failed_unstreamed) + " failed before streaming, " +
+           std::to_string(s.lost) + " lost" +
+           (first_unstreamed.empty() ? "" : "; first of those: " + first_unstreamed)});
+  char detail[256];
+  if (!k.error.empty()) {
+    checks.push_back({"return", Check::kFail, "daemon 0 did not start again: " + k.error});
+    return checks;
+  }
+  const double usable = k.usable_s >= 0 ? k.usable_s - k.back_s : -1;
+  const double routed = k.routed_s >= 0 ? k.routed_s - k.back_s : -1;
+  std::snprintf(detail, sizeof detail,
+                "daemon 0 killed at %.1f s, back at %.1f s; usable again after %.2f s, its first "
+                "request after %.2f s (-1: not within 10 s)",
+                k.killed_s, k.back_s, usable, routed);
+  checks.push_back(
+      {"return", usable >= 0 && routed >= 0 && routed <= 2 ? Check::kPass : Check::kFail, detail});
+  return checks;
+}
+
 // Says so when the arrivals outran the daemon: its TTFT is then mostly
 // queueing (TTFT p50 over 3x a lone request's), and the run measures what
 // the tiers hold, not latency.
@@ -515,7 +607,14 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
   lo.progress = !o.quiet;
   lo.label = setup.label + " ";
   out.lone_ttft_ms = lone_ttft_ms(lo.sockets.front(), lo);
+  KillReport killed;
+  std::thread killer;
+  if (router && o.kill_at_s > 0)
+    killer = std::thread(
+        [&] { killed = kill_and_return(o, *fleet[0], router->socket(), logs[0] + ".restarted"); });
   out.result = run_load(lo);
+  const bool killer_ran = killer.joinable();
+  if (killer_ran) killer.join();
   if (!out.result.error.empty()) {
     std::fprintf(stderr, "soak: %s\n", out.result.error.c_str());
     out.started = false;
@@ -523,7 +622,9 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
   }
   out.summary = summarize(out.result);
   if (verify == Verify::kSoak) out.checks = soak_checks(o, out.result, out.summary, setup);
-  if (verify == Verify::kFleet) out.checks = {check_requests(out.result, out.summary)};
+  if (verify == Verify::kFleet)
+    out.checks = killer_ran ? kill_checks(out.result, out.summary, killed)
+                            : std::vector<Check>{check_requests(out.result, out.summary)};
   if (verify != Verify::kNone)
     out.checks.push_back(
         check_cold(o, lo.sockets, out.result, verify == Verify::kFleet && !setup.remote.empty()));
@@ -572,16 +673,20 @@ int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& fl
   }
   // --router: both share the remote tier, so round-robin's misses of L1
   // are remote hits, as a fleet behind a plain load balancer has them.
+  // --kill-at: the router's half alone, with daemon 0 killed and back.
+  const TierSetup routed = {"router", true, true, "swap", (*redis)->socket(), true};
   const std::vector<std::pair<std::string, TierSetup>> setups =
-      o.via_router ? std::vector<std::pair<std::string, TierSetup>>{{"round-robin",
-                                                                     {"round-robin", true, true,
-                                                                      "swap", (*redis)->socket()}},
-                                                                    {"router",
-                                                                     {"router", true, true, "swap",
-                                                                      (*redis)->socket(), true}}}
-                   : std::vector<std::pair<std::string, TierSetup>>{
-                         {"islands", {"islands", true, true, "swap", ""}},
-                         {"shared", {"shared remote", true, true, "swap", (*redis)->socket()}}};
+      o.kill_at_s > 0 ? std::vector<std::pair<std::string, TierSetup>>{{"router-kill", routed}}
+      : o.via_router
+          ? std::vector<std::pair<std::string, TierSetup>>{{"round-robin",
+                                                            {"round-robin", true, true, "swap",
+                                                             (*redis)->socket()}},
+                                                           {"router",
+                                                            {"router", true, true, "swap",
+                                                             (*redis)->socket(), true}}}
+          : std::vector<std::pair<std::string, TierSetup>>{
+                {"islands", {"islands", true, true, "swap", ""}},
+                {"shared", {"shared remote", true, true, "swap", (*redis)->socket()}}};
   std::vector<std::pair<std::string, Summary>> rows;
   std::vector<std::vector<Check>> checks;
   std::string router_choices;
@@ -599,16 +704,20 @@ int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& fl
       "each, seed %llu; each daemon %s; shared: one redis-server on a Unix socket, maxmemory "
       "%zu MiB\n",
       o.fleet, o.workload.c_str(),
-      o.via_router ? "round-robin, then through kvtier-router" : "round-robin", o.rate,
-      o.concurrency, o.duration_s, static_cast<unsigned long long>(o.seed), tiers_text(o).c_str(),
-      o.redis_bytes >> 20);
+      o.kill_at_s > 0 ? "through kvtier-router, daemon 0 killed and back"
+      : o.via_router  ? "round-robin, then through kvtier-router"
+                      : "round-robin",
+      o.rate, o.concurrency, o.duration_s, static_cast<unsigned long long>(o.seed),
+      tiers_text(o).c_str(), o.redis_bytes >> 20);
   print_comparison(rows, stdout);
   if (!router_choices.empty()) std::printf("%s\n", router_choices.c_str());
   bool ok = true;
   for (std::size_t i = 0; i < rows.size(); ++i)
     ok = print_checks(checks[i], rows[i].first + ": ") && ok;
   std::printf("CSVs: %s/fleet-{%s}-{requests,stats,config}.csv\n", o.out.c_str(),
-              o.via_router ? "round-robin,router" : "islands,shared");
+              o.kill_at_s > 0 ? "router-kill"
+              : o.via_router  ? "round-robin,router"
+                              : "islands,shared");
   std::printf("soak: %s\n", ok ? "all checks passed" : "FAILED");
   return ok ? 0 : 1;
 }
@@ -678,6 +787,15 @@ int main(int argc, char** argv) {
                "With --fleet: round-robin, then the same arrivals through kvtier-router "
                "(both sharing the remote tier), compared")
       ->needs("--fleet");
+  app.add_option("--kill-at", o.kill_at_s,
+                 "With --router: the router's half alone, daemon 0 SIGKILLed this many seconds "
+                 "in and started again on its socket --kill-for later; checks that no request "
+                 "is lost and the router uses it again within 2 s")
+      ->check(CLI::PositiveNumber)
+      ->needs("--router");
+  app.add_option("--kill-for", o.kill_for_s, "With --kill-at: seconds daemon 0 stays dead")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--kvtier-router", o.router, "The kvtier-router binary for --router")
       ->capture_default_str();
   app.add_option("--redis-bytes", o.redis_bytes, "The fleet's redis-server maxmemory, bytes")
@@ -709,6 +827,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.warmup_s < 0) o.warmup_s = std::max(5.0, 0.2 * o.duration_s);
+  if (o.kill_at_s > 0 && o.kill_at_s + o.kill_for_s + 2 > o.duration_s) {
+    std::fprintf(stderr,
+                 "soak: --kill-at + --kill-for must end at least 2 s before --duration ends\n");
+    return 2;
+  }
   std::error_code ec;
   fs::create_directories(o.out, ec);
   const kvtier::ModelConfig gpt2 = kvtier::ModelConfig::gpt2_124m();

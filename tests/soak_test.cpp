@@ -136,6 +136,32 @@ TEST(SoakTest, ShortFleetRunThroughTheRouter) {
   EXPECT_TRUE(fs::exists(out / "fleet-round-robin-requests.csv")) << output;
 }
 
+// --kill-at: a daemon SIGKILLed mid-run and started again; in the router's
+// half alone nothing is lost, only requests already streaming may fail, the
+// cold answers are identical and the router takes the daemon back. (How
+// soon it sends it requests again, the soak's 2 s target, is a timing: the
+// soak reports it, this test does not assert it.)
+TEST(SoakTest, ShortFleetRunWithADaemonKilledAndBack) {
+  const fs::path soak = soak_path();
+  if (!fs::exists(soak)) GTEST_SKIP() << soak << " is not built (KVTIER_BUILD_BENCH=OFF?)";
+  SKIP_WITHOUT_REDIS();
+  test_util::TempDir dir;
+  const fs::path out = dir.path() / "fleet";
+  const auto [status, output] = run_soak(
+      "--fleet 2 --router --kill-at 3 --kill-for 1 --workload b --duration 8 --rate 4 "
+      "--concurrency 2 --verify 4 --l1-blocks 20 --l2-blocks 16 --l3-blocks 32 --threads 1 "
+      "--redis-bytes 67108864",
+      out);
+  EXPECT_NE(status, 2) << output;  // it ran
+  for (const char* passed : {"router: PASS requests", "router: PASS cold", "router: PASS exit"})
+    EXPECT_NE(output.find(passed), std::string::npos) << passed << " in\n" << output;
+  const std::size_t usable = output.find("usable again after ");
+  ASSERT_NE(usable, std::string::npos) << output;
+  EXPECT_GE(std::atof(output.c_str() + usable + 19), 0) << output;  // -1: never
+  EXPECT_TRUE(fs::exists(out / "fleet-router-kill-requests.csv")) << output;
+  EXPECT_FALSE(fs::exists(out / "fleet-round-robin-requests.csv")) << output;
+}
+
 // Tiers given in bytes (rounded down to the bundled model's 64 KiB blocks)
 // and workload f's long documents: the checks pass, the daemon got those
 // sizes, and the L3 slab is gone after the run.
