@@ -56,8 +56,11 @@ HttpFront::HttpFront(asio::io_context& io, Router& router, HttpFrontOptions opti
     : io_(io), router_(router), options_(std::move(options)) {}
 
 HttpFront::~HttpFront() {
-  for (auto& [id, f] : in_flight_)
-    if (f->upstream) f->upstream->close();
+  for (auto& [id, f] : in_flight_) {
+    if (!f->upstream) continue;
+    f->upstream->close();
+    f->upstream.reset();  // it holds f through its handlers
+  }
 }
 
 std::span<const HttpFront::Route> HttpFront::routes() {
@@ -171,7 +174,6 @@ void HttpFront::send(const std::shared_ptr<Forward>& f) {
   }
   const int daemon = route->daemon;
   f->tried.push_back(daemon);
-  f->refusal.reset();
   f->id = next_id_++;
   f->exchange->track(f->id);
   in_flight_.emplace(f->id, f);
