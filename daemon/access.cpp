@@ -59,4 +59,11 @@ std::expected<gid_t, std::string> group_id(const std::string& name) {
   }
 }
 
+bool same_secret(std::string_view given, std::string_view key) {
+  unsigned char diff = given.size() == key.size() ? 0 : 1;
+  for (std::size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ (i < key.size() ? key[i] : 0));
+  return diff == 0;
+}
+
 }  // namespace kvtier::daemon

@@ -19,6 +19,7 @@
 #include <expected>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace kvtier::daemon {
 
@@ -57,6 +58,10 @@ std::uint64_t next_connection_number();
 // anyone can guess, so the id alone proves nothing. A peer whose uid the
 // kernel did not tell matches no uid.
 bool cancel_allowed(const RequestOwner& owner, const RequestOwner& caller, bool caller_privileged);
+
+// Whether `given` is the API key `key`, in time that does not depend on
+// where they differ (HTTP's Bearer token, JSON-RPC's `auth`).
+bool same_secret(std::string_view given, std::string_view key);
 
 // The gid of a group name, for --socket-group; the error names the group.
 std::expected<gid_t, std::string> group_id(const std::string& name);

@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "daemon/access.h"
 #include "daemon/param_fields.h"
 
 namespace kvtier::daemon {
@@ -350,6 +351,22 @@ std::string line_too_long_line(std::size_t max_line_bytes) {
 
 std::string notification_line(std::string_view method, const json& params) {
   return dump(json{{"jsonrpc", "2.0"}, {"method", method}, {"params", params}});
+}
+
+std::expected<json, RpcError> auth_result(const json& params, const std::string& api_key) {
+  const auto key = params.is_object() ? params.find("api_key") : params.end();
+  if (!params.is_object() || params.size() != 1 || key == params.end() || !key->is_string())
+    return std::unexpected(RpcError{rpc_code::kInvalidParams, "auth takes {\"api_key\": string}"});
+  if (api_key.empty()) return json{{"authenticated", true}, {"required", false}};
+  if (!same_secret(key->get<std::string>(), api_key))
+    return std::unexpected(RpcError{rpc_code::kUnauthenticated, "wrong API key"});
+  return json{{"authenticated", true}, {"required", true}};
+}
+
+RpcError unauthenticated_error() {
+  return {rpc_code::kUnauthenticated,
+          "authenticate first: call 'auth' with {\"api_key\": KEY} (this TCP listener has an "
+          "API key)"};
 }
 
 }  // namespace kvtier::daemon

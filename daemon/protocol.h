@@ -36,6 +36,7 @@ inline constexpr int kLineTooLong = -32001;       // a request line over max_lin
 inline constexpr int kShuttingDown = -32002;      // the daemon is stopping
 inline constexpr int kPermissionDenied = -32003;  // a privileged method from a uid not allowed it
 inline constexpr int kNoPrefixCache = -32004;     // a cache method while the prefix cache is off
+inline constexpr int kUnauthenticated = -32005;   // on TCP with an API key, before `auth`
 }  // namespace rpc_code
 
 // The deepest nesting of arrays and objects a request line may have; the
@@ -147,5 +148,14 @@ std::string error_line(const nlohmann::json& id, const RpcError& error);
 // `max_line_bytes`: kLineTooLong, naming the limit.
 std::string line_too_long_line(std::size_t max_line_bytes);
 std::string notification_line(std::string_view method, const nlohmann::json& params);
+
+// `auth` (on TCP with an API key, docs/protocol.md "On TCP"): the answer to
+// `params` ({"api_key": string}) when the key is `api_key` (empty: none is
+// required, and any key will do), or kInvalidParams or kUnauthenticated.
+std::expected<nlohmann::json, RpcError> auth_result(const nlohmann::json& params,
+                                                    const std::string& api_key);
+// kUnauthenticated, for any call but `auth` and `help` before a
+// successful `auth`.
+RpcError unauthenticated_error();
 
 }  // namespace kvtier::daemon

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "daemon/access.h"
+#include "daemon/generic_socket.h"
 #include "daemon/log.h"
 #include "daemon/protocol.h"
 #include "daemon/systemd_notify.h"
@@ -21,6 +22,7 @@ namespace kvtier::daemon {
 
 namespace fs = std::filesystem;
 using stream = asio::local::stream_protocol;
+using generic_stream = asio::generic::stream_protocol;
 
 namespace {
 
@@ -206,21 +208,26 @@ void Server::accept_tcp() {
       boost::system::error_code ignored;
       asio::write(socket, asio::buffer(busy), ignored);  // tiny; the socket buffer takes it
     } else {
-      http::ConnectionOptions o;
-      o.max_output_bytes = options_.session.max_output_bytes;
-      o.api_key = options_.http_listen->api_key;
+      // JSON-RPC or HTTP, told by the first byte as on the Unix socket. A
+      // TCP peer has no credentials: it is never privileged (access.h).
       boost::system::error_code peer_ec;
       const auto peer = socket.remote_endpoint(peer_ec);
-      if (!peer_ec) {
-        std::ostringstream who;
-        who << peer;
-        log_info("HTTP client connected from " + who.str());
-      }
-      auto connection =
-          http::Connection::make(std::move(socket), http_service_, std::move(o),
-                                 [this](http::Connection* c) { http_connections_.erase(c); });
-      http_connections_.emplace(connection.get(), connection);
-      connection->start({});
+      std::ostringstream who;
+      if (!peer_ec) who << peer;
+      const std::string api_key = options_.http_listen->api_key;
+      SessionOptions so = options_.session;
+      so.api_key = api_key;
+      const auto protocol = peer.protocol();
+      auto session = std::make_shared<Session>(
+          as_generic(std::move(socket), protocol), engine_, *this, so, std::nullopt,
+          [this](Session* s) { sessions_.erase(s); },
+          [this, api_key](generic_stream::socket s, std::string bytes) {
+            serve_http(std::move(s), std::move(bytes), std::nullopt, api_key);
+          });
+      sessions_.emplace(session.get(), session);
+      log_info("TCP client connected from " + who.str() + " (" + std::to_string(connections()) +
+               " connections)");
+      session->start();
     }
     accept_tcp();
   });
@@ -243,10 +250,10 @@ void Server::accept() {
       // session treats an unknown peer as an outsider.
       const auto peer = peer_credentials(socket.native_handle());
       auto session = std::make_shared<Session>(
-          std::move(socket), engine_, *this, options_.session, peer,
+          as_generic(std::move(socket), stream()), engine_, *this, options_.session, peer,
           [this](Session* s) { sessions_.erase(s); },
-          [this](stream::socket s, std::string bytes) {
-            serve_http(std::move(s), std::move(bytes));
+          [this, peer](generic_stream::socket s, std::string bytes) {
+            serve_http(std::move(s), std::move(bytes), peer, {});
           });
       sessions_.emplace(session.get(), session);
       log_info("client connected: " + (peer ? to_string(*peer) : "unknown peer") + " (" +
@@ -257,10 +264,12 @@ void Server::accept() {
   });
 }
 
-void Server::serve_http(stream::socket socket, std::string already_read) {
+void Server::serve_http(generic_stream::socket socket, std::string already_read,
+                        std::optional<PeerCredentials> peer, std::string api_key) {
   http::ConnectionOptions o;
   o.max_output_bytes = options_.session.max_output_bytes;
-  o.peer = peer_credentials(socket.native_handle());
+  o.peer = peer;
+  o.api_key = std::move(api_key);
   auto connection =
       http::Connection::make(std::move(socket), http_service_, std::move(o),
                              [this](http::Connection* c) { http_connections_.erase(c); });

@@ -11,6 +11,11 @@
 // Each connection's peer credentials are logged at info level and handed to
 // its session, which checks privileged calls against them (access.h).
 //
+// The optional TCP listener (http_listen) serves JSON-RPC and HTTP alike,
+// told by the first byte as on the Unix socket; with an API key, HTTP asks
+// for it as a Bearer token and JSON-RPC as an `auth` call (session.h). A TCP
+// peer has no credentials, so it is never privileged.
+//
 // Watchdog: when systemd's watchdog is on, the io thread sends WATCHDOG=1 at
 // half the timeout, so a wedged event loop gets the daemon restarted.
 //
@@ -146,8 +151,10 @@ class Server : public DaemonControl {
   void accept_tcp();
   // Whether one more connection fits max_connections; logs when not.
   bool room_for_one_more();
-  // Serves a Unix-socket connection that turned out to speak HTTP.
-  void serve_http(asio::local::stream_protocol::socket socket, std::string already_read);
+  // Serves a connection that turned out to speak HTTP: `peer` on the Unix
+  // socket, an `api_key` on TCP (empty: none asked).
+  void serve_http(asio::generic::stream_protocol::socket socket, std::string already_read,
+                  std::optional<PeerCredentials> peer, std::string api_key);
   void watchdog_ping();
   void wait_signal();
   void reload();

@@ -13,8 +13,8 @@ namespace kvtier::daemon {
 
 using nlohmann::json;
 
-const std::array<Session::Method, 16>& Session::methods() {
-  static const std::array<Method, 16> table = {{
+const std::array<Session::Method, 17>& Session::methods() {
+  static const std::array<Method, 17> table = {{
       {"generate", "generate a continuation of a prompt (text or token ids), optionally streamed",
        &Session::method_generate},
       {"cancel", "cancel a running generate by its request id", &Session::method_cancel},
@@ -42,11 +42,13 @@ const std::array<Session::Method, 16>& Session::methods() {
       {"shutdown", "let running requests finish (drain_timeout), then stop (privileged)",
        &Session::method_shutdown, true},
       {"help", "the methods this daemon answers", &Session::method_help},
+      {"auth", "give the API key, which a TCP connection needs before any other call",
+       &Session::method_auth},
   }};
   return table;
 }
 
-Session::Session(asio::local::stream_protocol::socket socket, EngineLoop& engine,
+Session::Session(asio::generic::stream_protocol::socket socket, EngineLoop& engine,
                  DaemonControl& control, SessionOptions options,
                  std::optional<PeerCredentials> peer, ClosedHandler on_closed, HttpHandoff on_http)
     : socket_(std::move(socket)),
@@ -106,6 +108,11 @@ void Session::on_line(const std::string& line) {
   auto call = call_parse(line);
   if (!call) {
     send(error_line(call.error().id, call.error().error));
+    return;
+  }
+  if (!options_.api_key.empty() && !authenticated_ && call->method != "auth" &&
+      call->method != "help") {
+    reply_error(*call, unauthenticated_error());
     return;
   }
   for (const Method& m : methods()) {
@@ -403,6 +410,17 @@ void Session::method_help(RpcCall& call) {
   json list = json::array();
   for (const Method& m : methods()) list.push_back({{"name", m.name}, {"summary", m.summary}});
   reply(call, {{"methods", list}});
+}
+
+void Session::method_auth(RpcCall& call) {
+  auto result = auth_result(call.params, options_.api_key);
+  if (!result) {
+    if (result.error().code == rpc_code::kUnauthenticated)
+      log_warning("a TCP client gave a wrong API key");
+    return reply_error(call, result.error());
+  }
+  if (!options_.api_key.empty()) authenticated_ = true;
+  reply(call, *result);
 }
 
 }  // namespace kvtier::daemon

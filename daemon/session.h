@@ -1,8 +1,15 @@
-// One JSON-RPC client connection on the Unix socket.
+// One JSON-RPC client connection, on the Unix socket or on the TCP
+// listener (http_listen).
 //
 // HTTP on the same socket: a connection whose first byte starts an HTTP
 // request (http::starts_http) is handed, with the bytes read, to the
 // server's HTTP side (HttpHandoff) before anything is parsed here.
+//
+// On TCP with an API key (SessionOptions::api_key), every call but `auth`
+// and `help` is refused with kUnauthenticated until an `auth` call gives the
+// key, as Redis's AUTH: the socket's file mode guards the Unix socket, the
+// key the port. A TCP peer has no credentials (no uid), so it is never
+// privileged and cancels only its own connection's requests.
 //
 // Framing: newline-delimited JSON-RPC 2.0 (protocol.h); a line over
 // max_line_bytes (a runtime setting, read before every read) gets a
@@ -62,6 +69,8 @@ struct SessionOptions {
   // default, root, fails closed.
   uid_t daemon_uid = 0;
   bool allow_any_uid = false;
+  // Non-empty: `auth` with this key first (TCP with http_api_key_file).
+  std::string api_key{};
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -70,12 +79,12 @@ class Session : public std::enable_shared_from_this<Session> {
   using ClosedHandler = std::function<void(Session*)>;
   // Takes over a connection that speaks HTTP, with the bytes read from it.
   using HttpHandoff =
-      std::function<void(asio::local::stream_protocol::socket socket, std::string already_read)>;
+      std::function<void(asio::generic::stream_protocol::socket socket, std::string already_read)>;
 
   // `peer`: the client's credentials, nullopt when the kernel could not
   // tell (then no privileged call is allowed). `engine` and `control` must
   // outlive the session's handlers.
-  Session(asio::local::stream_protocol::socket socket, EngineLoop& engine, DaemonControl& control,
+  Session(asio::generic::stream_protocol::socket socket, EngineLoop& engine, DaemonControl& control,
           SessionOptions options, std::optional<PeerCredentials> peer, ClosedHandler on_closed,
           HttpHandoff on_http = {});
 
@@ -98,7 +107,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Changes or stops the daemon for every client: see the top of this file.
     bool privileged = false;
   };
-  static const std::array<Method, 16>& methods();
+  static const std::array<Method, 17>& methods();
 
  private:
   void read();
@@ -124,6 +133,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void method_config_get(RpcCall& call);
   void method_config_set(RpcCall& call);
   void method_help(RpcCall& call);
+  void method_auth(RpcCall& call);
   // The prefix cache's methods (session_cache.cpp).
   void method_tiers(RpcCall& call);
   void method_cache_lookup(RpcCall& call);
@@ -139,7 +149,7 @@ class Session : public std::enable_shared_from_this<Session> {
   using EngineTask = std::function<std::expected<nlohmann::json, RpcError>(EngineAccess&)>;
   void reply_from_engine(const RpcCall& call, EngineTask task);
 
-  asio::local::stream_protocol::socket socket_;
+  asio::generic::stream_protocol::socket socket_;
   asio::steady_timer flush_timer_;
   EngineLoop& engine_;
   DaemonControl& control_;
@@ -148,11 +158,12 @@ class Session : public std::enable_shared_from_this<Session> {
   ClosedHandler on_closed_;
   HttpHandoff on_http_;
   bool first_read_ = true;
-  std::uint64_t connection_;  // this session's number, unique in the daemon's life
+  bool authenticated_ = false;  // `auth` gave options_.api_key
+  std::uint64_t connection_;    // this session's number, unique in the daemon's life
 
   LineFramer framer_;
   std::array<char, 16384> read_buf_;
-  WriteQueue<asio::local::stream_protocol::socket> out_;
+  WriteQueue<asio::generic::stream_protocol::socket> out_;
   bool stopping_ = false;  // no more reads; close once out_ is written
   bool closed_ = false;
   std::unordered_set<RequestId> requests_;  // this session's requests not yet final

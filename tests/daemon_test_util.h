@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -59,6 +60,19 @@ class Client {
     std::unique_ptr<Client> c(new Client());
     c->fd_ = fd;
     return c;
+  }
+  // Connects to 127.0.0.1:`port` (a TCP listener); nullptr on failure.
+  static std::unique_ptr<Client> tcp(int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      if (fd >= 0) ::close(fd);
+      return nullptr;
+    }
+    return adopt(fd);
   }
   ~Client() { close(); }
   Client(const Client&) = delete;

@@ -22,14 +22,6 @@ using error_code = boost::system::error_code;
 // connection stops reading until the answer is done.
 constexpr std::size_t kMaxBufferedBytes = 64 << 10;
 
-// Equal strings, in time that does not depend on where they differ.
-bool same_secret(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
-}
-
 template <class Protocol>
 class ConnectionImpl final : public Connection,
                              public Exchange,
@@ -320,6 +312,13 @@ std::shared_ptr<Connection> Connection::make(asio::ip::tcp::socket socket, Servi
                                              ConnectionOptions options, ClosedHandler on_closed) {
   return std::make_shared<ConnectionImpl<asio::ip::tcp>>(std::move(socket), service,
                                                          std::move(options), std::move(on_closed));
+}
+
+std::shared_ptr<Connection> Connection::make(asio::generic::stream_protocol::socket socket,
+                                             Service& service, ConnectionOptions options,
+                                             ClosedHandler on_closed) {
+  return std::make_shared<ConnectionImpl<asio::generic::stream_protocol>>(
+      std::move(socket), service, std::move(options), std::move(on_closed));
 }
 
 std::string_view Request::path() const {

@@ -68,6 +68,10 @@ class Connection {
                                           ClosedHandler on_closed);
   static std::shared_ptr<Connection> make(asio::ip::tcp::socket socket, Service& service,
                                           ConnectionOptions options, ClosedHandler on_closed);
+  // A connection a Session handed over (Unix socket or TCP).
+  static std::shared_ptr<Connection> make(asio::generic::stream_protocol::socket socket,
+                                          Service& service, ConnectionOptions options,
+                                          ClosedHandler on_closed);
   virtual ~Connection() = default;
 
   // Starts with the bytes already read from the socket (the server's look

@@ -14,9 +14,17 @@ namespace ip = boost::asio::ip;
 constexpr std::size_t kMinKeyBytes = 16, kMaxKeyBytes = 4096;
 
 std::expected<ip::tcp::endpoint, std::string> endpoint_of(const std::string& text) {
-  const std::string usage = "http_listen '" + text +
-                            "': give HOST:PORT (127.0.0.1:8000, [::1]:8000, 0.0.0.0:8000) or "
-                            "a port alone for loopback";
+  auto endpoint = tcp_endpoint_parse(text);
+  if (!endpoint)
+    return std::unexpected("http_listen '" + text +
+                           "': give HOST:PORT (127.0.0.1:8000, [::1]:8000, 0.0.0.0:8000) or "
+                           "a port alone for loopback");
+  return *endpoint;
+}
+
+}  // namespace
+
+std::optional<ip::tcp::endpoint> tcp_endpoint_parse(const std::string& text) {
   std::string host = "127.0.0.1", port = text;
   if (const std::size_t colon = text.rfind(':'); colon != std::string::npos) {
     host = text.substr(0, colon);
@@ -28,14 +36,12 @@ std::expected<ip::tcp::endpoint, std::string> endpoint_of(const std::string& tex
   unsigned value = 0;
   const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
   if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535)
-    return std::unexpected(usage);
+    return std::nullopt;
   boost::system::error_code bad;
   const ip::address address = ip::make_address(host, bad);
-  if (bad) return std::unexpected(usage);
+  if (bad) return std::nullopt;
   return ip::tcp::endpoint(address, static_cast<unsigned short>(value));
 }
-
-}  // namespace
 
 std::expected<std::optional<ListenSpec>, std::string> listen_spec(const std::string& listen,
                                                                   const std::string& api_key_file) {

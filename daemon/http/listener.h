@@ -1,4 +1,5 @@
-// The HTTP API's optional TCP listener (the http_listen setting), checked
+// The optional TCP listener (the http_listen setting), for the HTTP API and
+// JSON-RPC alike (told by the first byte, as on the Unix socket), checked
 // before the model loads:
 //
 //   http_listen = "8000"            loopback, 127.0.0.1:8000
@@ -9,7 +10,8 @@
 // Loopback is reachable from this machine only, like the Unix socket; beyond
 // it anyone on the network is, so an API key is required then (the daemon
 // refuses to start without one), and checked as "Authorization: Bearer
-// <key>" on every request but GET /health. With a key file on loopback, the
+// <key>" on every HTTP request but GET /health, and as an `auth` call before
+// any other on a JSON-RPC connection. With a key file on loopback, the
 // key is required there too. The key file is read as the remote tier's
 // secrets are (util/private_file.h): a regular file no other user may read,
 // its trailing newline dropped, 16 to 4096 bytes.
@@ -38,6 +40,11 @@ inline std::expected<std::optional<ListenSpec>, std::string> listen_spec(
     const DaemonConfig& config) {
   return listen_spec(config.http_listen, config.http_api_key_file);
 }
+
+// HOST:PORT (127.0.0.1:8000, [::1]:8000; "localhost" is 127.0.0.1; numeric
+// addresses only, no name lookup) or a port alone (loopback); nullopt when
+// `text` is neither.
+std::optional<boost::asio::ip::tcp::endpoint> tcp_endpoint_parse(const std::string& text);
 
 // Opens, binds and listens `acceptor` on `endpoint` (address reuse on, as
 // a restarted server needs); the error names http_listen and the address.
