@@ -25,7 +25,7 @@ constexpr const char* kDaemonMethods[] = {
 
 }  // namespace
 
-ClientSession::ClientSession(asio::local::stream_protocol::socket socket, Router& router,
+ClientSession::ClientSession(asio::generic::stream_protocol::socket socket, Router& router,
                              SessionLimits limits, std::optional<PeerCredentials> peer,
                              ClosedHandler on_closed, HttpHandoff on_http)
     : socket_(std::move(socket)),
@@ -110,8 +110,8 @@ void ClientSession::close() {
   if (on_closed_) std::exchange(on_closed_, nullptr)(this);
 }
 
-const std::array<ClientSession::Method, 9>& ClientSession::methods() {
-  static const std::array<Method, 9> table = {{
+const std::array<ClientSession::Method, 10>& ClientSession::methods() {
+  static const std::array<Method, 10> table = {{
       {"generate", "generate a continuation of a prompt, on the daemon the router chooses",
        &ClientSession::routed_call},
       {"cache.lookup", "how much of a prompt the chosen daemon caches, and in which tier",
@@ -129,6 +129,8 @@ const std::array<ClientSession::Method, 9>& ClientSession::methods() {
       {"shutdown", "stop the router (privileged); the daemons go on",
        &ClientSession::method_shutdown},
       {"help", "the methods this router answers", &ClientSession::method_help},
+      {"auth", "give the API key, which a TCP connection needs before any other call",
+       &ClientSession::method_auth},
   }};
   return table;
 }
@@ -136,6 +138,9 @@ const std::array<ClientSession::Method, 9>& ClientSession::methods() {
 void ClientSession::on_line(const std::string& line) {
   auto call = call_parse(line);
   if (!call) return send(error_line(call.error().id, call.error().error));
+  if (!limits_.api_key.empty() && !authenticated_ && call->method != "auth" &&
+      call->method != "help")
+    return reply_error(*call, unauthenticated_error());
   for (const Method& m : methods())
     if (call->method == m.name) return (this->*m.handler)(*call);
   for (const char* daemon_method : kDaemonMethods) {
@@ -147,6 +152,13 @@ void ClientSession::on_line(const std::string& line) {
   }
   reply_error(*call,
               {rpc_code::kMethodNotFound, "unknown method '" + call->method + "' (try 'help')"});
+}
+
+void ClientSession::method_auth(RpcCall& call) {
+  auto result = auth_result(call.params, limits_.api_key);
+  if (!result) return reply_error(call, result.error());
+  if (!limits_.api_key.empty()) authenticated_ = true;
+  reply(call, *result);
 }
 
 void ClientSession::method_health(RpcCall& call) {
@@ -218,7 +230,7 @@ ClientSession::Upstream& ClientSession::upstream(int daemon) {
   u = std::make_unique<Upstream>();
   u->conn = std::make_shared<LineConnection>(
       static_cast<asio::io_context&>(socket_.get_executor().context()),
-      router_.link(daemon).address(), kMaxUpstreamOutput);
+      router_.link(daemon).where(), kMaxUpstreamOutput);
   const std::weak_ptr<ClientSession> weak = weak_from_this();
   u->conn->start(
       nullptr,

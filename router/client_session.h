@@ -30,6 +30,11 @@
 // cache.subscribe) are a daemon's own and get kMethodNotFound saying so:
 // ask the daemon.
 //
+// On the router's TCP listener (--http-listen) with an API key, every call
+// but `auth` and `help` waits for an `auth` with the key, as on kvtierd's
+// (docs/protocol.md, "On TCP"); a TCP peer has no uid, so it is never
+// privileged.
+//
 // Thread-safety: on the router's io thread only.
 #pragma once
 
@@ -63,6 +68,7 @@ struct SessionLimits {
   std::size_t max_line_bytes = 1 << 20;
   std::size_t max_output_bytes = 8 << 20;
   uid_t router_uid = 0;  // privileged: this uid and root (cancel of another's request)
+  std::string api_key;   // non-empty (TCP with a key): `auth` first, as on kvtierd
 };
 
 class ClientSession : public std::enable_shared_from_this<ClientSession> {
@@ -71,9 +77,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Takes over a connection whose first byte starts an HTTP request
   // (http::starts_http), with the bytes read, as kvtierd's Session does.
   using HttpHandoff =
-      std::function<void(asio::local::stream_protocol::socket socket, std::string already_read)>;
+      std::function<void(asio::generic::stream_protocol::socket socket, std::string already_read)>;
 
-  ClientSession(asio::local::stream_protocol::socket socket, Router& router, SessionLimits limits,
+  ClientSession(asio::generic::stream_protocol::socket socket, Router& router, SessionLimits limits,
                 std::optional<daemon::PeerCredentials> peer, ClosedHandler on_closed,
                 HttpHandoff on_http = {});
 
@@ -121,7 +127,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     const char* summary;
     void (ClientSession::*handler)(daemon::RpcCall& call);
   };
-  static const std::array<Method, 9>& methods();
+  static const std::array<Method, 10>& methods();
 
   // generate, cache.lookup, cache.warm: to the daemon Router::route chooses.
   void routed_call(daemon::RpcCall& call);
@@ -130,6 +136,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   void method_fleet(daemon::RpcCall& call);
   void method_fleet_route(daemon::RpcCall& call);
   void method_help(daemon::RpcCall& call);
+  void method_auth(daemon::RpcCall& call);
   void method_shutdown(daemon::RpcCall& call);
   // The router's uid or root (access.h).
   bool privileged() const;
@@ -145,17 +152,18 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // or the connection is gone): that daemon's in-flight count drops.
   void left_daemon(const Forwarded& f);
 
-  asio::local::stream_protocol::socket socket_;
+  asio::generic::stream_protocol::socket socket_;
   Router& router_;
   SessionLimits limits_;
   std::optional<daemon::PeerCredentials> peer_;
   ClosedHandler on_closed_;
   HttpHandoff on_http_;
   bool first_read_ = true;
+  bool authenticated_ = false;  // `auth` gave limits_.api_key
   std::uint64_t connection_;
   daemon::LineFramer framer_;
   std::array<char, 16384> read_buf_{};
-  daemon::WriteQueue<asio::local::stream_protocol::socket> out_;
+  daemon::WriteQueue<asio::generic::stream_protocol::socket> out_;
   std::vector<std::unique_ptr<Upstream>> upstreams_;  // by daemon index; null until used
   std::int64_t next_call_id_ = 1;
   bool closed_ = false;

@@ -32,8 +32,8 @@ bool no_prefix_cache(const json& message) {
 
 }  // namespace
 
-DaemonLink::DaemonLink(asio::io_context& io, std::string socket_path, FleetModel& fleet)
-    : io_(io), address_(std::move(socket_path)), fleet_(fleet), timer_(io) {}
+DaemonLink::DaemonLink(asio::io_context& io, DaemonAddress address, FleetModel& fleet)
+    : io_(io), where_(std::move(address)), fleet_(fleet), timer_(io) {}
 
 DaemonLink::~DaemonLink() { stop(); }
 
@@ -75,7 +75,7 @@ void DaemonLink::connect() {
   subscribed_ = false;
   awaited_id_ = 0;
   awaited_ = nullptr;
-  conn_ = std::make_shared<LineConnection>(io_, address_, kMaxControlOutput);
+  conn_ = std::make_shared<LineConnection>(io_, where_, kMaxControlOutput);
   conn_->start([this] { call("health", [this](const json& m) { handshake_health(m); }); },
                [this](std::string line) { on_line(line); }, [this](std::string why) { fail(why); });
 }
@@ -100,6 +100,10 @@ void DaemonLink::on_line(const std::string& line) {
     auto applied = params == message.end() ? std::unexpected(std::string("events lack params"))
                                            : index_.apply(*params);
     if (!applied) resync(applied.error());
+    return;
+  }
+  if (*id == "auth") {  // the line LineConnection sent first, on TCP with a key
+    if (auto err = error_of(message); !err.empty()) return fail("auth: " + err);
     return;
   }
   if (!id->is_number_integer() || id->get<std::int64_t>() != awaited_id_)
@@ -165,7 +169,7 @@ void DaemonLink::handshake_subscribe(const json& message) {
     }
   }
   subscribed_ = true;
-  if (!usable_) log_info("daemon " + address_ + " is in use");
+  if (!usable_) log_info("daemon " + address() + " is in use");
   usable_ = true;
   last_error_.clear();
 }
@@ -195,7 +199,7 @@ void DaemonLink::fail(const std::string& why) {
   awaited_id_ = 0;
   awaited_ = nullptr;
   next_connect_ = Clock::now() + kRetryInterval;
-  if (usable_ || last_error_ != why) log_warning("daemon " + address_ + " is out of use: " + why);
+  if (usable_ || last_error_ != why) log_warning("daemon " + address() + " is out of use: " + why);
   if (usable_) ++downs_;
   usable_ = false;
   last_error_ = why;
@@ -207,7 +211,7 @@ void DaemonLink::resync(const std::string& why) {
   const auto now = Clock::now();
   if (now - last_resync_ < kAnswerTimeout) return fail("its event stream keeps breaking: " + why);
   last_resync_ = now;
-  log_warning("daemon " + address_ + ": " + why + "; subscribing again");
+  log_warning("daemon " + address() + ": " + why + "; subscribing again");
   ++resyncs_;
   const bool was_usable = usable_;
   if (conn_) conn_->close();
@@ -220,9 +224,9 @@ void DaemonLink::resync(const std::string& why) {
 json DaemonLink::describe() const {
   json blocks = json::object();
   for (int t = 0; t < kNumTiers; ++t) blocks[kTierNames[t].name] = index_.blocks()[t];
-  return {{"address", address_}, {"usable", usable_},          {"pending", pending()},
-          {"blocks", blocks},    {"indexed", !index_.stale()}, {"downs", downs_},
-          {"resyncs", resyncs_}, {"last_error", last_error_}};
+  return {{"address", address()}, {"usable", usable_},          {"pending", pending()},
+          {"blocks", blocks},     {"indexed", !index_.stale()}, {"downs", downs_},
+          {"resyncs", resyncs_},  {"last_error", last_error_}};
 }
 
 }  // namespace kvtier::router

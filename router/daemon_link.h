@@ -34,6 +34,7 @@
 
 #include "engine/model/model_config.h"
 #include "router/block_index.h"
+#include "router/daemon_address.h"
 #include "router/line_connection.h"
 #include "router/route_choice.h"
 
@@ -55,7 +56,7 @@ class DaemonLink {
   static constexpr auto kCostsInterval = std::chrono::seconds(5);
 
   // `fleet` outlives the link.
-  DaemonLink(asio::io_context& io, std::string socket_path, FleetModel& fleet);
+  DaemonLink(asio::io_context& io, DaemonAddress address, FleetModel& fleet);
   ~DaemonLink();
   DaemonLink(const DaemonLink&) = delete;
   DaemonLink& operator=(const DaemonLink&) = delete;
@@ -65,7 +66,9 @@ class DaemonLink {
   void stop();
 
   bool usable() const { return usable_; }
-  const std::string& address() const { return address_; }
+  // As --daemon gave it, for logs and labels.
+  const std::string& address() const { return where_.text; }
+  const DaemonAddress& where() const { return where_; }
   const BlockIndex& index() const { return index_; }
   const CostFigures& costs() const { return costs_; }
   // Requests queued and running there: its last `stats`, or the router's
@@ -99,7 +102,7 @@ class DaemonLink {
   void resync(const std::string& why);
 
   asio::io_context& io_;
-  std::string address_;
+  DaemonAddress where_;
   FleetModel& fleet_;
   asio::steady_timer timer_;
   std::shared_ptr<LineConnection> conn_;

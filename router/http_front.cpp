@@ -119,7 +119,7 @@ void HttpFront::models(const Request& request, const std::shared_ptr<Exchange>& 
   if (daemon < 0) return exchange->respond(error_response(503, "no daemon is usable now"));
   const std::string address = router_.link(daemon).address();
   HttpUpstream::start(
-      io_, address, request,
+      io_, router_.link(daemon).where(), request,
       {.on_response = [exchange](Response r) { exchange->respond(std::move(r)); },
        .on_failed =
            [exchange, address](const std::string& why, bool) {
@@ -186,7 +186,7 @@ void HttpFront::send(const std::shared_ptr<Forward>& f) {
     return true;
   };
   f->upstream = HttpUpstream::start(
-      io_, address, f->request,
+      io_, router_.link(daemon).where(), f->request,
       {.on_response =
            [this, f, retry](Response r) {
              left(*f);

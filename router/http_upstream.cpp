@@ -12,7 +12,7 @@ namespace kvtier::router {
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using error_code = boost::system::error_code;
-using stream = asio::local::stream_protocol;
+using stream = asio::generic::stream_protocol;
 
 struct HttpUpstream::Impl {
   explicit Impl(asio::io_context& io) : socket(io) {}
@@ -28,15 +28,15 @@ HttpUpstream::HttpUpstream(asio::io_context& io, Handlers handlers)
     : impl_(std::make_shared<Impl>(io)), handlers_(std::move(handlers)) {}
 
 std::shared_ptr<HttpUpstream> HttpUpstream::start(asio::io_context& io,
-                                                  const std::string& socket_path,
+                                                  const DaemonAddress& address,
                                                   const daemon::http::Request& request,
                                                   Handlers handlers) {
   auto up = std::make_shared<HttpUpstream>(io, std::move(handlers));
-  up->begin(socket_path, request);
+  up->begin(address, request);
   return up;
 }
 
-void HttpUpstream::begin(const std::string& socket_path, const daemon::http::Request& request) {
+void HttpUpstream::begin(const DaemonAddress& address, const daemon::http::Request& request) {
   bhttp::request<bhttp::string_body>& req = impl_->request;
   req.method_string(request.method);
   req.target(request.target);
@@ -44,20 +44,21 @@ void HttpUpstream::begin(const std::string& socket_path, const daemon::http::Req
   req.set(bhttp::field::host, "kvtier");
   if (const std::string type = request.header("content-type"); !type.empty())
     req.set(bhttp::field::content_type, type);
+  if (address.tcp && !address.api_key.empty())
+    req.set(bhttp::field::authorization, "Bearer " + address.api_key);
   req.keep_alive(false);
   req.body() = request.body;
   req.prepare_payload();
-  impl_->socket.async_connect(
-      stream::endpoint(socket_path), [self = shared_from_this()](error_code ec) {
-        if (self->closed_) return;
-        if (ec) return self->fail("cannot connect: " + ec.message());
-        bhttp::async_write(self->impl_->socket, self->impl_->request,
-                           [self](error_code ec, std::size_t) {
-                             if (self->closed_) return;
-                             if (ec) return self->fail("cannot send the request: " + ec.message());
-                             self->read_head();
-                           });
-      });
+  impl_->socket.async_connect(address.endpoint, [self = shared_from_this()](error_code ec) {
+    if (self->closed_) return;
+    if (ec) return self->fail("cannot connect: " + ec.message());
+    bhttp::async_write(self->impl_->socket, self->impl_->request,
+                       [self](error_code ec, std::size_t) {
+                         if (self->closed_) return;
+                         if (ec) return self->fail("cannot send the request: " + ec.message());
+                         self->read_head();
+                       });
+  });
 }
 
 void HttpUpstream::read_head() {

@@ -1,4 +1,4 @@
-// One HTTP request passed to a daemon's Unix socket, and its answer read
+// One HTTP request passed to a daemon (its Unix socket or TCP listener), and its answer read
 // back as it arrives: whole (an answer with a Content-Length), or event by
 // event (a text/event-stream answer, which kvtierd sends chunked, one
 // "data: ..." event a chunk or more). The router's HTTP front door
@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "daemon/http/exchange.h"
+#include "router/daemon_address.h"
 
 namespace kvtier::router {
 
@@ -44,8 +45,9 @@ class HttpUpstream : public std::enable_shared_from_this<HttpUpstream> {
   };
 
   // Sends `request` (method, target, Content-Type and body; the rest of the
-  // client's headers stay with the router) to the daemon at `socket_path`.
-  static std::shared_ptr<HttpUpstream> start(asio::io_context& io, const std::string& socket_path,
+  // client's headers stay with the router; on TCP the daemon's API key as a
+  // Bearer token) to the daemon at `address`.
+  static std::shared_ptr<HttpUpstream> start(asio::io_context& io, const DaemonAddress& address,
                                              const daemon::http::Request& request,
                                              Handlers handlers);
 
@@ -56,7 +58,7 @@ class HttpUpstream : public std::enable_shared_from_this<HttpUpstream> {
 
  private:
   struct Impl;
-  void begin(const std::string& socket_path, const daemon::http::Request& request);
+  void begin(const DaemonAddress& address, const daemon::http::Request& request);
   void read_head();
   void read_body();
   void read_stream();

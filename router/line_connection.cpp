@@ -4,16 +4,17 @@
 
 namespace kvtier::router {
 
-using stream = asio::local::stream_protocol;
-
-LineConnection::LineConnection(asio::io_context& io, std::string socket_path,
+LineConnection::LineConnection(asio::io_context& io, DaemonAddress address,
                                std::size_t max_output_bytes)
-    : socket_(io), socket_path_(std::move(socket_path)), out_(socket_, max_output_bytes) {}
+    : socket_(io), address_(std::move(address)), out_(socket_, max_output_bytes) {
+  if (std::string auth = address_.auth_line(); !auth.empty())
+    before_connected_.push_back(std::move(auth));
+}
 
 void LineConnection::start(OnConnected on_connected, OnLine on_line, OnClosed on_closed) {
   on_line_ = std::move(on_line);
   on_closed_ = std::move(on_closed);
-  socket_.async_connect(stream::endpoint(socket_path_),
+  socket_.async_connect(address_.endpoint,
                         [self = shared_from_this(),
                          on_connected = std::move(on_connected)](boost::system::error_code ec) {
                           if (self->closed_) return;

@@ -1,7 +1,10 @@
-// A newline-delimited connection to a kvtierd Unix socket, asynchronous:
+// A newline-delimited connection to a kvtierd (its Unix socket, or its TCP
+// listener: DaemonAddress), asynchronous:
 // lines out through a bounded WriteQueue, lines in through a LineFramer, each
 // handed to on_line in order; on_closed is called once, with the reason,
 // when the connection fails or the daemon closes it (never after close()).
+// On TCP with a key, the address's `auth` line goes first; its answer (id
+// "auth") comes to on_line as any other.
 //
 // Lifetime: held by a shared_ptr; pending handlers keep it alive, and
 // close() drops the callbacks, so an owner that goes away calls close()
@@ -20,6 +23,7 @@
 
 #include "daemon/line_framer.h"
 #include "daemon/write_queue.h"
+#include "router/daemon_address.h"
 
 namespace kvtier::router {
 
@@ -35,7 +39,7 @@ class LineConnection : public std::enable_shared_from_this<LineConnection> {
   // token of a long generation is the largest) close the connection.
   static constexpr std::size_t kMaxLineBytes = 64 << 20;
 
-  LineConnection(asio::io_context& io, std::string socket_path, std::size_t max_output_bytes);
+  LineConnection(asio::io_context& io, DaemonAddress address, std::size_t max_output_bytes);
 
   // Connects, then calls on_connected and starts reading; on failure
   // on_closed says why.
@@ -50,16 +54,15 @@ class LineConnection : public std::enable_shared_from_this<LineConnection> {
   void close();
 
   bool open() const { return open_; }
-  const std::string& socket_path() const { return socket_path_; }
 
  private:
   void read();
   void fail(const std::string& why);
 
-  asio::local::stream_protocol::socket socket_;
-  std::string socket_path_;
+  asio::generic::stream_protocol::socket socket_;
+  DaemonAddress address_;
   daemon::LineFramer framer_{kMaxLineBytes};
-  daemon::WriteQueue<asio::local::stream_protocol::socket> out_;
+  daemon::WriteQueue<asio::generic::stream_protocol::socket> out_;
   std::array<char, 16384> read_buf_{};
   std::vector<std::string> before_connected_;
   OnLine on_line_;

@@ -22,8 +22,10 @@
 #include "engine/build_info.h"
 #include "engine/model/model_config.h"
 #include "engine/model/tokenizer.h"
+#include "router/daemon_address.h"
 #include "router/router.h"
 #include "router/router_server.h"
+#include "util/private_file.h"
 
 namespace {
 
@@ -41,11 +43,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> daemons;
   std::string model_dir = default_model_dir();
   std::string log_level = "info";
-  std::string http_listen, http_api_key_file;
+  std::string http_listen, http_api_key_file, daemon_api_key_file;
 
   CLI::App app{"kvtier-router: routes requests to the kvtierd daemon that holds their prefix"};
-  app.add_option("--daemon", daemons, "a kvtierd's Unix socket (repeat for each daemon)")
+  app.add_option("--daemon", daemons,
+                 "a kvtierd's Unix socket, or tcp://HOST:PORT for its TCP listener (repeat for "
+                 "each daemon)")
       ->required();
+  app.add_option("--daemon-api-key-file", daemon_api_key_file,
+                 "a file (mode 0600) holding the API key of the daemons at tcp:// addresses");
   app.add_option("--socket", o.socket_path, "the router's own Unix socket")->capture_default_str();
   app.add_option("--model", model_dir,
                  "the daemons' model folder (the router reads its config and tokenizer)")
@@ -61,11 +67,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 32))
       ->capture_default_str();
   app.add_option("--http-listen", http_listen,
-                 "also serve the HTTP API on TCP: PORT (loopback) or HOST:PORT, as kvtierd's "
+                 "also serve HTTP and JSON-RPC on TCP: PORT (loopback) or HOST:PORT, as kvtierd's "
                  "http_listen");
   app.add_option("--http-api-key-file", http_api_key_file,
-                 "a file (mode 0600) holding the API key HTTP clients must send (required beyond "
-                 "loopback)");
+                 "a file (mode 0600) holding the API key TCP clients give: HTTP as a Bearer "
+                 "token, JSON-RPC by `auth` (required beyond loopback)");
   app.add_option("--http-timeout", o.http.request_timeout,
                  "seconds an HTTP request has to arrive whole, and an idle one to stay open")
       ->check(CLI::Range(0.1, 3600.0))
@@ -104,6 +110,24 @@ int main(int argc, char** argv) {
     return kExitConfig;
   }
   o.http_listen = std::move(*listen);
+  std::string daemon_key;
+  if (!daemon_api_key_file.empty()) {
+    auto key = util::read_private_file("--daemon-api-key-file", daemon_api_key_file, 4096);
+    if (!key) {
+      log_error(key.error());
+      return kExitConfig;
+    }
+    daemon_key = std::move(*key);
+  }
+  std::vector<router::DaemonAddress> addresses;
+  for (const std::string& d : daemons) {
+    auto address = router::daemon_address_parse(d, daemon_key);
+    if (!address) {
+      log_error(address.error());
+      return kExitConfig;
+    }
+    addresses.push_back(std::move(*address));
+  }
   o.http.chat_template = std::move(*chat_template);
   o.http.served_model = http::served_model_name(model_dir);
   o.http.max_body_bytes = o.session.max_line_bytes;
@@ -113,7 +137,7 @@ int main(int argc, char** argv) {
   }
   o.session.router_uid = ::geteuid();
   boost::asio::io_context io(1);
-  router::Router router(io, daemons, std::move(*config), std::move(*tokenizer));
+  router::Router router(io, std::move(addresses), std::move(*config), std::move(*tokenizer));
   router::RouterServer server(io, router, o);
   if (auto ok = server.listen(); !ok) {
     log_error(ok.error());

@@ -10,12 +10,12 @@ namespace kvtier::router {
 
 using nlohmann::json;
 
-Router::Router(asio::io_context& io, std::vector<std::string> daemons, ModelConfig config,
+Router::Router(asio::io_context& io, std::vector<DaemonAddress> daemons, ModelConfig config,
                std::unique_ptr<Tokenizer> tokenizer)
     : tokenizer_(std::move(tokenizer)) {
   fleet_.config = std::move(config);
-  for (auto& path : daemons)
-    links_.push_back(std::make_unique<DaemonLink>(io, std::move(path), fleet_));
+  for (auto& address : daemons)
+    links_.push_back(std::make_unique<DaemonLink>(io, std::move(address), fleet_));
 }
 
 void Router::start() {

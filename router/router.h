@@ -45,9 +45,9 @@ struct Route {
 
 class Router {
  public:
-  // `daemons`: their socket paths, at least one. `config`: the router's
+  // `daemons`: where they listen, at least one. `config`: the router's
   // --model, with the tokenizer it names.
-  Router(asio::io_context& io, std::vector<std::string> daemons, ModelConfig config,
+  Router(asio::io_context& io, std::vector<DaemonAddress> daemons, ModelConfig config,
          std::unique_ptr<Tokenizer> tokenizer);
 
   void start();

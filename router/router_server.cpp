@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "daemon/generic_socket.h"
 #include "daemon/log.h"
 #include "daemon/protocol.h"
 #include "daemon/server.h"
@@ -12,6 +13,7 @@ namespace kvtier::router {
 
 using namespace kvtier::daemon;
 using stream = asio::local::stream_protocol;
+using generic_stream = asio::generic::stream_protocol;
 
 RouterServer::RouterServer(asio::io_context& io, Router& router, RouterServerOptions options)
     : io_(io),
@@ -55,7 +57,7 @@ void RouterServer::start() {
   if (options_.http_listen) {
     std::ostringstream at;
     at << options_.http_listen->endpoint;
-    log_info("HTTP API on " + at.str() +
+    log_info("TCP (HTTP and JSON-RPC) on " + at.str() +
              (options_.http_listen->api_key.empty() ? "" : " (API key required)"));
     accept_tcp();
   }
@@ -99,17 +101,7 @@ void RouterServer::accept() {
       asio::write(socket, asio::buffer(line), ignored);
     } else {
       const auto peer = peer_credentials(socket.native_handle());
-      auto session = std::make_shared<ClientSession>(
-          std::move(socket), router_, options_.session, peer,
-          [this](ClientSession* s) { sessions_.erase(s); },
-          [this, peer](stream::socket s, std::string bytes) {
-            http::ConnectionOptions o;
-            o.max_output_bytes = options_.session.max_output_bytes;
-            o.peer = peer;
-            serve_http(std::move(s), std::move(bytes), std::move(o));
-          });
-      sessions_.emplace(session.get(), session);
-      session->start();
+      serve(as_generic(std::move(socket), stream()), peer, options_.session);
     }
     accept();
   });
@@ -119,29 +111,43 @@ void RouterServer::accept_tcp() {
   tcp_acceptor_.async_accept([this](boost::system::error_code ec, asio::ip::tcp::socket socket) {
     if (stopped_) return;
     if (ec) {
-      log_warning("HTTP accept failed: " + ec.message());
+      log_warning("TCP accept failed: " + ec.message());
     } else if (!room_for_one_more()) {
       const std::string busy =
           "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
       boost::system::error_code ignored;
       asio::write(socket, asio::buffer(busy), ignored);  // tiny; the socket buffer takes it
     } else {
-      http::ConnectionOptions o;
-      o.max_output_bytes = options_.session.max_output_bytes;
-      o.api_key = options_.http_listen->api_key;
-      serve_http(std::move(socket), {}, std::move(o));
+      // A TCP peer has no credentials: never privileged (access.h).
+      SessionLimits limits = options_.session;
+      limits.api_key = options_.http_listen->api_key;
+      boost::system::error_code local_ec;
+      const auto protocol = socket.local_endpoint(local_ec).protocol();
+      serve(as_generic(std::move(socket), protocol), std::nullopt, std::move(limits));
     }
     accept_tcp();
   });
 }
 
-template <class Socket>
-void RouterServer::serve_http(Socket socket, std::string already_read, http::ConnectionOptions o) {
-  auto connection =
-      http::Connection::make(std::move(socket), front_, std::move(o),
-                             [this](http::Connection* c) { http_connections_.erase(c); });
-  http_connections_.emplace(connection.get(), connection);
-  connection->start(std::move(already_read));
+void RouterServer::serve(generic_stream::socket socket, std::optional<PeerCredentials> peer,
+                         SessionLimits limits) {
+  const std::string api_key = limits.api_key;
+  auto session = std::make_shared<ClientSession>(
+      std::move(socket), router_, std::move(limits), peer,
+      [this](ClientSession* s) { sessions_.erase(s); },
+      [this, peer, api_key](generic_stream::socket s, std::string bytes) {
+        http::ConnectionOptions o;
+        o.max_output_bytes = options_.session.max_output_bytes;
+        o.peer = peer;
+        o.api_key = api_key;
+        auto connection =
+            http::Connection::make(std::move(s), front_, std::move(o),
+                                   [this](http::Connection* c) { http_connections_.erase(c); });
+        http_connections_.emplace(connection.get(), connection);
+        connection->start(std::move(bytes));
+      });
+  sessions_.emplace(session.get(), session);
+  session->start();
 }
 
 }  // namespace kvtier::router

@@ -2,8 +2,9 @@
 // same rules as kvtierd's: a stale socket file is replaced, a live one
 // refused, mode 0660), where each connection speaks JSON-RPC (a
 // ClientSession) or HTTP (told by its first byte, served by the HttpFront);
-// the optional HTTP TCP listener (--http-listen, kvtierd's http_listen
-// rules: an API key beyond loopback); max_connections over all of them;
+// the optional TCP listener (--http-listen, kvtierd's http_listen rules: an
+// API key beyond loopback, asked of HTTP as a Bearer token and of JSON-RPC
+// by `auth`), which serves both the same way; max_connections over all;
 // and SIGINT/SIGTERM or `shutdown`, which close every connection
 // (cancelling their requests on the daemons) and stop; the daemons go on.
 //
@@ -51,8 +52,10 @@ class RouterServer {
   int connections() const { return static_cast<int>(sessions_.size() + http_connections_.size()); }
   // Whether one more connection fits max_connections; logs when not.
   bool room_for_one_more();
-  template <class Socket>
-  void serve_http(Socket socket, std::string already_read, daemon::http::ConnectionOptions o);
+  // Serves a connection (JSON-RPC, or HTTP by its first byte): `peer` on
+  // the Unix socket, none on TCP, where `limits` carries the API key.
+  void serve(asio::generic::stream_protocol::socket socket,
+             std::optional<daemon::PeerCredentials> peer, SessionLimits limits);
 
   asio::io_context& io_;
   Router& router_;

@@ -13,12 +13,15 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/protocol.h"
 #include "daemon_test_util.h"
 #include "http_test_util.h"
 #include "router_test_util.h"
 
 namespace kvtier::daemon_test {
 namespace {
+
+namespace rpc_code = kvtier::daemon::rpc_code;
 
 using test_util::HttpAnswer;
 
@@ -239,6 +242,22 @@ TEST_F(RouterHttpTest, OnTcpBeyondLoopbackAKeyIsRequiredAndChecked) {
   EXPECT_EQ(tcp("/metrics", ""), 401);
   // The socket is guarded by its file mode, not the key.
   EXPECT_EQ(curl(*r, "GET", "/v1/models").status, 200);
+
+  // JSON-RPC on the same port: `auth` first, as on kvtierd; never privileged.
+  auto c = Client::tcp(std::stoi(port));
+  ASSERT_TRUE(c && c->valid());
+  const auto code = [](const std::optional<json>& a) {
+    return a && a->contains("error") ? (*a)["error"].value("code", 0) : 0;
+  };
+  EXPECT_EQ(code(c->call(request(1, "fleet"))), rpc_code::kUnauthenticated);
+  EXPECT_EQ(code(c->call(request(2, "auth", {{"api_key", "wrong-key-0123456789"}}))),
+            rpc_code::kUnauthenticated);
+  const auto ok = c->call(request(3, "auth", {{"api_key", "0123456789abcdef0123"}}));
+  ASSERT_TRUE(ok && ok->contains("result")) << (ok ? ok->dump() : "no answer");
+  const auto health = c->call(request(4, "health"));
+  ASSERT_TRUE(health && health->contains("result"));
+  EXPECT_EQ((*health)["result"]["status"], "ok");
+  EXPECT_EQ(code(c->call(request(5, "shutdown"))), rpc_code::kPermissionDenied);
 }
 
 }  // namespace

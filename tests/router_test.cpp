@@ -5,6 +5,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -263,6 +265,66 @@ TEST_F(RouterTest, ARequestOnADaemonThatDiesBeforeAnsweringIsSentToAnother) {
   EXPECT_EQ((*r)["result"]["tokens"], warm["result"]["tokens"]);
   // Which path it took depends on timing; say which.
   RecordProperty("retried", router_->fleet()["choices"]["retried"].dump());
+}
+
+// Daemons at tcp:// addresses (their TCP listeners, with an API key): the
+// router authenticates, subscribes and routes as on Unix sockets, over
+// JSON-RPC and HTTP; a router with the wrong key uses none of them.
+TEST(RouterTcpTest, DaemonsAtTcpAddressesWithAKey) {
+  test_util::TempDir dir;
+  const std::filesystem::path key = dir.path() / "key";
+  std::ofstream(key) << "0123456789abcdef0123\n";
+  std::filesystem::permissions(
+      key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  const int pa = test_util::free_tcp_port();
+  Daemon a(
+      {"--http-listen", "127.0.0.1:" + std::to_string(pa), "--http-api-key-file", key.string()});
+  const int pb = test_util::free_tcp_port();
+  Daemon b(
+      {"--http-listen", "127.0.0.1:" + std::to_string(pb), "--http-api-key-file", key.string()});
+  for (Daemon* d : {&a, &b}) ASSERT_TRUE(d->wait_ready()) << d->log();
+  const std::vector<std::string> addresses = {"tcp://127.0.0.1:" + std::to_string(pa),
+                                              "tcp://127.0.0.1:" + std::to_string(pb)};
+  RouterProcess router(addresses, {"--daemon-api-key-file", key.string()});
+  ASSERT_TRUE(router.wait_usable(0, true)) << router.log();
+  ASSERT_TRUE(router.wait_usable(1, true)) << router.log();
+
+  auto c = router.connect();
+  const json params = {{"prompt", kPrompt}, {"max_tokens", 8}, {"seed", 4}};
+  const json first = generate(*c, 1, params);
+  ASSERT_TRUE(first.contains("result")) << first.dump() << router.log();
+  // Once the holder's events have come over TCP, the repeat goes there.
+  router.wait_for(0, [&](const json&) {
+    const json fleet = router.fleet();
+    for (const json& d : fleet["daemons"])
+      if (d["blocks"]["l1"].get<int>() > 0) return true;
+    return false;
+  });
+  const json second = generate(*c, 2, params);
+  ASSERT_TRUE(second.contains("result")) << second.dump();
+  EXPECT_EQ(second["result"]["tokens"], first["result"]["tokens"]);
+  EXPECT_GT(second["result"]["cached_tokens"]["l1"].get<int>(), 0) << second.dump();
+
+  if (test_util::on_path("curl")) {  // HTTP to a TCP daemon carries the key
+    const test_util::CommandResult http = test_util::run_command(
+        "curl -s -w '\\n%{http_code}' --unix-socket '" + router.socket_path() +
+        "' http://localhost/v1/completions -H 'Content-Type: application/json' -d "
+        "'{\"prompt\": \"Q: Why\", \"max_tokens\": 2}'");
+    EXPECT_TRUE(test_util::contains(http.output, "\n200")) << http.output;
+  }
+
+  // The wrong key: both daemons refuse it, and the router says so.
+  const std::filesystem::path wrong = dir.path() / "wrong";
+  std::ofstream(wrong) << "wrong-key-0123456789\n";
+  std::filesystem::permissions(
+      wrong, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  RouterProcess refused(addresses, {"--daemon-api-key-file", wrong.string()});
+  const json d0 = refused.wait_for(0, [](const json& d) {
+    return test_util::contains(d["last_error"].get<std::string>(), "auth").operator bool();
+  });
+  EXPECT_EQ(d0["usable"], false) << d0.dump();
+  EXPECT_TRUE(test_util::contains(d0["last_error"].get<std::string>(), "wrong API key"))
+      << d0.dump();
 }
 
 }  // namespace
