@@ -53,6 +53,7 @@ Session::Session(asio::generic::stream_protocol::socket socket, EngineLoop& engi
                  std::optional<PeerCredentials> peer, ClosedHandler on_closed, HttpHandoff on_http)
     : socket_(std::move(socket)),
       flush_timer_(socket_.get_executor()),
+      auth_timer_(socket_.get_executor()),
       engine_(engine),
       control_(control),
       options_(options),
@@ -71,7 +72,19 @@ bool Session::privileged() const {
   return peer_ && privileged_call_allowed(peer_->uid, options_.daemon_uid, options_.allow_any_uid);
 }
 
-void Session::start() { read(); }
+void Session::start() {
+  if (!options_.api_key.empty()) {
+    const double seconds = control_.config().http_timeout;
+    auth_timer_.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(
+        std::chrono::duration<double>(seconds)));
+    auth_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->closed_ || self->authenticated_) return;
+      log_info("closing a TCP connection that did not authenticate within http_timeout");
+      self->close();
+    });
+  }
+  read();
+}
 
 void Session::read() {
   socket_.async_read_some(
@@ -86,6 +99,7 @@ void Session::read() {
         if (std::exchange(self->first_read_, false) && n > 0 &&
             http::starts_http(self->read_buf_[0]) && self->on_http_) {
           self->closed_ = true;  // the socket goes on, as HTTP
+          self->auth_timer_.cancel();
           self->on_http_(std::move(self->socket_), std::string(self->read_buf_.data(), n));
           if (self->on_closed_) self->on_closed_(self.get());
           return;
@@ -182,6 +196,7 @@ void Session::close() {
   closed_ = true;
   boost::system::error_code ignored;
   flush_timer_.cancel();
+  auth_timer_.cancel();
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
   out_.clear();
@@ -420,6 +435,7 @@ void Session::method_auth(RpcCall& call) {
     return reply_error(call, result.error());
   }
   if (!options_.api_key.empty()) authenticated_ = true;
+  auth_timer_.cancel();
   reply(call, *result);
 }
 

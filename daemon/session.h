@@ -7,7 +7,9 @@
 //
 // On TCP with an API key (SessionOptions::api_key), every call but `auth`
 // and `help` is refused with kUnauthenticated until an `auth` call gives the
-// key, as Redis's AUTH: the socket's file mode guards the Unix socket, the
+// key, as Redis's AUTH, and a connection that has not given it within
+// http_timeout is closed (a port on the network must not let strangers
+// hold its connection slots): the socket's file mode guards the Unix socket, the
 // key the port. A TCP peer has no credentials (no uid), so it is never
 // privileged and cancels only its own connection's requests.
 //
@@ -151,6 +153,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   asio::generic::stream_protocol::socket socket_;
   asio::steady_timer flush_timer_;
+  asio::steady_timer auth_timer_;  // with an API key: auth within http_timeout
   EngineLoop& engine_;
   DaemonControl& control_;
   SessionOptions options_;

@@ -37,9 +37,21 @@ ClientSession::ClientSession(asio::generic::stream_protocol::socket socket, Rout
       connection_(next_connection_number()),
       framer_(limits.max_line_bytes),
       out_(socket_, limits.max_output_bytes),
+      auth_timer_(socket_.get_executor()),
       upstreams_(static_cast<std::size_t>(router.daemons())) {}
 
-void ClientSession::start() { read(); }
+void ClientSession::start() {
+  if (!limits_.api_key.empty()) {
+    auth_timer_.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(
+        std::chrono::duration<double>(limits_.auth_timeout_s)));
+    auth_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->closed_ || self->authenticated_) return;
+      log_info("closing a TCP connection that did not authenticate within --http-timeout");
+      self->close();
+    });
+  }
+  read();
+}
 
 RequestOwner ClientSession::owner() const {
   return {connection_, peer_ ? std::optional<uid_t>(peer_->uid) : std::nullopt};
@@ -54,6 +66,7 @@ void ClientSession::read() {
         if (std::exchange(self->first_read_, false) && n > 0 &&
             http::starts_http(self->read_buf_[0]) && self->on_http_) {
           self->closed_ = true;  // the socket goes on, as HTTP
+          self->auth_timer_.cancel();
           self->on_http_(std::move(self->socket_), std::string(self->read_buf_.data(), n));
           if (self->on_closed_) std::exchange(self->on_closed_, nullptr)(self.get());
           return;
@@ -94,6 +107,7 @@ void ClientSession::close() {
   if (closed_) return;
   closed_ = true;
   boost::system::error_code ignored;
+  auth_timer_.cancel();
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
   out_.clear();
@@ -158,6 +172,7 @@ void ClientSession::method_auth(RpcCall& call) {
   auto result = auth_result(call.params, limits_.api_key);
   if (!result) return reply_error(call, result.error());
   if (!limits_.api_key.empty()) authenticated_ = true;
+  auth_timer_.cancel();
   reply(call, *result);
 }
 

@@ -32,7 +32,8 @@
 //
 // On the router's TCP listener (--http-listen) with an API key, every call
 // but `auth` and `help` waits for an `auth` with the key, as on kvtierd's
-// (docs/protocol.md, "On TCP"); a TCP peer has no uid, so it is never
+// (docs/protocol.md, "On TCP"), and a connection without it after
+// --http-timeout is closed; a TCP peer has no uid, so it is never
 // privileged.
 //
 // Thread-safety: on the router's io thread only.
@@ -67,8 +68,9 @@ inline constexpr int kDaemonLost = -32011;  // the daemon went away mid-request
 struct SessionLimits {
   std::size_t max_line_bytes = 1 << 20;
   std::size_t max_output_bytes = 8 << 20;
-  uid_t router_uid = 0;  // privileged: this uid and root (cancel of another's request)
-  std::string api_key;   // non-empty (TCP with a key): `auth` first, as on kvtierd
+  uid_t router_uid = 0;        // privileged: this uid and root (cancel of another's request)
+  std::string api_key;         // non-empty (TCP with a key): `auth` first, as on kvtierd
+  double auth_timeout_s = 30;  // with api_key: closed unless `auth` comes within it
 };
 
 class ClientSession : public std::enable_shared_from_this<ClientSession> {
@@ -164,6 +166,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   daemon::LineFramer framer_;
   std::array<char, 16384> read_buf_{};
   daemon::WriteQueue<asio::generic::stream_protocol::socket> out_;
+  asio::steady_timer auth_timer_;
   std::vector<std::unique_ptr<Upstream>> upstreams_;  // by daemon index; null until used
   std::int64_t next_call_id_ = 1;
   bool closed_ = false;

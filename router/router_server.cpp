@@ -121,6 +121,7 @@ void RouterServer::accept_tcp() {
       // A TCP peer has no credentials: never privileged (access.h).
       SessionLimits limits = options_.session;
       limits.api_key = options_.http_listen->api_key;
+      limits.auth_timeout_s = options_.http.request_timeout;
       boost::system::error_code local_ec;
       const auto protocol = socket.local_endpoint(local_ec).protocol();
       serve(as_generic(std::move(socket), protocol), std::nullopt, std::move(limits));

@@ -64,6 +64,23 @@ TEST(DaemonTcpRpcTest, WithAKeyEveryCallButAuthAndHelpWaitsForAuth) {
   EXPECT_TRUE(local->call(request(2, "health")).value_or(json()).contains("result"));
 }
 
+// A connection that never gives the key does not keep its slot: it is
+// closed once http_timeout has passed; one that did stays.
+TEST(DaemonTcpRpcTest, AConnectionThatDoesNotAuthenticateIsClosed) {
+  test_util::TempDir dir;
+  const int port = test_util::free_tcp_port();
+  Daemon d({"--http-listen", "127.0.0.1:" + std::to_string(port), "--http-api-key-file",
+            key_file(dir.path()), "--http-timeout", "0.5"});
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  auto idle = Client::tcp(port);
+  auto authed = Client::tcp(port);
+  ASSERT_TRUE(idle && authed);
+  ASSERT_TRUE(
+      authed->call(request(1, "auth", {{"api_key", kKey}})).value_or(json()).contains("result"));
+  EXPECT_FALSE(idle->read().has_value()) << "the unauthenticated connection stayed open";
+  EXPECT_TRUE(authed->call(request(2, "health")).value_or(json()).contains("result"));
+}
+
 // Without a key on loopback, no auth is asked; and even --allow-any-uid
 // makes no TCP peer privileged (the kernel reports no uid for it: Linux's
 // SO_PEERCRED on TCP says uid -1 rather than failing).

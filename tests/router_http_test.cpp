@@ -230,7 +230,9 @@ TEST_F(RouterHttpTest, OnTcpBeyondLoopbackAKeyIsRequiredAndChecked) {
   std::ofstream(key) << "0123456789abcdef0123\n";
   std::filesystem::permissions(
       key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
-  auto r = start_router({"--http-listen", "0.0.0.0:" + port, "--http-api-key-file", key.string()});
+  auto r = start_router({"--http-listen", "0.0.0.0:" + port, "--http-api-key-file", key.string(),
+                         "--http-timeout", "2"});
+  auto idle = Client::tcp(std::stoi(port));  // never authenticates
   const auto tcp = [&](const std::string& path, const std::string& extra) {
     return test_util::curl("", dir.path(), "GET", path, std::nullopt, extra, std::stoi(port))
         .status;
@@ -258,6 +260,9 @@ TEST_F(RouterHttpTest, OnTcpBeyondLoopbackAKeyIsRequiredAndChecked) {
   ASSERT_TRUE(health && health->contains("result"));
   EXPECT_EQ((*health)["result"]["status"], "ok");
   EXPECT_EQ(code(c->call(request(5, "shutdown"))), rpc_code::kPermissionDenied);
+  // One that never gave the key is closed after --http-timeout.
+  ASSERT_TRUE(idle && idle->valid());
+  EXPECT_FALSE(idle->read().has_value()) << "the unauthenticated connection stayed open";
 }
 
 }  // namespace
