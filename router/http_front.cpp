@@ -128,35 +128,29 @@ void HttpFront::models(const Request& request, const std::shared_ptr<Exchange>& 
 }
 
 void HttpFront::completions(const Request& request, const std::shared_ptr<Exchange>& exchange) {
-  auto body = json_body(request);
-  if (!body) return exchange->respond(std::move(body.error()));
-  auto spec = daemon::http::completion_spec(*body, options_.served_model);
-  if (!spec) {
-    const ParamError& e = spec.error();
-    return exchange->respond(error_response(e.status, e.message, e.param, e.code));
-  }
-  auto f = std::make_shared<Forward>();
-  auto tokens = daemon::prompt_tokens(router_.tokenizer(), spec->prompts.front());
-  if (!tokens) return exchange->respond(error_response(400, tokens.error(), "prompt"));
-  f->tokens = std::move(*tokens);
-  f->cache_salt = spec->params.cache_salt;
-  f->request = request;
-  f->exchange = exchange;
-  send(f);
+  generation(request, exchange, daemon::http::Api::kCompletions);
 }
 
 void HttpFront::chat(const Request& request, const std::shared_ptr<Exchange>& exchange) {
+  generation(request, exchange, daemon::http::Api::kChat);
+}
+
+void HttpFront::generation(const Request& request, const std::shared_ptr<Exchange>& exchange,
+                           daemon::http::Api api) {
   auto body = json_body(request);
   if (!body) return exchange->respond(std::move(body.error()));
-  auto spec =
-      chat_spec(*body, options_.served_model, options_.chat_template, router_.model().block_size);
+  const bool chat = api == daemon::http::Api::kChat;
+  auto spec = chat ? daemon::http::chat_spec(*body, options_.served_model, options_.chat_template,
+                                             router_.model().block_size)
+                   : daemon::http::completion_spec(*body, options_.served_model);
   if (!spec) {
     const ParamError& e = spec.error();
     return exchange->respond(error_response(e.status, e.message, e.param, e.code));
   }
-  auto f = std::make_shared<Forward>();
   auto tokens = daemon::prompt_tokens(router_.tokenizer(), spec->prompts.front());
-  if (!tokens) return exchange->respond(error_response(400, tokens.error(), "messages"));
+  if (!tokens)
+    return exchange->respond(error_response(400, tokens.error(), chat ? "messages" : "prompt"));
+  auto f = std::make_shared<Forward>();
   f->tokens = std::move(*tokens);
   f->cache_salt = spec->params.cache_salt;
   f->request = request;

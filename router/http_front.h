@@ -39,6 +39,7 @@
 
 #include "daemon/http/chat_template.h"
 #include "daemon/http/exchange.h"
+#include "daemon/http/generation.h"
 #include "router/http_upstream.h"
 #include "router/router.h"
 
@@ -84,6 +85,9 @@ class HttpFront final : public daemon::http::Service {
   void models(const daemon::http::Request&, const std::shared_ptr<daemon::http::Exchange>&);
   void completions(const daemon::http::Request&, const std::shared_ptr<daemon::http::Exchange>&);
   void chat(const daemon::http::Request&, const std::shared_ptr<daemon::http::Exchange>&);
+  // Both: checked with kvtierd's parser for `api`, then send().
+  void generation(const daemon::http::Request& request,
+                  const std::shared_ptr<daemon::http::Exchange>& exchange, daemon::http::Api api);
 
   // Sends `f` to the daemon the router chooses among those it has not been
   // tried on, or answers the last refusal or 503 when none is left.
