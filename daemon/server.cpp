@@ -203,10 +203,9 @@ void Server::accept_tcp() {
     if (ec) {
       log_warning("HTTP accept failed: " + ec.message());
     } else if (!room_for_one_more()) {
-      const std::string busy =
-          "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
       boost::system::error_code ignored;
-      asio::write(socket, asio::buffer(busy), ignored);  // tiny; the socket buffer takes it
+      asio::write(socket, asio::buffer(http::kBusyAnswer),
+                  ignored);  // tiny; the buffer takes it  // tiny; the socket buffer takes it
     } else {
       // JSON-RPC or HTTP, told by the first byte as on the Unix socket. A
       // TCP peer has no credentials: it is never privileged (access.h).

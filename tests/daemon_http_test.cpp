@@ -469,13 +469,7 @@ TEST_F(DaemonHttpTest, OnTcpBeyondLoopbackAKeyIsRequiredAndChecked) {
       key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   auto d = start({"--http-listen", "0.0.0.0:" + port, "--http-api-key-file", key.string()});
   const auto tcp = [&](const std::string& path, const std::string& extra) {
-    const std::string cmd =
-        "curl -s -o /dev/null -w '%{http_code}' " + extra + " http://127.0.0.1:" + port + path;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char code[8] = {};
-    const std::size_t n = std::fread(code, 1, 3, p);
-    ::pclose(p);
-    return n == 3 ? std::atoi(code) : 0;
+    return test_util::curl("", d->dir(), "GET", path, std::nullopt, extra, std::stoi(port)).status;
   };
   EXPECT_EQ(tcp("/v1/models", ""), 401);
   EXPECT_EQ(tcp("/v1/models", "-H 'Authorization: Bearer wrong-key-0123456789'"), 401);

@@ -48,6 +48,11 @@ namespace asio = boost::asio;
 
 inline constexpr std::size_t kMaxHeaderBytes = 16 << 10;
 
+// What a TCP connection refused by max_connections is sent before it is
+// closed (kvtierd's and kvtier-router's listeners alike).
+inline constexpr std::string_view kBusyAnswer =
+    "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
 // Whether a connection whose first byte is `first` speaks HTTP.
 constexpr bool starts_http(char first) { return first >= 'A' && first <= 'Z'; }
 
