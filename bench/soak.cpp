@@ -627,7 +627,10 @@ RunOutput run_setup(const SoakOptions& o, const TierSetup& setup,
                             : std::vector<Check>{check_requests(out.result, out.summary)};
   if (verify != Verify::kNone)
     out.checks.push_back(
-        check_cold(o, lo.sockets, out.result, verify == Verify::kFleet && !setup.remote.empty()));
+        // Through the router, remote hits are what it avoids: a run may have
+        // none, and its sample is of answers any tier served part of.
+        check_cold(o, lo.sockets, out.result,
+                   verify == Verify::kFleet && !setup.remote.empty() && !setup.router));
   std::string unclean;
   if (router) {
     out.router_fleet = router_fleet(router->socket());
@@ -664,45 +667,56 @@ bool print_checks(const std::vector<Check>& checks, const std::string& prefix = 
 }
 
 // --fleet: the same arrivals on o.fleet daemons as islands, then sharing a
-// remote tier on a fresh redis-server of the soak's own.
+// remote tier. Each run that shares one gets a fresh redis-server of the
+// soak's own: a second run on the first one's Redis would find every prompt
+// of the same arrivals there already.
 int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& flags) {
-  auto redis = RedisProcess::start(find_redis_server(), o.redis_bytes);
-  if (!redis) {
-    std::fprintf(stderr, "soak: %s\n", redis.error().c_str());
-    return 2;
-  }
+  const std::string redis_binary = find_redis_server();
   // --router: both share the remote tier, so round-robin's misses of L1
   // are remote hits, as a fleet behind a plain load balancer has them.
   // --kill-at: the router's half alone, with daemon 0 killed and back.
-  const TierSetup routed = {"router", true, true, "swap", (*redis)->socket(), true};
+  // The remote address is filled in with each run's redis-server.
+  const TierSetup routed = {"router", true, true, "swap", "redis", true};
   const std::vector<std::pair<std::string, TierSetup>> setups =
       o.kill_at_s > 0 ? std::vector<std::pair<std::string, TierSetup>>{{"router-kill", routed}}
-      : o.via_router
-          ? std::vector<std::pair<std::string, TierSetup>>{{"round-robin",
-                                                            {"round-robin", true, true, "swap",
-                                                             (*redis)->socket()}},
-                                                           {"router",
-                                                            {"router", true, true, "swap",
-                                                             (*redis)->socket(), true}}}
-          : std::vector<std::pair<std::string, TierSetup>>{
-                {"islands", {"islands", true, true, "swap", ""}},
-                {"shared", {"shared remote", true, true, "swap", (*redis)->socket()}}};
+      : o.via_router  ? std::vector<std::pair<std::string, TierSetup>>{{"round-robin",
+                                                                        {"round-robin", true, true,
+                                                                         "swap", "redis"}},
+                                                                       {"router", routed}}
+                      : std::vector<std::pair<std::string, TierSetup>>{
+                            {"islands", {"islands", true, true, "swap", ""}},
+                            {"shared", {"shared remote", true, true, "swap", "redis"}}};
   std::vector<std::pair<std::string, Summary>> rows;
   std::vector<std::vector<Check>> checks;
   std::string router_choices;
-  for (const auto& [tag, setup] : setups) {
+  for (auto [tag, setup] : setups) {
+    std::unique_ptr<RedisProcess> redis;
+    if (!setup.remote.empty()) {
+      auto started = RedisProcess::start(redis_binary, o.redis_bytes);
+      if (!started) {
+        std::fprintf(stderr, "soak: %s\n", started.error().c_str());
+        return 2;
+      }
+      redis = std::move(*started);
+      setup.remote = redis->socket();
+    }
     RunOutput r = run_setup(o, setup, flags, "fleet-" + tag, Verify::kFleet, o.fleet);
     if (!r.started) return 2;
     rows.emplace_back(setup.label, r.summary);
     checks.push_back(std::move(r.checks));
-    if (r.router_fleet.is_object())
+    if (r.router_fleet.is_object()) {
+      std::string by_daemon;
+      for (const json& d : r.router_fleet["daemons"])
+        by_daemon += (by_daemon.empty() ? "" : " / ") + d.value("routed", json(0)).dump();
       router_choices = "router choices " + r.router_fleet["choices"].dump() +
-                       ", blocks the chosen daemon held " + r.router_fleet["routed_blocks"].dump();
+                       ", requests by daemon " + by_daemon + ", blocks the chosen daemon held " +
+                       r.router_fleet["routed_blocks"].dump();
+    }
   }
   std::printf(
       "fleet of %d daemons, workload %s %s, rate %.2f/s, concurrency %d each, %.0f s "
-      "each, seed %llu; each daemon %s; shared: one redis-server on a Unix socket, maxmemory "
-      "%zu MiB\n",
+      "each, seed %llu; each daemon %s; shared: a fresh redis-server a run on a Unix socket, "
+      "maxmemory %zu MiB\n",
       o.fleet, o.workload.c_str(),
       o.kill_at_s > 0 ? "through kvtier-router, daemon 0 killed and back"
       : o.via_router  ? "round-robin, then through kvtier-router"
