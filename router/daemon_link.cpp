@@ -224,9 +224,9 @@ void DaemonLink::resync(const std::string& why) {
 json DaemonLink::describe() const {
   json blocks = json::object();
   for (int t = 0; t < kNumTiers; ++t) blocks[kTierNames[t].name] = index_.blocks()[t];
-  return {{"address", address()}, {"usable", usable_},          {"pending", pending()},
-          {"blocks", blocks},     {"indexed", !index_.stale()}, {"downs", downs_},
-          {"resyncs", resyncs_},  {"last_error", last_error_}};
+  return {{"address", address()}, {"usable", usable_},   {"pending", pending()},
+          {"routed", routed_},    {"blocks", blocks},    {"indexed", !index_.stale()},
+          {"downs", downs_},      {"resyncs", resyncs_}, {"last_error", last_error_}};
 }
 
 }  // namespace kvtier::router

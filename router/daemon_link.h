@@ -76,7 +76,10 @@ class DaemonLink {
   // also count other routers' and clients').
   int pending() const { return std::max(pending_, in_flight_); }
   // The router sent it a request, and that request is over.
-  void routed() { ++in_flight_; }
+  void routed() {
+    ++in_flight_;
+    ++routed_;
+  }
   void done() { in_flight_ = std::max(0, in_flight_ - 1); }
   // Its last `health` answer (null before the first).
   const nlohmann::json& health() const { return health_; }
@@ -121,6 +124,7 @@ class DaemonLink {
   bool stopped_ = false;
   int pending_ = 0;
   int in_flight_ = 0;
+  std::uint64_t routed_ = 0;  // requests sent there, ever
   std::uint64_t downs_ = 0;
   std::uint64_t resyncs_ = 0;
   std::string last_error_;

@@ -15,10 +15,17 @@
 // to delay the first token by about one small pass (a heuristic: the
 // daemon batches them, so the real delay is less than their prefills).
 //
-// Ties go to the highest rendezvous score of the prompt's first block and
-// the daemon's address, so a prompt nobody holds yet goes to the same
+// Among ties, a daemon holding notably more of the prompt in L1 (more than
+// kTieMargin of its blocks) than the others wins: sending the prompt
+// elsewhere would load a second copy into the fleet's L1 for no gain in
+// time. Then the highest rendezvous score of the prompt's affinity and the
+// daemon's address wins. The affinity is the prompt's first page that no
+// daemon holds (Router::plan): a prompt nobody holds yet goes to the same
 // daemon from every router and every time, and its next turn finds its
-// blocks there. A tie is anything within kTieMargin of the best: daemons of
+// blocks there; prompts that differ only after a prefix every daemon holds
+// (a shared system prompt or preamble) spread over the fleet rather than
+// all going to the daemon that prefix's first block favours, which would
+// leave the other daemons' L1 idle. A tie is anything within kTieMargin of the best: daemons of
 // one kind measure their costs at start with noise of that order (a
 // prefill pass on a busy 2-core machine differs by up to ~25% between
 // runs), and a narrower margin sends every new prompt to whichever daemon

@@ -28,14 +28,8 @@ void Router::stop() {
 
 Router::Plan Router::plan(std::span<const int> tokens, std::string_view cache_salt,
                           std::span<const int> excluded) const {
-  // The prompt's keys, and its affinity: its first (maybe partial) block.
   std::vector<tiers::BlockKey> keys;
-  std::uint64_t affinity = XXH3_64bits_withSeed(cache_salt.data(), cache_salt.size(), 0);
   const int page = fleet_.page_size;
-  if (page > 0) {
-    const int first = std::min<int>(page, static_cast<int>(tokens.size()));
-    affinity = XXH3_64bits_withSeed(tokens.data(), first * sizeof(int), affinity);
-  }
   if (page > 0 && fleet_.fingerprint && !tokens.empty()) {
     const std::size_t full = (tokens.size() - 1) / static_cast<std::size_t>(page);
     keys.reserve(full);
@@ -50,10 +44,21 @@ Router::Plan Router::plan(std::span<const int> tokens, std::string_view cache_sa
     const DaemonLink& link = *links_[i];
     if (!link.usable() || std::find(excluded.begin(), excluded.end(), i) != excluded.end())
       continue;
-    p.candidates.push_back({link.index().match(keys), link.pending(), &link.costs(),
-                            rendezvous_score(affinity, link.address())});
+    p.candidates.push_back({link.index().match(keys), link.pending(), &link.costs(), 0});
     p.daemons.push_back(i);
   }
+  // The prompt's affinity, for ties: its first page that no candidate
+  // holds (route_choice.h says why).
+  int held = 0;
+  for (const Candidate& c : p.candidates) held = std::max(held, c.match.blocks);
+  std::uint64_t affinity = XXH3_64bits_withSeed(cache_salt.data(), cache_salt.size(), 0);
+  if (page > 0) {
+    const auto from = std::min(tokens.size(), static_cast<std::size_t>(held) * page);
+    const auto part = tokens.subspan(from, std::min<std::size_t>(page, tokens.size() - from));
+    affinity = XXH3_64bits_withSeed(part.data(), part.size_bytes(), affinity);
+  }
+  for (std::size_t c = 0; c < p.candidates.size(); ++c)
+    p.candidates[c].rendezvous = rendezvous_score(affinity, links_[p.daemons[c]]->address());
   p.prompt_tokens = static_cast<int>(tokens.size());
   p.page_size = std::max(page, 1);
   p.choice = choose(p.candidates, p.prompt_tokens, p.page_size);

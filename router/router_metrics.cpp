@@ -72,6 +72,8 @@ std::string router_metrics_text(const Router& router,
              "Whether the router sends requests to this daemon (1) or not (0)", "usable");
   per_daemon("kvtier_router_daemon_pending", "gauge",
              "Requests queued and running on this daemon, as the router counts them", "pending");
+  per_daemon("kvtier_router_daemon_routed_total", "counter",
+             "Requests the router sent to this daemon (a retry counts on each)", "routed");
   m.family("kvtier_router_daemon_blocks", "gauge",
            "Blocks the router's index of this daemon holds, by fastest tier");
   for (const json& d : daemons)

@@ -110,5 +110,25 @@ TEST(RouteChoiceTest, CostsWithinTheMarginAreATieAndBeyondItAreNot) {
   EXPECT_EQ(choose(c, 256, 16)->index, 0);
 }
 
+TEST(RouteChoiceTest, AmongEqualsTheOneHoldingNotablyMoreInL1Wins) {
+  CostFigures f = costs();
+  f.per_block_us[Tier::kL2] = 1;  // 15 blocks from L2: 15 us, within the margin of L1's 0
+  // 15 blocks in L1 against 15 in L2: equal costs, but the L1 holder is
+  // chosen over a higher rendezvous score (loading its copy again
+  // elsewhere would hold the prompt twice in the fleet's L1).
+  std::vector<Candidate> c = {{held(Tier::kL2, 15), 0, &f, 9}, {held(Tier::kL1, 15), 0, &f, 1}};
+  EXPECT_EQ(choose(c, 256, 16)->index, 1);
+  // One block more in L1 (of 16: a shared system prompt's) is not notably
+  // more: the rendezvous score decides, so new prompts still spread.
+  c = {{held(Tier::kL1, 1), 0, &f, 1}, {PrefixMatch{}, 0, &f, 9}};
+  EXPECT_EQ(choose(c, 256, 16)->index, 1);
+  // More than a quarter of the prompt's 16 are: 5 in L1 against 5 in L2.
+  c = {{held(Tier::kL1, 5), 0, &f, 1}, {held(Tier::kL2, 5), 0, &f, 9}};
+  EXPECT_EQ(choose(c, 256, 16)->index, 0);
+  c[0].match = held(Tier::kL1, 4);
+  c[1].match = held(Tier::kL2, 4);
+  EXPECT_EQ(choose(c, 256, 16)->index, 1);
+}
+
 }  // namespace
 }  // namespace kvtier::router

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "daemon_test_util.h"
+#include "router/route_choice.h"
 #include "router_test_util.h"
 
 namespace kvtier::daemon_test {
@@ -132,6 +134,54 @@ TEST_F(RouterTest, TwoRoutersChooseAlike) {
   EXPECT_EQ(seen["daemon"], holder) << seen.dump();
   // Asking changed nothing: no choice was counted.
   EXPECT_EQ(second.fleet()["choices"]["prefix"], 0);
+}
+
+// Prompts that begin with what every daemon holds (a shared system prompt,
+// a shared preamble) are new prompts all the same: they spread over the
+// daemons by what follows it, rather than all going to one by their first
+// block.
+TEST_F(RouterTest, PromptsThatBeginWithWhatEveryDaemonHoldsSpreadByWhatFollows) {
+  // Both hold kPrompt; a few passes each settle their measured costs.
+  for (Daemon* d : {&a_, &b_}) {
+    auto direct = d->connect();
+    for (int i = 0; i < 6; ++i)
+      ASSERT_TRUE(
+          generate(*direct, 1, {{"prompt", kPrompt + std::string(i, '!')}, {"max_tokens", 4}})
+              .contains("result"));
+  }
+  auto c = router_->connect();
+  const auto route = [&](const std::string& prompt) {
+    auto r = c->call(request(1, "fleet.route", {{"prompt", prompt}}));
+    return r && r->contains("result") ? (*r)["result"] : json();
+  };
+  // Once the router's index has both daemons holding kPrompt.
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  for (bool both = false; !both && std::chrono::steady_clock::now() < deadline;) {
+    const json r = route(kPrompt);
+    both = r.is_object() && r["daemons"].size() == 2u;
+    for (const json& d : both ? r["daemons"] : json::array())
+      both = both && d["held_blocks"]["l1"].get<int>() > 0;
+    if (!both) std::this_thread::sleep_for(10ms);
+  }
+  std::set<std::string> chosen;
+  json last;
+  for (int i = 0; i < 8; ++i) {
+    // Within the page after kPrompt's last full block: the affinity's page.
+    last = route(kPrompt + std::to_string(i) + " more came.");
+    ASSERT_TRUE(last.is_object());
+    EXPECT_EQ(last["reason"], "prefix") << last.dump();
+    chosen.insert(last["daemon"].get<std::string>());
+  }
+  // The daemons measure their own prefill costs at start; on a busy machine
+  // two of one kind may come out further apart than router::kTieMargin,
+  // and then the cheaper one rightly takes every prompt.
+  const double a = last["daemons"][0]["expected_us"], b = last["daemons"][1]["expected_us"];
+  if (std::max(a, b) > std::min(a, b) * (1 + router::kTieMargin) + 1)
+    GTEST_SKIP() << "the two daemons measured their prefill costs more than kTieMargin apart "
+                    "(expected "
+                 << a << " and " << b << " us): not a tie, so nothing to spread";
+  EXPECT_EQ(chosen.size(), 2u) << "8 prompts after a prefix both daemons hold all went to one: "
+                               << last.dump();
 }
 
 TEST_F(RouterTest, StreamsUnderTheRoutersRequestIdAndCancelsByIt) {
