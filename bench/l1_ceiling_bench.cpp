@@ -1,0 +1,216 @@
+// The most of a workload's prompt tokens that any fleet could serve from L1:
+// the bound a router's L1 hit rate is measured against (docs/bench.md, "A
+// router in front of the fleet").
+//
+// It replays the soak's arrivals (bench/workload.h, same kinds and seed) on
+// one pooled cache of the fleet's L1 blocks, in two ways:
+//   LRU     the pooled blocks evicted least recently used first, as one big
+//           daemon would: what a router could reach if it turned three L1s
+//           into one;
+//   optimal Belady's MIN, which knows the future: on a miss it keeps the
+//           blocks used again soonest (or does not keep the new one). No
+//           eviction policy on these blocks hits more, and no router either:
+//           whatever three L1s hold at a moment, one cache of their summed
+//           size could hold, and a request hits only the leading blocks of
+//           its prompt on the one daemon that serves it.
+// Both are upper bounds on a real fleet's figure, which also keeps running
+// requests' own blocks in L1. "seen" is the share of prompt tokens whose
+// blocks came before at all (an endless cache). Hits count as the daemons
+// count them: the leading run of whole blocks of the prompt less its last
+// token, times the page.
+//
+//   build/bench/l1_ceiling_bench --workload f [--requests 366] [--seed 1]
+//                                [--blocks 72,144] [--model models/fortunes-char]
+//
+// Workload b's next turns depend on the answers, so it is not replayed.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <list>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench/workload.h"
+#include "engine/cache/block_hash.h"
+#include "engine/model/model_config.h"
+#include "engine/model/tokenizer.h"
+
+namespace {
+
+using kvtier::tiers::BlockKey;
+using kvtier::tiers::BlockKeyHash;
+
+struct Request {
+  std::vector<BlockKey> keys;  // whole blocks of the prompt less its last token
+  long tokens = 0;             // the prompt's tokens
+};
+
+struct Rates {
+  double lru = 0, optimal = 0, seen = 0;
+};
+
+// One pooled cache of `capacity` blocks, least recently used out first.
+double lru_rate(const std::vector<Request>& requests, std::size_t capacity, int page) {
+  std::list<BlockKey> order;  // most recent first
+  std::unordered_map<BlockKey, std::list<BlockKey>::iterator, BlockKeyHash> where;
+  long hit = 0, tokens = 0;
+  for (const Request& r : requests) {
+    tokens += r.tokens;
+    bool leading = true;
+    for (const BlockKey& k : r.keys) {
+      const auto it = where.find(k);
+      leading = leading && it != where.end();
+      if (leading) hit += page;
+      if (it != where.end()) order.erase(it->second);
+      order.push_front(k);
+      where[k] = order.begin();
+      if (order.size() > capacity) {
+        where.erase(order.back());
+        order.pop_back();
+      }
+    }
+  }
+  return tokens ? static_cast<double>(hit) / tokens : 0;
+}
+
+// Belady's MIN with bypass on the same references: on each reference the
+// cache keeps the `capacity` blocks among its own and the new one whose
+// next use comes soonest.
+double optimal_rate(const std::vector<Request>& requests, std::size_t capacity, int page) {
+  std::vector<BlockKey> refs;
+  for (const Request& r : requests) refs.insert(refs.end(), r.keys.begin(), r.keys.end());
+  constexpr long kNever = 1L << 62;
+  std::vector<long> next(refs.size(), kNever);
+  std::unordered_map<BlockKey, long, BlockKeyHash> later;
+  for (long i = static_cast<long>(refs.size()) - 1; i >= 0; --i) {
+    const auto it = later.find(refs[i]);
+    if (it != later.end()) next[i] = it->second;
+    later[refs[i]] = i;
+  }
+  std::set<std::pair<long, BlockKey>> by_next;              // cached blocks by next use
+  std::unordered_map<BlockKey, long, BlockKeyHash> cached;  // block -> its next use
+  long hit = 0, tokens = 0, i = 0;
+  for (const Request& r : requests) {
+    tokens += r.tokens;
+    bool leading = true;
+    for (std::size_t b = 0; b < r.keys.size(); ++b, ++i) {
+      const BlockKey& k = refs[i];
+      const auto it = cached.find(k);
+      leading = leading && it != cached.end();
+      if (leading) hit += page;
+      if (it != cached.end()) {
+        by_next.erase({it->second, k});
+        cached.erase(it);
+      }
+      by_next.insert({next[i], k});
+      cached[k] = next[i];
+      if (cached.size() > capacity) {  // out goes the one used again last
+        const auto last = std::prev(by_next.end());
+        cached.erase(last->second);
+        by_next.erase(last);
+      }
+    }
+  }
+  return tokens ? static_cast<double>(hit) / tokens : 0;
+}
+
+double seen_rate(const std::vector<Request>& requests, int page) {
+  std::unordered_map<BlockKey, bool, BlockKeyHash> seen;
+  long hit = 0, tokens = 0;
+  for (const Request& r : requests) {
+    tokens += r.tokens;
+    bool leading = true;
+    for (const BlockKey& k : r.keys) {
+      leading = leading && seen.contains(k);
+      if (leading) hit += page;
+      seen[k] = true;
+    }
+  }
+  return tokens ? static_cast<double>(hit) / tokens : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"The most of a workload's prompt tokens any fleet could serve from L1"};
+  std::string workload = "f", blocks_list = "72,144";
+  std::string model_dir =
+      (std::filesystem::path(__FILE__).parent_path().parent_path() / "models" / "fortunes-char")
+          .string();
+  long requests = 366;
+  std::uint64_t seed = 1;
+  int page = 16;
+  app.add_option("--workload", workload, "Workload mix (a, e, f; see loadgen)")
+      ->capture_default_str();
+  app.add_option("--requests", requests, "Arrivals replayed (366: the soak's 60 s at 6/s)")
+      ->capture_default_str()
+      ->check(CLI::Range(1L, 10000000L));
+  app.add_option("--seed", seed, "Workload seed")->capture_default_str();
+  app.add_option("--blocks", blocks_list, "The fleet's L1 blocks, summed (comma-separated)")
+      ->capture_default_str();
+  app.add_option("--model", model_dir, "Model folder (its tokenizer and context)")
+      ->capture_default_str();
+  app.add_option("--page", page, "Tokens a block")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  CLI11_PARSE(app, argc, argv);
+
+  const auto kinds = kvtier::bench::parse_kinds(workload);
+  if (!kinds || kinds->find_first_of("bcd") != std::string::npos) {
+    std::fprintf(stderr,
+                 "l1_ceiling_bench: --workload takes a, e or f (b's turns depend on "
+                 "the answers; c and d share no prefixes)\n");
+    return 2;
+  }
+  std::vector<std::size_t> capacities;
+  std::stringstream list(blocks_list);
+  for (std::string item; std::getline(list, item, ',');) {
+    try {
+      capacities.push_back(std::stoul(item));
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "l1_ceiling_bench: --blocks: '%s' is not a number\n", item.c_str());
+      return 2;
+    }
+  }
+  auto config = kvtier::ModelConfig::load(std::filesystem::path(model_dir) / "config.json");
+  if (!config) {
+    std::fprintf(stderr, "l1_ceiling_bench: --model: %s\n", config.error().c_str());
+    return 2;
+  }
+  auto tokenizer = kvtier::Tokenizer::load(config->tokenizer);
+  if (!tokenizer) {
+    std::fprintf(stderr, "l1_ceiling_bench: --model: %s\n", tokenizer.error().c_str());
+    return 2;
+  }
+
+  // The loadgen's arrivals: same kinds, seed and context (bench/loadgen_run.cpp).
+  kvtier::bench::Workload arrivals(*kinds, seed, config->block_size,
+                                   kvtier::bench::gpt2_bpe_vocab((*tokenizer)->vocab_size()));
+  std::vector<Request> replay;
+  for (long n = 0; n < requests; ++n) {
+    const auto tokens = (*tokenizer)->encode(arrivals.next().prompt);
+    if (!tokens) {
+      std::fprintf(stderr, "l1_ceiling_bench: %s\n", tokens.error().c_str());
+      return 2;
+    }
+    Request r;
+    r.tokens = static_cast<long>(tokens->size());
+    BlockKey key = kvtier::root_key(0, "");
+    for (std::size_t b = 0; (b + 1) * page < tokens->size(); ++b) {
+      key = kvtier::chain_key(key, std::span(*tokens).subspan(b * page, page));
+      r.keys.push_back(key);
+    }
+    replay.push_back(std::move(r));
+  }
+
+  std::printf("workload %s, %ld arrivals, seed %llu, page %d: L1 hit, prompt tokens, at most\n",
+              kinds->c_str(), requests, static_cast<unsigned long long>(seed), page);
+  std::printf("%12s %10s %10s %10s\n", "fleet L1", "LRU", "optimal", "seen");
+  const double seen = seen_rate(replay, page);
+  for (std::size_t c : capacities)
+    std::printf("%5zu blocks %9.1f%% %9.1f%% %9.1f%%\n", c, 100 * lru_rate(replay, c, page),
+                100 * optimal_rate(replay, c, page), 100 * seen);
+}
