@@ -15,6 +15,16 @@
 // to delay the first token by about one small pass (a heuristic: the
 // daemon batches them, so the real delay is less than their prefills).
 //
+// A tie is anything within kTieMargin of the best: daemons of one kind
+// measure their costs with noise of that order (a prefill pass on a busy
+// 2-core machine differs by up to ~25% between runs), and a narrower margin
+// sends every new prompt to whichever daemon happened to measure itself
+// fastest until load evens them out. Real differences (a block in L1
+// against a cold prefill, a GPU against a CPU) are several times, far
+// outside it. (Short passes are noisier still: two daemons started
+// together on a 2-core machine have measured a 20-row pass 1.6x to 11x
+// apart, and the cheaper then takes every tie until its load tells.)
+//
 // Among ties, a daemon holding notably more of the prompt in L1 (more than
 // kTieMargin of its blocks) than the others wins: sending the prompt
 // elsewhere would load a second copy into the fleet's L1 for no gain in
@@ -25,14 +35,10 @@
 // blocks there; prompts that differ only after a prefix every daemon holds
 // (a shared system prompt or preamble) spread over the fleet rather than
 // all going to the daemon that prefix's first block favours, which would
-// leave the other daemons' L1 idle. A tie is anything within kTieMargin of the best: daemons of
-// one kind measure their costs at start with noise of that order (a
-// prefill pass on a busy 2-core machine differs by up to ~25% between
-// runs), and a narrower margin sends every new prompt to whichever daemon
-// happened to measure itself fastest until load evens them out. Real
-// differences (a block in L1 against a cold prefill, a GPU against a CPU)
-// are several times, far outside it. The choice is a pure function of its
-// inputs: two routers fed the same events and loads choose alike.
+// leave the other daemons' L1 idle.
+//
+// The choice is a pure function of its inputs: two routers fed the same
+// events and loads choose alike.
 //
 // Thread-safety: pure functions.
 #pragma once
