@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "daemon_test_util.h"
@@ -185,11 +186,19 @@ TEST_F(DaemonRemoteTest, AnotherModelOrSecretNeverHits) {
   const json n = generate(*no_secret->connect(), kShared + "two", 0.0f, 0);
   EXPECT_EQ(n["cached_tokens"]["remote"], 0) << n.dump();
 
-  // The same secret and model do share: the test could have failed.
-  const auto [same, shared] =
-      generate_shared(*start({"--remote-secret", ours})->connect(), kShared + "two", 0.0f, 0);
-  EXPECT_EQ(shared, 48) << same.dump();
-  EXPECT_GT(same["cached_tokens"]["remote"], 0) << same.dump();
+  // The same secret and model do share: the test could have failed. The
+  // blocks must be read and checked here, not only found: a daemon whose
+  // start-up measured Redis slow on a busy machine rightly recomputes them
+  // (a skipped load), so a fresh one is asked again, at most three times.
+  json same;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    int shared = 0;
+    std::tie(same, shared) =
+        generate_shared(*start({"--remote-secret", ours})->connect(), kShared + "two", 0.0f, 0);
+    EXPECT_EQ(shared, 48) << same.dump();
+    if (same["cached_tokens"]["remote"].get<int>() > 0) break;
+  }
+  EXPECT_GT(same["cached_tokens"]["remote"].get<int>(), 0) << same.dump();
 }
 
 TEST_F(DaemonRemoteTest, AValueChangedInRedisIsACountedMissNeverServed) {
