@@ -12,7 +12,10 @@
 //           eviction policy on these blocks hits more, and no router either:
 //           whatever three L1s hold at a moment, one cache of their summed
 //           size could hold, and a request hits only the leading blocks of
-//           its prompt on the one daemon that serves it.
+//           its prompt on the one daemon that serves it. (MIN maximises
+//           every hit, leading or not; and it never keeps a block without
+//           its parent, whose next use always comes first, so here every
+//           hit it makes is a leading one.)
 // Both are upper bounds on a real fleet's figure, which also keeps running
 // requests' own blocks in L1. "seen" is the share of prompt tokens whose
 // blocks came before at all (an endless cache). Hits count as the daemons
@@ -47,10 +50,6 @@ using kvtier::tiers::BlockKeyHash;
 struct Request {
   std::vector<BlockKey> keys;  // whole blocks of the prompt less its last token
   long tokens = 0;             // the prompt's tokens
-};
-
-struct Rates {
-  double lru = 0, optimal = 0, seen = 0;
 };
 
 // One pooled cache of `capacity` blocks, least recently used out first.
