@@ -797,12 +797,12 @@ struct SplitCase {
 class TieredSplitTest : public TieredSchedulerTest,
                         public ::testing::WithParamInterface<SplitCase> {
  protected:
-  // Where L3 goes: in `dir`, or on a throttled disk made there (empty, and
-  // why_not_ says why, where none can be).
-  std::filesystem::path l3_dir(const test_util::TempDir& dir) {
-    if (!GetParam().slow) return dir.path() / "l3";
+  // Where L3 goes: in the test's temp dir, or on a throttled disk made
+  // there (empty, and why_not_ says why, where none can be).
+  std::filesystem::path l3_dir() {
+    if (!GetParam().slow) return dir_.path() / "l3";
     const std::size_t block = model_->kv_layout(16).block_bytes();
-    auto d = bench::SlowDisk::create(dir.path() / "slow", std::size_t{64} << 20, block * 5);
+    auto d = bench::SlowDisk::create(dir_.path() / "slow", std::size_t{64} << 20, block * 5);
     if (!d) {
       why_not_ = d.error();
       return {};
@@ -814,13 +814,14 @@ class TieredSplitTest : public TieredSchedulerTest,
     disk_ = std::move(*d);
     return disk_->path() / "l3";
   }
+  // The disk is unmounted before its folder goes: members go in reverse.
+  test_util::TempDir dir_;
   std::unique_ptr<bench::SlowDisk> disk_;
   std::string why_not_;
 };
 
 TEST_P(TieredSplitTest, AFrontRecomputedWhileTheRestLoadsHoldsTheStoredBytes) {
-  test_util::TempDir dir;
-  const std::filesystem::path l3 = l3_dir(dir);
+  const std::filesystem::path l3 = l3_dir();
   if (l3.empty()) GTEST_SKIP() << "no throttled loop device here: " << why_not_;
   SchedulerConfig c = tiered(l3);
   c.cache.write_policy = WritePolicy::kWriteThrough;
@@ -884,8 +885,7 @@ TEST_P(TieredSplitTest, AFrontRecomputedWhileTheRestLoadsHoldsTheStoredBytes) {
 // its front in L1 and recomputes from the damaged block, and its tokens
 // are a solo run's: never a wrong token, never a failed request.
 TEST_P(TieredSplitTest, ADamagedBlockAfterTheFrontFallsBackToRecomputing) {
-  test_util::TempDir dir;
-  const std::filesystem::path l3 = l3_dir(dir);
+  const std::filesystem::path l3 = l3_dir();
   if (l3.empty()) GTEST_SKIP() << "no throttled loop device here: " << why_not_;
   auto s = with_a_damaged_l3_block(l3, 3, GetParam().by_layer);
   ASSERT_NE(s, nullptr);
