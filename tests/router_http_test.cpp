@@ -60,13 +60,19 @@ class RouterHttpTest : public ::testing::Test {
     EXPECT_TRUE(r->wait_usable(1, true)) << r->log();
     return r;
   }
-  // Waits until some daemon's index holds a block in L1.
+  // Waits until some daemon's index holds a block in L1 and no daemon has
+  // a request pending by the router's count (its polled stats lag the
+  // answer, and a pending request there would weigh against it).
   static void wait_indexed(const RouterProcess& r) {
     const auto deadline = std::chrono::steady_clock::now() + kTimeout;
     while (std::chrono::steady_clock::now() < deadline) {
       const json fleet = r.fleet();  // named: a temporary's ["daemons"] would dangle
-      for (const json& d : fleet["daemons"])
-        if (d["blocks"]["l1"].get<int>() > 0) return;
+      bool held = false, idle = true;
+      for (const json& d : fleet["daemons"]) {
+        held = held || d["blocks"]["l1"].get<int>() > 0;
+        idle = idle && d["pending"].get<int>() == 0;
+      }
+      if (held && idle) return;
       std::this_thread::sleep_for(10ms);
     }
     ADD_FAILURE() << "no daemon's blocks reached the router\n" << r.log();
