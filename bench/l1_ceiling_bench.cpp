@@ -204,11 +204,9 @@ int main(int argc, char** argv) {
     }
     Request r;
     r.tokens = static_cast<long>(tokens->size());
-    BlockKey key = kvtier::root_key(0, "");
-    for (std::size_t b = 0; (b + 1) * page < tokens->size(); ++b) {
-      key = kvtier::chain_key(key, std::span(*tokens).subspan(b * page, page));
-      r.keys.push_back(key);
-    }
+    if (!tokens->empty())  // the last token is always prefilled
+      r.keys = kvtier::chain_keys(kvtier::root_key(0, ""),
+                                  std::span(*tokens).first(tokens->size() - 1), page);
     replay.push_back(std::move(r));
   }
 

@@ -30,15 +30,9 @@ Router::Plan Router::plan(std::span<const int> tokens, std::string_view cache_sa
                           std::span<const int> excluded) const {
   std::vector<tiers::BlockKey> keys;
   const int page = fleet_.page_size;
-  if (page > 0 && fleet_.fingerprint && !tokens.empty()) {
-    const std::size_t full = (tokens.size() - 1) / static_cast<std::size_t>(page);
-    keys.reserve(full);
-    tiers::BlockKey key = root_key(*fleet_.fingerprint, cache_salt);
-    for (std::size_t b = 0; b < full; ++b) {
-      key = chain_key(key, tokens.subspan(b * page, page));
-      keys.push_back(key);
-    }
-  }
+  if (page > 0 && fleet_.fingerprint && !tokens.empty())  // the last token is always prefilled
+    keys = chain_keys(root_key(*fleet_.fingerprint, cache_salt), tokens.first(tokens.size() - 1),
+                      page);
   Plan p;
   for (int i = 0; i < daemons(); ++i) {
     const DaemonLink& link = *links_[i];

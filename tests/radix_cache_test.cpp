@@ -47,6 +47,17 @@ TEST(BlockHashTest, KeysChainTheWholePrefixAndTheSalt) {
   EXPECT_EQ(tiers::to_hex({0x0123456789abcdefULL, 0xfULL}), "0123456789abcdef000000000000000f");
 }
 
+TEST(BlockHashTest, ChainKeysAreTheWholeBlocksKeysInOrder) {
+  const auto root = root_key(42, "");
+  const std::vector<int> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};  // 2 whole blocks of 4, then 1
+  const auto keys = chain_keys(root, tokens, 4);
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0], chain_key(root, std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(keys[1], chain_key(keys[0], std::vector<int>{5, 6, 7, 8}));
+  EXPECT_EQ(chain_keys(root, std::span(tokens).first(8), 4), keys);
+  EXPECT_TRUE(chain_keys(root, std::span(tokens).first(3), 4).empty());
+}
+
 TEST(RadixCacheTest, MatchesTheLongestCachedRunOfFullBlocks) {
   RadixCache tree(P);
   const auto root = root_key(1, "");

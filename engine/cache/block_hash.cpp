@@ -90,4 +90,17 @@ tiers::BlockKey chain_key(const tiers::BlockKey& parent, std::span<const int> to
   return from_xxh128(XXH3_128bits_digest(&state));
 }
 
+std::vector<tiers::BlockKey> chain_keys(const tiers::BlockKey& root, std::span<const int> tokens,
+                                        int page_size) {
+  const std::size_t page = static_cast<std::size_t>(page_size);
+  std::vector<tiers::BlockKey> keys;
+  keys.reserve(tokens.size() / page);
+  tiers::BlockKey key = root;
+  for (std::size_t b = 0; (b + 1) * page <= tokens.size(); ++b) {
+    key = chain_key(key, tokens.subspan(b * page, page));
+    keys.push_back(key);
+  }
+  return keys;
+}
+
 }  // namespace kvtier

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
@@ -40,5 +41,10 @@ tiers::BlockKey root_key(std::uint64_t fingerprint, std::string_view cache_salt)
 
 // The key of the full block holding `tokens` (page_size of them) after `parent`.
 tiers::BlockKey chain_key(const tiers::BlockKey& parent, std::span<const int> tokens);
+
+// The keys of the whole blocks of `tokens` (page_size each) after `root`, in
+// order; a partial block at the end has none. REQUIRES: page_size >= 1.
+std::vector<tiers::BlockKey> chain_keys(const tiers::BlockKey& root, std::span<const int> tokens,
+                                        int page_size);
 
 }  // namespace kvtier
