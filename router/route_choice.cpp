@@ -68,8 +68,6 @@ std::optional<Choice> choose(std::span<const Candidate> candidates, int prompt_t
   for (std::size_t i = 0; i < candidates.size(); ++i)
     cost[i] = expected_us(candidates[i], prompt_tokens, page_size);
   const double best = *std::min_element(cost.begin(), cost.end());
-  // Within kTieMargin (and a microsecond, for costs of 0) of the best: equal.
-  const double bar = best * (1 + kTieMargin) + 1.0;
   // Among equals, those that hold the most of the prompt in L1 (within
   // kTieMargin of its blocks), then the rendezvous score.
   const auto in_l1 = [&](std::size_t i) {
@@ -77,11 +75,11 @@ std::optional<Choice> choose(std::span<const Candidate> candidates, int prompt_t
   };
   int most_l1 = 0;
   for (std::size_t i = 0; i < candidates.size(); ++i)
-    if (cost[i] <= bar) most_l1 = std::max(most_l1, in_l1(i));
+    if (ties(cost[i], best)) most_l1 = std::max(most_l1, in_l1(i));
   const double l1_bar = most_l1 - kTieMargin * prompt_tokens / std::max(1, page_size);
   int chosen = -1;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if (cost[i] > bar || in_l1(i) < l1_bar) continue;
+    if (!ties(cost[i], best) || in_l1(i) < l1_bar) continue;
     if (chosen < 0 || candidates[i].rendezvous > candidates[chosen].rendezvous)
       chosen = static_cast<int>(i);
   }

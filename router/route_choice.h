@@ -83,6 +83,10 @@ inline const char* to_string(Reason r) { return kReasonNames[static_cast<int>(r)
 
 inline constexpr double kTieMargin = 0.25;
 
+// Whether a daemon expected to take `cost` ties with the best, `best`:
+// within kTieMargin of it (and a microsecond, for costs of 0).
+inline bool ties(double cost, double best) { return cost <= best * (1 + kTieMargin) + 1.0; }
+
 struct Candidate {
   PrefixMatch match;
   int pending = 0;  // requests queued and running there

@@ -28,6 +28,12 @@ json generate(Client& c, int id, json params) {
   return r ? *r : json();
 }
 
+// The router's `fleet.route` for a prompt: where it would go and why.
+json route(Client& c, const std::string& prompt) {
+  auto r = c.call(request(1, "fleet.route", {{"prompt", prompt}}));
+  return r && r->contains("result") ? (*r)["result"] : json();
+}
+
 class RouterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -105,10 +111,6 @@ TEST_F(RouterTest, TwoRoutersChooseAlike) {
   ASSERT_TRUE(second.wait_usable(1, true)) << second.log();
   auto one = router_->connect();
   auto two = second.connect();
-  const auto route = [](Client& c, const std::string& prompt) {
-    auto r = c.call(request(1, "fleet.route", {{"prompt", prompt}}));
-    return r && r->contains("result") ? (*r)["result"] : json();
-  };
   for (int i = 0; i < 8; ++i) {
     const std::string prompt = "Q: Question number " + std::to_string(i) + " of eight? A:";
     const json r1 = route(*one, prompt), r2 = route(*two, prompt);
@@ -150,14 +152,10 @@ TEST_F(RouterTest, PromptsThatBeginWithWhatEveryDaemonHoldsSpreadByWhatFollows) 
               .contains("result"));
   }
   auto c = router_->connect();
-  const auto route = [&](const std::string& prompt) {
-    auto r = c->call(request(1, "fleet.route", {{"prompt", prompt}}));
-    return r && r->contains("result") ? (*r)["result"] : json();
-  };
   // Once the router's index has both daemons holding kPrompt.
   const auto deadline = std::chrono::steady_clock::now() + kTimeout;
   for (bool both = false; !both && std::chrono::steady_clock::now() < deadline;) {
-    const json r = route(kPrompt);
+    const json r = route(*c, kPrompt);
     both = r.is_object() && r["daemons"].size() == 2u;
     for (const json& d : both ? r["daemons"] : json::array())
       both = both && d["held_blocks"]["l1"].get<int>() > 0;
@@ -167,7 +165,7 @@ TEST_F(RouterTest, PromptsThatBeginWithWhatEveryDaemonHoldsSpreadByWhatFollows) 
   json last;
   for (int i = 0; i < 8; ++i) {
     // Within the page after kPrompt's last full block: the affinity's page.
-    last = route(kPrompt + std::to_string(i) + " more came.");
+    last = route(*c, kPrompt + std::to_string(i) + " more came.");
     ASSERT_TRUE(last.is_object());
     EXPECT_EQ(last["reason"], "prefix") << last.dump();
     chosen.insert(last["daemon"].get<std::string>());
@@ -176,7 +174,7 @@ TEST_F(RouterTest, PromptsThatBeginWithWhatEveryDaemonHoldsSpreadByWhatFollows) 
   // two of one kind may come out further apart than router::kTieMargin,
   // and then the cheaper one rightly takes every prompt.
   const double a = last["daemons"][0]["expected_us"], b = last["daemons"][1]["expected_us"];
-  if (std::max(a, b) > std::min(a, b) * (1 + router::kTieMargin) + 1)
+  if (!router::ties(std::max(a, b), std::min(a, b)))
     GTEST_SKIP() << "the two daemons measured their prefill costs more than kTieMargin apart "
                     "(expected "
                  << a << " and " << b << " us): not a tie, so nothing to spread";
