@@ -94,23 +94,40 @@ class DaemonRemoteTest : public ::testing::Test {
     return d;
   }
 
+  // A greedy `prompt` whose 48-token prefix is in Redis, sent to fresh
+  // daemons started with `args` until one reads that prefix from Redis, at
+  // most three: the tests need the blocks read and checked, and a daemon
+  // whose start-up measured Redis slow on a busy machine rightly recomputes
+  // them instead (a skipped load). Each try must find the whole prefix, read
+  // or skipped. Returns the last daemon and its answer.
+  std::pair<std::unique_ptr<Daemon>, json> read_shared(const std::vector<std::string>& args,
+                                                       const std::string& prompt) {
+    std::unique_ptr<Daemon> d;
+    json answer;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      d = start(args);
+      int shared = 0;
+      std::tie(answer, shared) = generate_shared(*d->connect(), prompt, 0.0f, 0);
+      EXPECT_EQ(shared, 48) << answer.dump();
+      if (answer["cached_tokens"]["remote"].get<int>() > 0) break;
+    }
+    EXPECT_GT(answer["cached_tokens"]["remote"].get<int>(), 0) << answer.dump();
+    return {std::move(d), std::move(answer)};
+  }
+
   RedisServer redis_;
 };
 
 TEST_F(DaemonRemoteTest, APrefixOneDaemonComputedIsServedToAnotherWithTheSameTokens) {
   auto a = start();
-  auto b = start();
   auto ca = a->connect();
-  auto cb = b->connect();
   const json first = generate(*ca, kShared + "one", 0.0f, 0);
   EXPECT_EQ(first["cached_tokens"]["remote"], 0);
   wait_shared(*ca, 3);
 
-  // Greedy, then seeded sampling: the second daemon reads the three shared
+  // Greedy, then seeded sampling: a second daemon reads the three shared
   // blocks from Redis and gives the tokens the engine computes cold.
-  const auto [greedy, greedy_shared] = generate_shared(*cb, kShared + "two", 0.0f, 0);
-  EXPECT_EQ(greedy_shared, 48) << greedy.dump();
-  EXPECT_GT(greedy["cached_tokens"]["remote"], 0) << greedy.dump();
+  const auto [b, greedy] = read_shared({}, kShared + "two");
   EXPECT_EQ(tokens_of(greedy), reference(kShared + "two", 12, 0.0f, 0).tokens);
   const json seeded_cold = generate(*ca, kShared + "three", 0.8f, 7);
   const auto [seeded, seeded_shared] =
@@ -119,7 +136,7 @@ TEST_F(DaemonRemoteTest, APrefixOneDaemonComputedIsServedToAnotherWithTheSameTok
   EXPECT_EQ(tokens_of(seeded), reference(kShared + "three", 12, 0.8f, 7).tokens);
   EXPECT_EQ(tokens_of(seeded), tokens_of(seeded_cold));
 
-  const json remote = remote_stats(*cb);
+  const json remote = remote_stats(*b->connect());
   EXPECT_EQ(remote.value("hits", 0L), 3);
   EXPECT_TRUE(remote.value("available", false));
   ASSERT_EQ(remote["nodes"].size(), 1u);
@@ -186,19 +203,8 @@ TEST_F(DaemonRemoteTest, AnotherModelOrSecretNeverHits) {
   const json n = generate(*no_secret->connect(), kShared + "two", 0.0f, 0);
   EXPECT_EQ(n["cached_tokens"]["remote"], 0) << n.dump();
 
-  // The same secret and model do share: the test could have failed. The
-  // blocks must be read and checked here, not only found: a daemon whose
-  // start-up measured Redis slow on a busy machine rightly recomputes them
-  // (a skipped load), so a fresh one is asked again, at most three times.
-  json same;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    int shared = 0;
-    std::tie(same, shared) =
-        generate_shared(*start({"--remote-secret", ours})->connect(), kShared + "two", 0.0f, 0);
-    EXPECT_EQ(shared, 48) << same.dump();
-    if (same["cached_tokens"]["remote"].get<int>() > 0) break;
-  }
-  EXPECT_GT(same["cached_tokens"]["remote"].get<int>(), 0) << same.dump();
+  // The same secret and model do share: the test could have failed.
+  read_shared({"--remote-secret", ours}, kShared + "two");
 }
 
 TEST_F(DaemonRemoteTest, AValueChangedInRedisIsACountedMissNeverServed) {
