@@ -1,5 +1,7 @@
 #include "daemon/session.h"
 
+#include <omp.h>
+
 #include <chrono>
 #include <utility>
 
@@ -336,6 +338,7 @@ void Session::method_stats(RpcCall& call) {
                          {"waiting", q.waiting},
                          {"prefilling", q.prefilling},
                          {"running", q.running},
+                         {"backlog_rows", q.backlog_rows},
                          {"blocks_used", q.blocks_used},
                          {"blocks_free", q.blocks_free},
                          {"steps", q.steps},
@@ -367,6 +370,7 @@ void Session::method_health(RpcCall& call) {
                {"version", version()},
                {"git_revision", git_revision()},
                {"device", engine_.device()},
+               {"threads", omp_get_max_threads()},
                {"model",
                 {{"name", http::served_model_name(control_.config())},
                  {"n_layer", m.n_layer},

@@ -217,6 +217,30 @@ TEST_F(SchedulerTest, UrgentLateArrivalTakesTheNextPrefillChunk) {
   EXPECT_EQ(t.finished.front(), urgent);
 }
 
+// The backlog a router weighs a daemon by: the rows still to prefill of
+// the waiting and prefilling requests, and a decode row per running one.
+TEST_F(SchedulerTest, BacklogRowsAreWhatIsLeftToPrefillAndOneRowPerDecode) {
+  SchedulerConfig c;
+  c.token_budget = 8;
+  auto s = make_scheduler(c);
+  ASSERT_NE(s, nullptr);
+  Trace t;
+  const RequestId first = submit(*s, t, params("Fortune: ", 6));           // 9 tokens
+  const RequestId second = submit(*s, t, params("seventeen chars!!", 6));  // 17
+  EXPECT_EQ(s->stats().backlog_rows, 9 + 17);
+  ASSERT_TRUE(step(*s, t));  // 8 of the first's 9
+  EXPECT_EQ(s->stats().backlog_rows, 1 + 17);
+  while (s->status(first) != RequestStatus::kRunning) ASSERT_TRUE(step(*s, t));
+  if (s->status(second) == RequestStatus::kPrefilling) {
+    const int left =
+        static_cast<int>(s->find(second)->tokens().size()) - s->find(second)->prefill_cursor();
+    EXPECT_GT(left, 0);
+    EXPECT_EQ(s->stats().backlog_rows, 1 + left);
+  }
+  ASSERT_TRUE(drain(*s, t));
+  EXPECT_EQ(s->stats().backlog_rows, 0);
+}
+
 // Seed 003's setting for tests 3 and 4: a KV budget of 24 tokens (six pages
 // of 4), too small for a long low-priority request and an urgent one at once.
 SchedulerConfig tight_priority_budget() {

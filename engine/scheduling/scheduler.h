@@ -189,6 +189,11 @@ struct SchedulerStats {
   int waiting = 0;
   int prefilling = 0;
   int running = 0;
+  // Rows the passes ahead of a request arriving now hold: what the waiting
+  // and prefilling requests have still to prefill (a waiting one's whole
+  // prompt: what its cached prefix saves is known at admission), and a
+  // decode row per running one. What a router weighs a daemon's load by.
+  long backlog_rows = 0;
   int blocks_used = 0;  // held by admitted requests, a shared block once
   int blocks_free = 0;  // still available within max_kv_tokens (free, or cached and demotable)
   long steps = 0;

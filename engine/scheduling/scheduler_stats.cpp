@@ -9,9 +9,19 @@ namespace kvtier {
 SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   s.waiting = static_cast<int>(waiting_.size());
+  auto to_prefill = [](const Request* r) {
+    return static_cast<long>(r->tokens().size()) - r->prefill_cursor();
+  };
+  for (const QueueKey& k : waiting_) s.backlog_rows += to_prefill(requests_.at(k.id).get());
   for (const Request* r : admitted_) {
-    if (r->status_ == RequestStatus::kPrefilling) ++s.prefilling;
-    if (r->status_ == RequestStatus::kRunning) ++s.running;
+    if (r->status_ == RequestStatus::kPrefilling) {
+      ++s.prefilling;
+      s.backlog_rows += to_prefill(r);
+    }
+    if (r->status_ == RequestStatus::kRunning) {
+      ++s.running;
+      ++s.backlog_rows;
+    }
   }
   s.blocks_used = used_blocks();
   // Cached blocks no request holds give way on demand, so they count as free.
