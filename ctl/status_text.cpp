@@ -164,13 +164,14 @@ std::string fleet_text(const json& fleet) {
       out += (out.empty() ? "" : ", ") + key + " " + scalar_text(value);
     return out;
   };
-  std::vector<std::vector<std::string>> rows = {
-      {"daemon", "usable", "pending", "routed", "blocks indexed", "out", "last error"}};
+  std::vector<std::vector<std::string>> rows = {{"daemon", "usable", "pending", "backlog rows",
+                                                 "routed", "blocks indexed", "out", "last error"}};
   for (const json& d : fleet.value("daemons", json::array())) {
     if (!d.is_object()) continue;
     rows.push_back(
         {scalar_text(d.value("address", json("?"))), d.value("usable", false) ? "yes" : "no",
-         scalar_text(d.value("pending", json("?"))), scalar_text(d.value("routed", json("?"))),
+         scalar_text(d.value("pending", json("?"))),
+         scalar_text(d.value("backlog_rows", json("?"))), scalar_text(d.value("routed", json("?"))),
          d.value("indexed", false) ? counts(d.value("blocks", json())) : "(none)",
          scalar_text(d.value("downs", json("?"))), scalar_text(d.value("last_error", json("")))});
   }

@@ -236,6 +236,7 @@ void ClientSession::dispatch(Forwarded f) {
     }
     return finished(f);
   }
+  f.rows = route->rows;
   send_to(route->daemon, std::move(f));
 }
 
@@ -293,6 +294,7 @@ void ClientSession::from_daemon(int daemon, const std::string& line) {
       (*params)["rpc_id"] = f.call.id;
     else
       params->erase("rpc_id");
+    if (!f.streamed && !f.tried.empty()) router_.link(f.tried.back()).started(f.rows);
     f.streamed = true;
     return send(msg.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
   }
@@ -368,7 +370,10 @@ void ClientSession::finished(const Forwarded& f) {
 }
 
 void ClientSession::left_daemon(const Forwarded& f) {
-  if (f.call.method != "cancel" && !f.tried.empty()) router_.link(f.tried.back()).done();
+  if (f.call.method == "cancel" || f.tried.empty()) return;
+  DaemonLink& link = router_.link(f.tried.back());
+  if (!f.streamed) link.started(f.rows);
+  link.done();
 }
 
 bool ClientSession::privileged() const {

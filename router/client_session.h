@@ -108,6 +108,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
     std::uint64_t answer_to_request = 0;       // a cancel: the router id it cancels
     bool streamed = false;                     // something reached the client already
     std::vector<int> tried;                    // daemons it was sent to
+    int rows = 0;                              // its Route::rows on the last of them
     std::vector<int> tokens;                   // the prompt's, to route it again
     nlohmann::json refusal;  // the last daemon's kTooManyPending or kShuttingDown, if any
     std::string cache_salt;

@@ -136,6 +136,11 @@ void DaemonLink::handshake_health(const json& message) {
     return fail("its page size " + std::to_string(page_size) + " is not the fleet's " +
                 std::to_string(fleet_.page_size));
   health_ = r;
+  const auto device = r.find("device"), threads = r.find("threads");
+  kind_ = (device != r.end() && device->is_string() ? device->get<std::string>() : "?") + "/" +
+          (threads != r.end() && threads->is_number_integer()
+               ? std::to_string(threads->get<long long>())
+               : "?");
   call("tiers", [this](const json& m) { handshake_tiers(m); });
 }
 
@@ -181,6 +186,14 @@ void DaemonLink::on_stats(const json& message) {
   if (pending == r.end() || !pending->is_number_integer() || pending->get<long long>() < 0)
     return fail("its stats have no valid 'pending'");
   pending_ = static_cast<int>(std::min<long long>(pending->get<long long>(), 1 << 30));
+  // Optional: a daemon without it weighs by what the router sent it alone.
+  const auto backlog = r.find("backlog_rows");
+  backlog_rows_ = 0;
+  if (backlog != r.end()) {
+    if (!backlog->is_number_integer() || backlog->get<long long>() < 0)
+      return fail("its stats have an invalid 'backlog_rows'");
+    backlog_rows_ = static_cast<long>(std::min<long long>(backlog->get<long long>(), 1 << 30));
+  }
 }
 
 void DaemonLink::on_costs(const json& message) {
@@ -224,9 +237,10 @@ void DaemonLink::resync(const std::string& why) {
 json DaemonLink::describe() const {
   json blocks = json::object();
   for (int t = 0; t < kNumTiers; ++t) blocks[kTierNames[t].name] = index_.blocks()[t];
-  return {{"address", address()}, {"usable", usable_},   {"pending", pending()},
-          {"routed", routed_},    {"blocks", blocks},    {"indexed", !index_.stale()},
-          {"downs", downs_},      {"resyncs", resyncs_}, {"last_error", last_error_}};
+  return {{"address", address()},           {"usable", usable_}, {"pending", pending()},
+          {"backlog_rows", backlog_rows()}, {"routed", routed_}, {"blocks", blocks},
+          {"indexed", !index_.stale()},     {"downs", downs_},   {"resyncs", resyncs_},
+          {"last_error", last_error_}};
 }
 
 }  // namespace kvtier::router

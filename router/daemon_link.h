@@ -71,15 +71,25 @@ class DaemonLink {
   const DaemonAddress& where() const { return where_; }
   const BlockIndex& index() const { return index_; }
   const CostFigures& costs() const { return costs_; }
+  // What daemons it may share a prefill curve with (route_choice.h): its
+  // device and compute threads, from `health`.
+  const std::string& kind() const { return kind_; }
   // Requests queued and running there: its last `stats`, or the router's
   // own requests in flight there when more (they are current; the stats
   // also count other routers' and clients').
   int pending() const { return std::max(pending_, in_flight_); }
-  // The router sent it a request, and that request is over.
-  void routed() {
+  // Rows its passes hold before a new request's own: its last `stats`
+  // (`backlog_rows`), or the rows of the router's own requests there that
+  // have not begun to answer, when more (as pending()).
+  int backlog_rows() const { return static_cast<int>(std::max(backlog_rows_, unstarted_rows_)); }
+  // The router sent it a request with `rows` rows to prefill there; its
+  // first token came back (or it ended first); and that request is over.
+  void routed(int rows) {
     ++in_flight_;
     ++routed_;
+    unstarted_rows_ += std::max(0, rows);
   }
+  void started(int rows) { unstarted_rows_ = std::max(0L, unstarted_rows_ - std::max(0, rows)); }
   void done() { in_flight_ = std::max(0, in_flight_ - 1); }
   // Its last `health` answer (null before the first).
   const nlohmann::json& health() const { return health_; }
@@ -122,8 +132,11 @@ class DaemonLink {
   bool subscribed_ = false;  // the handshake ended on this connection
   bool usable_ = false;
   bool stopped_ = false;
+  std::string kind_;
   int pending_ = 0;
   int in_flight_ = 0;
+  long backlog_rows_ = 0;     // its last stats'
+  long unstarted_rows_ = 0;   // of the router's requests there with no token back yet
   std::uint64_t routed_ = 0;  // requests sent there, ever
   std::uint64_t downs_ = 0;
   std::uint64_t resyncs_ = 0;

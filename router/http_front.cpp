@@ -1,6 +1,7 @@
 #include "router/http_front.h"
 
 #include <array>
+#include <utility>
 
 #include "daemon/http/body.h"
 #include "daemon/http/completion_params.h"
@@ -36,6 +37,8 @@ struct HttpFront::Forward {
   std::optional<Response> refusal;  // the last daemon's 429 or 503
   RequestId id = 0;                 // tracked on the exchange while on a daemon
   std::shared_ptr<HttpUpstream> upstream;
+  int rows = 0;          // the last route's Route::rows
+  bool started = false;  // an event of the answer came back from its daemon
 };
 
 namespace {
@@ -168,6 +171,8 @@ void HttpFront::send(const std::shared_ptr<Forward>& f) {
   }
   const int daemon = route->daemon;
   f->tried.push_back(daemon);
+  f->rows = route->rows;
+  f->started = false;
   f->id = next_id_++;
   f->exchange->track(f->id);
   in_flight_.emplace(f->id, f);
@@ -195,6 +200,7 @@ void HttpFront::send(const std::shared_ptr<Forward>& f) {
        .on_stream_begin = [f] { f->exchange->stream_begin(); },
        .on_event =
            [this, f](std::string_view data) {
+             if (!std::exchange(f->started, true)) router_.link(f->tried.back()).started(f->rows);
              count_usage(router_, data);
              f->exchange->stream_event(data);
            },
@@ -220,7 +226,9 @@ void HttpFront::left(Forward& f) {
   f.upstream.reset();  // the upstream holds f through its handlers
   if (in_flight_.erase(f.id) == 0) return;
   f.exchange->untrack(f.id);
-  router_.link(f.tried.back()).done();
+  DaemonLink& link = router_.link(f.tried.back());
+  if (!f.started) link.started(f.rows);
+  link.done();
 }
 
 }  // namespace kvtier::router

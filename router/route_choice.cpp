@@ -57,8 +57,29 @@ double expected_us(const Candidate& c, int prompt_tokens, int page_size) {
   for (int t = 1; t < kNumTiers; ++t)
     if (c.match.by_tier[t] > 0) load += f.latency_us[t] + c.match.by_tier[t] * f.per_block_us[t];
   const int uncached = std::max(0, prompt_tokens - c.match.blocks * page_size);
-  const double first = std::min(load + f.prefill_us(uncached), f.prefill_us(prompt_tokens));
-  return first + c.pending * f.prefill_us(page_size);
+  const int ahead = std::max(0, c.backlog_rows);
+  return std::min(load + f.prefill_us(ahead + uncached), f.prefill_us(ahead + prompt_tokens));
+}
+
+std::vector<std::pair<int, double>> median_curve(std::span<const CostFigures* const> figures) {
+  std::vector<int> rows;
+  std::vector<const CostFigures*> measured;
+  for (const CostFigures* f : figures) {
+    if (!f || f->prefill.empty()) continue;
+    measured.push_back(f);
+    for (const auto& point : f->prefill) rows.push_back(point.first);
+  }
+  std::ranges::sort(rows);
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  std::vector<std::pair<int, double>> curve;
+  std::vector<double> says(measured.size());
+  for (int r : rows) {
+    for (std::size_t i = 0; i < measured.size(); ++i) says[i] = measured[i]->prefill_us(r);
+    std::ranges::sort(says);
+    const std::size_t mid = says.size() / 2;
+    curve.emplace_back(r, says.size() % 2 ? says[mid] : (says[mid - 1] + says[mid]) / 2);
+  }
+  return curve;
 }
 
 std::optional<Choice> choose(std::span<const Candidate> candidates, int prompt_tokens,

@@ -4,26 +4,34 @@
 //
 // For each daemon, in microseconds:
 //
-//   expected = min(load(match) + prefill(uncached rows), prefill(all rows))
-//              + pending * prefill(page_size)
+//   expected = min(load(match) + prefill(backlog + uncached rows),
+//                  prefill(backlog + all rows))
 //
 // load(match): each lower tier's blocks of the leading run cost that tier's
 // latency plus a per-block figure (`tiers.costs`; L1 blocks are free);
-// prefill(rows): the daemon's measured prefill curve; the min: a daemon
-// recomputes a run when that is cheaper than loading it, and so does this
-// estimate. pending: the daemon's queued and running requests, each taken
-// to delay the first token by about one small pass (a heuristic: the
-// daemon batches them, so the real delay is less than their prefills).
+// prefill(rows): a pass of that many rows on the prefill curve; the min: a
+// daemon recomputes a run when that is cheaper than loading it, and so does
+// this estimate. backlog: the rows the daemon's passes hold before the
+// request's own (`stats.backlog_rows`: prompts still to prefill, a decode
+// row per running request): the daemon batches them with the newcomer's
+// rows, so its first token comes after one batched prefill of both, not
+// after each in turn. A count of requests would weigh a queued 200-token
+// document like a one-token turn, and send new documents to a daemon
+// already prefilling two.
 //
-// A tie is anything within kTieMargin of the best: daemons of one kind
-// measure their costs with noise of that order (a prefill pass on a busy
-// 2-core machine differs by up to ~25% between runs), and a narrower margin
-// sends every new prompt to whichever daemon happened to measure itself
-// fastest until load evens them out. Real differences (a block in L1
-// against a cold prefill, a GPU against a CPU) are several times, far
-// outside it. (Short passes are noisier still: two daemons started
-// together on a 2-core machine have measured a 20-row pass 1.6x to 11x
-// apart, and the cheaper then takes every tie until its load tells.)
+// The prefill curve is the one of the daemon's kind (Router::plan): at each
+// point, the median over the usable daemons of one device and thread count
+// of what each measured. Daemons of one kind differ by noise, not by speed:
+// two started together on a busy 2-core machine have measured a 20-row pass
+// 1.6x to 11x apart, and with its own curve the one that measured itself
+// fastest would take every new prompt until its backlog told. (How busy a
+// daemon is shows in its backlog, which is measured, not estimated.)
+//
+// A tie is anything within kTieMargin of the best: what the curve and the
+// tiers' figures leave of that noise (a prefill pass on a busy 2-core
+// machine differs by up to ~25% between runs). Real differences (a block in
+// L1 against a cold prefill, a GPU against a CPU) are several times, far
+// outside it.
 //
 // Among ties, a daemon holding notably more of the prompt in L1 (more than
 // kTieMargin of its blocks) than the others wins: sending the prompt
@@ -72,6 +80,11 @@ struct CostFigures {
   static std::expected<CostFigures, std::string> parse(const nlohmann::json& costs);
 };
 
+// The prefill curve of a kind of daemon: at every rows value where any of
+// `figures` has a point, the median of what each of their curves says there
+// (one with no point says nothing). Empty when none has a point.
+std::vector<std::pair<int, double>> median_curve(std::span<const CostFigures* const> figures);
+
 // Why a daemon was chosen.
 enum class Reason {
   kPrefix,  // it holds the longest-or-cheapest part of the prompt
@@ -89,7 +102,7 @@ inline bool ties(double cost, double best) { return cost <= best * (1 + kTieMarg
 
 struct Candidate {
   PrefixMatch match;
-  int pending = 0;  // requests queued and running there
+  int backlog_rows = 0;  // rows its passes hold before the request's own
   const CostFigures* costs = nullptr;
   std::uint64_t rendezvous = 0;  // rendezvous_score(affinity, address)
 };

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <map>
 
 #include "engine/cache/block_hash.h"
 
@@ -38,8 +39,24 @@ Router::Plan Router::plan(std::span<const int> tokens, std::string_view cache_sa
     const DaemonLink& link = *links_[i];
     if (!link.usable() || std::find(excluded.begin(), excluded.end(), i) != excluded.end())
       continue;
-    p.candidates.push_back({link.index().match(keys), link.pending(), &link.costs(), 0});
     p.daemons.push_back(i);
+  }
+  // Each kind's curve is the median of the usable daemons of that kind,
+  // excluded ones too (they are still of the kind).
+  std::map<std::string_view, std::vector<std::pair<int, double>>> curves;
+  for (const auto& link : links_) {
+    if (!link->usable() || curves.contains(link->kind())) continue;
+    std::vector<const CostFigures*> kind;
+    for (const auto& other : links_)
+      if (other->usable() && other->kind() == link->kind()) kind.push_back(&other->costs());
+    curves.emplace(link->kind(), median_curve(kind));
+  }
+  p.figures.reserve(p.daemons.size());  // the candidates point into it
+  for (int i : p.daemons) {
+    const DaemonLink& link = *links_[i];
+    p.figures.push_back(link.costs());
+    p.figures.back().prefill = curves.at(link.kind());
+    p.candidates.push_back({link.index().match(keys), link.backlog_rows(), &p.figures.back(), 0});
   }
   // The prompt's affinity, for ties: its first page that no candidate
   // holds (route_choice.h says why).
@@ -70,8 +87,9 @@ std::optional<Route> Router::route(std::span<const int> tokens, std::string_view
   const PrefixMatch& match = p.candidates[p.choice->index].match;
   for (int t = 0; t < kNumTiers; ++t) routed_blocks_[t] += match.by_tier[t];
   const int daemon = p.daemons[p.choice->index];
-  links_[daemon]->routed();
-  return Route{daemon, p.choice->reason, match};
+  const int rows = std::max(0, p.prompt_tokens - match.blocks * p.page_size);
+  links_[daemon]->routed(rows);
+  return Route{daemon, p.choice->reason, match, rows};
 }
 
 json Router::explain(std::span<const int> tokens, std::string_view cache_salt) const {
@@ -84,7 +102,8 @@ json Router::explain(std::span<const int> tokens, std::string_view cache_salt) c
     daemons.push_back({{"address", links_[p.daemons[c]]->address()},
                        {"expected_us", expected_us(cand, p.prompt_tokens, p.page_size)},
                        {"held_blocks", held},
-                       {"pending", cand.pending}});
+                       {"pending", links_[p.daemons[c]]->pending()},
+                       {"backlog_rows", cand.backlog_rows}});
   }
   json out = {{"daemon", nullptr}, {"reason", nullptr}, {"daemons", daemons}};
   if (p.choice) {

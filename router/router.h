@@ -41,6 +41,9 @@ struct Route {
   int daemon = -1;
   Reason reason = Reason::kCold;
   PrefixMatch match;  // what the chosen daemon holds of the prompt
+  // Rows it has to prefill there, as its backlog counts them until the
+  // first token: DaemonLink::started(rows) then, or when it leaves unstarted.
+  int rows = 0;
 };
 
 class Router {
@@ -96,6 +99,12 @@ class Router {
  private:
   // The candidates for a prompt and the choice among them.
   struct Plan {
+    Plan() = default;
+    Plan(Plan&&) = default;  // moving keeps the figures where the candidates point
+    Plan(const Plan&) = delete;
+    // Each candidate's figures: its daemon's own, with its kind's curve
+    // (route_choice.h). The candidates point into it.
+    std::vector<CostFigures> figures;
     std::vector<Candidate> candidates;
     std::vector<int> daemons;  // each candidate's daemon index
     int prompt_tokens = 0, page_size = 1;

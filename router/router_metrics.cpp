@@ -72,6 +72,9 @@ std::string router_metrics_text(const Router& router,
              "Whether the router sends requests to this daemon (1) or not (0)", "usable");
   per_daemon("kvtier_router_daemon_pending", "gauge",
              "Requests queued and running on this daemon, as the router counts them", "pending");
+  per_daemon("kvtier_router_daemon_backlog_rows", "gauge",
+             "Rows this daemon's passes hold before a new request's own, as the router counts them",
+             "backlog_rows");
   per_daemon("kvtier_router_daemon_routed_total", "counter",
              "Requests the router sent to this daemon (a retry counts on each)", "routed");
   m.family("kvtier_router_daemon_blocks", "gauge",

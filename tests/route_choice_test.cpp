@@ -66,14 +66,48 @@ TEST(RouteChoiceTest, TheDaemonHoldingThePrefixInTheFastestTierWins) {
 
 TEST(RouteChoiceTest, LoadOutweighsAPrefixOnlyWhenItCostsMore) {
   const CostFigures f = costs();
-  // The holder has 3 requests ahead (300 us) against a 900 us saving: kept.
-  std::vector<Candidate> c = {{held(Tier::kL1, 15), 3, &f, 1}, {PrefixMatch{}, 0, &f, 2}};
+  // The holder's passes hold 48 rows before the request's last 16: one
+  // 64-row pass, 280 us, against 1000 us for the idle daemon to recompute.
+  std::vector<Candidate> c = {{held(Tier::kL1, 15), 48, &f, 1}, {PrefixMatch{}, 0, &f, 2}};
   EXPECT_EQ(choose(c, 256, 16)->index, 0);
-  // With 12 ahead (1200 us) the idle daemon's 1000 us is sooner.
-  c[0].pending = 12;
+  EXPECT_DOUBLE_EQ(expected_us(c[0], 256, 16), 280);
+  // With 400 rows ahead (a 416-row pass, 1625 us) the idle daemon is sooner.
+  c[0].backlog_rows = 400;
   auto choice = choose(c, 256, 16);
   EXPECT_EQ(choice->index, 1);
   EXPECT_EQ(choice->reason, Reason::kLoad);
+}
+
+TEST(RouteChoiceTest, ABacklogIsPrefilledBesideTheNewRowsNotBeforeThem) {
+  const CostFigures f = costs();
+  // 240 rows ahead and a 16-row prompt: one 256-row pass (1000 us), not a
+  // 240-row pass and then a 16-row one (1040 us).
+  EXPECT_DOUBLE_EQ(expected_us({PrefixMatch{}, 240, &f, 0}, 16, 16), 1000);
+  // A new document goes to the daemon with less ahead of it, however the
+  // rendezvous scores fall.
+  std::vector<Candidate> c = {{PrefixMatch{}, 200, &f, 9}, {PrefixMatch{}, 16, &f, 1}};
+  EXPECT_EQ(choose(c, 200, 16)->index, 1);
+}
+
+TEST(RouteChoiceTest, AKindsCurveIsTheMedianOfWhatEachMeasured) {
+  const CostFigures f = costs();  // 16 rows 100 us, 256 rows 1000 us
+  CostFigures fast = f, slow = f, none;
+  for (auto& [rows, us] : fast.prefill) us /= 2;
+  for (auto& [rows, us] : slow.prefill) us *= 11;
+  slow.prefill.emplace(slow.prefill.begin(), 4, 100.0);  // a point only it has
+  const std::vector<const CostFigures*> kind = {&fast, &slow, &f, &none};
+  const auto curve = median_curve(kind);
+  // At 4 rows: fast 12.5, f 25, slow 100: 25. At 16: 50, 100, 1100. At 256:
+  // 500, 1000, 11000. A daemon with no curve yet says nothing.
+  ASSERT_EQ(curve.size(), 3u);
+  EXPECT_EQ(curve[0], (std::pair<int, double>{4, 25}));
+  EXPECT_EQ(curve[1], (std::pair<int, double>{16, 100}));
+  EXPECT_EQ(curve[2], (std::pair<int, double>{256, 1000}));
+  // Two: the mean of both. None: no curve.
+  const std::vector<const CostFigures*> two = {&fast, &f};
+  EXPECT_DOUBLE_EQ(median_curve(two)[0].second, 75);
+  const std::vector<const CostFigures*> empty = {&none};
+  EXPECT_TRUE(median_curve(empty).empty());
 }
 
 TEST(RouteChoiceTest, ColdPromptsGoWhereTheirRendezvousScoreSaysWhateverTheOrder) {
