@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,27 @@ TEST_F(DaemonHttpTest, EveryEndpointAnswersOnTheSocket) {
                                       {"stop", {"\nQ:"}}});
   EXPECT_EQ(c.doc()["choices"][0]["message"]["content"], same["text"]);
   EXPECT_TRUE(rpc_alive(*d));
+}
+
+// Each daemon numbers its requests from 1: the completion ids of two
+// daemons (a fleet behind a router, or one daemon and its restart) differ
+// all the same, and one daemon's differ from each other.
+TEST_F(DaemonHttpTest, CompletionIdsDoNotRepeatAcrossDaemons) {
+  auto a = start(), b = start();
+  const json body = {{"prompt", kPrompt}, {"max_tokens", 2}};
+  std::set<std::string> ids;
+  for (const Daemon* d : {a.get(), b.get(), a.get()}) {
+    const HttpAnswer r = curl(*d, "POST", "/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const std::string id = r.doc()["id"];
+    EXPECT_TRUE(id.starts_with("cmpl-")) << id;
+    EXPECT_TRUE(ids.insert(id).second) << id << " was given twice";
+  }
+  const HttpAnswer chat =
+      curl(*b, "POST", "/v1/chat/completions",
+           json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}});
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_TRUE(chat.doc()["id"].get<std::string>().starts_with("chatcmpl-")) << chat.body;
 }
 
 TEST_F(DaemonHttpTest, AStreamCarriesTheJsonRpcTokensAndEndsWithDone) {

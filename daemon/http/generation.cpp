@@ -1,6 +1,9 @@
 #include "daemon/http/generation.h"
 
+#include <cstdio>
 #include <optional>
+#include <random>
+#include <string>
 
 #include "daemon/http/errors.h"
 #include "daemon/http/openai.h"
@@ -10,6 +13,21 @@ namespace kvtier::daemon::http {
 namespace {
 
 using nlohmann::json;
+
+// Drawn once per daemon process and put in every completion id: the
+// engine numbers its requests from 1, so without it the daemons of a fleet
+// (behind one router, one load balancer) and one daemon across restarts
+// hand out the same ids, and a client that logs or keys by them mixes
+// answers up. The engine's number stays in the id, for the daemon's logs.
+const std::string& instance_tag() {
+  static const std::string tag = [] {
+    std::random_device device;
+    char text[9];
+    std::snprintf(text, sizeof text, "%08x", static_cast<unsigned>(device()));
+    return std::string(text);
+  }();
+  return tag;
+}
 
 class Run : public std::enable_shared_from_this<Run> {
  public:
@@ -42,7 +60,9 @@ class Run : public std::enable_shared_from_this<Run> {
           r.headers.emplace_back("Retry-After", "1");
         return exchange_->respond(std::move(r));
       }
-      if (p == 0) id_ = (spec_.api == Api::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(*id);
+      if (p == 0)
+        id_ = (spec_.api == Api::kChat ? "chatcmpl-" : "cmpl-") + instance_tag() + "-" +
+              std::to_string(*id);
       ids_.push_back(*id);
       exchange_->track(*id);
     }
