@@ -370,10 +370,8 @@ void ClientSession::finished(const Forwarded& f) {
 }
 
 void ClientSession::left_daemon(const Forwarded& f) {
-  if (f.call.method == "cancel" || f.tried.empty()) return;
-  DaemonLink& link = router_.link(f.tried.back());
-  if (!f.streamed) link.started(f.rows);
-  link.done();
+  if (f.call.method != "cancel" && !f.tried.empty())
+    router_.link(f.tried.back()).done(f.streamed ? 0 : f.rows);
 }
 
 bool ClientSession::privileged() const {

@@ -82,15 +82,19 @@ class DaemonLink {
   // (`backlog_rows`), or the rows of the router's own requests there that
   // have not begun to answer, when more (as pending()).
   int backlog_rows() const { return static_cast<int>(std::max(backlog_rows_, unstarted_rows_)); }
-  // The router sent it a request with `rows` rows to prefill there; its
-  // first token came back (or it ended first); and that request is over.
+  // The router sent it a request with `rows` rows to prefill there; that
+  // request's first token came back; and it is over, with the rows it had
+  // not started (0 once started(), else its rows).
   void routed(int rows) {
     ++in_flight_;
     ++routed_;
     unstarted_rows_ += std::max(0, rows);
   }
   void started(int rows) { unstarted_rows_ = std::max(0L, unstarted_rows_ - std::max(0, rows)); }
-  void done() { in_flight_ = std::max(0, in_flight_ - 1); }
+  void done(int unstarted_rows) {
+    started(unstarted_rows);
+    in_flight_ = std::max(0, in_flight_ - 1);
+  }
   // Its last `health` answer (null before the first).
   const nlohmann::json& health() const { return health_; }
   // For the router's `fleet` answer.

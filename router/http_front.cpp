@@ -226,9 +226,7 @@ void HttpFront::left(Forward& f) {
   f.upstream.reset();  // the upstream holds f through its handlers
   if (in_flight_.erase(f.id) == 0) return;
   f.exchange->untrack(f.id);
-  DaemonLink& link = router_.link(f.tried.back());
-  if (!f.started) link.started(f.rows);
-  link.done();
+  router_.link(f.tried.back()).done(f.started ? 0 : f.rows);
 }
 
 }  // namespace kvtier::router
