@@ -1,6 +1,8 @@
 #include "router/daemon_link.h"
 
+#include <expected>
 #include <utility>
+#include <variant>
 
 #include "daemon/log.h"
 #include "daemon/protocol.h"
@@ -30,12 +32,25 @@ bool no_prefix_cache(const json& message) {
          err->value("code", 0) == daemon::rpc_code::kNoPrefixCache;
 }
 
+// A count in a daemon's `stats`: nullopt when absent, an error unless an
+// integer >= 0, capped at 2^30 (the router adds its own to it).
+std::expected<std::optional<int>, std::monostate> stats_count(const json& stats, const char* name) {
+  const auto it = stats.find(name);
+  if (it == stats.end()) return std::nullopt;
+  if (!it->is_number_integer() || it->get<long long>() < 0)
+    return std::unexpected(std::monostate{});
+  return static_cast<int>(std::min<long long>(it->get<long long>(), 1 << 30));
+}
+
 }  // namespace
 
 DaemonLink::DaemonLink(asio::io_context& io, DaemonAddress address, FleetModel& fleet)
     : io_(io), where_(std::move(address)), fleet_(fleet), timer_(io) {}
 
-DaemonLink::~DaemonLink() { stop(); }
+DaemonLink::~DaemonLink() {
+  on_weighed_change = nullptr;  // its owner may be going too
+  stop();
+}
 
 void DaemonLink::start() {
   connect();
@@ -47,7 +62,7 @@ void DaemonLink::stop() {
   timer_.cancel();
   if (conn_) conn_->close();
   conn_.reset();
-  usable_ = false;
+  set_usable(false);
 }
 
 void DaemonLink::tick() {
@@ -137,16 +152,21 @@ void DaemonLink::handshake_health(const json& message) {
                 std::to_string(fleet_.page_size));
   health_ = r;
   const auto device = r.find("device"), threads = r.find("threads");
-  kind_ = (device != r.end() && device->is_string() ? device->get<std::string>() : "?") + "/" +
-          (threads != r.end() && threads->is_number_integer()
-               ? std::to_string(threads->get<long long>())
-               : "?");
+  std::string kind = device != r.end() && device->is_string() ? device->get<std::string>() : "?";
+  kind += threads != r.end() && threads->is_number_integer()
+              ? "/" + std::to_string(threads->get<long long>())
+              : "/?";
+  if (kind != kind_) {
+    kind_ = std::move(kind);
+    weighed_changed();
+  }
   call("tiers", [this](const json& m) { handshake_tiers(m); });
 }
 
 void DaemonLink::handshake_tiers(const json& message) {
   if (no_prefix_cache(message)) {
     costs_ = {};
+    weighed_changed();
   } else {
     if (auto err = error_of(message); !err.empty()) return fail("tiers: " + err);
     on_costs(message);
@@ -175,25 +195,20 @@ void DaemonLink::handshake_subscribe(const json& message) {
   }
   subscribed_ = true;
   if (!usable_) log_info("daemon " + address() + " is in use");
-  usable_ = true;
+  set_usable(true);
   last_error_.clear();
 }
 
 void DaemonLink::on_stats(const json& message) {
   if (auto err = error_of(message); !err.empty()) return fail("stats: " + err);
   const json& r = message["result"];
-  const auto pending = r.find("pending");
-  if (pending == r.end() || !pending->is_number_integer() || pending->get<long long>() < 0)
-    return fail("its stats have no valid 'pending'");
-  pending_ = static_cast<int>(std::min<long long>(pending->get<long long>(), 1 << 30));
+  const auto pending = stats_count(r, "pending");
+  if (!pending || !*pending) return fail("its stats have no valid 'pending'");
   // Optional: a daemon without it weighs by what the router sent it alone.
-  const auto backlog = r.find("backlog_rows");
-  backlog_rows_ = 0;
-  if (backlog != r.end()) {
-    if (!backlog->is_number_integer() || backlog->get<long long>() < 0)
-      return fail("its stats have an invalid 'backlog_rows'");
-    backlog_rows_ = static_cast<long>(std::min<long long>(backlog->get<long long>(), 1 << 30));
-  }
+  const auto backlog = stats_count(r, "backlog_rows");
+  if (!backlog) return fail("its stats have an invalid 'backlog_rows'");
+  pending_ = **pending;
+  backlog_rows_ = backlog->value_or(0);
 }
 
 void DaemonLink::on_costs(const json& message) {
@@ -202,6 +217,13 @@ void DaemonLink::on_costs(const json& message) {
   auto costs = CostFigures::parse(message["result"].value("costs", json()));
   if (!costs) return fail("tiers: " + costs.error());
   costs_ = std::move(*costs);
+  weighed_changed();
+}
+
+void DaemonLink::set_usable(bool usable) {
+  if (usable_ == usable) return;
+  usable_ = usable;
+  weighed_changed();
 }
 
 void DaemonLink::fail(const std::string& why) {
@@ -214,7 +236,7 @@ void DaemonLink::fail(const std::string& why) {
   next_connect_ = Clock::now() + kRetryInterval;
   if (usable_ || last_error_ != why) log_warning("daemon " + address() + " is out of use: " + why);
   if (usable_) ++downs_;
-  usable_ = false;
+  set_usable(false);
   last_error_ = why;
 }
 
@@ -226,12 +248,10 @@ void DaemonLink::resync(const std::string& why) {
   last_resync_ = now;
   log_warning("daemon " + address() + ": " + why + "; subscribing again");
   ++resyncs_;
-  const bool was_usable = usable_;
   if (conn_) conn_->close();
   conn_.reset();
   index_.clear();
-  connect();
-  usable_ = was_usable;
+  connect();  // usable meanwhile, as it was
 }
 
 json DaemonLink::describe() const {

@@ -97,6 +97,9 @@ class DaemonLink {
   }
   // Its last `health` answer (null before the first).
   const nlohmann::json& health() const { return health_; }
+  // Called when what the router weighs it by apart from its load changes:
+  // its costs, its kind, or whether it is usable.
+  std::function<void()> on_weighed_change;
   // For the router's `fleet` answer.
   nlohmann::json describe() const;
 
@@ -113,6 +116,10 @@ class DaemonLink {
   void handshake_subscribe(const nlohmann::json& message);
   void on_stats(const nlohmann::json& message);
   void on_costs(const nlohmann::json& message);
+  void set_usable(bool usable);
+  void weighed_changed() const {
+    if (on_weighed_change) on_weighed_change();
+  }
   // Out of use (logged once), retried after kRetryInterval.
   void fail(const std::string& why);
   // A fresh subscription, staying usable meanwhile.

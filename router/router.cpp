@@ -15,8 +15,27 @@ Router::Router(asio::io_context& io, std::vector<DaemonAddress> daemons, ModelCo
                std::unique_ptr<Tokenizer> tokenizer)
     : tokenizer_(std::move(tokenizer)) {
   fleet_.config = std::move(config);
-  for (auto& address : daemons)
+  for (auto& address : daemons) {
     links_.push_back(std::make_unique<DaemonLink>(io, std::move(address), fleet_));
+    links_.back()->on_weighed_change = [this] { weigh(); };
+  }
+  weighed_.resize(links_.size());
+}
+
+void Router::weigh() {
+  std::map<std::string_view, std::vector<std::pair<int, double>>> curves;
+  for (const auto& link : links_) {
+    if (!link->usable() || curves.contains(link->kind())) continue;
+    std::vector<const CostFigures*> kind;
+    for (const auto& other : links_)
+      if (other->usable() && other->kind() == link->kind()) kind.push_back(&other->costs());
+    curves.emplace(link->kind(), median_curve(kind));
+  }
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    weighed_[i] = links_[i]->costs();
+    if (const auto curve = curves.find(links_[i]->kind()); curve != curves.end())
+      weighed_[i].prefill = curve->second;
+  }
 }
 
 void Router::start() {
@@ -41,23 +60,9 @@ Router::Plan Router::plan(std::span<const int> tokens, std::string_view cache_sa
       continue;
     p.daemons.push_back(i);
   }
-  // Each kind's curve is the median of the usable daemons of that kind,
-  // excluded ones too (they are still of the kind).
-  std::map<std::string_view, std::vector<std::pair<int, double>>> curves;
-  for (const auto& link : links_) {
-    if (!link->usable() || curves.contains(link->kind())) continue;
-    std::vector<const CostFigures*> kind;
-    for (const auto& other : links_)
-      if (other->usable() && other->kind() == link->kind()) kind.push_back(&other->costs());
-    curves.emplace(link->kind(), median_curve(kind));
-  }
-  p.figures.reserve(p.daemons.size());  // the candidates point into it
-  for (int i : p.daemons) {
-    const DaemonLink& link = *links_[i];
-    p.figures.push_back(link.costs());
-    p.figures.back().prefill = curves.at(link.kind());
-    p.candidates.push_back({link.index().match(keys), link.backlog_rows(), &p.figures.back(), 0});
-  }
+  for (int i : p.daemons)
+    p.candidates.push_back(
+        {links_[i]->index().match(keys), links_[i]->backlog_rows(), &weighed_[i], 0});
   // The prompt's affinity, for ties: its first page that no candidate
   // holds (route_choice.h says why).
   int held = 0;

@@ -52,6 +52,8 @@ class Router {
   // --model, with the tokenizer it names.
   Router(asio::io_context& io, std::vector<DaemonAddress> daemons, ModelConfig config,
          std::unique_ptr<Tokenizer> tokenizer);
+  Router(const Router&) = delete;  // its links call back into it
+  Router& operator=(const Router&) = delete;
 
   void start();
   void stop();
@@ -98,13 +100,9 @@ class Router {
 
  private:
   // The candidates for a prompt and the choice among them.
+  // Its candidates point into weighed_: a plan is used before the io thread
+  // does anything else.
   struct Plan {
-    Plan() = default;
-    Plan(Plan&&) = default;  // moving keeps the figures where the candidates point
-    Plan(const Plan&) = delete;
-    // Each candidate's figures: its daemon's own, with its kind's curve
-    // (route_choice.h). The candidates point into it.
-    std::vector<CostFigures> figures;
     std::vector<Candidate> candidates;
     std::vector<int> daemons;  // each candidate's daemon index
     int prompt_tokens = 0, page_size = 1;
@@ -112,6 +110,14 @@ class Router {
   };
   Plan plan(std::span<const int> tokens, std::string_view cache_salt,
             std::span<const int> excluded) const;
+  // Fills weighed_ again: called whenever a link's costs, kind or
+  // usability change (every kCostsInterval a daemon), not per request.
+  void weigh();
+
+  // Each daemon's figures as the choice weighs them: its own, with its
+  // kind's curve (route_choice.h), the median over the usable daemons of
+  // the kind.
+  std::vector<CostFigures> weighed_;
 
   FleetModel fleet_;
   std::unique_ptr<Tokenizer> tokenizer_;

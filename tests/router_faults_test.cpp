@@ -64,6 +64,11 @@ class ScriptedDaemon {
   // The error every other call (generate) gets.
   std::atomic<int> refuse_with{-32601};
   std::atomic<int> subscriptions{0};
+  // What `stats` answers from now on.
+  void set_stats(json stats) {
+    std::lock_guard lock(mu_);
+    stats_ = std::move(stats);
+  }
 
  private:
   struct Conn {
@@ -125,7 +130,8 @@ class ScriptedDaemon {
     } else if (method == "tiers") {
       result = {{"costs", {{"prefill", {{{"rows", 16}, {"pass_us", 0.001}}}}}}};
     } else if (method == "stats") {
-      result = {{"pending", 0}};
+      std::lock_guard lock(mu_);
+      result = stats_;
     } else if (method == "cache.subscribe") {
       const auto& keys = snapshots_[std::min<std::size_t>(next_snapshot_++, snapshots_.size() - 1)];
       json blocks = json::array();
@@ -162,6 +168,7 @@ class ScriptedDaemon {
   json pending_subscribe_;
   std::mutex mu_;
   std::deque<std::string> outbox_;
+  json stats_ = {{"pending", 0}};  // under mu_
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -206,6 +213,33 @@ TEST(RouterFaultsTest, LostOrGarbledEventsCostASnapshotAndAStreamThatKeepsBreaki
   d = router.wait_for(0, [](const json& d) { return d["downs"] == 1; });
   d = router.wait_for(0, [&](const json& d) { return d["usable"] == true; });
   EXPECT_GT(daemon.subscriptions, subscribed);
+}
+
+// A daemon's load is what its `stats` count: a count that is not an
+// integer >= 0 takes it out (it is not weighed by a guess), until its
+// stats make sense again; `backlog_rows` may be missing (an older daemon).
+TEST(RouterFaultsTest, StatsThatAreNotCountsTakeADaemonOutUntilTheyAre) {
+  test_util::TempDir dir;
+  ScriptedDaemon daemon(dir.path(), "00000000000000aa", {{key_hex(1)}});
+  RouterProcess router({daemon.path()});
+  json d = router.wait_for(0, [](const json& d) { return d["usable"] == true; });
+  EXPECT_EQ(d["backlog_rows"], 0);
+
+  daemon.set_stats({{"pending", 0}, {"backlog_rows", "many"}});
+  d = router.wait_for(0, [](const json& d) { return d["usable"] == false; });
+  EXPECT_TRUE(test_util::contains(d["last_error"].get<std::string>(), "'backlog_rows'"))
+      << d.dump();
+
+  daemon.set_stats({{"pending", -1}, {"backlog_rows", 3}});
+  d = router.wait_for(0, [](const json& d) {
+    return test_util::contains(d["last_error"].get<std::string>(), "'pending'");
+  });
+  EXPECT_EQ(d["usable"], false);
+
+  daemon.set_stats({{"pending", 2}, {"backlog_rows", 40}});
+  router.wait_for(0, [](const json& d) {
+    return d["usable"] == true && d["pending"] == 2 && d["backlog_rows"] == 40;
+  });
 }
 
 TEST(RouterFaultsTest, ADaemonOfAnotherFingerprintIsNotUsed) {

@@ -174,8 +174,11 @@ TEST_F(RouterTest, PromptsThatBeginWithWhatEveryDaemonHoldsSpreadByWhatFollows) 
   // Daemons of one kind are weighed by one curve, the median of what each
   // measured of itself, so two idle ones that both hold the prefix in L1
   // tie exactly (by their own curves they came out up to 11x apart on a
-  // busy machine, and the cheaper took every prompt).
+  // busy machine, and the cheaper took every prompt). The tail after the
+  // prefix is prefilled on that curve: a cost above 0 says the router
+  // weighs the daemons by the figures they told, not by none.
   EXPECT_EQ(last["daemons"][0]["expected_us"], last["daemons"][1]["expected_us"]) << last.dump();
+  EXPECT_GT(last["daemons"][0]["expected_us"].get<double>(), 0.0) << last.dump();
   EXPECT_EQ(chosen.size(), 2u) << "16 prompts after a prefix both daemons hold all went to one: "
                                << last.dump();
 }
