@@ -3,7 +3,11 @@
 // router in front of the fleet").
 //
 // It replays the soak's arrivals (bench/workload.h, same kinds and seed) on
-// one pooled cache of the fleet's L1 blocks, in two ways:
+// the fleet's L1 blocks, split and pooled:
+//   round-robin  --daemons caches of a share each, least recently used out
+//           first, the arrivals dealt in turn: a fleet behind a plain
+//           load balancer, the router's baseline;
+// and on one pooled cache of them, in two ways:
 //   LRU     the pooled blocks evicted least recently used first, as one big
 //           daemon would: what a router could reach if it turned three L1s
 //           into one;
@@ -20,10 +24,12 @@
 // requests' own blocks in L1. "seen" is the share of prompt tokens whose
 // blocks came before at all (an endless cache). Hits count as the daemons
 // count them: the leading run of whole blocks of the prompt less its last
-// token, times the page.
+// token, times the page. LRU / round-robin is then the most L1 a router in
+// front of LRU daemons can gain over round-robin at that size.
 //
 //   build/bench/l1_ceiling_bench --workload f [--requests 366] [--seed 1]
-//                                [--blocks 72,144] [--model models/fortunes-char]
+//                                [--blocks 72,144] [--daemons 3]
+//                                [--model models/fortunes-char]
 //
 // Workload b's next turns depend on the answers, so it is not replayed.
 #include <CLI/CLI.hpp>
@@ -52,26 +58,47 @@ struct Request {
   long tokens = 0;             // the prompt's tokens
 };
 
-// One pooled cache of `capacity` blocks, least recently used out first.
-double lru_rate(const std::vector<Request>& requests, std::size_t capacity, int page) {
-  std::list<BlockKey> order;  // most recent first
-  std::unordered_map<BlockKey, std::list<BlockKey>::iterator, BlockKeyHash> where;
-  long hit = 0, tokens = 0;
-  for (const Request& r : requests) {
-    tokens += r.tokens;
+// A cache of `capacity` blocks, least recently used out first.
+class LruCache {
+ public:
+  explicit LruCache(std::size_t capacity) : capacity_(capacity) {}
+
+  // Serves a prompt's blocks and keeps them; returns the prompt tokens its
+  // leading run of cached blocks covers.
+  long serve(const Request& r, int page) {
+    long hit = 0;
     bool leading = true;
     for (const BlockKey& k : r.keys) {
-      const auto it = where.find(k);
-      leading = leading && it != where.end();
+      const auto it = where_.find(k);
+      leading = leading && it != where_.end();
       if (leading) hit += page;
-      if (it != where.end()) order.erase(it->second);
-      order.push_front(k);
-      where[k] = order.begin();
-      if (order.size() > capacity) {
-        where.erase(order.back());
-        order.pop_back();
+      if (it != where_.end()) order_.erase(it->second);
+      order_.push_front(k);
+      where_[k] = order_.begin();
+      if (order_.size() > capacity_) {
+        where_.erase(order_.back());
+        order_.pop_back();
       }
     }
+    return hit;
+  }
+
+ private:
+  std::size_t capacity_;
+  std::list<BlockKey> order_;  // most recent first
+  std::unordered_map<BlockKey, std::list<BlockKey>::iterator, BlockKeyHash> where_;
+};
+
+// `daemons` caches of `capacity` / daemons blocks each, least recently used
+// out first, the arrivals dealt to them in turn: one daemon holding the
+// fleet's L1 with 1 (what a router in front of LRU daemons can approach),
+// round-robin's fleet with more.
+double lru_rate(const std::vector<Request>& requests, std::size_t capacity, int daemons, int page) {
+  std::vector<LruCache> fleet(daemons, LruCache(capacity / daemons));
+  long hit = 0, tokens = 0, n = 0;
+  for (const Request& r : requests) {
+    tokens += r.tokens;
+    hit += fleet[n++ % daemons].serve(r, page);
   }
   return tokens ? static_cast<double>(hit) / tokens : 0;
 }
@@ -141,6 +168,7 @@ int main(int argc, char** argv) {
       (std::filesystem::path(__FILE__).parent_path().parent_path() / "models" / "fortunes-char")
           .string();
   long requests = 366;
+  int daemons = 3;
   std::uint64_t seed = 1;
   int page = 16;
   app.add_option("--workload", workload, "Workload mix, b excepted (see loadgen)")
@@ -151,6 +179,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Workload seed")->capture_default_str();
   app.add_option("--blocks", blocks_list, "The fleet's L1 blocks, summed (comma-separated)")
       ->capture_default_str();
+  app.add_option("--daemons", daemons, "Round-robin's daemons, each a share of the blocks")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   app.add_option("--model", model_dir, "Model folder (its tokenizer and context)")
       ->capture_default_str();
   app.add_option("--page", page, "Tokens a block")
@@ -212,9 +243,12 @@ int main(int argc, char** argv) {
 
   std::printf("workload %s, %ld arrivals, seed %llu, page %d: L1 hit, prompt tokens, at most\n",
               kinds->c_str(), requests, static_cast<unsigned long long>(seed), page);
-  std::printf("%12s %10s %10s %10s\n", "fleet L1", "LRU", "optimal", "seen");
+  std::printf("%12s %12s %10s %10s %10s %14s\n", "fleet L1", "round-robin", "LRU", "optimal",
+              "seen", "LRU/round-rob");
   const double seen = seen_rate(replay, page);
-  for (std::size_t c : capacities)
-    std::printf("%5zu blocks %9.1f%% %9.1f%% %9.1f%%\n", c, 100 * lru_rate(replay, c, page),
-                100 * optimal_rate(replay, c, page), 100 * seen);
+  for (std::size_t c : capacities) {
+    const double rr = lru_rate(replay, c, daemons, page), lru = lru_rate(replay, c, 1, page);
+    std::printf("%5zu blocks %11.1f%% %9.1f%% %9.1f%% %9.1f%% %13.2fx\n", c, 100 * rr, 100 * lru,
+                100 * optimal_rate(replay, c, page), 100 * seen, rr > 0 ? lru / rr : 0.0);
+  }
 }
