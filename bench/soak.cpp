@@ -21,7 +21,8 @@
 // its own tiers only, and sharing a remote tier on a redis-server of the
 // soak's own; side by side, with the requests and cold checks of each.
 // --fleet N --router compares round-robin with kvtier-router on the same
-// arrivals; adding --kill-at S runs the router's half alone with daemon 0
+// arrivals (--router-first: the router's half first, as a later half runs
+// on a machine that may have slowed); adding --kill-at S runs the router's half alone with daemon 0
 // SIGKILLed S seconds in and started again --kill-for seconds later, and
 // checks that no request is lost (only those already streaming may fail)
 // and that the router sends it requests again within 2 s of its return.
@@ -33,7 +34,7 @@
 //
 //   build/bench/soak [--duration 600] [--out DIR] [--kvtierd PATH] [--compare | --fleet 3]
 //   build/bench/soak --gpt2-124m [--duration 600] [--out DIR]
-//   build/bench/soak --fleet 3 --router [--kill-at 20 [--kill-for 5]]
+//   build/bench/soak --fleet 3 --router [--router-first] [--kill-at 20 [--kill-for 5]]
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -77,6 +78,7 @@ struct SoakOptions {
   bool gpt2_124m = false;               // a GPT-2 124M-shaped model of random weights, tiers in GiB
   int fleet = 0;                        // daemons of a --fleet run; 0 = none
   bool via_router = false;              // --fleet: round-robin against kvtier-router
+  bool router_first = false;            // --router: its half first (the machine's drift)
   double kill_at_s = 0;                 // --router: daemon 0 SIGKILLed this far in; 0 = never
   double kill_for_s = 5;                // and started again on its socket this much later
   std::size_t redis_bytes = 256 << 20;  // the fleet's redis-server maxmemory
@@ -677,7 +679,7 @@ int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& fl
   // --kill-at: the router's half alone, with daemon 0 killed and back.
   // The remote address is filled in with each run's redis-server.
   const TierSetup routed = {"router", true, true, "swap", "redis", true};
-  const std::vector<std::pair<std::string, TierSetup>> setups =
+  std::vector<std::pair<std::string, TierSetup>> setups =
       o.kill_at_s > 0 ? std::vector<std::pair<std::string, TierSetup>>{{"router-kill", routed}}
       : o.via_router  ? std::vector<std::pair<std::string, TierSetup>>{{"round-robin",
                                                                         {"round-robin", true, true,
@@ -686,6 +688,7 @@ int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& fl
                       : std::vector<std::pair<std::string, TierSetup>>{
                             {"islands", {"islands", true, true, "swap", ""}},
                             {"shared", {"shared remote", true, true, "swap", "redis"}}};
+  if (o.router_first) std::reverse(setups.begin(), setups.end());
   std::vector<std::pair<std::string, Summary>> rows;
   std::vector<std::vector<Check>> checks;
   std::string router_choices;
@@ -719,7 +722,8 @@ int run_fleet(const SoakOptions& o, const std::map<std::string, std::string>& fl
       "maxmemory %zu MiB\n",
       o.fleet, o.workload.c_str(),
       o.kill_at_s > 0 ? "through kvtier-router, daemon 0 killed and back"
-      : o.via_router  ? "round-robin, then through kvtier-router"
+      : o.via_router  ? (o.router_first ? "through kvtier-router, then round-robin"
+                                        : "round-robin, then through kvtier-router")
                       : "round-robin",
       o.rate, o.concurrency, o.duration_s, static_cast<unsigned long long>(o.seed),
       tiers_text(o).c_str(), o.redis_bytes >> 20);
@@ -801,6 +805,10 @@ int main(int argc, char** argv) {
                "With --fleet: round-robin, then the same arrivals through kvtier-router "
                "(both sharing the remote tier), compared")
       ->needs("--fleet");
+  app.add_flag("--router-first", o.router_first,
+               "With --router: the router's half first, then round-robin (a machine that "
+               "slows or speeds up over the run favours one half; swapping tells)")
+      ->needs("--router");
   app.add_option("--kill-at", o.kill_at_s,
                  "With --router: the router's half alone, daemon 0 SIGKILLed this many seconds "
                  "in and started again on its socket --kill-for later; checks that no request "

@@ -116,9 +116,10 @@ TEST(SoakTest, ShortFleetRunSharesPrefixesThroughRedis) {
   EXPECT_GT(remote_hits, 0) << output;
 }
 
-// --router: the same arrivals round-robin, then through kvtier-router;
-// both runs pass their checks (none lost, cold answers identical through
-// the router) and the router says how it chose.
+// --router: the same arrivals round-robin and through kvtier-router (here
+// the router's first, --router-first); both runs pass their checks (none
+// lost, cold answers identical through the router) and the router says how
+// it chose.
 TEST(SoakTest, ShortFleetRunThroughTheRouter) {
   const fs::path soak = soak_path();
   if (!fs::exists(soak)) GTEST_SKIP() << soak << " is not built (KVTIER_BUILD_BENCH=OFF?)";
@@ -126,11 +127,15 @@ TEST(SoakTest, ShortFleetRunThroughTheRouter) {
   test_util::TempDir dir;
   const fs::path out = dir.path() / "fleet";
   const auto [status, output] = run_soak(
-      "--fleet 2 --router --workload b --duration 6 --rate 4 --concurrency 2 --verify 4 "
-      "--l1-blocks 20 --l2-blocks 16 --l3-blocks 32 --threads 1 --redis-bytes 67108864",
+      "--fleet 2 --router --router-first --workload b --duration 6 --rate 4 --concurrency 2 "
+      "--verify 4 --l1-blocks 20 --l2-blocks 16 --l3-blocks 32 --threads 1 "
+      "--redis-bytes 67108864",
       out);
   EXPECT_EQ(status, 0) << output;
   EXPECT_NE(output.find("all checks passed"), std::string::npos) << output;
+  EXPECT_NE(output.find("through kvtier-router, then round-robin"), std::string::npos) << output;
+  EXPECT_LT(output.find("router: PASS requests"), output.find("round-robin: PASS requests"))
+      << output;
   EXPECT_NE(output.find("router choices {"), std::string::npos) << output;
   EXPECT_TRUE(fs::exists(out / "fleet-router-requests.csv")) << output;
   EXPECT_TRUE(fs::exists(out / "fleet-round-robin-requests.csv")) << output;
