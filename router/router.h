@@ -99,9 +99,9 @@ class Router {
   nlohmann::json fleet() const;
 
  private:
-  // The candidates for a prompt and the choice among them.
-  // Its candidates point into weighed_: a plan is used before the io thread
-  // does anything else.
+  // The candidates for a prompt and the choice among them. The candidates
+  // point into weighed_, so a plan is used at once, before the io thread
+  // runs anything that could change it.
   struct Plan {
     std::vector<Candidate> candidates;
     std::vector<int> daemons;  // each candidate's daemon index
