@@ -331,12 +331,15 @@ void EngineLoop::handle(ReconfigureCommand& c) {
 }
 
 void EngineLoop::step() {
+  const auto began = Clock::now();
   StepOutput out = scheduler_->step();
   const auto now = Clock::now();
   // Admission is not reported as an event; any request past waiting has been
-  // admitted at least once, which is what queue_ms measures.
+  // admitted at least once, which is what queue_ms measures. It was admitted
+  // as this step began: its wait ends there, and the step's compute (its
+  // first prefill) is not queueing.
   for (auto& [id, live] : live_) {
-    if (!live.admitted && scheduler_->status(id) != RequestStatus::kWaiting) live.admitted = now;
+    if (!live.admitted && scheduler_->status(id) != RequestStatus::kWaiting) live.admitted = began;
   }
   for (RequestEvent& e : out.events) {
     auto it = live_.find(e.id);
