@@ -22,10 +22,11 @@
 // soak's own; side by side, with the requests and cold checks of each.
 // --fleet N --router compares round-robin with kvtier-router on the same
 // arrivals (--router-first: the router's half first, as a later half runs
-// on a machine that may have slowed); adding --kill-at S runs the router's half alone with daemon 0
-// SIGKILLed S seconds in and started again --kill-for seconds later, and
-// checks that no request is lost (only those already streaming may fail)
-// and that the router sends it requests again within 2 s of its return.
+// on a machine that may have slowed); adding --kill-at S runs the router's
+// half alone with daemon 0 SIGKILLed S seconds in and started again
+// --kill-for seconds later, and checks that no request is lost (only those
+// already streaming may fail) and that the router sends it requests again
+// within 2 s of its return.
 //
 // --gpt2-124m runs on a GPT-2 124M-shaped model of random weights, written
 // into --out at the start (bench/soak_model.h) and removed at the end, with
