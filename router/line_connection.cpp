@@ -45,9 +45,12 @@ void LineConnection::read() {
         if (ec)
           return self->fail(ec == asio::error::eof ? "the daemon closed the connection"
                                                    : "read failed: " + ec.message());
+        // A copy: on_line may close() the connection, which drops on_line_
+        // while it runs.
+        const OnLine on_line = self->on_line_;
         for (auto& item : self->framer_.feed(std::string_view(self->read_buf_.data(), n))) {
           if (item.too_long) return self->fail("a line from the daemon is over 64 MiB");
-          self->on_line_(std::move(item.line));
+          on_line(std::move(item.line));
           if (self->closed_) return;
         }
         self->read();

@@ -40,6 +40,9 @@ class RouterProcess {
   const std::string& socket_path() const { return socket_path_; }
   const std::filesystem::path& dir() const { return dir_.path(); }
   std::string log() const { return test_util::read_file(log_path_); }
+  pid_t pid() const { return child_.pid(); }
+  // Whether it has exited (or never started); its wait status then.
+  std::optional<int> exit_status() { return child_.wait(0ms); }
 
   // The router's `fleet` answer; null when it did not give one.
   json fleet() const {

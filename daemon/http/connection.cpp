@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 #include <unordered_set>
+#include <utility>
 
 #include "daemon/http/errors.h"
 #include "daemon/log.h"
@@ -272,9 +273,10 @@ class ConnectionImpl final : public Connection,
     socket_.shutdown(asio::socket_base::shutdown_both, ignored);
     socket_.close(ignored);
     out_.clear();
-    // Nobody is left to read these results: give their KV back now.
-    for (RequestId id : requests_) service_.cancel(id, owner());
-    requests_.clear();
+    // Nobody is left to read these results: give their KV back now. Taken
+    // out first: a service's cancel may untrack() the id it cancels (the
+    // router's does), which must not touch the set being walked.
+    for (RequestId id : std::exchange(requests_, {})) service_.cancel(id, owner());
     if (on_closed_) on_closed_(this);
   }
 
