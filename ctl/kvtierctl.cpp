@@ -34,10 +34,12 @@ constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;        // bad command line
 constexpr int kExitUnreachable = 3;  // no daemon at the socket, or it broke the connection
 constexpr int kExitRpcError = 4;     // the daemon answered with a JSON-RPC error
+constexpr int kExitUnhealthy = 5;    // `health` answered, but not "ok"
 
 constexpr const char* kExitCodesHelp =
     "Exit codes: 0 ok, 2 usage error, 3 kvtierd unreachable (or it broke the connection),\n"
-    "4 kvtierd answered the request with an error.\n"
+    "4 kvtierd answered the request with an error, 5 `health` answered but not ok (a router\n"
+    "with no usable daemon, or one draining).\n"
     "The socket: -s/--socket, else $KVTIER_SOCKET, else $XDG_RUNTIME_DIR/kvtier/kvtierd.sock\n"
     "(a daemon of your own) when it exists, else /run/kvtier/kvtierd.sock (the service).";
 
@@ -58,6 +60,16 @@ int run_method(RpcClient& client, const std::string& method, const json& params,
   if (!result) return fail(result.error());
   std::cout << (json_out ? dump(*result) + "\n" : text(*result));
   return kExitOk;
+}
+
+// `health`: printed as run_method does; a status other than "ok" (a
+// router with no usable daemon, or one draining) exits kExitUnhealthy, so
+// `kvtierctl health || ...` works as a check.
+int run_health(RpcClient& client, bool json_out) {
+  auto result = client.call("health", json::object());
+  if (!result) return fail(result.error());
+  std::cout << (json_out ? dump(*result) + "\n" : kvtier::ctl::health_text(*result));
+  return result->value("status", json()) == "ok" ? kExitOk : kExitUnhealthy;
 }
 
 // `call METHOD [PARAMS]`: any method, its notifications and result as JSON.
@@ -190,11 +202,13 @@ int main(int argc, char** argv) {
                 "Print the raw JSON (notifications and result), one per line");
 
   auto* stats = app.add_subcommand("stats", "Scheduler and request counters");
-  auto* health = app.add_subcommand("health", "Check that the daemon answers, on one line");
+  auto* health = app.add_subcommand(
+      "health", "Check that the daemon answers, on one line; exit 5 when it is not ok");
   auto* fleet = app.add_subcommand(
       "fleet", "kvtier-router's daemons, their load and index, and its choices (docs/fleet.md)");
   auto* shutdown = app.add_subcommand(
-      "shutdown", "Stop the daemon: running requests may finish within its drain_timeout");
+      "shutdown",
+      "Stop the daemon (or kvtier-router): running requests may finish within its drain_timeout");
   std::uint64_t cancel_id = 0;
   auto* cancel = app.add_subcommand(
       "cancel", "Cancel a running generate: its answer ends with finish_reason cancelled");
@@ -314,15 +328,16 @@ int main(int argc, char** argv) {
   if (stats->parsed()) {
     return run_method(*client, "stats", json::object(), json_out, kvtier::ctl::stats_text);
   }
-  if (health->parsed()) {
-    return run_method(*client, "health", json::object(), json_out, kvtier::ctl::health_text);
-  }
+  if (health->parsed()) return run_health(*client, json_out);
   if (fleet->parsed()) {
     return run_method(*client, "fleet", json::object(), json_out, kvtier::ctl::fleet_text);
   }
   if (shutdown->parsed()) {
-    return run_method(*client, "shutdown", json::object(), json_out,
-                      [](const json&) { return std::string("kvtierd is stopping\n"); });
+    // kvtierd or kvtier-router, as the answer says (kvtierd's before it did
+    // said nothing).
+    return run_method(*client, "shutdown", json::object(), json_out, [](const json& r) {
+      return r.value("program", std::string("kvtierd")) + " is stopping\n";
+    });
   }
   if (cancel->parsed()) {
     return run_method(*client, "cancel", {{"id", cancel_id}}, json_out, [](const json& r) {

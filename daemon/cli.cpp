@@ -75,10 +75,11 @@ CLI::Option* oneshot_flags_add(CLI::App& app, OneShotOptions& one) {
   return prompt_opt;
 }
 
-// What a parse error tells the user: --help and --version their text (exit
-// 0), a value refused a bad configuration, anything else (an unknown flag,
-// a missing value) a usage error.
-CliExit parse_failure(const CLI::App& app, const CLI::ParseError& e) {
+CliExit bad_config(const std::string& why) { return {kExitConfig, "", "kvtierd: " + why + "\n"}; }
+
+}  // namespace
+
+CliExit cli_parse_failure(const CLI::App& app, const CLI::ParseError& e) {
   CliExit exit;
   std::ostringstream out, err;
   const int code = app.exit(e, out, err);
@@ -89,10 +90,6 @@ CliExit parse_failure(const CLI::App& app, const CLI::ParseError& e) {
   exit.code = code == 0 ? 0 : bad_value ? kExitConfig : kExitUsage;
   return exit;
 }
-
-CliExit bad_config(const std::string& why) { return {kExitConfig, "", "kvtierd: " + why + "\n"}; }
-
-}  // namespace
 
 std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& args,
                                               const DaemonConfig& defaults) {
@@ -125,7 +122,7 @@ std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& ar
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError& e) {
-    return std::unexpected(parse_failure(app, e));
+    return std::unexpected(cli_parse_failure(app, e));
   }
 
   // The file's settings first: the command line's, stored after them, win.

@@ -24,6 +24,11 @@
 #include "daemon/config.h"
 #include "daemon/oneshot.h"
 
+namespace CLI {
+class App;
+class ParseError;
+}  // namespace CLI
+
 namespace kvtier::daemon {
 
 struct CommandLine {
@@ -48,6 +53,12 @@ struct CliExit {
   std::string out;  // for stdout (the help text)
   std::string err;  // for stderr: the error, starting with its one-line reason
 };
+
+// What a CLI11 parse error tells the user, for kvtierd and kvtier-router
+// alike: --help and --version their text (code 0), a value refused
+// kExitConfig, anything else (an unknown flag, a missing value or option)
+// kExitUsage.
+CliExit cli_parse_failure(const CLI::App& app, const CLI::ParseError& e);
 
 // Parses `args` (args[0] is the program name). `defaults` supplies what the
 // flags do not set (the default model folder and socket path, found at run

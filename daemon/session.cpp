@@ -389,7 +389,7 @@ void Session::method_health(RpcCall& call) {
 
 void Session::method_shutdown(RpcCall& call) {
   if (auto ok = no_params_check(call.params); !ok) return reply_error(call, ok.error());
-  reply(call, {{"stopping", true}});
+  reply(call, {{"stopping", true}, {"program", "kvtierd"}});
   log_info("shutdown requested by " + (peer_ ? to_string(*peer_) : std::string("a client")));
   control_.shutdown();
 }

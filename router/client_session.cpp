@@ -38,6 +38,7 @@ ClientSession::ClientSession(asio::generic::stream_protocol::socket socket, Rout
       framer_(limits.max_line_bytes),
       out_(socket_, limits.max_output_bytes),
       auth_timer_(socket_.get_executor()),
+      flush_timer_(socket_.get_executor()),
       upstreams_(static_cast<std::size_t>(router.daemons())) {}
 
 void ClientSession::start() {
@@ -61,7 +62,7 @@ void ClientSession::read() {
   socket_.async_read_some(
       asio::buffer(read_buf_),
       [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-        if (self->closed_) return;
+        if (self->closed_ || self->stopping_) return;
         if (ec) return self->close();
         if (std::exchange(self->first_read_, false) && n > 0 &&
             http::starts_http(self->read_buf_[0]) && self->on_http_) {
@@ -77,7 +78,7 @@ void ClientSession::read() {
           } else {
             self->on_line(item.line);
           }
-          if (self->closed_) return;
+          if (self->closed_ || self->stopping_) return;
         }
         self->read();
       });
@@ -87,7 +88,7 @@ void ClientSession::send(std::string line) {
   if (closed_) return;
   const std::size_t bytes = line.size();
   if (!out_.push(std::move(line), shared_from_this(), [self = shared_from_this()](auto ec) {
-        if (ec) self->close();
+        if (ec || self->stopping_) self->close();  // failed, or stop()'s answers are out
       })) {
     log_warning("dropping a client that does not read its replies (" +
                 std::to_string(out_.queued_bytes() + bytes) + " bytes queued)");
@@ -103,11 +104,35 @@ void ClientSession::reply_error(const RpcCall& call, const RpcError& error) {
   if (call.has_id) send(error_line(call.id, error));
 }
 
+void ClientSession::stop(const RpcError& why) {
+  if (closed_ || stopping_) return;
+  stopping_ = true;
+  for (auto& u : upstreams_) {
+    if (!u) continue;
+    u->conn->close();  // cancels the calls there
+    for (auto& [id, f] : std::exchange(u->calls, {})) {
+      left_daemon(f);
+      finished(f);
+      if (f.answer_on)
+        f.answer_on->reply_error(f.call, why);
+      else
+        reply_error(f.call, why);
+    }
+  }
+  if (closed_) return;  // a reply dropped a client that does not read
+  if (!out_.writing()) return close();
+  flush_timer_.expires_after(std::chrono::seconds(1));
+  flush_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec) self->close();
+  });
+}
+
 void ClientSession::close() {
   if (closed_) return;
   closed_ = true;
   boost::system::error_code ignored;
   auth_timer_.cancel();
+  flush_timer_.cancel();
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
   out_.clear();
@@ -140,7 +165,9 @@ const std::array<ClientSession::Method, 10>& ClientSession::methods() {
        &ClientSession::method_fleet},
       {"fleet.route", "where a prompt would go now and why (every daemon's expected cost)",
        &ClientSession::method_fleet_route},
-      {"shutdown", "stop the router (privileged); the daemons go on",
+      {"shutdown",
+       "let requests in flight finish (--drain-timeout), then stop the router (privileged); the "
+       "daemons go on",
        &ClientSession::method_shutdown},
       {"help", "the methods this router answers", &ClientSession::method_help},
       {"auth", "give the API key, which a TCP connection needs before any other call",
@@ -202,6 +229,8 @@ void ClientSession::method_fleet_route(RpcCall& call) {
 }
 
 void ClientSession::routed_call(RpcCall& call) {
+  if (router_.draining())
+    return reply_error(call, {rpc_code::kShuttingDown, "the router is shutting down"});
   Forwarded f;
   Prompt prompt;
   if (call.method == "generate") {
@@ -224,6 +253,7 @@ void ClientSession::routed_call(RpcCall& call) {
 }
 
 void ClientSession::dispatch(Forwarded f) {
+  if (closed_) return finished(f);  // a reply to an earlier call dropped the client
   const auto route = router_.route(f.tokens, f.cache_salt, f.tried);
   if (!route) {
     if (f.refusal.is_object()) {  // every daemon left refused it: say what the last one said
@@ -385,7 +415,7 @@ void ClientSession::method_shutdown(RpcCall& call) {
                               "permission denied: 'shutdown' is allowed only to uid " +
                                   std::to_string(limits_.router_uid) + " (the router's) and root"});
   }
-  reply(call, {{"stopping", true}});
+  reply(call, {{"stopping", true}, {"program", "kvtier-router"}});
   log_info("shutdown requested by " + (peer_ ? to_string(*peer_) : std::string("a client")));
   if (router_.on_shutdown) router_.on_shutdown();
 }

@@ -16,6 +16,9 @@
 // first use; closing the session closes them, which cancels the session's
 // requests on the daemons (as closing a daemon connection does).
 //
+// While the router drains (router_server.h), a new routed call gets
+// kShuttingDown, as a draining kvtierd answers; those in flight go on.
+//
 // A daemon connection that breaks: each request on it that had streamed
 // nothing yet is sent again to another daemon (at most every daemon once);
 // the others, and those with no daemon left, get kDaemonLost. A request a
@@ -88,6 +91,11 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   void start();
   // Closes the connection and its daemon connections. Idempotent.
   void close();
+  // The router stops (its drain ended): each call still on a daemon is
+  // answered with `why` (its daemon connection closes, which cancels it
+  // there), and the connection closes once the answers are written, or
+  // after a second. Nothing more is read. Idempotent.
+  void stop(const daemon::RpcError& why);
 
   // Queues one protocol line (or drops the client if its buffer is full).
   void send(std::string line);
@@ -168,8 +176,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   std::array<char, 16384> read_buf_{};
   daemon::WriteQueue<asio::generic::stream_protocol::socket> out_;
   asio::steady_timer auth_timer_;
+  asio::steady_timer flush_timer_;                    // stop(): the answers' last second
   std::vector<std::unique_ptr<Upstream>> upstreams_;  // by daemon index; null until used
   std::int64_t next_call_id_ = 1;
+  bool stopping_ = false;  // stop(): closing once the answers are written
   bool closed_ = false;
 };
 

@@ -95,6 +95,8 @@ class DaemonLink {
     started(unstarted_rows);
     in_flight_ = std::max(0, in_flight_ - 1);
   }
+  // The router's own requests there now: routed() and not yet done().
+  int in_flight() const { return in_flight_; }
   // Its last `health` answer (null before the first).
   const nlohmann::json& health() const { return health_; }
   // Called when what the router weighs it by apart from its load changes:

@@ -37,8 +37,9 @@ struct HttpFront::Forward {
   std::optional<Response> refusal;  // the last daemon's 429 or 503
   RequestId id = 0;                 // tracked on the exchange while on a daemon
   std::shared_ptr<HttpUpstream> upstream;
-  int rows = 0;          // the last route's Route::rows
-  bool started = false;  // an event of the answer came back from its daemon
+  int rows = 0;            // the last route's Route::rows
+  bool started = false;    // an event of the answer came back from its daemon
+  bool streaming = false;  // the client's answer is an event stream, begun
 };
 
 namespace {
@@ -93,16 +94,34 @@ void HttpFront::cancel(RequestId id, const RequestOwner&) {
   const auto it = in_flight_.find(id);
   if (it == in_flight_.end()) return;
   const std::shared_ptr<Forward> f = it->second;
-  f->upstream->close();  // the daemon cancels the generation of a client gone
+  if (f->upstream) f->upstream->close();  // the daemon cancels the generation of a client gone
   left(*f);
+}
+
+void HttpFront::stop() {
+  std::vector<std::shared_ptr<Forward>> forwards;
+  for (auto& [id, f] : in_flight_) forwards.push_back(f);
+  const std::string message = "kvtier-router stopped before the daemon answered whole";
+  for (const auto& f : forwards) {
+    if (f->upstream) f->upstream->close();
+    left(*f);
+    if (!f->streaming) {
+      f->exchange->respond(error_response(503, message));
+    } else {
+      f->exchange->stream_event(dump({{"error", error_object(503, message)}}));
+      f->exchange->stream_end();
+    }
+  }
 }
 
 void HttpFront::health(const Request&, const std::shared_ptr<Exchange>& exchange) {
   int usable = 0;
   for (int i = 0; i < router_.daemons(); ++i) usable += router_.link(i).usable() ? 1 : 0;
   Response r;
-  r.status = usable > 0 ? 200 : 503;
-  r.body = dump({{"status", usable > 0 ? "ok" : "unavailable"},
+  r.status = usable > 0 && !router_.draining() ? 200 : 503;
+  r.body = dump({{"status", router_.draining() ? "draining"
+                            : usable > 0       ? "ok"
+                                               : "unavailable"},
                  {"daemons", router_.daemons()},
                  {"usable", usable}});
   exchange->respond(std::move(r));
@@ -140,6 +159,8 @@ void HttpFront::chat(const Request& request, const std::shared_ptr<Exchange>& ex
 
 void HttpFront::generation(const Request& request, const std::shared_ptr<Exchange>& exchange,
                            daemon::http::Api api) {
+  if (router_.draining())
+    return exchange->respond(error_response(503, "the router is shutting down"));
   auto body = json_body(request);
   if (!body) return exchange->respond(std::move(body.error()));
   const bool chat = api == daemon::http::Api::kChat;
@@ -197,7 +218,11 @@ void HttpFront::send(const std::shared_ptr<Forward>& f) {
              if (r.status == 200) count_usage(router_, r.body);
              f->exchange->respond(std::move(r));
            },
-       .on_stream_begin = [f] { f->exchange->stream_begin(); },
+       .on_stream_begin =
+           [f] {
+             f->streaming = true;
+             f->exchange->stream_begin();
+           },
        .on_event =
            [this, f](std::string_view data) {
              if (!std::exchange(f->started, true)) router_.link(f->tried.back()).started(f->rows);

@@ -15,7 +15,8 @@
 //       comes back as the daemon wrote it, a streamed one event by event.
 //   GET /v1/models    passed to the first usable daemon.
 //   GET /health       the router's own: 200 {"status": "ok"} while a daemon
-//                     is usable, 503 {"status": "unavailable"} otherwise.
+//                     is usable, 503 {"status": "unavailable"} otherwise,
+//                     503 {"status": "draining"} once the router is stopping.
 //   GET /metrics      the router's Prometheus metrics (router_metrics.h).
 //
 // Retries, as on JSON-RPC (client_session.h): a request whose daemon
@@ -25,7 +26,8 @@
 // no daemon usable: 503. A daemon that goes away mid-stream ends the
 // stream with an {"error": ...} event (OpenAI's clients raise it). A client
 // that goes away closes its request's daemon connection, which cancels the
-// generation there.
+// generation there. While the router drains (router_server.h), a new
+// generation gets 503, as a draining kvtierd answers.
 //
 // Thread-safety: the router's io thread only.
 #pragma once
@@ -68,6 +70,12 @@ class HttpFront final : public daemon::http::Service {
                 const std::shared_ptr<daemon::http::Exchange>& exchange) override;
   void answered(std::string_view path, int status) override;
   void cancel(RequestId id, const daemon::RequestOwner& owner) override;
+
+  // The router stops (its drain ended): each request still on a daemon is
+  // answered now, 503 or, once its stream has begun, an {"error": ...}
+  // event and the stream's end; its daemon connection closes, which
+  // cancels it there. The connections then flush and close (their stop()).
+  void stop();
 
  private:
   struct Forward;

@@ -5,6 +5,12 @@
 // docs/http.md; docs/fleet.md, "A router").
 //
 //   kvtier-router --daemon /run/kvtier/a.sock --daemon /run/kvtier/b.sock
+//
+// Exit codes, as kvtierd's (daemon/cli.h): 0 after a clean stop, 1 for an
+// unexpected failure, 2 for a command line it cannot read (an unknown
+// flag, a missing value, no --daemon), 78 for a configuration it cannot
+// run with (a value out of range, a model or key file it cannot read, a
+// socket it cannot bind).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cli.h"
 #include "daemon/default_paths.h"
 #include "daemon/http/chat_template.h"
 #include "daemon/http/listener.h"
@@ -32,11 +39,7 @@ namespace {
 using namespace kvtier;
 using namespace kvtier::daemon;
 
-constexpr int kExitConfig = 2;
-
-}  // namespace
-
-int main(int argc, char** argv) {
+int serve(int argc, char** argv) {
   const std::string default_socket = default_socket_path("kvtier-router.sock");
   router::RouterServerOptions o;
   o.socket_path = default_socket;
@@ -49,7 +52,8 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", daemons,
                  "a kvtierd's Unix socket, or tcp://HOST:PORT for its TCP listener (repeat for "
                  "each daemon)")
-      ->required();
+      ->required()
+      ->allow_extra_args(false);  // one address a flag: `--daemon --socket X` is an error
   app.add_option("--daemon-api-key-file", daemon_api_key_file,
                  "a file (mode 0600) holding the API key of the daemons at tcp:// addresses");
   app.add_option("--socket", o.socket_path, "the router's own Unix socket")->capture_default_str();
@@ -76,9 +80,21 @@ int main(int argc, char** argv) {
                  "seconds an HTTP request has to arrive whole, and an idle one to stay open")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
+  app.add_option("--drain-timeout", o.drain_timeout,
+                 "seconds a stopping router (SIGTERM, `shutdown`) lets requests in flight finish; "
+                 "0 closes their connections at once")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "error, warning, info or debug")->capture_default_str();
   app.set_version_flag("--version", version_text("kvtier-router"));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const CliExit exit = cli_parse_failure(app, e);
+    std::cout << exit.out << std::flush;
+    std::cerr << exit.err << std::flush;
+    return exit.code;
+  }
 
   log_program_set("kvtier-router");
   auto level = log_level_parse(log_level);
@@ -148,4 +164,20 @@ int main(int argc, char** argv) {
   log_info("stopped");
   log_flush(std::chrono::seconds(2));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // As kvtierd: an allocation refused or an error nothing expected ends in
+  // a message and exit 1, not an abort.
+  try {
+    return serve(argc, argv);
+  } catch (const std::bad_alloc&) {
+    log_error("out of memory (an allocation was refused)");
+  } catch (const std::exception& e) {
+    log_error(std::string("stopped by an unexpected error: ") + e.what());
+  }
+  log_flush(std::chrono::seconds(2));
+  return 1;
 }

@@ -46,6 +46,12 @@ void Router::stop() {
   for (auto& link : links_) link->stop();
 }
 
+int Router::in_flight() const {
+  int n = 0;
+  for (const auto& link : links_) n += link->in_flight();
+  return n;
+}
+
 Router::Plan Router::plan(std::span<const int> tokens, std::string_view cache_salt,
                           std::span<const int> excluded) const {
   std::vector<tiers::BlockKey> keys;
@@ -152,7 +158,7 @@ json Router::health() const {
     if (!first) first = link.get();
   }
   json h = first ? first->health() : json::object();
-  h["status"] = first ? "ok" : "unavailable";
+  h["status"] = draining_ ? "draining" : first ? "ok" : "unavailable";
   h["router"] = {{"daemons", daemons}, {"usable", usable}};
   return h;
 }

@@ -58,6 +58,14 @@ class Router {
   void start();
   void stop();
 
+  // The router is stopping (RouterServer's drain): sessions refuse new
+  // requests (kShuttingDown, HTTP 503) while those in flight finish, and
+  // `health` says "draining".
+  void drain() { draining_ = true; }
+  bool draining() const { return draining_; }
+  // Requests the router has on daemons now, over every link.
+  int in_flight() const;
+
   // What `shutdown` calls: the server stops (set by it).
   std::function<void()> on_shutdown;
 
@@ -92,8 +100,9 @@ class Router {
   };
   const Owned* request(std::uint64_t id) const;
 
-  // `health`: ok while some daemon is usable, with the first usable one's
-  // model and config, and the fleet.
+  // `health`: ok while some daemon is usable (unavailable otherwise,
+  // draining once stopping), with the first usable one's model and
+  // config, and the fleet.
   nlohmann::json health() const;
   // `fleet`: every daemon, the choices by reason, the cached tokens by tier.
   nlohmann::json fleet() const;
@@ -127,6 +136,7 @@ class Router {
   std::uint64_t choices_[3] = {};
   std::uint64_t unrouted_ = 0;  // no daemon was usable
   std::uint64_t retried_ = 0;
+  bool draining_ = false;
   PerTier<std::uint64_t> routed_blocks_;  // blocks the chosen daemon held, by tier
   PerTier<std::uint64_t> cached_tokens_;  // as the daemons' answers report them
 };

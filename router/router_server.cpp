@@ -23,9 +23,10 @@ RouterServer::RouterServer(asio::io_context& io, Router& router, RouterServerOpt
       acceptor_(io),
       tcp_acceptor_(io),
       signals_(io),
-      shutdown_timer_(io) {}
+      shutdown_timer_(io),
+      drain_timer_(io) {}
 
-RouterServer::~RouterServer() { stop(); }
+RouterServer::~RouterServer() { finish_stop("the server is destroyed"); }
 
 std::expected<void, std::string> RouterServer::listen() {
   if (auto ok = unix_socket_listen(acceptor_, options_.socket_path, std::nullopt); !ok) return ok;
@@ -46,11 +47,8 @@ void RouterServer::start() {
   router_.start();
   signals_.add(SIGINT);
   signals_.add(SIGTERM);
-  signals_.async_wait([this](boost::system::error_code ec, int signo) {
-    if (ec) return;
-    log_info(std::string("stopping on ") + (signo == SIGINT ? "SIGINT" : "SIGTERM"));
-    stop();
-  });
+  signals_.add(SIGHUP);
+  wait_signal();
   log_info("listening on " + options_.socket_path + ", routing to " +
            std::to_string(router_.daemons()) + " daemons");
   accept();
@@ -63,20 +61,72 @@ void RouterServer::start() {
   }
 }
 
+void RouterServer::wait_signal() {
+  signals_.async_wait([this](boost::system::error_code ec, int signo) {
+    if (ec || stopped_) return;
+    if (signo == SIGHUP) {
+      log_warning("SIGHUP: kvtier-router has no config file to read again; nothing changed");
+    } else if (!stopping_) {
+      log_info(std::string("received ") + (signo == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
+      stop();
+    } else {
+      finish_stop("a second SIGINT/SIGTERM ended the drain");
+    }
+    if (!stopped_) wait_signal();
+  });
+}
+
 void RouterServer::stop() {
-  if (stopped_) return;
-  stopped_ = true;
+  if (stopping_) return;
+  stopping_ = true;
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   tcp_acceptor_.close(ignored);
-  signals_.cancel(ignored);
   shutdown_timer_.cancel();
   if (owns_socket_file_) {
     std::error_code fs_ec;
     std::filesystem::remove(options_.socket_path, fs_ec);
+    owns_socket_file_ = false;
   }
+  router_.drain();
+  if (options_.drain_timeout <= 0) return finish_stop("drain_timeout is 0");
+  log_info("draining: requests in flight may finish within --drain-timeout (" +
+           log_number(options_.drain_timeout) + " s); new ones are refused");
+  drain_deadline_ = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(options_.drain_timeout));
+  wait_drained();
+}
+
+void RouterServer::wait_drained() {
+  // Polled: a request ends in many places (an answer, a stream's end, a
+  // client or daemon gone), and the drain has no hurry to the millisecond.
+  constexpr auto kDrainPoll = std::chrono::milliseconds(20);
+  if (stopped_) return;
+  if (router_.in_flight() == 0) return finish_stop("every request finished");
+  if (std::chrono::steady_clock::now() >= drain_deadline_)
+    return finish_stop(
+        "drain_timeout passed; closing the connections of the requests still running (which "
+        "cancels them on their daemons)");
+  drain_timer_.expires_after(kDrainPoll);
+  drain_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) wait_drained();
+  });
+}
+
+void RouterServer::finish_stop(const std::string& why) {
+  stop();  // the drain's part first, when it has not begun
+  if (stopped_) return;
+  stopped_ = true;
+  log_info("stopping: " + why);
+  boost::system::error_code ignored;
+  signals_.cancel(ignored);
+  drain_timer_.cancel();
+  const RpcError answer{rpc_code::kShuttingDown,
+                        "kvtier-router stopped before the daemon answered whole"};
   auto sessions = std::move(sessions_);
-  for (auto& [raw, session] : sessions) session->close();
+  for (auto& [raw, session] : sessions) session->stop(answer);
+  front_.stop();
   auto http_connections = http_connections_;
   for (auto& [raw, connection] : http_connections) connection->stop();
   router_.stop();

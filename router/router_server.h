@@ -4,9 +4,20 @@
 // ClientSession) or HTTP (told by its first byte, served by the HttpFront);
 // the optional TCP listener (--http-listen, kvtierd's http_listen rules: an
 // API key beyond loopback, asked of HTTP as a Bearer token and of JSON-RPC
-// by `auth`), which serves both the same way; max_connections over all;
-// and SIGINT/SIGTERM or `shutdown`, which close every connection
-// (cancelling their requests on the daemons) and stop; the daemons go on.
+// by `auth`), which serves both the same way; max_connections over all; and
+// the signals, as kvtierd takes them (daemon/server.h):
+//
+//  - SIGINT, SIGTERM or `shutdown` stop the router in two phases, the
+//    daemons going on. 1. drain: stop accepting and remove the socket file;
+//    a new request on an open connection is refused (kShuttingDown, HTTP
+//    503: Router::drain) while those in flight on daemons go on, for at
+//    most drain_timeout seconds; open connections stay usable meanwhile. A
+//    second SIGINT/SIGTERM ends the drain at once. 2. stop: close every
+//    connection (which cancels its requests still running on the daemons)
+//    and the daemon links; io_context::run() returns for lack of work.
+//  - SIGHUP: the router has no config file to read again; it says so and
+//    goes on (without a handler SIGHUP would kill it).
+//  - SIGPIPE is ignored (main): a write to a peer gone is an error code.
 //
 // Thread-safety: everything on the io_context's thread.
 #pragma once
@@ -29,6 +40,7 @@ namespace kvtier::router {
 struct RouterServerOptions {
   std::string socket_path;
   int max_connections = 1024;
+  double drain_timeout = 10;  // --drain-timeout, as kvtierd's drain_timeout
   SessionLimits session;
   HttpFrontOptions http;
   std::optional<daemon::http::ListenSpec> http_listen;  // none: the Unix socket only
@@ -44,9 +56,16 @@ class RouterServer {
   std::expected<void, std::string> listen();
   // Starts accepting and the daemon links, and watches the signals.
   void start();
+  // Begins the drain (phase 1 above). Idempotent.
   void stop();
 
  private:
+  void wait_signal();
+  // Ends the drain when the router has no request left on a daemon, or
+  // drain_timeout has passed; checked every kDrainPoll.
+  void wait_drained();
+  // Phase 2: closes everything. Idempotent.
+  void finish_stop(const std::string& why);
   void accept();
   void accept_tcp();
   int connections() const { return static_cast<int>(sessions_.size() + http_connections_.size()); }
@@ -65,10 +84,13 @@ class RouterServer {
   asio::ip::tcp::acceptor tcp_acceptor_;
   asio::signal_set signals_;
   asio::steady_timer shutdown_timer_;
+  asio::steady_timer drain_timer_;
+  std::chrono::steady_clock::time_point drain_deadline_{};
   std::unordered_map<ClientSession*, std::shared_ptr<ClientSession>> sessions_;
   std::unordered_map<daemon::http::Connection*, std::shared_ptr<daemon::http::Connection>>
       http_connections_;
   bool owns_socket_file_ = false;
+  bool stopping_ = false;  // draining or stopped
   bool stopped_ = false;
 };
 

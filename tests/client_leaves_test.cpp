@@ -143,18 +143,6 @@ long cancelled(const json& stats) { return stats.value("requests_cancelled", 0L)
          << r.log();
 }
 
-// The daemon is stopped (SIGSTOP) until the object goes (SIGCONT).
-class Stopped {
- public:
-  explicit Stopped(const Daemon& d) : pid_(d.pid()) { EXPECT_EQ(::kill(pid_, SIGSTOP), 0); }
-  ~Stopped() { ::kill(pid_, SIGCONT); }
-  Stopped(const Stopped&) = delete;
-  Stopped& operator=(const Stopped&) = delete;
-
- private:
-  pid_t pid_;
-};
-
 const char* name(Door door) { return door == Door::kJsonRpc ? "JSON-RPC" : "HTTP"; }
 
 // The three stages on `socket`, kvtierd's own or a router's in front of
@@ -165,7 +153,7 @@ void leave_at_every_stage(const std::string& socket, Door door, Daemon& daemon,
   {
     SCOPED_TRACE(std::string(name(door)) + ": before the daemon answers");
     {
-      const Stopped stopped(daemon);
+      const Stopped stopped(daemon.pid());
       Streamed s(socket, door, kLongTokens);
       std::this_thread::sleep_for(100ms);  // on its way, at most; the daemon cannot answer
       s.leave();
@@ -235,7 +223,7 @@ TEST_P(ClientLeavesTest, TheRouterLivesOnWhenAClientLeavesDuringARetry) {
   {
     SCOPED_TRACE(std::string(name(door)) + ": retried, before the second daemon answers");
     {
-      const Stopped stopped(d);
+      const Stopped stopped(d.pid());
       Streamed s(r.socket_path(), door, kLongTokens);
       // On the real daemon once the router counts it there.
       r.wait_for(1, [](const json& daemon) { return daemon["pending"] == 1; });

@@ -10,6 +10,7 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -316,6 +317,19 @@ class Daemon {
   std::string socket_path_;
   std::string log_path_;
   util::ChildProcess child_;  // last: killed and reaped before its folder goes
+};
+
+// A process stopped (SIGSTOP) until the object goes (SIGCONT): a daemon
+// that holds what it is sent without answering, mid-request.
+class Stopped {
+ public:
+  explicit Stopped(pid_t pid) : pid_(pid) { EXPECT_EQ(::kill(pid_, SIGSTOP), 0); }
+  ~Stopped() { ::kill(pid_, SIGCONT); }
+  Stopped(const Stopped&) = delete;
+  Stopped& operator=(const Stopped&) = delete;
+
+ private:
+  pid_t pid_;
 };
 
 inline ::testing::AssertionResult exited_zero(std::optional<int> status) {

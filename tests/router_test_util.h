@@ -41,8 +41,11 @@ class RouterProcess {
   const std::filesystem::path& dir() const { return dir_.path(); }
   std::string log() const { return test_util::read_file(log_path_); }
   pid_t pid() const { return child_.pid(); }
-  // Whether it has exited (or never started); its wait status then.
-  std::optional<int> exit_status() { return child_.wait(0ms); }
+  // Its wait status once it has exited, waiting up to `timeout` for that
+  // (zero: only looks); nullopt while it runs.
+  std::optional<int> exit_status(std::chrono::milliseconds timeout = 0ms) {
+    return child_.wait(timeout);
+  }
 
   // The router's `fleet` answer; null when it did not give one.
   json fleet() const {
