@@ -12,8 +12,8 @@
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <vector>
 
+#include "fuzz/fuzz_defaults.h"
 #include "fuzz/protocol_fuzz_gen.h"
 #include "fuzz/protocol_fuzz_one.h"
 
@@ -25,21 +25,10 @@ extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, st
 // the start (-len_control=0: libFuzzer's length control would otherwise
 // cap the mutator's max_size at a few bytes for the first minutes).
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  static std::vector<std::string> added;
-  static std::vector<char*> args;
-  args.assign(*argv, *argv + *argc);
-  auto given = [&](std::string_view flag) {
-    return std::any_of(args.begin(), args.end(),
-                       [&](const char* a) { return std::string_view(a).starts_with(flag); });
-  };
-  if (!given("-max_len=")) {
-    added.push_back("-max_len=" + std::to_string(kvtier::daemon::kProtocolFuzzMaxLineBytes + 1));
-  }
-  if (!given("-len_control=")) added.push_back("-len_control=0");
-  for (std::string& flag : added) args.push_back(flag.data());
-  *argc = static_cast<int>(args.size());
-  args.push_back(nullptr);  // argv[argc] is null, as main's is
-  *argv = args.data();
+  kvtier::fuzz::add_default_flags(
+      argc, argv,
+      {"-max_len=" + std::to_string(kvtier::daemon::kProtocolFuzzMaxLineBytes + 1),
+       "-len_control=0"});
   return 0;
 }
 

@@ -58,6 +58,8 @@ class RouterServer {
   void start();
   // Begins the drain (phase 1 above). Idempotent.
   void stop();
+  // Client connections open now, JSON-RPC and HTTP.
+  int connections() const { return static_cast<int>(sessions_.size() + http_connections_.size()); }
 
  private:
   void wait_signal();
@@ -68,7 +70,6 @@ class RouterServer {
   void finish_stop(const std::string& why);
   void accept();
   void accept_tcp();
-  int connections() const { return static_cast<int>(sessions_.size() + http_connections_.size()); }
   // Whether one more connection fits max_connections; logs when not.
   bool room_for_one_more();
   // Serves a connection (JSON-RPC, or HTTP by its first byte): `peer` on
