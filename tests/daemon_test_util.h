@@ -117,15 +117,16 @@ class Client {
     }
   }
 
-  // Whatever bytes arrive next (at least one; those already read past a
-  // line first), unframed; nullopt on timeout or EOF.
-  std::optional<std::string> read_raw(std::chrono::steady_clock::duration timeout = kTimeout) {
+  // Whatever bytes arrive next (at least one, at most `max_bytes`; those
+  // already read past a line first), unframed; nullopt on timeout or EOF.
+  std::optional<std::string> read_raw(std::chrono::steady_clock::duration timeout = kTimeout,
+                                      std::size_t max_bytes = 65536) {
     if (!buf_.empty()) return std::exchange(buf_, std::string());
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
     pollfd p{fd_, POLLIN, 0};
     if (ms <= 0 || ::poll(&p, 1, static_cast<int>(ms)) <= 0) return std::nullopt;
     char chunk[65536];
-    const ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
+    const ssize_t n = ::recv(fd_, chunk, std::min(sizeof(chunk), max_bytes), 0);
     if (n <= 0) return std::nullopt;
     return std::string(chunk, static_cast<std::size_t>(n));
   }
