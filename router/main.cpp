@@ -61,14 +61,14 @@ int serve(int argc, char** argv) {
                  "the daemons' model folder (the router reads its config and tokenizer)")
       ->capture_default_str();
   app.add_option("--max-connections", o.max_connections, "client connections open at once")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(CLI::Range(1, 65536))
       ->capture_default_str();
   app.add_option("--max-line-bytes", o.session.max_line_bytes, "the longest request line")
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30))
       ->capture_default_str();
   app.add_option("--max-output-bytes", o.session.max_output_bytes,
                  "reply bytes queued for a client before it is dropped")
-      ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 32))
+      ->check(CLI::Range(std::size_t{4096}, std::size_t{1} << 30))
       ->capture_default_str();
   app.add_option("--http-listen", http_listen,
                  "also serve HTTP and JSON-RPC on TCP: PORT (loopback) or HOST:PORT, as kvtierd's "
