@@ -16,9 +16,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
+#include "daemon/config.h"
+#include "daemon/config_file.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -163,6 +166,60 @@ TEST(SystemdUnitsTest, KvtierdAcceptsTheConfigOfEachWayOfRunning) {
   }
   // And --check-config can fail: a value out of range.
   EXPECT_EQ(check("bad", "max-batch-size = -1\n").status, 78);
+}
+
+// The shipped kvtierd.toml says it carries every setting, the commented
+// values being the defaults: each row of the settings table has its line,
+// and a commented value, read as the file would be, is the row's default.
+// socket has none (the service passes --socket), model's lines name the
+// installed models (its default is found at start), and a line the file
+// sets (l3-path) is the service's choice, not a default.
+TEST(SystemdUnitsTest, TheShippedConfigCarriesEverySettingAtItsDefault) {
+  const std::string shipped = test_util::read_file(kSourceUnits / "kvtierd.toml");
+  ASSERT_FALSE(shipped.empty());
+  struct Line {
+    std::string value;  // TOML, its trailing comment cut
+    bool commented = false;
+  };
+  std::map<std::string, Line> lines;  // by key, the first line of each
+  std::istringstream in(shipped);
+  for (std::string text; std::getline(in, text);) {
+    Line line;
+    if (text.starts_with("# ")) {
+      text.erase(0, 2);
+      line.commented = true;
+    }
+    const std::size_t eq = text.find(" = ");
+    if (eq == std::string::npos ||
+        text.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != eq)
+      continue;
+    std::string value = text.substr(eq + 3);
+    bool quoted = false;
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      if (value[i] == '"') quoted = !quoted;
+      if (value[i] == '#' && !quoted) value.resize(i);
+    }
+    while (!value.empty() && value.back() == ' ') value.pop_back();
+    line.value = value;
+    lines.emplace(text.substr(0, eq), line);
+  }
+  test_util::TempDir dir;
+  for (const daemon::Setting& s : daemon::settings()) {
+    if (std::string(s.name) == "socket") continue;
+    const std::string key = daemon::setting_flag(s).substr(2);
+    const auto it = lines.find(key);
+    if (it == lines.end()) {
+      ADD_FAILURE() << key << " is not in kvtierd.toml";
+      continue;
+    }
+    if (s.default_found_at_start || !it->second.commented) continue;
+    const fs::path file = dir.write("one.toml", key + " = " + it->second.value + "\n");
+    daemon::DaemonConfig read;
+    const auto applied = daemon::config_file_apply(file.string(), read);
+    ASSERT_TRUE(applied.has_value()) << key << ": " << applied.error();
+    EXPECT_EQ(s.get(read), s.get(daemon::DaemonConfig{}))
+        << "kvtierd.toml's " << key << " = " << it->second.value << " is not the default";
+  }
 }
 
 // The sandbox the daemon's start-up checks describe is the unit's: what
