@@ -1,6 +1,7 @@
-// A store of fixed-size blocks under their keys: what every tier below L1
-// is to the cache (the shape of LevelDB's Cache, LMCache's storage backends
-// and vLLM's offloading managers, in our words). The cache keeps its own map
+// A store of fixed-size blocks under their keys: what L3 and the remote
+// tier are to the cache (the shape of LevelDB's Cache, LMCache's storage
+// backends and vLLM's offloading managers, in our words). L2 is not one: it
+// is addressed by slot, its owner choosing what stays (l2_store.h). The cache keeps its own map
 // of which block is where; a store keeps bytes, the owner's metadata, and
 // its own room.
 //

@@ -6,12 +6,13 @@
 // what reached its destination is unknown.
 //
 // Unlike a BlockStore, L2 is addressed by slot: the owner's placement policy
-// chooses which blocks stay (its LRU over every tier, engine/
-// placement_policy.h), so this store keeps the room (slots()) and the moves,
-// and the owner keeps the map of which block is where. A move's key only
-// comes back in its completion. Single moves the owner must wait for anyway
-// (a demotion, a swap stash) it makes on its own thread, through slots();
-// many at once it queues here and waits for (start(), poll()).
+// chooses which blocks stay (its LRU over every tier, the engine's
+// engine/cache/placement_policy.h), so this store keeps the room (slots())
+// and the moves, and the owner keeps the map of which block is where. A
+// move's key only comes back in its completion. Single moves the owner
+// must wait for anyway (a demotion, a swap stash) it makes on its own
+// thread, through slots(); many at once it queues here and waits for
+// (start(), poll()).
 //
 // Moves run on the block mover (tiers/block_mover.h): on the device's copy
 // queue as plain copies once use_queue() gave one, on the copy worker
