@@ -117,10 +117,14 @@ class RouterFuzz {
   }
 
   ~RouterFuzz() {
-    server_.reset();  // stops: closes what is left
+    // Everything stops first, and its handlers run while it is still
+    // there (each captures its owner); only then does it go.
+    server_->stop();  // no request is left: it stops at once
+    for (const auto& d : daemons_) d->close();
+    settle();
+    server_.reset();
     router_.reset();
     daemons_.clear();
-    io_.poll();
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }

@@ -56,6 +56,13 @@ class StandInDaemon {
 
   int request_connections() const { return *request_connections_; }
 
+  // Stops accepting; the owner then runs the io_context until the aborted
+  // accept has run, before it destroys this.
+  void close() {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+  }
+
  private:
   using Socket = boost::asio::local::stream_protocol::socket;
   using json = nlohmann::json;
