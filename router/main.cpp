@@ -82,7 +82,7 @@ int serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--drain-timeout", o.drain_timeout,
                  "seconds a stopping router (SIGTERM, `shutdown`) lets requests in flight finish; "
-                 "0 closes their connections at once")
+                 "0 ends them at once (an error answer; cancelled on their daemons)")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   app.add_option("--log-level", log_level, "error, warning, info or debug")->capture_default_str();

@@ -106,8 +106,8 @@ void RouterServer::wait_drained() {
   if (router_.in_flight() == 0) return finish_stop("every request finished");
   if (std::chrono::steady_clock::now() >= drain_deadline_)
     return finish_stop(
-        "drain_timeout passed; closing the connections of the requests still running (which "
-        "cancels them on their daemons)");
+        "drain_timeout passed; the requests still running are answered here and cancelled on "
+        "their daemons");
   drain_timer_.expires_after(kDrainPoll);
   drain_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) wait_drained();
