@@ -10,7 +10,7 @@ namespace kvtier::bench {
 namespace {
 
 // RequestRecord::hit_tier's values.
-const char* hit_name(int hit) { return hit == 0 ? "miss" : kTierNames[hit - 1]; }
+const char* hit_name(int hit) { return hit == 0 ? "miss" : kTierNames[hit - 1].name; }
 
 std::string fixed(double v, int digits) {
   if (v < 0) return "";
@@ -71,7 +71,7 @@ Summary summarize(const LoadResult& r) {
   s.lost = r.lost();
   s.failed = r.failed();
   s.elapsed_s = r.elapsed_s;
-  std::vector<double> ttft, queue, speed, by_hit[kTiers + 1];
+  std::vector<double> ttft, queue, speed, by_hit[kNumTiers + 1];
   long tokens = 0;
   for (const auto& q : r.records) {
     if (!q.ok()) {
@@ -85,13 +85,13 @@ Summary summarize(const LoadResult& r) {
     speed.push_back(q.tokens_per_s());
     by_hit[q.hit_tier()].push_back(q.ttft_ms());
     s.prompt_tokens += q.prompt_tokens;
-    for (int t = 0; t < kTiers; ++t) s.cached_tokens[t] += q.cached[t];
+    for (int t = 0; t < kNumTiers; ++t) s.cached_tokens[t] += q.cached[t];
   }
   s.ttft = distribution(ttft);
   s.queue = distribution(queue);
   s.decode_tok_s = distribution(speed);
-  for (int h = 0; h <= kTiers; ++h) s.ttft_by_hit[h] = distribution(by_hit[h]);
-  for (int t = 0; t < kTiers; ++t)
+  for (int h = 0; h <= kNumTiers; ++h) s.ttft_by_hit[h] = distribution(by_hit[h]);
+  for (int t = 0; t < kNumTiers; ++t)
     s.token_hit_rate[t] =
         s.prompt_tokens > 0 ? static_cast<double>(s.cached_tokens[t]) / s.prompt_tokens : 0;
   if (s.elapsed_s > 0) {
@@ -131,7 +131,7 @@ void print_comparison(const std::vector<std::pair<std::string, Summary>>& runs, 
   row("queue mean ms", [](const Summary& s) { return ms(s.queue, &Distribution::mean); });
   row("decode tok/s/request p50",
       [](const Summary& s) { return ms(s.decode_tok_s, &Distribution::p50); });
-  for (int h = 0; h <= kTiers; ++h) {
+  for (int h = 0; h <= kNumTiers; ++h) {
     const std::string name = std::string("TTFT ") + hit_name(h) + " n mean/p50/p99";
     row(name, [h](const Summary& s) {
       const Distribution& d = s.ttft_by_hit[h];
@@ -147,19 +147,19 @@ void print_comparison(const std::vector<std::pair<std::string, Summary>>& runs, 
   row("preemptions (swapped)", [](const Summary& s) {
     return std::to_string(s.daemon.preemptions) + " (" + std::to_string(s.daemon.swapped_out) + ")";
   });
-  for (int t = 0; t < kTiers; ++t) {
-    row(std::string(kTierLabels[t]) + " hit, prompt tokens",
+  for (int t = 0; t < kNumTiers; ++t) {
+    row(std::string(kTierNames[t].label) + " hit, prompt tokens",
         [t](const Summary& s) { return pct(s.token_hit_rate[t]); });
   }
   // The daemon's own counts, beside the rates from the answers above.
-  for (int t = 0; t < kTiers; ++t) {
-    row(std::string(kTierLabels[t]) + " hit blocks (stats)", [t](const Summary& s) {
+  for (int t = 0; t < kNumTiers; ++t) {
+    row(std::string(kTierNames[t].label) + " hit blocks (stats)", [t](const Summary& s) {
       return s.has_cache_stats && s.daemon.tier[t].present ? std::to_string(s.daemon.tier[t].hits)
                                                            : std::string("-");
     });
   }
   for (int t = 1; t < 3; ++t) {  // the remote tier is written, not demoted into
-    row(std::string("demotions into ") + kTierLabels[t], [t](const Summary& s) {
+    row(std::string("demotions into ") + kTierNames[t].label, [t](const Summary& s) {
       return s.daemon.tier[t].present ? std::to_string(s.daemon.tier[t].demotions)
                                       : std::string("-");
     });
@@ -221,9 +221,11 @@ bool write_stats_csv(const std::string& path, const LoadResult& result) {
   }
   f << "t_s,waiting,running,pending,blocks_used,blocks_free,preemptions,recomputed_tokens,"
        "swapped_out,requests_completed,tokens_generated,tokens_per_s,completed_per_s";
-  for (const char* t : kTierNames)
+  for (const TierNames& tier : kTierNames) {
+    const char* t = tier.name;
     f << ',' << t << "_used," << t << "_capacity," << t << "_hits," << t << "_demotions," << t
       << "_promotions," << t << "_dropped," << t << "_hit_rate";
+  }
   f << ",missed_blocks,cache_nodes,rss_kb\n";
   StatsView prev = view_stats(result.stats_before);
   double prev_t = 0;
@@ -235,7 +237,7 @@ bool write_stats_csv(const std::string& path, const LoadResult& result) {
       << v.blocks_used << ',' << v.blocks_free << ',' << v.preemptions << ',' << v.recomputed_tokens
       << ',' << v.swapped_out << ',' << v.completed << ',' << v.tokens_generated << ','
       << fixed(d.tokens_generated / dt, 1) << ',' << fixed(d.completed / dt, 2);
-    for (int t = 0; t < kTiers; ++t) {
+    for (int t = 0; t < kNumTiers; ++t) {
       const TierFigures& x = v.tier[t];
       f << ',' << x.used << ',' << x.capacity << ',' << x.hits << ',' << x.demotions << ','
         << x.promotions << ',' << x.dropped << ',' << fixed(d.hit_rate(t), 4);
@@ -264,14 +266,15 @@ bool write_config_csv(const std::string& path, const LoadOptions& o, const LoadR
                                    {"daemons", std::to_string(o.sockets.size())},
                                    {"duration_s", fixed(o.duration_s, 0)},
                                    {"seed", std::to_string(o.seed)}});
-  long capacity[kTiers] = {};
+  PerTier<long> capacity;
   for (const auto& sample : result.samples) {
     const StatsView v = view_stats(sample.stats);
-    for (int t = 0; t < kTiers; ++t) capacity[t] = std::max(capacity[t], v.tier[t].capacity);
+    for (int t = 0; t < kNumTiers; ++t) capacity[t] = std::max(capacity[t], v.tier[t].capacity);
   }
-  for (int t = 0; t < kTiers; ++t)
+  for (int t = 0; t < kNumTiers; ++t)
     if (capacity[t] > 0)
-      settings.emplace_back(std::string(kTierNames[t]) + "_blocks", std::to_string(capacity[t]));
+      settings.emplace_back(std::string(kTierNames[t].name) + "_blocks",
+                            std::to_string(capacity[t]));
   f << "key,value\n";
   for (auto [key, value] : settings) {
     std::replace_if(

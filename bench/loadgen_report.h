@@ -27,11 +27,11 @@ struct Summary {
   double requests_per_s = 0, tokens_per_s = 0;  // completed requests / generated tokens
   Distribution ttft, queue, decode_tok_s;
   // By the deepest tier that served the prompt (RequestRecord::hit_tier).
-  Distribution ttft_by_hit[kTiers + 1];
+  Distribution ttft_by_hit[kNumTiers + 1];
   long prompt_tokens = 0;
-  long cached_tokens[kTiers] = {};
-  double token_hit_rate[kTiers] = {};  // cached_tokens[t] / prompt_tokens
-  long prefilled_tokens() const;       // prompt tokens no tier had
+  PerTier<long> cached_tokens;
+  PerTier<double> token_hit_rate;  // cached_tokens[t] / prompt_tokens
+  long prefilled_tokens() const;   // prompt tokens no tier had
   bool has_cache_stats = false;
   StatsView daemon;  // the run's own share of the daemon's counters
   long peak_rss_kb = -1;

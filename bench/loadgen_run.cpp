@@ -44,10 +44,10 @@ double RequestRecord::tokens_per_s() const {
   return (completion_tokens - 1) / (done_s - first_token_s);
 }
 
-int RequestRecord::cached_total() const { return std::accumulate(cached.begin(), cached.end(), 0); }
+int RequestRecord::cached_total() const { return cached.total(); }
 
 int RequestRecord::hit_tier() const {
-  for (int t = kTiers - 1; t >= 0; --t)
+  for (int t = kNumTiers - 1; t >= 0; --t)
     if (cached[t] > 0) return t + 1;
   return 0;
 }
@@ -382,10 +382,10 @@ class Runner {
       std::lock_guard lock(poll_mu_);
       const StatsView v = view_stats(last_stats_);
       if (v.blocks_used >= 0) tiers = " | kv " + std::to_string(v.blocks_used) + " blk";
-      for (int i = 0; i < kTiers; ++i)
+      for (int i = 0; i < kNumTiers; ++i)
         if (v.tier[i].present && v.tier[i].used >= 0 && v.tier[i].capacity > 0)
-          tiers += " " + std::string(kTierLabels[i]) + " " + std::to_string(v.tier[i].used) + "/" +
-                   std::to_string(v.tier[i].capacity);
+          tiers += " " + std::string(kTierNames[i].label) + " " + std::to_string(v.tier[i].used) +
+                   "/" + std::to_string(v.tier[i].capacity);
     }
     std::fprintf(stderr,
                  "%s%s[%5.0fs/%.0fs] arrived %ld done %ld errors %ld in flight %d backlog %zu "

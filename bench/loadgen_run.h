@@ -53,7 +53,7 @@ struct RequestRecord {
   // The daemon's own timings (ms, from its submission); -1 = absent.
   double queue_ms = -1, daemon_ttft_ms = -1, total_ms = -1;
   int prompt_tokens = 0, completion_tokens = 0;
-  std::array<int, kTiers> cached{};  // cached_tokens by tier (kTierNames); zeros when absent
+  TierCounts cached;  // cached_tokens by tier; zeros when absent
   std::string finish_reason;
   std::string error;  // empty = answered with a result
   std::vector<int> tokens;

@@ -17,9 +17,9 @@ long first_number(const json& j, std::initializer_list<const char*> names, long 
 
 // The object describing tier t (0 = L1) inside `cache`, or null.
 const json* tier_object(const json& cache, int t) {
-  const char* name = kTierNames[t];
+  const char* name = kTierNames[t].name;
   if (auto it = cache.find(name); it != cache.end() && it->is_object()) return &*it;
-  if (auto it = cache.find(kTierLabels[t]); it != cache.end() && it->is_object()) return &*it;
+  if (auto it = cache.find(kTierNames[t].label); it != cache.end() && it->is_object()) return &*it;
   for (const char* list : {"tiers", "tier"}) {
     auto it = cache.find(list);
     if (it == cache.end()) continue;
@@ -90,7 +90,7 @@ StatsView view_stats(const json& s) {
   v.has_cache = true;
   v.missed_blocks = first_number(*cache, {"missed_blocks", "misses", "miss_blocks"}, 0);
   v.cache_nodes = first_number(*cache, {"nodes"}, -1);
-  for (int t = 0; t < kTiers; ++t) {
+  for (int t = 0; t < kNumTiers; ++t) {
     const json* o = tier_object(*cache, t);
     if (!o) continue;
     TierFigures& f = v.tier[t];
@@ -116,7 +116,7 @@ StatsView stats_delta(const StatsView& a, const StatsView& b) {
   d.failed -= a.failed;
   d.tokens_generated -= a.tokens_generated;
   d.missed_blocks -= a.missed_blocks;
-  for (int t = 0; t < kTiers; ++t) {
+  for (int t = 0; t < kNumTiers; ++t) {
     d.tier[t].hits -= a.tier[t].hits;
     d.tier[t].demotions -= a.tier[t].demotions;
     d.tier[t].promotions -= a.tier[t].promotions;

@@ -5,18 +5,16 @@
 // sizes, 0 for counters.
 #pragma once
 
-#include <array>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "engine/cache/tier.h"
+
 namespace kvtier::bench {
 
-// The tiers, fastest first: as `stats.cache.tiers` and `cached_tokens` name
-// them, and as tables print them.
-inline constexpr int kTiers = 4;
-inline constexpr std::array<const char*, kTiers> kTierNames = {"l1", "l2", "l3", "remote"};
-inline constexpr std::array<const char*, kTiers> kTierLabels = {"L1", "L2", "L3", "remote"};
-inline constexpr int kRemoteTier = 3;  // its index
+// The tiers are the engine's (engine/cache/tier.h): kNumTiers of them,
+// fastest first, named as `stats.cache` and `cached_tokens` name them
+// (kTierNames' name) and labelled as tables print them (its label).
 
 struct TierFigures {
   bool present = false;
@@ -34,7 +32,7 @@ struct StatsView {
   long preemptions = 0, recomputed_tokens = 0, swapped_out = 0;
   long submitted = 0, completed = 0, cancelled = 0, failed = 0, tokens_generated = 0;
   bool has_cache = false;
-  TierFigures tier[kTiers];
+  PerTier<TierFigures> tier;
   long missed_blocks = 0;
   long cache_nodes = -1;  // blocks in the radix tree (stats.cache.nodes), -1 if absent
 

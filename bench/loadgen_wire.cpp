@@ -18,15 +18,15 @@ double number_or(const json& j, const char* key, double fallback) {
 // cached_tokens (JSON-RPC) or usage.kvtier_cached_tokens (HTTP) by tier:
 // {"l1":..,"l2":..,"l3":..,"remote":..}, or [l1, l2, ...], or one total
 // (counted as L1); zeros when absent.
-std::array<int, kTiers> parse_cached(const json* it) {
-  std::array<int, kTiers> out{};
+TierCounts parse_cached(const json* it) {
+  TierCounts out{};
   if (it == nullptr) return out;
   if (it->is_object()) {
-    for (int t = 0; t < kTiers; ++t)
-      if (auto v = it->find(kTierNames[t]); v != it->end() && v->is_number())
+    for (int t = 0; t < kNumTiers; ++t)
+      if (auto v = it->find(kTierNames[t].name); v != it->end() && v->is_number())
         out[t] = v->get<int>();
   } else if (it->is_array()) {
-    for (int t = 0; t < kTiers && t < static_cast<int>(it->size()); ++t)
+    for (int t = 0; t < kNumTiers && t < static_cast<int>(it->size()); ++t)
       if ((*it)[t].is_number()) out[t] = (*it)[t].get<int>();
   } else if (it->is_number()) {
     out[0] = it->get<int>();

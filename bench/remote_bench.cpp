@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   const std::vector<int> prompt = random_tokens(1024, config.vocab_size, 11);
   double best[3] = {1e9, 1e9, 1e9};
   int first[3] = {-1, -1, -1};
-  const char* names[3] = {"remote", "L3", "cold"};
+  const char* names[3] = {label(Tier::kRemote), label(Tier::kL3), "cold"};
   for (int which = 0; which < 2; ++which) {
     auto made = Scheduler::create(model, nullptr, which == 0 ? remote : l3);
     if (!made) {

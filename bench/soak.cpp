@@ -209,7 +209,7 @@ Check check_cold(const SoakOptions& o, const std::vector<std::string>& sockets, 
                  bool remote_hits) {
   std::vector<const RequestRecord*> pool;
   for (const auto& q : r.records)
-    if (q.ok() && (remote_hits ? q.cached[kRemoteTier] > 0 : q.cached_total() > 0))
+    if (q.ok() && (remote_hits ? q.cached[kvtier::Tier::kRemote] > 0 : q.cached_total() > 0))
       pool.push_back(&q);
   if (remote_hits && pool.empty())
     return {"cold", Check::kFail, "no answer was served from the remote tier"};

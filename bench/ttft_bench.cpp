@@ -291,9 +291,9 @@ void tiers_table(const Options& o, const std::string& name, std::vector<std::str
   const json config = d->call("config.get");
   std::printf("\n== tiers, kvtierd %s (token_budget %d, mixed_prefill_tokens %d)\n", name.c_str(),
               in_force(config, "token_budget"), in_force(config, "mixed_prefill_tokens"));
-  const std::vector<std::string> where = remote
-                                             ? std::vector<std::string>{"l1", "l2", "l3", "remote"}
-                                             : std::vector<std::string>{"l1", "l2", "l3"};
+  std::vector<std::string> where;  // every tier, the remote one only with it
+  for (int t = 0; t < kNumTiers; ++t)
+    if (remote || static_cast<Tier>(t) != Tier::kRemote) where.emplace_back(kTierNames[t].name);
   std::map<std::string, std::vector<double>> ttft;
   std::map<std::string, std::vector<int>> cached;
   bool all_faster = true;
@@ -304,14 +304,12 @@ void tiers_table(const Options& o, const std::string& name, std::vector<std::str
     p.insert(p.end(), tail.begin(), tail.end());
     (void)d->generate(p);  // the prefix in L1 (and written through where the tiers do)
     std::map<std::string, double> round;
-    for (const std::string& t : where) {
-      // Down to the tier: each flush moves what the next tier can keep.
-      const std::vector<std::string> above = t == "l1"   ? std::vector<std::string>{}
-                                             : t == "l2" ? std::vector<std::string>{"l1"}
-                                             : t == "l3"
-                                                 ? std::vector<std::string>{"l1", "l2"}
-                                                 : std::vector<std::string>{"l1", "l2", "l3"};
-      for (const std::string& f : above) (void)d->call("cache.flush", {{"tier", f}});
+    for (std::size_t i = 0; i < where.size(); ++i) {
+      const std::string& t = where[i];
+      // Down to the tier: each flush of a tier above it moves what the next
+      // tier can keep.
+      for (std::size_t above = 0; above < i; ++above)
+        (void)d->call("cache.flush", {{"tier", where[above]}});
       const json result = d->generate(p);
       round[t] = Daemon::ttft_ms(result);
       ttft[t].push_back(round[t]);

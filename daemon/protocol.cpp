@@ -300,8 +300,9 @@ std::expected<CachePromptParams, RpcError> cache_prompt_params_parse(const json&
 }
 
 std::expected<std::vector<Tier>, RpcError> cache_flush_params_parse(const json& params) {
-  const RpcError usage = invalid_params(
-      "cache.flush takes {\"tier\": \"l1\" | \"l2\" | \"l3\" | \"remote\" | \"all\"}");
+  std::string names;  // every tier's, from the one table
+  for (const TierNames& t : kTierNames) names += "\"" + std::string(t.name) + "\" | ";
+  const RpcError usage = invalid_params("cache.flush takes {\"tier\": " + names + "\"all\"}");
   if (!params.is_object() || params.size() != 1 || !params.contains("tier") ||
       !params["tier"].is_string()) {
     return std::unexpected(usage);

@@ -127,7 +127,7 @@ struct CachePromptParams {
 std::expected<CachePromptParams, RpcError> cache_prompt_params_parse(const nlohmann::json& params,
                                                                      std::string_view method);
 
-// `cache.flush`'s {"tier": "l1" | "l2" | "l3" | "all"}: the tiers to flush,
+// `cache.flush`'s {"tier": a tier's name (kTierNames) | "all"}: the tiers to flush,
 // in the order to flush them.
 std::expected<std::vector<Tier>, RpcError> cache_flush_params_parse(const nlohmann::json& params);
 

@@ -38,6 +38,7 @@
 
 #include "daemon/line_framer.h"
 #include "daemon/write_queue.h"
+#include "engine/cache/tier.h"
 #include "engine/model/model_config.h"
 
 namespace kvtier::router {
@@ -159,7 +160,8 @@ class StandInDaemon {
                        {"blocks", json::array()}});
       if (method == "stats") return answer({{"pending", 0}, {"backlog_rows", 0}});
       carries_requests();
-      const json cached = {{"l1", 0}, {"l2", 0}, {"l3", 0}, {"remote", 0}};
+      json cached = json::object();
+      for (const TierNames& t : kTierNames) cached[t.name] = 0;
       if (method == "generate") {
         if (refuses(params)) {
           return send(json{{"jsonrpc", "2.0"},
@@ -216,7 +218,7 @@ class StandInDaemon {
       const json usage = {{"prompt_tokens", 1},
                           {"completion_tokens", 1},
                           {"total_tokens", 2},
-                          {"kvtier_cached_tokens", {{"l1", 0}}}};
+                          {"kvtier_cached_tokens", {{kTierNames[0].name, 0}}}};
       if (!params.value("stream", false))
         return send(whole(200, json{{"choices", {{{"text", "a"}}}}, {"usage", usage}}.dump()));
       std::string out =

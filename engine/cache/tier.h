@@ -13,15 +13,19 @@
 //   3. its spec in store_tiers.cpp: how to open it, where it is, and its
 //      words for the start-up line;
 //   4. its settings: fields of CacheConfig and rows of the daemon's
-//      settings table (daemon/settings_table.cpp).
-// Nothing else names a tier: the daemon and kvtierctl iterate kTierNames
-// for every surface (the start-up line, `tiers`, `stats`, /metrics,
-// `kvtierctl tiers`; tests/ctl_test.cpp EveryTierShowsUpOnEverySurface).
+//      settings table (daemon/settings_table.cpp), and of docs/protocol.md's
+//      (tests/settings_doc_test.cpp holds the two together).
+// No code outside this file names the tiers or counts them
+// (tests/tier_test.cpp holds every source to that): the daemon, kvtierctl,
+// the router and the benches iterate kTierNames for every surface (the
+// start-up line, `tiers`, `stats`, `cache.flush`, /metrics, `kvtierctl
+// tiers`, the load generator's tables; tests/ctl_test.cpp
+// EveryTierShowsUpOnEverySurface).
 //
 // PerTier is the one type for "so many per tier" (blocks, tokens, hits,
-// stats) everywhere: the cache, the scheduler's cached_tokens, the
-// protocol, kvtierctl and the benches, so that a tier added here is counted
-// everywhere at once.
+// stats): in the cache, the scheduler's cached_tokens, the daemon's answers
+// (daemon/cache_methods.h), the router and the load generator
+// (bench/loadgen_*), so that a tier added here is counted there at once.
 #pragma once
 
 #include <array>
