@@ -1,14 +1,24 @@
-// What goes where in the prefix cache: the one place its placement policy
-// is written down, and the victim choice behind it. KvCache (kv_cache.h)
-// performs the moves; this class only answers which block moves next.
+// What goes where in the prefix cache: the policy written down, and the
+// victim choice behind it. KvCache (kv_cache.h) performs the moves; this
+// class answers which block moves next.
 //
 // What a change here alone can do, and what it cannot: which blocks may
-// move, be written or be dropped (the filters below: pins, holds, clean or
-// not, protection, a store's write gating) is this class's. The order among
-// them is the tree's: each tier's LRU index (radix_cache.h) is what every
-// query walks, so another order (LFU, a reuse count) is a second index in
-// RadixCache kept by RadixCache::set and touch(), and a query here that
-// walks it.
+// move or be dropped (the filters below: pins, holds, clean or not,
+// protection, which L2 blocks a store has yet to be written) is this
+// class's. Four decisions are made where the moves are, in KvCache, each
+// asking this class for its candidates:
+//  * the L2 victim cascade's order, and waiting for a store write in flight
+//    rather than dropping a block (KvCache::alloc_l2, kv_cache.cpp);
+//  * write_through: a block is written to each store as it enters the
+//    cache (KvCache::insert, kv_cache.cpp);
+//  * write_back: blocks in L2 not yet in a store are written down, up to
+//    256 writes in flight (KvCache::start_writeback, kv_cache_stores.cpp);
+//  * what a flush writes down before it lets go (KvCache::flush,
+//    kv_cache.cpp; KvCache::persist, kv_cache_stores.cpp).
+// The order among candidates is the tree's: each tier's LRU index
+// (radix_cache.h) is what every query walks, so another order (LFU, a reuse
+// count) is a second index in RadixCache kept by RadixCache::set and
+// touch(), and a query here that walks it.
 //
 // Policy:
 //  * Demotion instead of dropping: when L1 must free blocks
