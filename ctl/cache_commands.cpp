@@ -197,13 +197,16 @@ std::expected<void, CallFailure> run_tiers(RpcClient& client, bool json_out) {
   const json tiers = result->value("tiers", json::object());
   // A daemon older than `missed_blocks` in `tiers` leaves the hit rates out.
   std::cout << tier_table_text(tiers, result->value("missed_blocks", -1L));
-  // How each tier stores a block (int8: quantised, lossy, about 4x the blocks).
+  // How each tier stores a block (int8: quantised, lossy, about 4x the
+  // blocks) and what a block costs it: its slot (a daemon older than
+  // slot_bytes gives the block's bytes alone).
   std::string formats;
   for (const char* t : kTiers) {
     const json row = tiers.value(t, json::object());
+    const long slot = num(row, "slot_bytes");
     if (!formats.empty()) formats += "; ";
     formats += std::string(t) + " " + row.value("format", std::string("exact")) + " " +
-               std::to_string(num(row, "block_bytes")) + " bytes/block";
+               std::to_string(slot > 0 ? slot : num(row, "block_bytes")) + " bytes/block";
   }
   std::cout << "formats: " << formats << "\n"
             << tier_costs_text(result->value("costs", json::object()));

@@ -26,7 +26,8 @@ json tier_to_json(const TierStats& t) {
               {"transfer_mean_us", t.transfer.mean_us},
               {"transfer_p99_us", t.transfer.p99_us},
               {"format", std::string(to_string(t.format))},
-              {"block_bytes", t.block_bytes}};
+              {"block_bytes", t.block_bytes},
+              {"slot_bytes", t.slot_bytes}};
   if (!t.nodes.empty()) {
     json nodes = json::array();
     for (const tiers::NodeHealth& n : t.nodes)

@@ -548,6 +548,13 @@ TEST(KvQuantTiersDaemonTest, FormatsAreRestartOnlySettingsShownByTiers) {
   EXPECT_EQ(t["l2"]["format"], "int8");
   EXPECT_EQ(t["l3"]["format"], "int8");
   EXPECT_EQ(t["l2"]["block_bytes"], kernels::kv_quant_bytes(kLayout.shape()));
+  // What a block costs each tier: its slot, the encoding rounded up to 4 KiB
+  // in L2 and L3 (docs/tuning.md: 20,480 bytes for the bundled model).
+  const std::size_t slot = (kernels::kv_quant_bytes(kLayout.shape()) + 4095) / 4096 * 4096;
+  EXPECT_EQ(t["l1"]["slot_bytes"], kLayout.block_bytes());
+  EXPECT_EQ(t["l2"]["slot_bytes"], slot);
+  EXPECT_EQ(t["l3"]["slot_bytes"], slot);
+  EXPECT_EQ(t["remote"]["slot_bytes"], 0) << "a tier not open";
   auto refused = c->call(request(3, "config.set", {{"l2_format", "exact"}}));
   EXPECT_EQ(error_code(refused), -32602);
   EXPECT_TRUE(

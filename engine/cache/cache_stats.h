@@ -30,6 +30,8 @@ struct TierStats {
   util::LatencySummary transfer;         // demotions and promotions into or out of this tier
   KvFormat format = KvFormat::kExact;    // how this tier stores a block (L1: always exact)
   std::size_t block_bytes = 0;           // bytes a stored block takes here (before slot rounding)
+  std::size_t slot_bytes = 0;            // bytes a block costs here: its slot (L2 and L3 round
+                                         // block_bytes up to 4 KiB); 0 for a tier not open
   std::vector<tiers::NodeHealth> nodes;  // a tier on several servers (remote): each one's breaker
 };
 

@@ -27,11 +27,13 @@ CacheStats KvCache::stats() const {
   s.nodes = tree_.size();
   s.costs = costs_.costs();
   s.tier[Tier::kL1].capacity_blocks = static_cast<std::size_t>(l1_->num_blocks());
+  s.tier[Tier::kL1].slot_bytes = l1_->block_bytes();
   s.tier[Tier::kL1].used_blocks = static_cast<std::size_t>(l1_->num_blocks() - l1_->num_free());
   if (l2_) {
     const tiers::BlockPool& slots = l2_->slots();
     s.tier[Tier::kL2].capacity_blocks = static_cast<std::size_t>(slots.num_blocks());
     s.tier[Tier::kL2].used_blocks = static_cast<std::size_t>(slots.num_blocks() - slots.num_free());
+    s.tier[Tier::kL2].slot_bytes = slots.block_bytes();
   } else {
     s.tier[Tier::kL2].available = false;
   }
@@ -44,6 +46,7 @@ CacheStats KvCache::stats() const {
     const tiers::StoreStats st = store->store->stats();
     s.tier[t].capacity_blocks = st.capacity_blocks;
     s.tier[t].used_blocks = st.used_blocks;
+    s.tier[t].slot_bytes = store->store->slot_bytes();
     s.tier[t].available = st.available;
     s.tier[t].io_errors = st.io_errors;
     s.tier[t].checksum_failures = st.checksum_failures;
