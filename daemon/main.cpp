@@ -25,6 +25,7 @@
 #include "daemon/oneshot.h"
 #include "daemon/server.h"
 #include "daemon/service_checks.h"
+#include "daemon/start_checks.h"
 #include "daemon/systemd_notify.h"
 #include "engine/build_info.h"
 
@@ -45,14 +46,10 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
   log_level_set(c.log_level);
   log_info(kvtier::version_text("kvtierd") + " starting: model " + c.model_dir + ", device " +
            c.device);
-  std::optional<gid_t> socket_group;
-  if (!c.socket_group.empty()) {
-    auto gid = group_id(c.socket_group);
-    if (!gid) {
-      log_error("--socket-group: " + gid.error());
-      return kExitConfig;
-    }
-    socket_group = *gid;
+  auto plan = start_checks(c, StartCheck::kStart);  // what --check-config refuses too
+  if (!plan) {
+    log_error(plan.error());
+    return kExitConfig;
   }
 
   // A client that vanishes mid-write must cost an EPIPE, not the daemon.
@@ -63,7 +60,7 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
     log_error(activated.error());
     return 1;
   }
-  auto checks = service_checks(c, socket_group, *activated);
+  auto checks = service_checks(c, plan->socket_group, *activated);
   if (!checks) {
     log_error(checks.error());
     return kExitConfig;
@@ -81,16 +78,6 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
     }
   }
 
-  auto http_listen = http::listen_spec(c);
-  if (!http_listen) {
-    log_error(http_listen.error());
-    return kExitConfig;
-  }
-  auto chat_template = http::ChatTemplate::load(c.model_dir);
-  if (!chat_template) {
-    log_error(chat_template.error());
-    return kExitConfig;
-  }
   notify_status("loading the model from " + c.model_dir);
   auto engine = EngineLoop::create(c.model_dir, {c.scheduler, c.max_pending, c.device});
   if (!engine) {
@@ -103,10 +90,10 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
   server_options.session = {.max_output_bytes = c.max_output_bytes,
                             .daemon_uid = ::geteuid(),
                             .allow_any_uid = c.allow_any_uid};
-  server_options.socket_group = socket_group;
+  server_options.socket_group = plan->socket_group;
   server_options.activated_fd = activated->value_or(-1);
-  server_options.chat_template = std::move(*chat_template);
-  server_options.http_listen = std::move(*http_listen);
+  server_options.chat_template = std::move(plan->chat_template);
+  server_options.http_listen = std::move(plan->http_listen);
   // SIGHUP parses the same arguments again: the file as it is now, the
   // command line still winning (cli.h).
   if (!cl.config_file.empty()) {
@@ -154,6 +141,11 @@ int main(int argc, char** argv) {
   // meanwhile) must end in a message and exit 1, not an abort.
   try {
     if (cl->check_only) {
+      // What the start would refuse from the files alone (start_checks.h).
+      if (auto plan = start_checks(cl->config, StartCheck::kCheckConfig); !plan) {
+        log_error(plan.error());
+        return kExitConfig;
+      }
       std::cout << "kvtierd: the settings are valid\n";
       return 0;
     }

@@ -18,9 +18,6 @@ namespace kvtier::daemon {
 
 namespace {
 
-// Where the credentials of LoadCredential= appear for kvtierd.service.
-constexpr std::string_view kCredentials = "/run/credentials/kvtierd.service/";
-
 // The family http_listen needs: "[::1]:8000" IPv6, anything else (a port,
 // an IPv4 address) IPv4.
 int listen_family(std::string_view address) {
@@ -57,9 +54,8 @@ std::optional<tiers::RedisAddress> remote_tcp_address(const std::string& remote)
   return std::nullopt;
 }
 
-// A file a setting names that this process may not read: the dynamic user
-// of kvtierd.service cannot read root's 0600 files, and LoadCredential= is
-// how systemd hands them over.
+}  // namespace
+
 std::expected<void, std::string> credential_check(const std::string& setting,
                                                   const std::string& path, const char* name) {
   if (path.empty() || ::access(path.c_str(), R_OK) == 0) return {};
@@ -79,6 +75,8 @@ std::expected<void, std::string> credential_check(const std::string& setting,
   }
   return {};  // the reader says what else is wrong, in the same words as now
 }
+
+namespace {
 
 // The group of the socket file systemd bound for kvtierd.socket.
 std::optional<gid_t> activated_socket_group(int fd) {

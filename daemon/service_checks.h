@@ -21,11 +21,23 @@
 #include <expected>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/config.h"
 
 namespace kvtier::daemon {
+
+// Where the credentials of LoadCredential= appear for kvtierd.service.
+inline constexpr std::string_view kCredentials = "/run/credentials/kvtierd.service/";
+
+// A file `setting` names that this process may not read: the dynamic user
+// of kvtierd.service cannot read root's 0600 files, and LoadCredential= is
+// how systemd hands them over (`name`, the credential's). An error says
+// how, for a file it cannot read or a credential that is not there; any
+// other trouble is the reader's to say.
+std::expected<void, std::string> credential_check(const std::string& setting,
+                                                  const std::string& path, const char* name);
 
 struct ServiceChecks {
   std::vector<std::string> warnings;  // for the log: the daemon still runs

@@ -9,6 +9,7 @@
 // names an existing executable: they point at the kvtierd just built, the
 // installed ones at a prefix that may not exist yet. No systemd runs as
 // PID 1 here, so nothing is started by systemd itself.
+#include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,8 +160,17 @@ TEST(SystemdUnitsTest, KvtierdAcceptsTheConfigOfEachWayOfRunning) {
   const Ran plain = check("plain", "");
   EXPECT_EQ(plain.status, 0) << plain.output;
   for (const DropIn& d : kDropIns) {
-    const std::string lines = toml_lines(test_util::read_file(kSourceUnits / d.file));
+    std::string lines = toml_lines(test_util::read_file(kSourceUnits / d.file));
     EXPECT_FALSE(lines.empty()) << d.file << " says no kvtierd.toml lines";
+    // --check-config refuses a socket group the machine lacks, as the start
+    // does: where the group docs/service.md has an operator make is not
+    // here, one that is (gid 0's) stands in for it.
+    const std::string wanted = "socket-group = \"kvtier\"";
+    if (const std::size_t at = lines.find(wanted);
+        at != std::string::npos && ::getgrnam("kvtier") == nullptr) {
+      if (const struct group* root = ::getgrgid(0))
+        lines.replace(at, wanted.size(), "socket-group = \"" + std::string(root->gr_name) + "\"");
+    }
     const Ran r = check(d.file, lines);
     EXPECT_EQ(r.status, 0) << d.file << ": " << lines << r.output;
   }

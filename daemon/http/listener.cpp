@@ -44,7 +44,8 @@ std::optional<ip::tcp::endpoint> tcp_endpoint_parse(const std::string& text) {
 }
 
 std::expected<std::optional<ListenSpec>, std::string> listen_spec(const std::string& listen,
-                                                                  const std::string& api_key_file) {
+                                                                  const std::string& api_key_file,
+                                                                  bool read_key) {
   if (listen.empty()) {
     if (!api_key_file.empty())
       return std::unexpected(
@@ -55,6 +56,7 @@ std::expected<std::optional<ListenSpec>, std::string> listen_spec(const std::str
   auto endpoint = endpoint_of(listen);
   if (!endpoint) return std::unexpected(endpoint.error());
   ListenSpec spec{*endpoint, {}};
+  if (!api_key_file.empty() && !read_key) return spec;
   if (!api_key_file.empty()) {
     auto key = util::read_private_file("http_api_key_file", api_key_file, kMaxKeyBytes);
     if (!key) return std::unexpected(key.error());

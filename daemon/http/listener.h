@@ -34,8 +34,12 @@ struct ListenSpec {
 // nullopt when `listen` (http_listen) is empty; an error naming the
 // setting otherwise. `api_key_file` is http_api_key_file. kvtier-router
 // takes its --http-listen and --http-api-key-file with the same rules.
+// Without `read_key` a named key file is taken as given and not read (the
+// spec's api_key stays empty): for a check made where the file cannot be,
+// a credential systemd makes at the service's start (start_checks.h).
 std::expected<std::optional<ListenSpec>, std::string> listen_spec(const std::string& listen,
-                                                                  const std::string& api_key_file);
+                                                                  const std::string& api_key_file,
+                                                                  bool read_key = true);
 inline std::expected<std::optional<ListenSpec>, std::string> listen_spec(
     const DaemonConfig& config) {
   return listen_spec(config.http_listen, config.http_api_key_file);

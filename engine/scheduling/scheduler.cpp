@@ -19,11 +19,10 @@ constexpr std::string_view kNoScores =
     "eviction 'h2o' ranks keys by attention scores, which this forward (the GPU's) does not "
     "gather; use 'window' or 'sinks', or run on the CPU";
 
-// Refuses pools the machine cannot hold, with what it has: allocating them
-// would throw, or, lazily touched, get the daemon killed once they fill up;
-// L2 is locked into memory at once. `l1_host` is 0 when L1 is not host
-// memory (a GPU's).
-std::expected<void, std::string> host_memory_check(std::uint64_t l1_host, std::uint64_t l2) {
+}  // namespace
+
+std::expected<void, std::string> Scheduler::host_memory_check(std::uint64_t l1_host,
+                                                              std::uint64_t l2) {
   const auto memory = tiers::host_memory();
   if (!memory || l1_host + l2 <= memory->available) return {};
   using util::bytes_text;
@@ -33,8 +32,6 @@ std::expected<void, std::string> host_memory_check(std::uint64_t l1_host, std::u
                          bytes_text(memory->total) +
                          " in all); lower max_kv_tokens, l1_bytes or l2_bytes");
 }
-
-}  // namespace
 
 RequestEvent Scheduler::event_for(const Request& r) {
   RequestEvent event;

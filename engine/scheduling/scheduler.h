@@ -252,6 +252,13 @@ class Scheduler {
   };
   static L1Shape l1_shape(const KvLayout& layout, const SchedulerConfig& config);
 
+  // Refuses pools the machine cannot hold, with what it has: allocating
+  // them would throw, or, lazily touched, get the daemon killed once they
+  // fill up; L2 is locked into memory at once. `l1_host` is 0 when L1 is not
+  // host memory (a GPU's). create() checks; kvtierd --check-config too.
+  static std::expected<void, std::string> host_memory_check(std::uint64_t l1_host,
+                                                            std::uint64_t l2);
+
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
   // Returns the blocks of every live request to the pool.

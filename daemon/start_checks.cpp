@@ -1,0 +1,52 @@
+#include "daemon/start_checks.h"
+
+#include <filesystem>
+
+#include "daemon/access.h"
+#include "daemon/service_checks.h"
+#include "engine/model/kv_layout.h"
+#include "engine/model/model_config.h"
+#include "engine/model/tokenizer.h"
+#include "engine/scheduling/scheduler.h"
+
+namespace kvtier::daemon {
+
+std::expected<StartPlan, std::string> start_checks(const DaemonConfig& c, StartCheck purpose) {
+  StartPlan plan;
+  if (!c.socket_group.empty()) {
+    auto gid = group_id(c.socket_group);
+    if (!gid) return std::unexpected("--socket-group: " + gid.error());
+    plan.socket_group = *gid;
+  }
+  // A credential the service has not been given says how to give it.
+  const std::string& key = c.http_api_key_file;
+  const bool credential = key.starts_with(kCredentials);
+  if (auto ok = credential_check("http_api_key_file", key, "api-key"); !ok) {
+    if (!credential || purpose == StartCheck::kStart) return std::unexpected(ok.error());
+  }
+  const bool read_key =
+      purpose == StartCheck::kStart || !credential || std::filesystem::exists(key);
+  auto listen = http::listen_spec(c.http_listen, key, read_key);
+  if (!listen) return std::unexpected(listen.error());
+  plan.http_listen = std::move(*listen);
+  // The model folder, as EngineLoop::create says it when it loads the model.
+  const std::string cannot_load = "cannot load model from " + c.model_dir + ": ";
+  auto model = ModelConfig::load(std::filesystem::path(c.model_dir) / "config.json");
+  if (!model) return std::unexpected(cannot_load + model.error());
+  if (auto tokenizer = Tokenizer::load(model->tokenizer); !tokenizer)
+    return std::unexpected(cannot_load + tokenizer.error());
+  auto chat_template = http::ChatTemplate::load(c.model_dir);
+  if (!chat_template) return std::unexpected(chat_template.error());
+  plan.chat_template = std::move(*chat_template);
+  const SchedulerConfig& s = c.scheduler;
+  if (auto ok = s.validate(); !ok) return std::unexpected(ok.error());
+  const auto l1 = Scheduler::l1_shape(KvLayout::of(*model, s.page_size), s);
+  const std::uint64_t l1_host = c.device == "cpu" ? static_cast<std::uint64_t>(l1.block_bytes) *
+                                                        static_cast<std::uint64_t>(l1.blocks)
+                                                  : 0;
+  if (auto ok = Scheduler::host_memory_check(l1_host, s.prefix_cache ? s.cache.l2_bytes : 0); !ok)
+    return std::unexpected(ok.error());
+  return plan;
+}
+
+}  // namespace kvtier::daemon
