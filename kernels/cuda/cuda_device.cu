@@ -1,6 +1,7 @@
 // Whether the kernels can run here (kernels/cuda/cuda_device.h), asked of
 // the CUDA runtime.
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include "kernels/cuda/cuda_device.h"
 
@@ -29,11 +30,20 @@ bool cuda_device_present() {
   return count > 0;
 }
 
+// Whether NVIDIA's kernel driver is loaded: it makes /proc/driver/nvidia.
+// Without it the runtime says "CUDA driver version is insufficient for CUDA
+// runtime version", which reads as an old driver on a machine with none.
+bool nvidia_driver_loaded() { return ::access("/proc/driver/nvidia/version", F_OK) == 0; }
+
 std::string cuda_device_missing() {
   int count = 0;
-  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess)
-    return "no CUDA device: " + why("cudaGetDeviceCount", err);
-  if (count == 0) return "no CUDA device: cudaGetDeviceCount() found none";
+  const cudaError_t counted = cudaGetDeviceCount(&count);
+  if (counted != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    if (!nvidia_driver_loaded()) return "no NVIDIA GPU or driver on this machine";
+    if (counted != cudaSuccess) return "no CUDA device: " + why("cudaGetDeviceCount", counted);
+    return "no CUDA device: cudaGetDeviceCount() found none";
+  }
   cudaFuncAttributes attributes{};
   const cudaError_t err = cudaFuncGetAttributes(&attributes, probe_kernel);
   if (err == cudaSuccess) return {};

@@ -11,7 +11,9 @@ namespace kvtier::kernels {
 bool cuda_device_present();
 
 // Empty when the kernels can run on the current device; otherwise why not:
-// "no CUDA device: <cudaGetErrorString>" when there is none, or the device,
+// "no NVIDIA GPU or driver on this machine" when NVIDIA's driver is not
+// loaded, "no CUDA device: <cudaGetErrorString>" when it is but the runtime
+// finds no device, or the device,
 // its compute capability and the architectures the kernels were built for
 // when they hold no code it runs (a device older than the oldest of them).
 std::string cuda_device_missing();
