@@ -75,7 +75,7 @@ CLI::Option* oneshot_flags_add(CLI::App& app, OneShotOptions& one) {
   return prompt_opt;
 }
 
-CliExit bad_config(const std::string& why) { return {kExitConfig, "", "kvtierd: " + why + "\n"}; }
+CliExit bad_config(const std::string& why) { return {kExitConfig, "", why}; }
 
 }  // namespace
 
@@ -88,6 +88,7 @@ CliExit cli_parse_failure(const CLI::App& app, const CLI::ParseError& e) {
   const bool bad_value = dynamic_cast<const CLI::ValidationError*>(&e) != nullptr ||
                          dynamic_cast<const CLI::ConversionError*>(&e) != nullptr;
   exit.code = code == 0 ? 0 : bad_value ? kExitConfig : kExitUsage;
+  if (exit.code == kExitConfig) exit.err = e.what();  // a refusal, said as the others are
   return exit;
 }
 

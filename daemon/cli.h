@@ -51,13 +51,16 @@ inline constexpr int kExitConfig = 78;
 struct CliExit {
   int code = 0;
   std::string out;  // for stdout (the help text)
-  std::string err;  // for stderr: the error, starting with its one-line reason
+  // kExitConfig: the refusal, one line, which main logs as it logs every
+  // start-up refusal ("kvtierd: error: ..."); kExitUsage: CLI11's text for
+  // stderr as it is, ending with the --help to read.
+  std::string err;
 };
 
 // What a CLI11 parse error tells the user, for kvtierd and kvtier-router
 // alike: --help and --version their text (code 0), a value refused
-// kExitConfig, anything else (an unknown flag, a missing value or option)
-// kExitUsage.
+// kExitConfig (CliExit::err its one line), anything else (an unknown flag,
+// a missing value or option) kExitUsage.
 CliExit cli_parse_failure(const CLI::App& app, const CLI::ParseError& e);
 
 // Parses `args` (args[0] is the program name). `defaults` supplies what the

@@ -33,9 +33,11 @@ std::expected<void, std::string> socket_dir_prepare(const std::string& socket_pa
   if (dir.empty()) return {};
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  // One wording whether the folder or the socket in it cannot be made
+  // (docs/troubleshooting.md quotes it).
   std::string why;
   if (ec) {
-    why = "cannot create " + dir.string() + " for the socket: " + ec.message();
+    why = "cannot create the socket in " + dir.string() + ": " + ec.message();
   } else if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     why = "cannot create the socket in " + dir.string() + ": " + std::strerror(errno);
   }

@@ -46,9 +46,9 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
   log_level_set(c.log_level);
   log_info(kvtier::version_text("kvtierd") + " starting: model " + c.model_dir + ", device " +
            c.device);
-  auto plan = start_checks(c, StartCheck::kStart);  // what --check-config refuses too
-  if (!plan) {
-    log_error(plan.error());
+  auto socket_group = socket_group_of(c);
+  if (!socket_group) {
+    log_error(socket_group.error());
     return kExitConfig;
   }
 
@@ -60,7 +60,7 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
     log_error(activated.error());
     return 1;
   }
-  auto checks = service_checks(c, plan->socket_group, *activated);
+  auto checks = service_checks(c, *socket_group, *activated);
   if (!checks) {
     log_error(checks.error());
     return kExitConfig;
@@ -78,6 +78,11 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
     }
   }
 
+  auto plan = start_checks(c, StartCheck::kStart);  // what --check-config refuses too
+  if (!plan) {
+    log_error(plan.error());
+    return kExitConfig;
+  }
   notify_status("loading the model from " + c.model_dir);
   auto engine = EngineLoop::create(c.model_dir, {c.scheduler, c.max_pending, c.device});
   if (!engine) {
@@ -100,8 +105,7 @@ int serve(const CommandLine& cl, const std::vector<std::string>& args) {
     server_options.reload = [args]() -> std::expected<DaemonConfig, std::string> {
       auto again = cli_parse(args, default_config());
       if (!again) {
-        std::string err = again.error().err;
-        if (err.starts_with("kvtierd: ")) err.erase(0, 9);
+        const std::string& err = again.error().err;
         return std::unexpected(err.substr(0, err.find('\n')));
       }
       return again->config;
@@ -132,7 +136,10 @@ int main(int argc, char** argv) {
   auto cl = cli_parse(args, default_config());
   if (!cl) {
     std::cout << cl.error().out << std::flush;
-    std::cerr << cl.error().err << std::flush;
+    if (cl.error().code == kExitConfig)
+      log_error(cl.error().err);  // the form of every start-up refusal
+    else
+      std::cerr << cl.error().err << std::flush;
     return cl.error().code;
   }
   if (cl->config.threads > 0) omp_set_num_threads(cl->config.threads);

@@ -11,13 +11,18 @@
 
 namespace kvtier::daemon {
 
+std::expected<std::optional<gid_t>, std::string> socket_group_of(const DaemonConfig& c) {
+  if (c.socket_group.empty()) return std::nullopt;
+  auto gid = group_id(c.socket_group);
+  if (!gid) return std::unexpected("--socket-group: " + gid.error());
+  return *gid;
+}
+
 std::expected<StartPlan, std::string> start_checks(const DaemonConfig& c, StartCheck purpose) {
   StartPlan plan;
-  if (!c.socket_group.empty()) {
-    auto gid = group_id(c.socket_group);
-    if (!gid) return std::unexpected("--socket-group: " + gid.error());
-    plan.socket_group = *gid;
-  }
+  auto group = socket_group_of(c);
+  if (!group) return std::unexpected(group.error());
+  plan.socket_group = *group;
   // A credential the service has not been given says how to give it.
   const std::string& key = c.http_api_key_file;
   const bool credential = key.starts_with(kCredentials);

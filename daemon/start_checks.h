@@ -39,7 +39,13 @@ struct StartPlan {
 // outside the service, where it cannot be.
 enum class StartCheck { kStart, kCheckConfig };
 
-// An error is one line, the message kvtierd logs before it exits 78.
+// An error is one line, the message kvtierd logs before it exits 78. The
+// start makes these checks after the sandbox's and the socket's (a path it
+// cannot bind is said before a model that cannot load), which need the
+// socket group first: socket_group_of, which start_checks calls too.
 std::expected<StartPlan, std::string> start_checks(const DaemonConfig& config, StartCheck purpose);
+
+// socket_group's gid; none when it is not set.
+std::expected<std::optional<gid_t>, std::string> socket_group_of(const DaemonConfig& config);
 
 }  // namespace kvtier::daemon

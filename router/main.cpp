@@ -92,7 +92,12 @@ int serve(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const CliExit exit = cli_parse_failure(app, e);
     std::cout << exit.out << std::flush;
-    std::cerr << exit.err << std::flush;
+    if (exit.code == kExitConfig) {
+      log_program_set("kvtier-router");
+      log_error(exit.err);  // the form of every start-up refusal
+    } else {
+      std::cerr << exit.err << std::flush;
+    }
     return exit.code;
   }
 

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -605,6 +606,10 @@ TEST(DaemonTest, AnUnknownOrUnusableDeviceIsRefusedWithTheReason) {
   expect_refused(base, {{{"--device", "gpu"}, "--device"}});
 #if defined(KVTIER_HAVE_CUDA)
   if (kernels::cuda_device_missing().empty()) GTEST_SKIP() << "a usable CUDA device is present";
+  // Without NVIDIA's driver, the reason says so, not the CUDA runtime's
+  // "driver version is insufficient" for a driver that is not there.
+  if (!std::filesystem::exists("/proc/driver/nvidia/version"))
+    expect_refused(base, {{{"--device", "cuda"}, "device cuda: no NVIDIA GPU or driver"}});
 #endif
   expect_refused(base, {{{"--device", "cuda"}, "device cuda: "}});
 }
@@ -615,8 +620,9 @@ bool exited_with(const RunResult& r, int code) {
 
 // Every way a configuration can be wrong ends in one exit code, 78
 // (EX_CONFIG, which the systemd unit does not restart on), and a message
-// naming the file, the line and the key; a command line kvtierd cannot
-// read is a usage error, 2.
+// naming the file, the line and the key, in the form of every start-up
+// refusal ("kvtierd: error: ..."); a command line kvtierd cannot read is a
+// usage error, 2, with the --help to read.
 TEST(DaemonTest, BadConfigurationExits78WithTheFileLineAndKey) {
   test_util::TempDir dir;
   const std::string path = (dir.path() / "kvtierd.toml").string();
@@ -635,18 +641,30 @@ TEST(DaemonTest, BadConfigurationExits78WithTheFileLineAndKey) {
       {"max-batch-size = = 4\n", path + ":1: not TOML"},
       {"l2-bytes = \"12 parsecs\"\n", path + ":1: l2-bytes: "},
   };
+  const auto one_form = [](const RunResult& r) {
+    return test_util::contains(r.err, "kvtierd: error: ") &&
+           !test_util::contains(r.err, "Run with --help");
+  };
   for (const auto& [text, says] : refused) {
     auto r = run(text);
     EXPECT_TRUE(exited_with(r, 78)) << text << r.err;
     EXPECT_TRUE(test_util::contains(r.err, says)) << text << "\nsaid: " << r.err;
+    EXPECT_TRUE(one_form(r)) << r.err;
   }
   auto missing = run_kvtierd({"--config", (dir.path() / "none.toml").string()});
   EXPECT_TRUE(exited_with(missing, 78)) << missing.err;
   EXPECT_TRUE(test_util::contains(missing.err, "none.toml"));
+  EXPECT_TRUE(one_form(missing)) << missing.err;
+  auto no_model = run_kvtierd({"--model", (dir.path() / "no-model").string()});
+  EXPECT_TRUE(exited_with(no_model, 78)) << no_model.err;
+  EXPECT_TRUE(test_util::contains(no_model.err, "--model")) << no_model.err;
+  EXPECT_TRUE(one_form(no_model)) << no_model.err;
   auto bad_flag = run_kvtierd({"--max-batch-size", "0"});
   EXPECT_TRUE(exited_with(bad_flag, 78)) << bad_flag.err;
+  EXPECT_TRUE(one_form(bad_flag)) << bad_flag.err;
   auto unknown_flag = run_kvtierd({"--max-batch-sise", "4"});
   EXPECT_TRUE(exited_with(unknown_flag, 2)) << unknown_flag.err;
+  EXPECT_TRUE(test_util::contains(unknown_flag.err, "Run with --help")) << unknown_flag.err;
 }
 
 // Names as config.get prints them work in the file beside the flags' names,
