@@ -1,5 +1,6 @@
 // kvtierd's start and --check-config refuse the same configurations from
-// the files alone, with the same message and exit code
+// the files alone, with the same message (but for figures that move
+// between runs, such as the memory available) and exit code
 // (daemon/start_checks.h): one list of cases, each run both ways. A
 // --check-config that said "valid" and then a start that refused is what
 // docs/service.md's advice to check before a restart cannot afford.
@@ -7,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,12 @@ std::string error_line(const std::string& err) {
   const std::size_t at = err.find("error: ");
   if (at == std::string::npos) return "";
   return err.substr(at + 7, err.find('\n', at) - at - 7);
+}
+
+// A message with its figures taken out: the memory available moves
+// between two runs ("but 22.1 GiB is available").
+std::string shape(const std::string& message) {
+  return std::regex_replace(message, std::regex("[0-9][0-9.]*"), "#");
 }
 
 TEST(StartChecksTest, CheckConfigRefusesWhatTheStartRefusesWithTheSameMessage) {
@@ -64,7 +72,7 @@ TEST(StartChecksTest, CheckConfigRefusesWhatTheStartRefusesWithTheSameMessage) {
     EXPECT_EQ(WEXITSTATUS(*checked.status), 78) << what << "\n" << checked.err;
     EXPECT_EQ(WEXITSTATUS(*started.status), 78) << what << "\n" << started.err;
     EXPECT_TRUE(test_util::contains(error_line(checked.err), c.says)) << what << checked.err;
-    EXPECT_EQ(error_line(checked.err), error_line(started.err)) << what;
+    EXPECT_EQ(shape(error_line(checked.err)), shape(error_line(started.err))) << what;
   }
   // And a configuration both take: the bundled model's defaults.
   const RunResult valid = run_kvtierd({"--socket", socket, "--check-config"});
