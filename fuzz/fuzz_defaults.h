@@ -1,8 +1,12 @@
-// Flags a fuzz target adds to libFuzzer's command line unless the user gave
-// them, from its LLVMFuzzerInitialize (protocol_fuzz.cpp, router_fuzz.cpp).
+// What the fuzz targets (protocol_fuzz.cpp, router_fuzz.cpp) share: the
+// flags each adds to libFuzzer's command line unless the user gave them,
+// from its LLVMFuzzerInitialize, and the copy-out of a custom mutation.
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -27,6 +31,14 @@ inline void add_default_flags(int* argc, char*** argv,
   *argc = static_cast<int>(args.size());
   args.push_back(nullptr);  // argv[argc] is null, as main's is
   *argv = args.data();
+}
+
+// A custom mutator's result: `out` copied over the input, cut to
+// `max_size`; its length.
+inline std::size_t mutation_out(const std::string& out, std::uint8_t* data, std::size_t max_size) {
+  const std::size_t n = std::min(out.size(), max_size);
+  std::memcpy(data, out.data(), n);
+  return n;
 }
 
 }  // namespace kvtier::fuzz

@@ -6,10 +6,8 @@
 // structure-aware (protocol_fuzz_gen.h): a fresh request line, or the input
 // with a nested value spliced in. Byte mutations alone never reach the depths
 // that once overflowed the daemon's stack.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -47,9 +45,7 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t s
     default:
       return LLVMFuzzerMutate(data, size, max_size);
   }
-  const std::size_t n = std::min(out.size(), max_size);
-  std::memcpy(data, out.data(), n);
-  return n;
+  return kvtier::fuzz::mutation_out(out, data, max_size);
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -7,10 +7,8 @@
 // A quarter of the mutations write a fresh client (router_fuzz_gen.h), an
 // eighth a deep JSON-RPC line of the daemon protocol's generator, an eighth
 // deepen the input; the rest are libFuzzer's own, on bytes.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -49,9 +47,7 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t s
     default:
       return LLVMFuzzerMutate(data, size, max_size);
   }
-  const std::size_t n = std::min(out.size(), max_size);
-  std::memcpy(data, out.data(), n);
-  return n;
+  return kvtier::fuzz::mutation_out(out, data, max_size);
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

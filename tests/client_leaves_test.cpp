@@ -95,27 +95,6 @@ class Streamed {
   std::string seen_;
 };
 
-// The daemon's `stats`, asked on a connection of its own.
-json stats(const Daemon& d) {
-  Client c(d.socket_path());
-  auto r = c.call(request(1, "stats"));
-  return r && r->contains("result") ? (*r)["result"] : json();
-}
-
-// Waits until the daemon has no request and no KV block in use; its stats
-// then.
-json wait_idle(const Daemon& d) {
-  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-  json s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    s = stats(d);
-    if (s.is_object() && s["pending"] == 0 && s["blocks_used"] == 0) return s;
-    std::this_thread::sleep_for(10ms);
-  }
-  ADD_FAILURE() << "the daemon did not become idle: " << s.dump() << "\n" << d.log();
-  return s;
-}
-
 long cancelled(const json& stats) { return stats.value("requests_cancelled", 0L); }
 
 // Waits until the router counts no request in flight (its own ids, and

@@ -351,6 +351,28 @@ inline void shutdown(Daemon& d) {
   EXPECT_TRUE(exited_zero(d.wait_exit()));
 }
 
+// The daemon's `stats`, asked on a connection of its own; null when it
+// does not answer.
+inline json stats(const Daemon& d) {
+  Client c(d.socket_path());
+  auto r = c.call(request(1, "stats"));
+  return r && r->contains("result") ? (*r)["result"] : json();
+}
+
+// Waits until the daemon has no request pending and no KV block in use;
+// its stats then (a test failure, with its log, when it never is).
+inline json wait_idle(const Daemon& d) {
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  json s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    s = stats(d);
+    if (s.is_object() && s["pending"] == 0 && s["blocks_used"] == 0) return s;
+    std::this_thread::sleep_for(10ms);
+  }
+  ADD_FAILURE() << "the daemon did not become idle: " << s.dump() << "\n" << d.log();
+  return s;
+}
+
 // A program run to completion: its exit code (-1: killed by a signal, it
 // did not finish within the timeout and was killed, or it could not start)
 // and its output.

@@ -135,18 +135,8 @@ TEST(RouterServerTest, ASecondSigtermEndsTheDrainAndTheRouterAnswersWhatWasLeft)
   EXPECT_TRUE(test_util::contains(rest, "data: {\"error\"")) << rest;
   EXPECT_TRUE(test_util::contains(rest, "0\r\n\r\n")) << "the stream was not ended: " << rest;
   // The daemon, going on, finds both connections gone and cancels both.
-  auto c = d.connect();
-  json stats;
-  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto s = c->call(request(9, "stats"));
-    ASSERT_TRUE(s && s->contains("result"));
-    stats = (*s)["result"];
-    if (stats["pending"] == 0) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_EQ(stats["pending"], 0);
-  EXPECT_EQ(stats["requests_cancelled"], 2) << stats.dump();
+  const json idle = wait_idle(d);
+  EXPECT_EQ(idle["requests_cancelled"], 2) << idle.dump();
 }
 
 TEST(RouterServerTest, SighupChangesNothingAndTheRouterGoesOn) {
