@@ -343,19 +343,29 @@ TEST_F(DaemonRemoteClusterTest, APrefixIsSharedAcrossEveryMaster) {
   const std::string shared = kShared + kShared + kShared;
   const std::vector<std::string> args = {"--remote", seeds(), "--device", "cpu"};
   auto a = std::make_unique<Daemon>(args);
-  auto b = std::make_unique<Daemon>(args);
   ASSERT_TRUE(a->wait_ready()) << a->log();
-  ASSERT_TRUE(b->wait_ready()) << b->log();
   auto ca = a->connect();
-  auto cb = b->connect();
   generate(*ca, shared + "one", 0.0f, 0);
   wait_shared(*ca, 10);
   for (int n = 0; n < cluster_.size(); ++n)
     EXPECT_GT(cluster_.node(n).command({"DBSIZE"}).integer, 0) << "master " << n;
 
-  const auto [greedy, greedy_shared] = generate_shared(*cb, shared + "two", 0.0f, 0);
-  EXPECT_EQ(greedy_shared, 160) << greedy.dump();
-  const int loaded = greedy["cached_tokens"].value("remote", 0);
+  // A fresh daemon reads the prefix, unless its cost model, calibrated on a
+  // busy machine, rightly finds recomputing cheaper: then another is asked,
+  // as DaemonRemoteTest::read_shared does.
+  std::unique_ptr<Daemon> b;
+  std::unique_ptr<Client> cb;
+  json greedy;
+  int loaded = 0;
+  for (int attempt = 0; attempt < 3 && loaded == 0; ++attempt) {
+    b = std::make_unique<Daemon>(args);
+    ASSERT_TRUE(b->wait_ready()) << b->log();
+    cb = b->connect();
+    int greedy_shared = 0;
+    std::tie(greedy, greedy_shared) = generate_shared(*cb, shared + "two", 0.0f, 0);
+    EXPECT_EQ(greedy_shared, 160) << greedy.dump();
+    loaded = greedy["cached_tokens"].value("remote", 0);
+  }
   EXPECT_GT(loaded, 0) << greedy.dump();
   EXPECT_EQ(tokens_of(greedy), reference(shared + "two", 12, 0.0f, 0).tokens);
   const json seeded = generate(*cb, shared + "three", 0.8f, 7);
