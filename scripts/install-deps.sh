@@ -12,16 +12,21 @@ packages=(
   libopenblas-dev fio gnuplot-nox redis-server redis-tools curl prometheus nodejs python3-httpx
 )
 
-# The openai npm package for tests/openai_client_test.cpp, where npm can
-# reach its registry (the test skips with the reason where it cannot).
-openai_client() {
-  local dir
-  dir="$(cd "$(dirname "$0")/.." && pwd)/tests/openai_client"
-  [ -f "$dir/node_modules/openai/package.json" ] && return 0
+# The npm packages the tests run as real clients and oracles, where npm can
+# reach its registry (each test skips with the reason where it cannot): the
+# openai library (tests/openai_client_test.cpp) and tiktoken
+# (tests/tiktoken_tokenizer_test.cpp).
+npm_packages() {
+  local root dir package
+  root="$(cd "$(dirname "$0")/.." && pwd)/tests"
   command -v npm >/dev/null || return 0
-  echo "kvtier: installing the openai npm package in $dir" >&2
-  (cd "$dir" && timeout 300 npm ci --no-audit --no-fund --loglevel=error) ||
-    echo "kvtier: npm ci failed in $dir; tests/openai_client_test.cpp will skip" >&2
+  for entry in openai_client:openai tiktoken_oracle:tiktoken; do
+    dir="$root/${entry%%:*}" package="${entry##*:}"
+    [ -f "$dir/node_modules/$package/package.json" ] && continue
+    echo "kvtier: installing the $package npm package in $dir" >&2
+    (cd "$dir" && timeout 300 npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "kvtier: npm ci failed in $dir; the tests that use $package will skip" >&2
+  done
 }
 
 # The CUDA Toolkit is optional and not a Debian package this build can use
@@ -45,7 +50,7 @@ for p in "${packages[@]}"; do
   fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  openai_client
+  npm_packages
   cuda_toolkit
   exit 0
 fi
@@ -55,5 +60,5 @@ if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 echo "kvtier: installing ${missing[*]}" >&2
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-openai_client
+npm_packages
 cuda_toolkit

@@ -257,7 +257,7 @@ TEST_F(BpeTokenizerTest, Encodes100KBOfFreshWords) {
 
 // The pieces GPT-2's regex makes of each text.
 std::vector<std::string_view> pretokenize(std::string_view text) {
-  auto pretokenizer = BpePretokenizer::get();
+  auto pretokenizer = BpePretokenizer::gpt2();
   EXPECT_TRUE(pretokenizer.has_value()) << pretokenizer.error();
   return pretokenizer ? (*pretokenizer)->split(text) : std::vector<std::string_view>{};
 }

@@ -88,6 +88,48 @@ TEST(ModelConfigTest, NanoGptBpeTokenizer) {
   EXPECT_EQ(c->tokenizer.merges, fs::path("/m/vocab.bpe"));
 }
 
+TEST(ModelConfigTest, NanoGptTiktokenTokenizer) {
+  json j = nanogpt_json();
+  j["tokenizer"] = {{"type", "tiktoken"},
+                    {"ranks", "tokenizer.tiktoken"},
+                    {"pattern", "\\S+|\\s+"},
+                    {"special_tokens", {{"<|bos|>", 256}, {"<|user_start|>", 257}}}};
+  auto c = parse(j, "/m");
+  ASSERT_TRUE(c.has_value()) << c.error();
+  EXPECT_EQ(c->tokenizer.type, TokenizerSpec::Type::kTiktoken);
+  EXPECT_EQ(c->tokenizer.vocab, fs::path("/m/tokenizer.tiktoken"));
+  EXPECT_EQ(c->tokenizer.pattern, "\\S+|\\s+");
+  ASSERT_EQ(c->tokenizer.special_tokens.size(), 2u);
+  EXPECT_EQ(c->tokenizer.special_tokens[0].text, "<|bos|>");
+  EXPECT_EQ(c->tokenizer.special_tokens[0].id, 256);
+
+  const std::pair<json, std::string> bad[] = {
+      {{{"type", "tiktoken"}, {"pattern", "x"}}, "\"tokenizer.ranks\" must be a non-empty string"},
+      {{{"type", "tiktoken"}, {"ranks", "r"}}, "\"tokenizer.pattern\" must be a non-empty string"},
+      {{{"type", "tiktoken"}, {"ranks", "r"}, {"pattern", std::string(4097, 'x')}},
+       "at most 4096 bytes"},
+      {{{"type", "tiktoken"}, {"ranks", "r"}, {"pattern", "x"}, {"special_tokens", {1, 2}}},
+       "\"tokenizer.special_tokens\" must be an object"},
+      {{{"type", "tiktoken"},
+        {"ranks", "r"},
+        {"pattern", "x"},
+        {"special_tokens", {{"<|a|>", -1}}}},
+       "\"<|a|>\" must have an integer id in [0, 2^24), got -1"},
+      {{{"type", "tiktoken"},
+        {"ranks", "r"},
+        {"pattern", "x"},
+        {"special_tokens", {{"<|a|>", "1"}}}},
+       "got \"1\""},
+      {{{"type", "sentencepiece"}}, "must be \"char\", \"bpe\" or \"tiktoken\""},
+  };
+  for (const auto& [tokenizer, error] : bad) {
+    j["tokenizer"] = tokenizer;
+    auto refused = parse(j, "/m");
+    ASSERT_FALSE(refused.has_value()) << error;
+    EXPECT_NE(refused.error().find(error), std::string::npos) << refused.error();
+  }
+}
+
 TEST(ModelConfigTest, HuggingFaceDefaults) {
   auto c = parse(hf_json());
   ASSERT_TRUE(c.has_value()) << c.error();

@@ -68,7 +68,7 @@ std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\"";
 }  // namespace
 
 std::expected<std::unique_ptr<BpeTokenizer>, std::string> BpeTokenizer::create() {
-  auto pretokenizer = BpePretokenizer::get();
+  auto pretokenizer = BpePretokenizer::gpt2();
   if (!pretokenizer) return std::unexpected(std::move(pretokenizer.error()));
   std::unique_ptr<BpeTokenizer> tok(new BpeTokenizer());
   tok->pretokenizer_ = *pretokenizer;

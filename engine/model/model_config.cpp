@@ -152,6 +152,36 @@ TokenizerSpec detect_tokenizer(const std::filesystem::path& model_dir) {
   return spec;
 }
 
+// {"type": "tiktoken", "ranks": FILE, "pattern": REGEX, "special_tokens": {TEXT: ID}}.
+std::expected<TokenizerSpec, std::string> parse_tiktoken(const json& tok,
+                                                         const std::filesystem::path& model_dir) {
+  constexpr std::size_t kMaxPatternBytes = 4096;
+  TokenizerSpec spec;
+  spec.type = TokenizerSpec::Type::kTiktoken;
+  auto ranks = tokenizer_file(tok, "ranks", model_dir);
+  if (!ranks) return Error(ranks.error());
+  spec.vocab = *ranks;
+  auto pattern = tok.find("pattern");
+  if (pattern == tok.end() || !pattern->is_string() || pattern->get<std::string>().empty() ||
+      pattern->get<std::string>().size() > kMaxPatternBytes)
+    return Error("key \"tokenizer.pattern\" must be a non-empty string of at most " +
+                 std::to_string(kMaxPatternBytes) + " bytes (the vocabulary's split regex)");
+  spec.pattern = pattern->get<std::string>();
+  auto specials = tok.find("special_tokens");
+  if (specials == tok.end() || specials->is_null()) return spec;
+  if (!specials->is_object())
+    return Error("key \"tokenizer.special_tokens\" must be an object {\"<|bos|>\": id, ...}, got " +
+                 describe(*specials));
+  for (const auto& [text, id] : specials->items()) {
+    if (!id.is_number_integer() || id.get<std::int64_t>() < 0 ||
+        id.get<std::int64_t>() >= kMaxVocab)
+      return Error("key \"tokenizer.special_tokens\": \"" + text +
+                   "\" must have an integer id in [0, 2^24), got " + describe(id));
+    spec.special_tokens.push_back({text, static_cast<int>(id.get<std::int64_t>())});
+  }
+  return spec;
+}
+
 std::expected<TokenizerSpec, std::string> parse_tokenizer(const json& root,
                                                           const std::filesystem::path& model_dir) {
   TokenizerSpec spec;
@@ -160,7 +190,8 @@ std::expected<TokenizerSpec, std::string> parse_tokenizer(const json& root,
   if (!it->is_object()) return Error("key \"tokenizer\" must be an object, got " + describe(*it));
   auto type = read_string(*it, "type");
   if (!type) return Error("key \"tokenizer.type\" must be a string");
-  if (!*type) return Error("missing required key \"tokenizer.type\" (\"char\" or \"bpe\")");
+  if (!*type)
+    return Error("missing required key \"tokenizer.type\" (\"char\", \"bpe\" or \"tiktoken\")");
   if (**type == "char") {
     auto vocab = tokenizer_file(*it, "vocab", model_dir);
     if (!vocab) return Error(vocab.error());
@@ -178,7 +209,9 @@ std::expected<TokenizerSpec, std::string> parse_tokenizer(const json& root,
     spec.merges = *merges;
     return spec;
   }
-  return Error("key \"tokenizer.type\" must be \"char\" or \"bpe\", got \"" + **type + "\"");
+  if (**type == "tiktoken") return parse_tiktoken(*it, model_dir);
+  return Error("key \"tokenizer.type\" must be \"char\", \"bpe\" or \"tiktoken\", got \"" + **type +
+               "\"");
 }
 
 // The keys both dialects share: n_layer, n_head, n_embd, vocab_size.

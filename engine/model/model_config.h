@@ -14,8 +14,11 @@
 // guessing at tensor shapes (square matrices cannot tell).
 //
 // The optional "tokenizer" object names files relative to the model folder:
-//   {"type": "char", "vocab": "vocab.json"} or
-//   {"type": "bpe", "encoder": "encoder.json", "merges": "vocab.bpe"}.
+//   {"type": "char", "vocab": "vocab.json"},
+//   {"type": "bpe", "encoder": "encoder.json", "merges": "vocab.bpe"} or
+//   {"type": "tiktoken", "ranks": "tokenizer.tiktoken", "pattern": "<split regex>",
+//    "special_tokens": {"<|bos|>": 32759, ...}} (tiktoken_tokenizer.h; the
+//    pattern is required, at most 4096 bytes; special_tokens optional).
 // It always wins. Without it, in either dialect, the folder's files decide, the
 // first of these that is there:
 //   encoder.json + vocab.bpe     (OpenAI's GPT-2 release)
@@ -29,6 +32,7 @@
 #include <expected>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "kernels/matmul.h"
 
@@ -36,12 +40,21 @@ namespace kvtier {
 
 enum class Gelu { kErf, kTanh };
 
+// A special token of a tiktoken vocabulary: its text and its id.
+struct SpecialToken {
+  std::string text;
+  int id = 0;
+};
+
 struct TokenizerSpec {
   // kBpeTokenizerJson: GPT-2's BPE read from a Hugging Face tokenizer.json.
-  enum class Type { kNone, kChar, kBpe, kBpeTokenizerJson };
+  enum class Type { kNone, kChar, kBpe, kBpeTokenizerJson, kTiktoken };
   Type type = Type::kNone;
-  std::filesystem::path vocab;   // char: the vocab file; bpe: encoder.json; tokenizer.json
-  std::filesystem::path merges;  // bpe only: vocab.bpe
+  // char: the vocab file; bpe: encoder.json; tokenizer.json; tiktoken: the ranks
+  std::filesystem::path vocab;
+  std::filesystem::path merges;              // bpe only: vocab.bpe
+  std::string pattern;                       // tiktoken only: the split pattern
+  std::vector<SpecialToken> special_tokens;  // tiktoken only
 };
 
 struct ModelConfig {

@@ -9,6 +9,7 @@
 
 #include "engine/model/bpe_tokenizer.h"
 #include "engine/model/char_tokenizer.h"
+#include "engine/model/tiktoken_tokenizer.h"
 
 namespace kvtier {
 
@@ -26,6 +27,11 @@ std::expected<std::unique_ptr<Tokenizer>, std::string> Tokenizer::load(const Tok
     }
     case TokenizerSpec::Type::kBpeTokenizerJson: {
       auto tok = BpeTokenizer::load_tokenizer_json(spec.vocab);
+      if (!tok) return std::unexpected(std::move(tok.error()));
+      return std::unique_ptr<Tokenizer>(std::move(*tok));
+    }
+    case TokenizerSpec::Type::kTiktoken: {
+      auto tok = TiktokenTokenizer::load(spec.vocab, spec.pattern, spec.special_tokens);
       if (!tok) return std::unexpected(std::move(tok.error()));
       return std::unique_ptr<Tokenizer>(std::move(*tok));
     }

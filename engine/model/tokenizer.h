@@ -1,10 +1,13 @@
 // Text <-> token ids.
 //
-// Two kinds, chosen by the model's config or found in its folder (see model_config.h):
+// Three kinds, chosen by the model's config or found in its folder (see model_config.h):
 //  * char: nanoGPT shakespeare_char style; vocab.json is {"chars": [...]},
 //    one UTF-8 character per entry, token id = index.
 //  * bpe: GPT-2 byte-level BPE from encoder.json + vocab.bpe (or Hugging
 //    Face's vocab.json + merges.txt, or its tokenizer.json).
+//  * tiktoken: tiktoken's byte-level BPE (nanochat's models), a ranks file
+//    with the split pattern and special tokens the config gives
+//    (tiktoken_tokenizer.h).
 //
 // Contract: decode(encode(s)) == s for every s that encode accepts.
 // decode() returns bytes: a single BPE token may hold part of a UTF-8

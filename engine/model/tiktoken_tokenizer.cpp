@@ -1,0 +1,231 @@
+#include "engine/model/tiktoken_tokenizer.h"
+
+#include <openssl/evp.h>
+
+#include <charconv>
+#include <functional>
+#include <queue>
+
+namespace kvtier {
+namespace {
+
+// Strict base64 (RFC 4648, padded): OpenSSL decodes, the checks around it
+// refuse what it would let through (a length that is not a multiple of 4,
+// padding anywhere but the end).
+std::optional<std::string> base64_decode(std::string_view text) {
+  if (text.empty() || text.size() % 4 != 0) return std::nullopt;
+  const std::size_t padding = text.ends_with("==") ? 2 : text.ends_with('=') ? 1 : 0;
+  if (text.find('=') < text.size() - padding) return std::nullopt;
+  std::string out(text.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(text.data()),
+                                static_cast<int>(text.size()));
+  if (n < 0 || static_cast<std::size_t>(n) != out.size()) return std::nullopt;
+  out.resize(out.size() - padding);
+  return out;
+}
+
+}  // namespace
+
+std::expected<std::unique_ptr<TiktokenTokenizer>, std::string> TiktokenTokenizer::load(
+    const std::filesystem::path& ranks_file, std::string_view pattern,
+    std::span<const SpecialToken> special_tokens) {
+  auto text = tokenizer_detail::file_read(ranks_file);
+  if (!text) return std::unexpected(std::move(text.error()));
+  return parse(*text, ranks_file.string(), pattern, special_tokens);
+}
+
+std::expected<std::unique_ptr<TiktokenTokenizer>, std::string> TiktokenTokenizer::parse(
+    std::string_view ranks_text, std::string_view ranks_name, std::string_view pattern,
+    std::span<const SpecialToken> special_tokens) {
+  std::unique_ptr<TiktokenTokenizer> tok(new TiktokenTokenizer());
+  auto pretokenizer = BpePretokenizer::compile(pattern);
+  if (!pretokenizer) return std::unexpected("tokenizer pattern: " + pretokenizer.error());
+  tok->pretokenizer_ = std::move(*pretokenizer);
+  if (auto ok = tok->read_ranks(ranks_text, std::string(ranks_name)); !ok)
+    return std::unexpected(ok.error());
+  if (auto ok = tok->add_specials(special_tokens); !ok) return std::unexpected(ok.error());
+  return tok;
+}
+
+std::expected<void, std::string> TiktokenTokenizer::read_ranks(std::string_view text,
+                                                               const std::string& where) {
+  std::size_t line_no = 0;
+  for (std::size_t pos = 0; pos < text.size();) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    if (line.empty()) continue;
+
+    const std::string at = where + ":" + std::to_string(line_no);
+    const std::size_t space = line.find(' ');
+    if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos)
+      return std::unexpected(at + ": expected \"<base64 token> <rank>\"");
+    auto bytes = base64_decode(line.substr(0, space));
+    if (!bytes || bytes->empty())
+      return std::unexpected(at + ": the token is not padded base64 of one or more bytes");
+    const std::string_view rank_text = line.substr(space + 1);
+    long long rank = -1;
+    const auto [end, ec] =
+        std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
+    if (ec != std::errc() || end != rank_text.data() + rank_text.size())
+      return std::unexpected(at + ": the rank is not an integer");
+    // Ids are ranks, so they must come 0, 1, 2, ...: a gap would leave an id
+    // no text maps to, a repeat two tokens one id.
+    if (rank != static_cast<long long>(bytes_of_rank_.size()))
+      return std::unexpected(at + ": rank " + std::to_string(rank) + " where rank " +
+                             std::to_string(bytes_of_rank_.size()) + " comes next");
+    if (rank >= (1 << 24))
+      return std::unexpected(at + ": more than 2^24 ranks, beyond any vocabulary served here");
+    if (!rank_by_bytes_.emplace(*bytes, static_cast<int>(rank)).second)
+      return std::unexpected(at + ": the same bytes as rank " +
+                             std::to_string(rank_by_bytes_.find(*bytes)->second));
+    bytes_of_rank_.push_back(std::move(*bytes));
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (rank_of(std::string(1, static_cast<char>(b))) < 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      return std::unexpected(where + ": no token for byte " + hex +
+                             "; byte-level BPE needs all 256");
+    }
+  }
+  vocab_size_ = rank_count();
+  return {};
+}
+
+std::expected<void, std::string> TiktokenTokenizer::add_specials(
+    std::span<const SpecialToken> special_tokens) {
+  for (const SpecialToken& special : special_tokens) {
+    const std::string what = "special token \"" + special.text + "\"";
+    if (special.text.empty()) return std::unexpected("a special token with no text");
+    if (special.id < rank_count() || special.id >= (1 << 24))
+      return std::unexpected(what + ": id " + std::to_string(special.id) +
+                             " is not past the ranks (" + std::to_string(rank_count()) +
+                             ") and below 2^24");
+    for (const SpecialToken& other : specials_) {
+      if (other.id == special.id || other.text == special.text)
+        return std::unexpected(what + " (id " + std::to_string(special.id) + ") repeats \"" +
+                               other.text + "\" (id " + std::to_string(other.id) + ")");
+    }
+    specials_.push_back(special);
+    vocab_size_ = std::max(vocab_size_, special.id + 1);
+  }
+  end_of_text_ = special_token("<|endoftext|>");
+  if (!end_of_text_) end_of_text_ = special_token("<|bos|>");
+  return {};
+}
+
+std::optional<int> TiktokenTokenizer::special_token(std::string_view text) const {
+  for (const SpecialToken& special : specials_)
+    if (special.text == text) return special.id;
+  return std::nullopt;
+}
+
+int TiktokenTokenizer::rank_of(std::string_view bytes) const {
+  const auto it = rank_by_bytes_.find(bytes);
+  return it == rank_by_bytes_.end() ? -1 : it->second;
+}
+
+void TiktokenTokenizer::merge_piece(std::string_view piece, std::vector<int>& out) const {
+  if (const int whole = rank_of(piece); whole >= 0) {
+    out.push_back(whole);
+    return;
+  }
+  // Parts form a linked list over the piece's bytes; part i keeps its slot
+  // when it absorbs its right neighbour, whose slot dies. A heap ordered by
+  // (rank, start) pops what tiktoken's scan finds, the lowest rank and the
+  // leftmost of equals, because joining a pair changes only the two pairs
+  // beside it, which are pushed anew; entries gone stale are skipped when
+  // popped, told by the lengths of the parts they were made from.
+  struct Part {
+    int begin;
+    int end;  // piece[begin, end) is the part's bytes
+    int prev;
+    int next;  // -1 at the ends
+  };
+  const int n = static_cast<int>(piece.size());
+  std::vector<Part> parts(n);
+  for (int i = 0; i < n; ++i) parts[i] = {i, i + 1, i - 1, i + 1 < n ? i + 1 : -1};
+
+  struct Candidate {
+    int rank;
+    int left;  // slot of the left part; its begin, so leftmost means smallest
+    int left_end;
+    int right_end;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  const auto consider = [&](int left) {
+    if (left < 0 || parts[left].next < 0) return;
+    const Part& right = parts[parts[left].next];
+    const int rank = rank_of(piece.substr(parts[left].begin, right.end - parts[left].begin));
+    if (rank >= 0) queue.push({rank, left, parts[left].end, right.end});
+  };
+  for (int i = 0; i + 1 < n; ++i) consider(i);
+
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Part& left = parts[c.left];
+    if (left.end < 0 || left.end != c.left_end || left.next < 0 ||
+        parts[left.next].end != c.right_end)
+      continue;
+    Part& right = parts[left.next];
+    left.end = right.end;
+    left.next = right.next;
+    if (right.next >= 0) parts[right.next].prev = c.left;
+    right.end = -1;
+    consider(left.prev);
+    consider(c.left);
+  }
+  for (int i = 0; i >= 0 && i < n; i = parts[i].next)
+    out.push_back(rank_of(piece.substr(parts[i].begin, parts[i].end - parts[i].begin)));
+}
+
+std::expected<std::vector<int>, std::string> TiktokenTokenizer::encode(
+    std::string_view text) const {
+  std::vector<int> ids;
+  ids.reserve(text.size() / 3 + 1);
+  std::vector<int> piece_ids;
+  for (const std::string_view piece : pretokenizer_->split(text)) {
+    const bool cacheable = piece.size() <= kCacheMaxPieceBytes;
+    if (cacheable) {
+      std::lock_guard lock(cache_mu_);
+      if (const auto it = cache_.find(piece); it != cache_.end()) {
+        ids.insert(ids.end(), it->second.begin(), it->second.end());
+        continue;
+      }
+    }
+    piece_ids.clear();
+    merge_piece(piece, piece_ids);
+    ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+    if (cacheable) {
+      std::lock_guard lock(cache_mu_);
+      if (cache_.size() >= kCacheMaxEntries) cache_.clear();
+      cache_.emplace(piece, piece_ids);
+    }
+  }
+  return ids;
+}
+
+std::string TiktokenTokenizer::decode(std::span<const int> tokens) const {
+  std::string out;
+  out.reserve(tokens.size() * 4);
+  for (const int id : tokens) {
+    if (id >= 0 && id < rank_count()) {
+      out += bytes_of_rank_[id];
+      continue;
+    }
+    for (const SpecialToken& special : specials_)
+      if (special.id == id) out += special.text;
+  }
+  return out;
+}
+
+}  // namespace kvtier
