@@ -261,10 +261,13 @@ void add_row_sums(float* sum, float* const* s, int n, int a, int b) {
   }
 }
 
-// Turns a query's scores s[0 .. keys) into exp(s * scale - max) over its
-// present keys (skipping absent ones), max being the largest s * scale.
-void softmax_weights(float* s, int keys, const PagedKv& kv, float scale) {
-  auto each_run = [&](auto&& fn) { for_each_present_run(kv, 0, keys, fn); };
+// Turns a query's scores s[oldest .. keys) into exp(s * scale - max) over
+// its present keys (skipping absent ones), max being the largest s * scale,
+// and its scores before `oldest` into 0: weights that add nothing, so every
+// later sum over [0, keys) has the bits of one over [oldest, keys).
+void softmax_weights(float* s, int oldest, int keys, const PagedKv& kv, float scale) {
+  for_each_present_run(kv, 0, oldest, [&](int a, int b) { std::fill(s + a, s + b, 0.0f); });
+  auto each_run = [&](auto&& fn) { for_each_present_run(kv, oldest, keys, fn); };
   // The query's own page is present, so the first run starts the max.
   bool first = true;
   float max = 0.0f;
@@ -330,7 +333,8 @@ void attention_queries(const AttentionQuery* queries, int n, int shared_keys, in
     for (int r = 0; r < group; ++r)
       scores_range(s + r, q + r, 1, queries[i0 + r].kv, kv_head, shared_keys, keys(i0 + r));
 
-    for (int r = 0; r < group; ++r) softmax_weights(s[r], keys(i0 + r), queries[i0 + r].kv, scale);
+    for (int r = 0; r < group; ++r)
+      softmax_weights(s[r], queries[i0 + r].first, keys(i0 + r), queries[i0 + r].kv, scale);
 
     // Each query's sum of its weights, in increasing position. The chains
     // are independent, so over the keys all see they advance side by side
@@ -383,9 +387,9 @@ void attention_rows(float* out, long out_stride, const float* q, long q_stride, 
 }
 
 void attention_row_reference(float* out, const float* q, int pos, const PagedKv& kv, int kv_head,
-                             double* probs) {
+                             double* probs, int first) {
   const int P = kv.page_size, D = kv.head_dim;
-  auto present = [&](int t) { return kv.blocks[t / P] != nullptr; };
+  auto present = [&](int t) { return t >= first && kv.blocks[t / P] != nullptr; };
   std::vector<double> s(pos + 1, 0.0);
   double max = -INFINITY;
   for (int t = 0; t <= pos; ++t) {

@@ -55,7 +55,7 @@ struct PagedKv {
 void kv_write(const PagedKv& kv, int pos, const float* k, const float* v);
 
 // One query of attention_queries(): its vector and output (D floats each),
-// its position (it sees keys 0 .. pos) and its sequence's KV.
+// its position (it sees keys first .. pos) and its sequence's KV.
 struct AttentionQuery {
   const float* q = nullptr;
   float* out = nullptr;
@@ -66,6 +66,12 @@ struct AttentionQuery {
   // (absent ones untouched); at least pos + 1 entries, and no other thread
   // writes it during the call. Without it no score work is done at all.
   AttentionScore* key_scores = nullptr;
+  // The oldest key the query sees: 0, or pos - window for a layer that
+  // attends over a sliding window (nanochat's short layers). Keys before it
+  // get weight 0, so the output's bits are those of attention over
+  // [first, pos] alone; they are still read (a windowed layer's compute is
+  // not yet cut to its window). REQUIRES: 0 <= first <= pos.
+  int first = 0;
 };
 
 // Attention of queries of one head (kv_head) over one layer, from one
@@ -99,9 +105,10 @@ void attention_rows(float* out, long out_stride, const float* q, long q_stride, 
 
 // Plain reference for one query at `pos`, with libm and double accumulation, for
 // tests of the fast path (agreement within tolerance, not bits). Skips absent
-// pages as attention_rows() does. `probs`, when not null, receives the
-// softmax probability of every position 0..pos (0 for absent ones).
+// pages as attention_rows() does, and keys before `first`. `probs`, when not
+// null, receives the softmax probability of every position 0..pos (0 for
+// absent ones and those before `first`).
 void attention_row_reference(float* out, const float* q, int pos, const PagedKv& kv, int kv_head,
-                             double* probs = nullptr);
+                             double* probs = nullptr, int first = 0);
 
 }  // namespace kvtier::kernels

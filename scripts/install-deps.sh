@@ -9,7 +9,7 @@ packages=(
   liburing-dev librocksdb-dev libboost-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev libtomlplusplus-dev libpcre2-dev libssl-dev libhiredis-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev fio gnuplot-nox redis-server redis-tools curl prometheus nodejs python3-httpx
+  libopenblas-dev fio gnuplot-nox redis-server redis-tools curl prometheus nodejs python3-httpx python3-numpy
 )
 
 # The npm packages the tests run as real clients and oracles, where npm can

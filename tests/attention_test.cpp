@@ -266,3 +266,48 @@ TEST(Attention, ScoresAreTheRowsProbabilitiesInFixedPoint) {
 
 }  // namespace
 }  // namespace kvtier::kernels
+
+namespace kvtier::kernels {
+namespace {
+
+// A sliding window (AttentionQuery::first): keys before it count for
+// nothing, as in the reference; queries with different windows run
+// together get the bits each gets alone; a window of one key returns that
+// key's value exactly.
+TEST(Attention, AWindowSeesOnlyItsKeysTogetherOrAlone) {
+  const int heads = 2, n = 9, positions = 70;
+  for (auto [P, D] : {std::pair{16, 64}, {16, 24}, {5, 64}, {3, 16}}) {
+    Pages pages(positions, P, heads, D, 53);
+    std::mt19937 rng(P + D);
+    std::normal_distribution<float> normal;
+    std::vector<float> q(static_cast<std::size_t>(n) * D), together(q.size());
+    for (auto& x : q) x = normal(rng);
+    std::vector<AttentionQuery> queries(n);
+    for (int i = 0; i < n; ++i) {
+      const int pos = positions - 1 - i;
+      const int window = std::vector<int>{0, 1, 5, 16, 17, 33, 60, 68, 69}[i];
+      queries[i] = {q.data() + i * D, together.data() + i * D, pos, pages.view, nullptr};
+      queries[i].first = std::max(0, pos - window);
+    }
+    std::vector<float> scratch(static_cast<std::size_t>(n) * (positions + 1));
+    attention_queries(queries.data(), n, positions - n + 1, 1, scratch.data());
+    for (int i = 0; i < n; ++i) {
+      std::vector<float> alone(D), ref(D);
+      AttentionQuery one = queries[i];
+      one.out = alone.data();
+      attention_queries(&one, 1, one.pos + 1, 1, scratch.data());
+      ASSERT_EQ(0, std::memcmp(alone.data(), together.data() + i * D, sizeof(float) * D))
+          << "page " << P << " D " << D << " query " << i;
+      attention_row_reference(ref.data(), one.q, one.pos, one.kv, 1, nullptr, one.first);
+      for (int d = 0; d < D; ++d) ASSERT_NEAR(alone[d], ref[d], 2e-5f) << "query " << i;
+    }
+    // Window 0: the query's own value, exactly.
+    const int pos = queries[0].pos;
+    const float* own = pages.view.blocks[pos / P] + pages.view.v_offset +
+                       static_cast<long>(1) * P * D + (pos % P) * D;
+    EXPECT_EQ(0, std::memcmp(together.data(), own, sizeof(float) * D));
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::kernels

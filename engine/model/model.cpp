@@ -52,20 +52,28 @@ std::size_t Model::packed_bytes() const {
 
 std::expected<void, std::string> Model::check(std::span<const Chunk> chunks,
                                               const tiers::BlockPool& pool) const {
+  return check_chunks(chunks, pool, config_.block_size, config_.vocab_size,
+                      [&](int page_size) { return kv_layout(page_size); });
+}
+
+std::expected<void, std::string> check_chunks(std::span<const Model::Chunk> chunks,
+                                              const tiers::BlockPool& pool, int context,
+                                              int vocab_size,
+                                              const std::function<KvLayout(int)>& layout) {
   if (chunks.empty()) return std::unexpected("forward: empty batch");
   std::unordered_set<const SequenceKv*> seen;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
-    const Chunk& c = chunks[i];
+    const Model::Chunk& c = chunks[i];
     if (c.kv == nullptr || c.tokens.empty())
       return std::unexpected("forward: chunk " + std::to_string(i) +
                              " has no sequence or no tokens");
     if (!seen.insert(c.kv).second)
       return std::unexpected("forward: chunk " + std::to_string(i) + " repeats a sequence");
     const long end = static_cast<long>(c.kv->length()) + static_cast<long>(c.tokens.size());
-    if (end > config_.block_size)
+    if (end > context)
       return std::unexpected("forward: chunk " + std::to_string(i) + " would reach position " +
                              std::to_string(end) + " but the model's context is " +
-                             std::to_string(config_.block_size) + " tokens");
+                             std::to_string(context) + " tokens");
     if (end > c.kv->capacity())
       return std::unexpected("forward: chunk " + std::to_string(i) + " has pages for " +
                              std::to_string(c.kv->capacity()) + " positions, needs " +
@@ -76,12 +84,11 @@ std::expected<void, std::string> Model::check(std::span<const Chunk> chunks,
     if (c.kv->page_size() != chunks[0].kv->page_size())
       return std::unexpected("forward: sequences with different page sizes in one batch");
     for (int t : c.tokens)
-      if (t < 0 || t >= config_.vocab_size)
+      if (t < 0 || t >= vocab_size)
         return std::unexpected("forward: token " + std::to_string(t) +
-                               " outside the vocabulary [0, " + std::to_string(config_.vocab_size) +
-                               ")");
+                               " outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
   }
-  if (pool.block_bytes() < kv_layout(chunks[0].kv->page_size()).block_bytes())
+  if (pool.block_bytes() < layout(chunks[0].kv->page_size()).block_bytes())
     return std::unexpected("forward: the pool's blocks are smaller than the KV layout needs");
   return {};
 }

@@ -72,6 +72,12 @@ class Model {
     // get nothing. The sums are integers, so they do not depend on the batch,
     // the chunking or the threads. Null (the default) costs nothing.
     kernels::AttentionScore* scores = nullptr;
+    // The token at position kv->length() - 1, before tokens[0]; -1 at
+    // position 0. GPT-2 ignores it; nanochat's generation 5 mixes its
+    // embedding into the first token's (smear), so the state a chunk
+    // carries over is the sequence's own ids, never something a tier,
+    // fork or restart could lose.
+    int previous_token = -1;
   };
 
   // Runs the chunks through the model and returns the logits, (R, V) in
@@ -142,5 +148,14 @@ class Model {
   int page_size_ = 0;
   std::vector<float> x_, ln_, qkv_, att_, fc_, logits_in_, logits_;
 };
+
+// What Model::check checks, for every family's forward: a non-empty batch
+// of distinct sequences, each chunk non-empty, within `context` positions and
+// its pages, not writing into an evicted page, one page size, tokens in
+// [0, vocab_size), and a pool whose blocks hold `layout(page_size)`'s.
+std::expected<void, std::string> check_chunks(std::span<const Model::Chunk> chunks,
+                                              const tiers::BlockPool& pool, int context,
+                                              int vocab_size,
+                                              const std::function<KvLayout(int)>& layout);
 
 }  // namespace kvtier

@@ -10,11 +10,17 @@
 #include <system_error>
 #include <utility>
 
+#include "engine/model/config_keys.h"
+
 namespace kvtier {
 namespace {
 
 using json = nlohmann::json;
 using Error = std::unexpected<std::string>;
+using config_keys::describe;
+using config_keys::read_int;
+using config_keys::read_string;
+using config_keys::require_int;
 
 // Upper limits keep every size product (e.g. vocab_size * n_embd * 4 bytes, or
 // n_layer * 12 * n_embd^2) far inside 64 bits, and reject configs that are corrupt
@@ -23,54 +29,6 @@ constexpr std::int64_t kMaxLayers = 1024;
 constexpr std::int64_t kMaxEmbd = 65536;
 constexpr std::int64_t kMaxVocab = std::int64_t{1} << 24;
 constexpr std::int64_t kMaxBlockSize = std::int64_t{1} << 20;
-
-// A JSON value for an error message: scalars as written, containers by type only
-// (dumping a hostile, deeply nested value would recurse without bound).
-std::string describe(const json& value) {
-  if (value.is_structured()) return std::string("a JSON ") + value.type_name();
-  return value.dump();
-}
-
-// A required or optional positive integer key, with its inclusive upper limit.
-std::expected<std::optional<int>, std::string> read_int(const json& root, const char* key,
-                                                        std::int64_t max, bool required) {
-  auto it = root.find(key);
-  if (it == root.end() || (!required && it->is_null())) {
-    if (required) return Error(std::string("missing required key \"") + key + "\"");
-    return std::optional<int>();
-  }
-  // JSON 12.0 is a float and "12" a string: both are refused rather than coerced.
-  if (!it->is_number_integer()) {
-    return Error(std::string("key \"") + key + "\" must be an integer, got " + describe(*it));
-  }
-  // Unsigned values above INT64_MAX are out of range whatever the limit.
-  const bool too_big = it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t(max);
-  const std::int64_t v = too_big ? max + 1 : it->get<std::int64_t>();
-  if (v <= 0)
-    return Error(std::string("key \"") + key + "\" must be positive, got " + describe(*it));
-  if (v > max) {
-    return Error(std::string("key \"") + key + "\" is " + describe(*it) + ", above the limit " +
-                 std::to_string(max));
-  }
-  return std::optional<int>(static_cast<int>(v));
-}
-
-std::expected<int, std::string> require_int(const json& root, const char* key, std::int64_t max) {
-  auto v = read_int(root, key, max, /*required=*/true);
-  if (!v) return Error(v.error());
-  return **v;
-}
-
-// An optional string key; nullopt when absent.
-std::expected<std::optional<std::string>, std::string> read_string(const json& root,
-                                                                   const char* key) {
-  auto it = root.find(key);
-  if (it == root.end()) return std::optional<std::string>();
-  if (!it->is_string()) {
-    return Error(std::string("key \"") + key + "\" must be a string, got " + describe(*it));
-  }
-  return std::optional<std::string>(it->get<std::string>());
-}
 
 // An optional, finite, positive epsilon; `fallback` when absent.
 std::expected<float, std::string> read_eps(const json& root, const char* key, float fallback) {
@@ -366,6 +324,11 @@ std::expected<ModelConfig, std::string> ModelConfig::load(
   auto config = parse(text.str(), config_json.parent_path());
   if (!config) return Error(config_json.string() + ": " + config.error());
   return config;
+}
+
+std::expected<TokenizerSpec, std::string> TokenizerSpec::parse(
+    const nlohmann::json& config, const std::filesystem::path& model_dir) {
+  return parse_tokenizer(config, model_dir);
 }
 
 ModelConfig ModelConfig::gpt2_124m() {

@@ -31,6 +31,7 @@
 
 #include <expected>
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,11 @@ struct TokenizerSpec {
   std::filesystem::path merges;              // bpe only: vocab.bpe
   std::string pattern;                       // tiktoken only: the split pattern
   std::vector<SpecialToken> special_tokens;  // tiktoken only
+
+  // The "tokenizer" key of a parsed config.json (or the folder's files, as
+  // above, where it has none), for every family's config. Errors name the key.
+  static std::expected<TokenizerSpec, std::string> parse(const nlohmann::json& config,
+                                                         const std::filesystem::path& model_dir);
 };
 
 struct ModelConfig {

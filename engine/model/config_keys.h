@@ -1,0 +1,29 @@
+// The keys of a model's config.json, read one at a time with the checks every
+// family's dialect shares: integers that are JSON integers (12.0 and "12" are
+// refused, not coerced), positive and within a limit, strings that are
+// strings. Errors name the key and quote what was there.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace kvtier::config_keys {
+
+// A JSON value for an error message: scalars as written, containers by type
+// only (dumping a hostile, deeply nested value would recurse without bound).
+std::string describe(const nlohmann::json& value);
+
+// A required or optional positive integer key, with its inclusive upper limit.
+std::expected<std::optional<int>, std::string> read_int(const nlohmann::json& root, const char* key,
+                                                        std::int64_t max, bool required);
+std::expected<int, std::string> require_int(const nlohmann::json& root, const char* key,
+                                            std::int64_t max);
+
+// An optional string key; nullopt when absent.
+std::expected<std::optional<std::string>, std::string> read_string(const nlohmann::json& root,
+                                                                   const char* key);
+
+}  // namespace kvtier::config_keys

@@ -1,0 +1,234 @@
+#include "engine/model/nanochat/nanochat_model.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/rmsnorm.h"
+
+namespace kvtier {
+namespace {
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+float dot(const float* a, const float* b, int n) {
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+}  // namespace
+
+std::expected<NanochatModel, std::string> NanochatModel::load(const std::filesystem::path& dir) {
+  auto config = NanochatConfig::load(dir / "config.json");
+  if (!config) return std::unexpected(config.error());
+  auto weights = NanochatWeights::load(*config, dir / "model.safetensors");
+  if (!weights) return std::unexpected(weights.error());
+  return NanochatModel(std::move(*config), std::move(*weights));
+}
+
+NanochatModel::NanochatModel(NanochatConfig config, NanochatWeights weights)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      rotary_(config_.head_dim(), config_.rope_base(), config_.context, config_.rope_bf16) {
+  const int C = config_.n_embd, KV = config_.kv_dim();
+  auto pack = [](const float* w, int K, int N) {
+    return kernels::PackedWeight::pack(w, K, N, kernels::WeightLayout::kOutIn);
+  };
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const NanochatLayerWeights& w = weights_.layer(l);
+    packed_.push_back({pack(w.c_q, C, C), pack(w.c_k, C, KV), pack(w.c_v, C, KV),
+                       pack(w.c_proj, C, C), pack(w.mlp_fc, C, 4 * C), pack(w.mlp_proj, 4 * C, C)});
+  }
+  lm_head_ = pack(weights_.lm_head(), C, config_.vocab_size);
+}
+
+std::expected<void, std::string> NanochatModel::check(std::span<const Model::Chunk> chunks,
+                                                      const tiers::BlockPool& pool) const {
+  if (auto ok = check_chunks(chunks, pool, config_.context, config_.vocab_size,
+                             [&](int page_size) { return kv_layout(page_size); });
+      !ok)
+    return ok;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const Model::Chunk& c = chunks[i];
+    const bool first = c.kv->length() == 0;
+    if (first ? c.previous_token != -1
+              : c.previous_token < 0 || c.previous_token >= config_.vocab_size)
+      return std::unexpected("forward: chunk " + std::to_string(i) + " at position " +
+                             std::to_string(c.kv->length()) + " has previous token " +
+                             std::to_string(c.previous_token) +
+                             (first ? " (none comes before position 0)"
+                                    : " (a chunk that continues a sequence names the token "
+                                      "before it)"));
+  }
+  return {};
+}
+
+void NanochatModel::embed(int M) {
+  const int C = config_.n_embd;
+  const float* wte = weights_.wte();
+  for (int r = 0; r < M; ++r)
+    std::copy_n(wte + static_cast<long>(rows_[r].token) * C, C,
+                x_.data() + static_cast<long>(r) * C);
+  kernels::rmsnorm(x_.data(), x_.data(), M, C);
+  if (config_.has_smear()) {
+    // The previous token's normalised embedding, before smear (h_ as scratch).
+    for (int r = 0; r < M; ++r) {
+      const int prev = rows_[r].previous;
+      float* out = h_.data() + static_cast<long>(r) * C;
+      if (prev < 0)
+        std::fill_n(out, C, 0.0f);
+      else
+        std::copy_n(wte + static_cast<long>(prev) * C, C, out);
+    }
+    kernels::rmsnorm(h_.data(), h_.data(), M, C);
+    const float lambda = weights_.smear_lambda();
+    for (int r = 0; r < M; ++r) {
+      if (rows_[r].previous < 0) continue;
+      float* x = x_.data() + static_cast<long>(r) * C;
+      const float* prev = h_.data() + static_cast<long>(r) * C;
+      const float gate =
+          lambda * sigmoid(dot(x, weights_.smear_gate(), NanochatConfig::kSmearChannels));
+      for (int i = 0; i < C; ++i) x[i] += gate * prev[i];
+    }
+  }
+  if (config_.has_lambdas()) x0_ = x_;
+}
+
+void NanochatModel::attention(int layer, int M) {
+  const int H = config_.n_head, D = config_.head_dim(), KV = config_.kv_dim();
+  const int group_size = H / config_.n_kv_head;
+  const int window = config_.window(layer);
+  const KvLayout layout = kv_layout(page_size_);
+  const long items = static_cast<long>(M) * H;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int r = 0; r < M; ++r) {
+      const auto view = layout.layer_view(block_bases_[rows_[r].chunk].data(), layer);
+      kernels::kv_write(view, rows_[r].pos, k_.data() + static_cast<long>(r) * KV,
+                        v_.data() + static_cast<long>(r) * KV);
+    }
+    std::vector<float> scratch(static_cast<std::size_t>(config_.context) + 1);
+#pragma omp for schedule(dynamic, 4)
+    for (long item = 0; item < items; ++item) {
+      const int r = static_cast<int>(item / H), h = static_cast<int>(item % H);
+      const Row& row = rows_[r];
+      kernels::AttentionQuery query{q_.data() + static_cast<long>(r) * H * D + h * D,
+                                    att_.data() + static_cast<long>(r) * H * D + h * D, row.pos,
+                                    layout.layer_view(block_bases_[row.chunk].data(), layer),
+                                    nullptr};
+      query.first = window < 0 ? 0 : std::max(0, row.pos - window);
+      kernels::attention_queries(&query, 1, row.pos + 1, h / group_size, scratch.data());
+    }
+  }
+}
+
+std::expected<std::span<const float>, std::string> NanochatModel::forward(
+    std::span<const Model::Chunk> chunks, tiers::BlockPool& pool,
+    const std::function<void(int layer)>& before_attention) {
+  if (auto ok = check(chunks, pool); !ok) return std::unexpected(ok.error());
+  const int C = config_.n_embd, H = config_.n_head, D = config_.head_dim();
+  const int KV = config_.kv_dim(), V = config_.vocab_size, L = config_.n_layer;
+  page_size_ = chunks[0].kv->page_size();
+
+  rows_.clear();
+  block_bases_.resize(chunks.size());
+  std::vector<int> logit_rows;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const Model::Chunk& c = chunks[i];
+    const int n = static_cast<int>(c.tokens.size());
+    for (int t = 0; t < n; ++t) {
+      if (c.all_logits || t == n - 1) logit_rows.push_back(static_cast<int>(rows_.size()));
+      rows_.push_back({static_cast<int>(i), c.kv->length() + t, c.tokens[t],
+                       t == 0 ? c.previous_token : c.tokens[t - 1]});
+    }
+    block_bases_[i].clear();
+    for (int id : c.kv->block_ids())
+      block_bases_[i].push_back(
+          id == SequenceKv::kEvictedBlock ? nullptr : reinterpret_cast<float*>(pool.data(id)));
+  }
+  const int M = static_cast<int>(rows_.size());
+  const std::size_t rc = static_cast<std::size_t>(M) * C;
+  x_.resize(rc);
+  h_.resize(rc);
+  q_.resize(rc);
+  att_.resize(rc);
+  k_.resize(static_cast<std::size_t>(M) * KV);
+  v_.resize(k_.size());
+  fc_.resize(rc * 4);
+
+  embed(M);
+  const int backout_layer = config_.has_smear() ? L / 2 : -1;
+  for (int l = 0; l < L; ++l) {
+    const NanochatLayerWeights& w = weights_.layer(l);
+    const PackedLayer& pw = packed_[l];
+    if (config_.has_lambdas()) {
+      const float resid = weights_.resid_lambdas()[l], x0 = weights_.x0_lambdas()[l];
+      for (std::size_t i = 0; i < rc; ++i) x_[i] = resid * x_[i] + x0 * x0_[i];
+    }
+    kernels::rmsnorm(h_.data(), x_.data(), M, C);
+    kernels::matmul(q_.data(), h_.data(), pw.q, nullptr, M);
+    kernels::matmul(k_.data(), h_.data(), pw.k, nullptr, M);
+    kernels::matmul(v_.data(), h_.data(), pw.v, nullptr, M);
+    if (w.value_embed != nullptr) {
+      const int ch = config_.ve_gate_channels();
+      const float scale = config_.ve_gate_scale();
+      for (int r = 0; r < M; ++r) {
+        const float* h = h_.data() + static_cast<long>(r) * C;
+        const float* ve = w.value_embed + static_cast<long>(rows_[r].token) * KV;
+        float* v = v_.data() + static_cast<long>(r) * KV;
+        for (int kh = 0; kh < config_.n_kv_head; ++kh) {
+          const float gate = scale * sigmoid(dot(h, w.ve_gate + static_cast<long>(kh) * ch, ch));
+          for (int d = 0; d < D; ++d) v[kh * D + d] += gate * ve[kh * D + d];
+        }
+      }
+    }
+    const float qk_scale = config_.qk_scale();
+    for (int r = 0; r < M; ++r) {
+      float* q = q_.data() + static_cast<long>(r) * C;
+      float* k = k_.data() + static_cast<long>(r) * KV;
+      rotary_.apply(q, H, rows_[r].pos);
+      rotary_.apply(k, config_.n_kv_head, rows_[r].pos);
+    }
+    kernels::rmsnorm(q_.data(), q_.data(), static_cast<long>(M) * H, D);
+    kernels::rmsnorm(k_.data(), k_.data(), static_cast<long>(M) * config_.n_kv_head, D);
+    if (qk_scale != 1.0f) {
+      for (float& x : q_) x *= qk_scale;
+      for (float& x : k_) x *= qk_scale;
+    }
+    if (before_attention) before_attention(l);
+    attention(l, M);
+    kernels::matmul(h_.data(), att_.data(), pw.proj, nullptr, M);
+    for (std::size_t i = 0; i < rc; ++i) x_[i] += h_[i];
+
+    kernels::rmsnorm(h_.data(), x_.data(), M, C);
+    kernels::matmul(fc_.data(), h_.data(), pw.fc, nullptr, M);
+    for (float& f : fc_) f = f > 0.0f ? f * f : 0.0f;
+    kernels::matmul(h_.data(), fc_.data(), pw.mlp_proj, nullptr, M);
+    for (std::size_t i = 0; i < rc; ++i) x_[i] += h_[i];
+    if (l == backout_layer) xb_ = x_;
+  }
+  if (backout_layer >= 0) {
+    const float lambda = weights_.backout_lambda();
+    for (std::size_t i = 0; i < rc; ++i) x_[i] -= lambda * xb_[i];
+  }
+
+  const int R = static_cast<int>(logit_rows.size());
+  logits_in_.resize(static_cast<std::size_t>(R) * C);
+  for (int i = 0; i < R; ++i)
+    std::copy_n(x_.data() + static_cast<long>(logit_rows[i]) * C, C,
+                logits_in_.data() + static_cast<long>(i) * C);
+  kernels::rmsnorm(logits_in_.data(), logits_in_.data(), R, C);
+  logits_.resize(static_cast<std::size_t>(R) * V);
+  kernels::matmul(logits_.data(), logits_in_.data(), lm_head_, nullptr, R);
+  const float cap = config_.softcap;
+  for (float& z : logits_) z = cap * std::tanh(z / cap);
+
+  for (const Model::Chunk& c : chunks) c.kv->advance(static_cast<int>(c.tokens.size()));
+  return std::span<const float>(logits_);
+}
+
+}  // namespace kvtier

@@ -1,0 +1,52 @@
+#include "kernels/rotary.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace kvtier::kernels {
+
+float round_to_bf16(float x) {
+  if (std::isnan(x)) return x;
+  const auto bits = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
+  return std::bit_cast<float>(rounded & 0xFFFF0000u);
+}
+
+RotaryTable::RotaryTable(int head_dim, float base, int positions, bool bf16)
+    : half_(head_dim / 2), positions_(positions) {
+  cos_.resize(static_cast<std::size_t>(positions) * half_);
+  sin_.resize(cos_.size());
+  std::vector<float> inv_freq(half_);
+  for (int j = 0; j < half_; ++j) {
+    const float exponent = static_cast<float>(2 * j) / static_cast<float>(head_dim);
+    inv_freq[j] = static_cast<float>(1.0 / std::pow(static_cast<double>(base), exponent));
+  }
+  for (int p = 0; p < positions; ++p)
+    for (int j = 0; j < half_; ++j) {
+      const float angle = static_cast<float>(p) * inv_freq[j];
+      float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+      float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+      if (bf16) c = round_to_bf16(c), s = round_to_bf16(s);
+      cos_[static_cast<std::size_t>(p) * half_ + j] = c;
+      sin_[static_cast<std::size_t>(p) * half_ + j] = s;
+    }
+}
+
+void RotaryTable::apply(float* x, int heads, int pos) const {
+  const float* c = cos(pos);
+  const float* s = sin(pos);
+  for (int h = 0; h < heads; ++h) {
+    float* x1 = x + static_cast<long>(h) * 2 * half_;
+    float* x2 = x1 + half_;
+    for (int j = 0; j < half_; ++j) {
+      const float a = x1[j], b = x2[j];
+      const float y1 = a * c[j] + b * s[j];
+      const float y2 = b * c[j] - a * s[j];
+      x1[j] = y1;
+      x2[j] = y2;
+    }
+  }
+}
+
+}  // namespace kvtier::kernels
