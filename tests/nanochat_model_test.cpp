@@ -14,92 +14,18 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "nanochat_test_util.h"
 #include "test_util.h"
 
 namespace kvtier {
 namespace {
 
 namespace fs = std::filesystem;
+using nanochat_test::NanochatFolder;
+using nanochat_test::Shape;
 using nlohmann::json;
-using test_util::Tensor;
 
 constexpr int kPage = 16;
-
-struct Shape {
-  int generation;
-  int n_kv_head;
-};
-
-// A model folder of random weights: 4 layers, 4 heads of 16, vocabulary 300
-// padded to 320, sequence_len 256 (every generation's short window is then
-// 128) and a context of 320, so both kinds of window cut in on the
-// sequences below.
-class NanochatFolder {
- public:
-  explicit NanochatFolder(Shape shape) : shape_(shape) {
-    const int L = 4, H = 4, C = 64, D = C / H, V = 300, Vp = 320;
-    const int KV = shape.n_kv_head * D, g = shape.generation;
-    json config = {{"format", "nanochat"},
-                   {"generation", g},
-                   {"n_layer", L},
-                   {"n_head", H},
-                   {"n_kv_head", shape.n_kv_head},
-                   {"n_embd", C},
-                   {"vocab_size", V},
-                   {"sequence_len", 256},
-                   {"context", 320},
-                   {"window_pattern", "SSL"},
-                   {"softcap", 15},
-                   {"rope_table", g % 2 ? "bf16" : "fp32"}};
-    dir_.write("config.json", config.dump(2));
-    std::mt19937 rng(1000 + g * 10 + shape.n_kv_head);
-    std::vector<Tensor> tensors;
-    auto add = [&](const std::string& name, std::vector<std::uint64_t> shape_of, double stddev,
-                   double mean = 0.0) {
-      std::size_t n = 1;
-      for (auto d : shape_of) n *= d;
-      std::normal_distribution<float> normal(static_cast<float>(mean), static_cast<float>(stddev));
-      std::vector<float> values(n);
-      for (float& v : values) v = normal(rng);
-      tensors.push_back({name, "F32", shape_of, test_util::as_bytes(values)});
-    };
-    const auto linear = [&](const std::string& name, int out, int in) {
-      add(name, {std::uint64_t(out), std::uint64_t(in)}, 1.0 / std::sqrt(in));
-    };
-    add("transformer.wte.weight", {Vp, std::uint64_t(C)}, 1.0);
-    for (int i = 0; i < L; ++i) {
-      const std::string h = "transformer.h." + std::to_string(i) + ".";
-      linear(h + "attn.c_q.weight", C, C);
-      linear(h + "attn.c_k.weight", KV, C);
-      linear(h + "attn.c_v.weight", KV, C);
-      linear(h + "attn.c_proj.weight", C, C);
-      linear(h + "mlp.c_fc.weight", 4 * C, C);
-      linear(h + "mlp.c_proj.weight", C, 4 * C);
-      if (g >= 3 && i % 2 == (L - 1) % 2) {
-        linear(h + "attn.ve_gate.weight", shape.n_kv_head, g >= 4 ? 12 : 32);
-        add("value_embeds." + std::to_string(i) + ".weight", {Vp, std::uint64_t(KV)}, 0.5);
-      }
-    }
-    add("lm_head.weight", {Vp, std::uint64_t(C)}, 2.0 / std::sqrt(C));
-    if (g >= 2) {
-      add("resid_lambdas", {std::uint64_t(L)}, 0.2, 1.0);
-      add("x0_lambdas", {std::uint64_t(L)}, 0.2, 0.1);
-    }
-    if (g >= 5) {
-      add("smear_lambda", {1}, 0.1, 0.5);
-      add("backout_lambda", {1}, 0.1, 0.3);
-      linear("smear_gate.weight", 1, 24);
-    }
-    test_util::write_safetensors(dir_.path() / "model.safetensors", tensors);
-  }
-
-  const fs::path& path() const { return dir_.path(); }
-  Shape shape() const { return shape_; }
-
- private:
-  test_util::TempDir dir_;
-  Shape shape_;
-};
 
 std::vector<int> random_tokens(int n, unsigned seed) {
   std::mt19937 rng(seed);
