@@ -28,13 +28,14 @@
 #include "bench/machine_peaks.h"
 #include "bench/recording_reporter.h"
 #include "engine/device.h"
-#include "engine/model/model.h"
+#include "engine/model/gpt2/gpt2_model.h"
 
 namespace {
 
 using kvtier::bench::best_seconds;
 using kvtier::bench::random_tokens;
 
+using kvtier::Gpt2Model;
 using kvtier::Model;
 using kvtier::SequenceKv;
 
@@ -57,7 +58,7 @@ double prefill_flops(const kvtier::ModelConfig& c, int T) {
 }
 
 struct Bench {
-  Model& model;
+  Gpt2Model& model;
   kvtier::tiers::BlockPool& pool;
 
   // One prefill of T tokens, timed by hand: the forward alone, not the
@@ -179,7 +180,7 @@ struct CpuFigures {
   double prefill1024_ms, tail_ms, decode1_tok_s;
 };
 
-void gpu_figures(const Model& model, const CpuFigures& cpu) {
+void gpu_figures(const Gpt2Model& model, const CpuFigures& cpu) {
   const auto& config = model.config();
   const int V = config.vocab_size, ctx = config.block_size;
   constexpr int kGpuBatch = 64;
@@ -284,7 +285,7 @@ int main(int argc, char** argv) {
   omp_set_num_threads(kThreads);
   const auto config = kvtier::ModelConfig::gpt2_124m();
   std::printf("building GPT-2 124M-shaped random weights...\n");
-  Model model(config, kvtier::ModelWeights::random(config, 1));
+  Gpt2Model model(config, kvtier::ModelWeights::random(config, 1));
   const auto layout = model.kv_layout(kPage);
   const int blocks_per_seq = config.block_size / kPage + 1;
   kvtier::tiers::BlockPool pool(layout.block_bytes(), kMaxBatch * blocks_per_seq + blocks_per_seq);

@@ -30,7 +30,7 @@
 
 #include "bench/bench_util.h"
 #include "engine/model/eviction_policy.h"
-#include "engine/model/model.h"
+#include "engine/model/gpt2/gpt2_model.h"
 #include "engine/model/tokenizer.h"
 
 namespace {
@@ -38,6 +38,7 @@ namespace {
 using kvtier::bench::random_tokens;
 
 using kvtier::EvictionPolicy;
+using kvtier::Gpt2Model;
 using kvtier::KvEvictor;
 using kvtier::Model;
 using kvtier::SequenceKv;
@@ -214,7 +215,7 @@ int main(int argc, char** argv) {
 
   // The bundled character model.
   const auto dir = kvtier::bench::bundled_model_dir();
-  auto loaded = Model::load(dir);
+  auto loaded = Gpt2Model::load(dir);
   if (!loaded) {
     std::fprintf(stderr, "cannot load %s: %s\n", dir.c_str(), loaded.error().c_str());
     return 1;
@@ -272,7 +273,7 @@ int main(int argc, char** argv) {
   if (!gpt2) return 0;
   const auto config = kvtier::ModelConfig::gpt2_124m();
   std::printf("\nbuilding GPT-2 124M-shaped random weights...\n");
-  Model big(config, kvtier::ModelWeights::random(config, 1));
+  Gpt2Model big(config, kvtier::ModelWeights::random(config, 1));
   BlockPool big_pool(big.kv_layout(kPage).block_bytes(), 24);
   Workload gpt{"GPT-2 124M shapes (random weights)", big, {}, 96};
   gpt.prompts.push_back(random_tokens(32, config.vocab_size, 7));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "engine/model/gpt2/gpt2_model.h"
 #include "engine/scheduling/scheduler.h"
 #include "kernels/kv_quant.h"
 
@@ -103,7 +104,7 @@ double promotion_s(const KvLayout& layout, KvFormat format) {
 
 int main() {
   omp_set_num_threads(kThreads);
-  auto model = Model::load(bench::bundled_model_dir());
+  auto model = Gpt2Model::load(bench::bundled_model_dir());
   if (!model) {
     std::printf("cannot load the bundled model: %s\n", model.error().c_str());
     return 1;

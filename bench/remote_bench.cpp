@@ -25,6 +25,7 @@
 #include "bench/bench_util.h"
 #include "bench/machine_peaks.h"
 #include "bench/ttft.h"
+#include "engine/model/gpt2/gpt2_model.h"
 #include "engine/scheduling/scheduler.h"
 #include "tiers/redis_store.h"
 
@@ -126,7 +127,7 @@ int main(int argc, char** argv) {
   store_throughput(*addresses, block_bytes);
   if (store_only) return 0;
   std::printf("building GPT-2 124M-shaped random weights...\n");
-  Model model(config, ModelWeights::random(config, 1));
+  Gpt2Model model(config, ModelWeights::random(config, 1));
 
   // ---- time to first token: remote hit, L3 hit, cold ----------------------
   // One scheduler per store, each L1 + that store, written through.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "engine/model/gpt2/gpt2_model.h"
 #include "engine/scheduling/scheduler.h"
 
 namespace {
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
   const auto dir = kvtier::bench::bundled_model_dir();
-  auto loaded = Model::load(dir);
+  auto loaded = Gpt2Model::load(dir);
   if (!loaded) {
     std::fprintf(stderr, "cannot load %s: %s\n", dir.c_str(), loaded.error().c_str());
     return 1;
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
   if (!gpt2) return 0;
   const auto config = ModelConfig::gpt2_124m();
   std::printf("\nbuilding GPT-2 124M-shaped random weights...\n");
-  Model big(config, ModelWeights::random(config, 1));
+  Gpt2Model big(config, ModelWeights::random(config, 1));
   scenarios({"GPT-2 124M shapes (random weights)", big, 8, 32, 64, 288, 512, 4,
              EvictionPolicy::sliding_window(32), EvictionPolicy::h2o(16, 16, 64)});
   return 0;

@@ -32,6 +32,7 @@
 #include "bench/machine_peaks.h"
 #include "bench/ttft.h"
 #include "engine/device.h"
+#include "engine/model/gpt2/gpt2_model.h"
 #include "engine/scheduling/scheduler.h"
 
 #if defined(KVTIER_HAVE_CUDA)
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
   omp_set_num_threads(kThreads);
   const auto config = ModelConfig::gpt2_124m();
   std::printf("building GPT-2 124M-shaped random weights...\n");
-  Model model(config, ModelWeights::random(config, 1));
+  Gpt2Model model(config, ModelWeights::random(config, 1));
   const std::size_t block_bytes = model.kv_layout(kPage).block_bytes();
 
   // ---- time to first token by tier -------------------------------------

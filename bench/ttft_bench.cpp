@@ -47,6 +47,7 @@
 #include "bench/soak_model.h"
 #include "bench/ttft.h"
 #include "ctl/rpc_client.h"
+#include "engine/model/gpt2/gpt2_model.h"
 #include "engine/scheduling/scheduler.h"
 
 namespace {
@@ -353,7 +354,7 @@ void split_bench(const Options& o, int budget) {
   }
   omp_set_num_threads(kThreads);
   const ModelConfig mc = ModelConfig::gpt2_124m();
-  Model model(mc, ModelWeights::random(mc, 1));
+  Gpt2Model model(mc, ModelWeights::random(mc, 1));
   SchedulerConfig c = ttft_scheduler_config(16);
   c.token_budget = budget;
   c.cache.l2_bytes = std::size_t{16} << 20;

@@ -99,7 +99,7 @@ std::expected<std::unique_ptr<EngineLoop>, std::string> EngineLoop::create(
   if (options.max_pending < 1) return std::unexpected(std::string("max_pending must be >= 1"));
   auto model = Model::load(model_dir);
   if (!model) return std::unexpected("cannot load model from " + model_dir + ": " + model.error());
-  auto owned_model = std::make_unique<Model>(std::move(*model));
+  std::unique_ptr<Model> owned_model = std::move(*model);
   auto tokenizer = Tokenizer::load(owned_model->config().tokenizer);
   if (!tokenizer) return std::unexpected(tokenizer.error());
   auto device = open_device(*owned_model, options.scheduler, device_options(options));

@@ -13,12 +13,13 @@
 namespace kvtier::daemon {
 
 int oneshot_run(const OneShotOptions& o) {
-  auto model = kvtier::Model::load(o.model_dir);
-  if (!model) {
+  auto loaded = kvtier::Model::load(o.model_dir);
+  if (!loaded) {
     std::fprintf(stderr, "kvtierd: cannot load model from %s: %s\n", o.model_dir.c_str(),
-                 model.error().c_str());
+                 loaded.error().c_str());
     return 1;
   }
+  kvtier::Model* model = loaded->get();
   auto tokenizer = kvtier::Tokenizer::load(model->config().tokenizer);
   if (!tokenizer) {
     std::fprintf(stderr, "kvtierd: %s\n", tokenizer.error().c_str());

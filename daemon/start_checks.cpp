@@ -5,7 +5,7 @@
 #include "daemon/access.h"
 #include "daemon/service_checks.h"
 #include "engine/model/kv_layout.h"
-#include "engine/model/model_config.h"
+#include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
 #include "engine/scheduling/scheduler.h"
 
@@ -36,7 +36,7 @@ std::expected<StartPlan, std::string> start_checks(const DaemonConfig& c, StartC
   plan.http_listen = std::move(*listen);
   // The model folder, as EngineLoop::create says it when it loads the model.
   const std::string cannot_load = "cannot load model from " + c.model_dir + ": ";
-  auto model = ModelConfig::load(std::filesystem::path(c.model_dir) / "config.json");
+  auto model = read_model_config(c.model_dir);
   if (!model) return std::unexpected(cannot_load + model.error());
   if (auto tokenizer = Tokenizer::load(model->tokenizer); !tokenizer)
     return std::unexpected(cannot_load + tokenizer.error());

@@ -27,7 +27,7 @@
 #include "daemon/http/openai.h"
 #include "daemon/log.h"
 #include "engine/build_info.h"
-#include "engine/model/model_config.h"
+#include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
 #include "router/daemon_address.h"
 #include "router/router.h"
@@ -110,7 +110,7 @@ int serve(int argc, char** argv) {
   log_level_set(*level);
   std::signal(SIGPIPE, SIG_IGN);
 
-  auto config = ModelConfig::load(std::filesystem::path(model_dir) / "config.json");
+  auto config = read_model_config(model_dir);
   if (!config) {
     log_error("--model: " + config.error());
     return kExitConfig;

@@ -68,7 +68,7 @@ struct Twin {
     return logits ? std::vector<float>(logits->begin(), logits->end()) : std::vector<float>{};
   }
 
-  Model model;
+  Gpt2Model model;
   tiers::BlockPool cpu_pool;
   Device gpu;
 };
@@ -108,7 +108,7 @@ void expect_gpu_follows_cpu(Twin& t, const std::vector<int>& prompt, int decode_
 
 TEST_F(CudaModelTest, FollowsTheCpuForwardOnEveryVariant) {
   for (const ModelConfig& config : tiny_variants()) {
-    Twin t(Model(config, ModelWeights::random(config, 1234)));
+    Twin t(Gpt2Model(config, ModelWeights::random(config, 1234)));
     ASSERT_TRUE(t.ready());
     std::mt19937 rng(7);
     expect_gpu_follows_cpu(t, random_tokens(rng, 77, config.vocab_size), 12);
@@ -120,7 +120,7 @@ TEST_F(CudaModelTest, FollowsTheCpuForwardOnTheBundledModels) {
   for (const char* dir : {"models/fortunes-char", "models/fortunes-char-5m",
                           "tests/data/tiny-nanogpt", "tests/data/tiny-hf"}) {
     SCOPED_TRACE(dir);
-    auto model = Model::load(std::filesystem::path(KVTIER_SOURCE_DIR) / dir);
+    auto model = Gpt2Model::load(std::filesystem::path(KVTIER_SOURCE_DIR) / dir);
     ASSERT_TRUE(model.has_value()) << model.error();
     Twin t(std::move(*model));
     ASSERT_TRUE(t.ready());
@@ -135,7 +135,7 @@ TEST_F(CudaModelTest, FollowsTheCpuForwardOnTheBundledModels) {
 // bit: chunks of different sizes take different matmul tiles.
 TEST_F(CudaModelTest, ChunkingDoesNotChangeTheBits) {
   for (const ModelConfig& config : tiny_variants()) {
-    Twin t(Model(config, ModelWeights::random(config, 99)));
+    Twin t(Gpt2Model(config, ModelWeights::random(config, 99)));
     ASSERT_TRUE(t.ready());
     std::mt19937 rng(42);
     const auto prompt = random_tokens(rng, 90, config.vocab_size);
@@ -162,7 +162,7 @@ TEST_F(CudaModelTest, ChunkingDoesNotChangeTheBits) {
 // decode steps in one GPU forward: every logits row the same bits.
 TEST_F(CudaModelTest, BatchCompositionDoesNotChangeTheBits) {
   for (const ModelConfig& config : tiny_variants()) {
-    Twin t(Model(config, ModelWeights::random(config, 5)));
+    Twin t(Gpt2Model(config, ModelWeights::random(config, 5)));
     ASSERT_TRUE(t.ready());
     auto forward = [&t](std::span<const Model::Chunk> batch) {
       return t.gpu_forward(batch, t.gpu_pool());
@@ -177,7 +177,7 @@ TEST_F(CudaModelTest, BatchCompositionDoesNotChangeTheBits) {
 
 TEST_F(CudaModelTest, RefusesBadBatchesWithTheReason) {
   const ModelConfig config = tiny_variants()[0];
-  Twin t(Model(config, ModelWeights::random(config, 5)));
+  Twin t(Gpt2Model(config, ModelWeights::random(config, 5)));
   ASSERT_TRUE(t.ready());
   SequenceKv kv(Twin::kPage);
   ASSERT_TRUE(kv.reserve(t.gpu_pool(), 8));
@@ -215,7 +215,7 @@ TEST_F(CudaModelTest, RefusesBadBatchesWithTheReason) {
 TEST(CudaModelNoDevice, CreateSaysWhy) {
   if (kernels::cuda_device_present()) GTEST_SKIP() << "a CUDA device is present";
   const ModelConfig config = tiny_variants()[0];
-  const Model model(config, ModelWeights::random(config, 5));
+  const Gpt2Model model(config, ModelWeights::random(config, 5));
   auto created = CudaModel::create(model);
   ASSERT_FALSE(created.has_value());
   EXPECT_NE(created.error().find("failed"), std::string::npos) << created.error();

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/model.h"
+#include "engine/model/gpt2/gpt2_model.h"
 
 namespace kvtier::forward_test_util {
 

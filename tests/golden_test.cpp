@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/generator.h"
-#include "engine/model/model.h"
+#include "engine/model/gpt2/gpt2_model.h"
 
 namespace kvtier {
 namespace {
@@ -30,7 +30,7 @@ TEST_P(Golden, LogitsAndGreedyTokensMatchPyTorch) {
   const auto golden = nlohmann::json::parse(in);
   ASSERT_EQ(golden.at("version"), 1);
 
-  auto model = Model::load(dir());
+  auto model = Gpt2Model::load(dir());
   ASSERT_TRUE(model.has_value()) << model.error();
   const int V = model->config().vocab_size;
   const int context = model->config().block_size;

@@ -1,7 +1,5 @@
 // The forward pass: the three attention cases, batch invariance and bad
 // batches, on small random models (golden comparisons live in golden_test.cpp).
-#include "engine/model/model.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/model/gpt2/gpt2_model.h"
 #include "tests/forward_test_util.h"
 
 namespace kvtier {
@@ -26,7 +25,7 @@ struct Fixture {
       : model(config, ModelWeights::random(config, 1234)),
         pool(model.kv_layout(page_size).block_bytes(), blocks),
         page_size(page_size) {}
-  Model model;
+  Gpt2Model model;
   tiers::BlockPool pool;
   int page_size;
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/model/generator.h"
-#include "engine/model/model.h"
+#include "engine/model/gpt2/gpt2_model.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/sequence_kv.h"
 #include "tests/smaps.h"
@@ -659,7 +659,7 @@ TEST(ModelWeightsTest, HalfPrecisionFilesGenerateLikeTheirF32Twin) {
     std::vector<std::vector<int>> generated;
     std::vector<std::vector<float>> logits;
     for (const TempDir* dir : {&f32_dir, &half_dir}) {
-      auto model = Model::load(dir->path());
+      auto model = Gpt2Model::load(dir->path());
       ASSERT_TRUE(model.has_value()) << model.error();
       tiers::BlockPool pool(model->kv_layout(16).block_bytes(), 32);
       const std::vector<int> prompt = {43, 27, 1, 62, 70, 59, 72, 1, 67, 73};
@@ -720,7 +720,7 @@ TEST(ModelWeights, ReleasedPagesLeaveTheResidentSetAndReadTheSame) {
   EXPECT_LT(released, file_kb / 4) << "touched " << touched << " kB";
   EXPECT_EQ(std::memcmp(before.data(), w->wte(), wte_floats * sizeof(float)), 0);
 
-  auto model = Model::load(dir);
+  auto model = Gpt2Model::load(dir);
   ASSERT_TRUE(model.has_value()) << model.error();
   EXPECT_LT(resident_kb_of_mapping(model->weights().wte()), file_kb / 4)
       << "the Model kept the file resident after packing";

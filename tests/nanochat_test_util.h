@@ -1,6 +1,8 @@
-// A nanochat model folder of random weights, as scripts/convert_nanochat.py
-// writes one, for the tests of the nanochat family.
+// A nanochat model folder of random weights and a small tokenizer, as
+// scripts/convert_nanochat.py writes one, for the tests of the nanochat family.
 #pragma once
+
+#include <openssl/evp.h>
 
 #include <cmath>
 #include <filesystem>
@@ -18,14 +20,16 @@ struct Shape {
   int n_kv_head;
 };
 
-// A model folder of random weights: 4 layers, 4 heads of 16, vocabulary 300
+// A model folder of random weights: 4 layers, 4 heads of 16 (by default), vocabulary 300
 // padded to 320, sequence_len 256 (every generation's short window is then
 // 128) and a context of 320, so both kinds of window cut in on the
 // sequences below.
 class NanochatFolder {
  public:
-  explicit NanochatFolder(Shape shape) : shape_(shape) {
-    const int L = 4, H = 4, C = 64, D = C / H, V = 300, Vp = 320;
+  // n_embd 64 by default; wider where a test needs prefill to cost more
+  // than reading blocks back (the cost model loads only then).
+  explicit NanochatFolder(Shape shape, int n_embd = 64) : shape_(shape) {
+    const int L = 4, H = 4, C = n_embd, D = C / H, V = 300, Vp = 320;
     const int KV = shape.n_kv_head * D, g = shape.generation;
     nlohmann::json config = {{"format", "nanochat"},
                              {"generation", g},
@@ -39,6 +43,34 @@ class NanochatFolder {
                              {"window_pattern", "SSL"},
                              {"softcap", 15},
                              {"rope_table", g % 2 ? "bf16" : "fp32"}};
+    // The tokenizer: 256 byte ranks and 35 common pairs, nanochat's pattern
+    // and its nine special tokens after them: 300 ids.
+    std::string ranks;
+    const char* pairs[] = {"th", "he", "in", "er", "an", " t", " a", "re", "on", "at", "en", "nd",
+                           "ti", "es", "or", "te", "of", "ed", "is", "it", "al", "ar", "st", "to",
+                           "nt", "ng", "se", "ha", "as", "ou", "io", "le", "ve", "co", "me"};
+    int rank = 0;
+    auto add_rank = [&](std::string_view bytes) {
+      std::string b64(4 * ((bytes.size() + 2) / 3), '\0');
+      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()),
+                      reinterpret_cast<const unsigned char*>(bytes.data()),
+                      static_cast<int>(bytes.size()));
+      ranks += b64 + " " + std::to_string(rank++) + "\n";
+    };
+    for (int b = 0; b < 256; ++b) add_rank(std::string(1, static_cast<char>(b)));
+    for (const char* pair : pairs) add_rank(pair);
+    dir_.write("tokenizer.tiktoken", ranks);
+    nlohmann::json specials = nlohmann::json::object();
+    for (const char* name :
+         {"<|bos|>", "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>",
+          "<|python_start|>", "<|python_end|>", "<|output_start|>", "<|output_end|>"})
+      specials[name] = rank++;
+    config["tokenizer"] = {
+        {"type", "tiktoken"},
+        {"ranks", "tokenizer.tiktoken"},
+        {"pattern",
+         R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)"},
+        {"special_tokens", specials}};
     dir_.write("config.json", config.dump(2));
     std::mt19937 rng(1000 + g * 10 + shape.n_kv_head);
     std::vector<test_util::Tensor> tensors;

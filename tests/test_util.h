@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model/model.h"
+#include "engine/model/gpt2/gpt2_model.h"
 #include "engine/model/tokenizer.h"
 
 namespace kvtier::test_util {
@@ -68,13 +68,13 @@ class WithEndOfText final : public Tokenizer {
 // the rest of the process (tests run one at a time, so sharing the Model's
 // scratch buffers is safe). Throws, failing the calling test, if it cannot load.
 struct BundledModel {
-  Model model;
+  Gpt2Model model;
   std::unique_ptr<Tokenizer> tokenizer;
 };
 inline BundledModel& bundled_model() {
   static BundledModel* bundled = [] {
     const auto dir = std::filesystem::path(KVTIER_SOURCE_DIR) / "models/fortunes-char";
-    auto model = Model::load(dir);
+    auto model = Gpt2Model::load(dir);
     if (!model) throw std::runtime_error("cannot load the bundled model: " + model.error());
     auto tokenizer = Tokenizer::load(model->config().tokenizer);
     if (!tokenizer) throw std::runtime_error("cannot load its tokenizer: " + tokenizer.error());

@@ -1,4 +1,5 @@
-// Block identity: the model fingerprint and the hash chain over full blocks.
+// Block identity: the hash chain over full blocks, rooted in the model's
+// fingerprint (Model::fingerprint, engine/model/kv_fingerprint.h).
 //
 // A full block's key chains its parent's: key_i = H(key_{i-1}, tokens_i), and
 // key_0 (the root) = H(fingerprint, cache_salt). So one key names a whole
@@ -18,22 +19,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model/model_config.h"
-#include "engine/model/model_weights.h"
 #include "tiers/block_key.h"
 
 namespace kvtier {
-
-// Bumped whenever the byte layout of a KV block changes (engine/model/kv_layout.h),
-// so blocks persisted by an older kvtier are never read as new ones.
-inline constexpr std::uint32_t kKvLayoutVersion = 1;
-
-// Hash of everything that decides a block's bytes: every weight, the shapes
-// and numerics the config fixes (GELU form, orientation, eps), the KV dtype
-// (float32), the layout version and the page size. Reads every weight once
-// (GPT-2 124M: about 0.05 s).
-std::uint64_t model_fingerprint(const ModelConfig& config, const ModelWeights& weights,
-                                int page_size);
 
 // The root of a request's chain: requests with different salts never share a
 // block. An empty salt is the default namespace.

@@ -19,7 +19,7 @@ namespace {
 // int8 tiers under an L1 on the GPU encode and decode there, so that only
 // the int8 bytes cross the bus. Without the codec (not asked for, or it
 // could not be made) the cache encodes on the host.
-DeviceKvCodec int8_codec(const Model& model, const SchedulerConfig& scheduler,
+DeviceKvCodec int8_codec(const Gpt2Model& model, const SchedulerConfig& scheduler,
                          const DeviceOptions& options) {
   const CacheConfig& c = scheduler.cache;
   if (!options.int8_on_device) return {};
@@ -40,7 +40,7 @@ DeviceKvCodec int8_codec(const Model& model, const SchedulerConfig& scheduler,
 
 }  // namespace
 
-std::expected<Device, std::string> cuda_device_open(const Model& model,
+std::expected<Device, std::string> cuda_device_open(const Gpt2Model& model,
                                                     const SchedulerConfig& scheduler,
                                                     const DeviceOptions& options) {
   auto gpu = CudaModel::create(model);

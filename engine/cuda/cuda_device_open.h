@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/device.h"
+#include "engine/model/gpt2/gpt2_model.h"
 
 namespace kvtier {
 
@@ -14,7 +15,7 @@ namespace kvtier {
 // (kernels::cuda_device_missing() is empty): open_device has checked, and
 // chosen the GPU. Errors start "device cuda: "; the device's line goes to
 // options.on_info.
-std::expected<Device, std::string> cuda_device_open(const Model& model,
+std::expected<Device, std::string> cuda_device_open(const Gpt2Model& model,
                                                     const SchedulerConfig& scheduler,
                                                     const DeviceOptions& options);
 

@@ -48,7 +48,7 @@ cudaError_t CudaModel::DeviceArray<T>::reserve(std::size_t n) {
   return cudaSuccess;
 }
 
-CudaModel::CudaModel(const Model& model) : model_(model) {}
+CudaModel::CudaModel(const Gpt2Model& model) : model_(model) {}
 
 CudaModel::~CudaModel() {
   if (stream_ != nullptr) {
@@ -57,7 +57,7 @@ CudaModel::~CudaModel() {
   }
 }
 
-std::expected<std::unique_ptr<CudaModel>, std::string> CudaModel::create(const Model& model) {
+std::expected<std::unique_ptr<CudaModel>, std::string> CudaModel::create(const Gpt2Model& model) {
   std::unique_ptr<CudaModel> m(new CudaModel(model));
   if (const cudaError_t err = cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking);
       err != cudaSuccess) {

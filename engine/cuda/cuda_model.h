@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/model.h"
+#include "engine/model/gpt2/gpt2_model.h"
 #include "kernels/kv_shape.h"
 
 namespace kvtier {
@@ -47,7 +47,7 @@ class CudaModel {
   // Copies `model`'s weights to the current device. Fails with the CUDA
   // runtime's message (no device, out of memory). `model` must outlive the
   // CudaModel (its config and checks are used).
-  static std::expected<std::unique_ptr<CudaModel>, std::string> create(const Model& model);
+  static std::expected<std::unique_ptr<CudaModel>, std::string> create(const Gpt2Model& model);
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -83,7 +83,7 @@ class CudaModel {
     const float *ln_2_w, *ln_2_b, *mlp_fc_w, *mlp_fc_b, *mlp_proj_w, *mlp_proj_b;
   };
 
-  explicit CudaModel(const Model& model);
+  explicit CudaModel(const Gpt2Model& model);
   std::expected<void, std::string> upload_weights();
   std::expected<void, std::string> run(std::span<const Model::Chunk> chunks, tiers::BlockPool& pool,
                                        const std::function<void(int layer)>& before_attention);
@@ -95,7 +95,7 @@ class CudaModel {
       int l, int M, const kernels::KvShape& shape,
       const std::function<void(int layer)>& before_attention);
 
-  const Model& model_;
+  const Gpt2Model& model_;
   cudaStream_t stream_ = nullptr;
   DeviceArray<float> weights_;
   std::size_t weight_bytes_ = 0;

@@ -64,19 +64,21 @@ std::expected<Generation, std::string> generate(
 
   // Feeds `tokens` through the model; leaves the last row's logits in `last`.
   std::span<const float> last;
+  int previous = -1;  // the token fed last (Model::Chunk::previous_token)
   auto step = [&](std::span<const int> tokens) {
     if (!kv.reserve(pool, kv.length() + static_cast<int>(tokens.size()))) {
       error = "the KV pool has no free block for this sequence";
       return false;
     }
     out.peak_kv_blocks = std::max(out.peak_kv_blocks, kv.resident_blocks());
-    const Model::Chunk chunk{&kv, tokens, false, evictor.scores()};
+    const Model::Chunk chunk{&kv, tokens, false, evictor.scores(), previous};
     auto logits = model.forward(std::span(&chunk, 1), pool);
     if (!logits) {
       error = logits.error();
       return false;
     }
     last = logits->subspan(logits->size() - V);
+    previous = tokens.back();
     // No eviction inside the prompt: whole and chunked prefill stay equal.
     if (kv.length() >= static_cast<int>(prompt.size()))
       out.evicted_blocks += evictor.evict(kv, pool);

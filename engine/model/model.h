@@ -1,66 +1,53 @@
-// The GPT-2 forward pass on the CPU, over paged KV caches.
+// A model: one family's forward pass over paged KV caches, behind the one
+// interface the scheduler, the cache and its tiers, the device and the
+// daemon see. They never learn which family they serve.
 //
-// Letters: B = chunks in a batch, M = tokens in the batch (all chunks), C =
-// n_embd, H = heads, D = head_dim, V = vocab_size, R = logit rows returned.
+// The families, a folder each:
+//   gpt2/      GPT-2 and nanoGPT (learned positions, LayerNorm, GELU, tied
+//              head): Gpt2Model, its config (model_config.h) and weights
+//              (model_weights.h), on the CPU and on a GPU (engine/cuda/).
+//   nanochat/  nanochat, generations 1 to 5 (rotary, RMS norm, GQA,
+//              windows, value embeddings, smear, backout, untied head,
+//              softcap): NanochatModel, on the CPU.
+// load() picks one by config.json's "format" ("nanochat", else GPT-2's
+// dialects).
 //
-// One forward() call runs any mix of work in one pass: decode steps (a chunk
-// of one token), whole prompts, and pieces of prompts (chunked prefill: a
-// chunk attends to its cached prefix and causally to itself). Rows of the
-// batch share the linear layers but never each other's keys: there is no
-// padding, each row attends only to its own sequence.
+// A third family adds (the recipe):
+//   1. a folder engine/model/<family>/ with its config (its config.json
+//      dialect, "format": "<family>"), its weights (its tensor table) and its
+//      Model subclass: forward() over Model::Chunk, check() through
+//      check_chunks(), shape() filled from its config, fingerprint() over
+//      its every convention and weight (through KvFingerprint,
+//      engine/cache/block_hash.h);
+//   2. a line in Model::load (model.cpp) for its "format";
+//   3. its converter in scripts/ and its tests beside the others';
+//   4. where the GPU cannot run it yet, nothing: open_device (device.h)
+//      serves only Gpt2Model on a GPU and says so.
+// The tokenizer and chat format come from the config (TokenizerSpec).
 //
-// Batch invariance: the logits of a chunk's rows are bit-identical whatever
-// else is in the batch, whichever position the chunk has in it, and however
-// the sequence's earlier tokens were chunked. Every kernel computes a row
-// from that row alone in a fixed order (see kernels/matmul.h and
-// kernels/attention.h); tests check it with memcmp. Decode rows of
-// sequences that share a prompt's pages (forks, the prefix cache) read those
-// pages once a step for all of them, with each row's arithmetic unchanged.
-//
-// Evicted pages (SequenceKv::evict_block) are skipped by attention exactly
-// as if masked (kernels/attention.h); queries keep their absolute positions,
-// so a token's position embedding never changes.
-//
-// Memory: the constructor packs every linear weight and the LM head for
-// kernels::matmul (a copy the size of the model's matrices); the mapped file
-// is then read only for embeddings, LayerNorms and biases, and its pages are
-// released from the resident set (ModelWeights::release_resident_pages), so
-// the process holds the matrices about once.
-//
-// Thread-safety: forward() uses scratch buffers the Model owns, so one thread
-// (the engine's) calls it at a time; the kernels inside use OpenMP threads.
+// Thread-safety: forward() uses scratch buffers the model owns, so one
+// thread (the engine's) calls it at a time; the kernels inside use OpenMP.
 #pragma once
 
-#include <cstddef>
+#include <cstdint>
 #include <expected>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
-#include <vector>
+#include <string_view>
 
 #include "engine/model/kv_layout.h"
 #include "engine/model/model_config.h"
-#include "engine/model/model_weights.h"
 #include "engine/model/sequence_kv.h"
-#include "kernels/matmul.h"
+#include "kernels/attention.h"
 #include "tiers/block_pool.h"
 
 namespace kvtier {
 
 class Model {
  public:
-  // Reads <dir>/config.json and maps <dir>/model.safetensors.
-  static std::expected<Model, std::string> load(const std::filesystem::path& dir);
-
-  Model(ModelConfig config, ModelWeights weights);
-
-  const ModelConfig& config() const { return config_; }
-  const ModelWeights& weights() const { return weights_; }
-  KvLayout kv_layout(int page_size) const { return KvLayout::of(config_, page_size); }
-  // Bytes of the packed copies of the matrices (see Memory above).
-  std::size_t packed_bytes() const;
-
   struct Chunk {
     SequenceKv* kv = nullptr;     // positions kv->length() .. +tokens.size() are computed
     std::span<const int> tokens;  // and their K/V appended; kv->length() advances
@@ -70,7 +57,8 @@ class Model {
     // position t, fixed point as kernels::AttentionScore says). It holds at
     // least kv->length() + tokens.size() entries; positions on evicted pages
     // get nothing. The sums are integers, so they do not depend on the batch,
-    // the chunking or the threads. Null (the default) costs nothing.
+    // the chunking or the threads. Null (the default) costs nothing. Only
+    // families whose gathers_scores() is true fill it.
     kernels::AttentionScore* scores = nullptr;
     // The token at position kv->length() - 1, before tokens[0]; -1 at
     // position 0. GPT-2 ignores it; nanochat's generation 5 mixes its
@@ -80,79 +68,66 @@ class Model {
     int previous_token = -1;
   };
 
+  virtual ~Model() = default;
+
+  // Reads <dir>/config.json and builds the family its "format" names, with
+  // <dir>/model.safetensors. Errors name the file and the problem.
+  static std::expected<std::unique_ptr<Model>, std::string> load(const std::filesystem::path& dir);
+
+  // The shape every family has: n_layer, n_head, n_kv_head, n_embd,
+  // vocab_size (the logits' width), block_size (the positions served) and
+  // the tokenizer. (The GPT-2 fields past them are GPT-2's.)
+  const ModelConfig& config() const { return shape_; }
+  KvLayout kv_layout(int page_size) const { return KvLayout::of(shape_, page_size); }
+  // "gpt2" or "nanochat": for the operator (logs, health).
+  virtual std::string_view family() const = 0;
+
+  // Hash of everything that decides a block's bytes at `page_size`: the
+  // family, its every convention and shape, and every weight. Blocks keyed
+  // under one model are never served to another.
+  virtual std::uint64_t fingerprint(int page_size) const = 0;
+
   // Runs the chunks through the model and returns the logits, (R, V) in
   // chunk order: one row per chunk, or tokens.size() rows for all_logits
   // chunks. The span stays valid until the next forward().
-  // Fails, changing nothing, when a chunk is empty, a token is outside the
-  // vocabulary, a sequence would pass block_size, a sequence appears twice,
-  // or a sequence lacks the pages (SequenceKv::reserve them first).
-  // `pool` holds the sequences' blocks; its block size must fit the layout.
+  // Fails, changing nothing, when check() says why. `pool` holds the
+  // sequences' blocks; its block size must fit the layout.
   //
   // before_attention, when set, is called with each layer's index before the
   // layer reads any cached K/V (and after it has computed the batch's q, k
   // and v): a tier that loads the cache a layer at a time returns from it
   // once that layer is in place (KvCache::await_layer).
-  std::expected<std::span<const float>, std::string> forward(
+  virtual std::expected<std::span<const float>, std::string> forward(
       std::span<const Chunk> chunks, tiers::BlockPool& pool,
-      const std::function<void(int layer)>& before_attention = {});
+      const std::function<void(int layer)>& before_attention = {}) = 0;
 
   // Why forward() would refuse this batch, or nothing when it would run it.
-  // The GPU forward (engine/cuda/cuda_model.h) applies the same checks.
-  std::expected<void, std::string> check(std::span<const Chunk> chunks,
-                                         const tiers::BlockPool& pool) const;
+  virtual std::expected<void, std::string> check(std::span<const Chunk> chunks,
+                                                 const tiers::BlockPool& pool) const = 0;
 
- private:
-  void attention(int layer, int M);
+  // Whether forward() fills Chunk::scores (H2O eviction needs them).
+  virtual bool gathers_scores() const { return true; }
 
-  ModelConfig config_;
-  ModelWeights weights_;
+ protected:
+  explicit Model(ModelConfig shape) : shape_(std::move(shape)) {}
+  Model(const Model&) = default;
+  Model(Model&&) = default;
+  Model& operator=(const Model&) = delete;
+  Model& operator=(Model&&) = delete;
 
-  // The matrices in kernels::matmul's order, packed once.
-  struct PackedLayer {
-    kernels::PackedWeight attn_qkv, attn_proj, mlp_fc, mlp_proj;
-  };
-  std::vector<PackedLayer> packed_;
-  kernels::PackedWeight lm_head_;  // tied to wte
-
-  // Per-forward row bookkeeping and activations, reused across calls.
-  struct RowSlot {
-    int chunk;
-    int pos;
-  };
-  std::vector<RowSlot> rows_;
-  // Attention groups (kernels::attention_queries): rows that share pages
-  // and run together. A prefill tile is up to kTileRows consecutive rows of
-  // one chunk, every key shared; decode rows of sequences whose tables start
-  // with the same pages (a shared prompt) form groups of up to kTileRows too.
-  // A group's rows are group_rows_[first .. first + count).
-  static constexpr int kTileRows = 16;
-  struct Group {
-    int first;
-    int count;
-    int shared_keys;
-  };
-  std::vector<Group> groups_;
-  std::vector<int> group_rows_;
-  void group_decode_rows(std::span<const Chunk> chunks, std::vector<int>& decode_rows);
-  std::vector<std::vector<float*>> block_bases_;  // per chunk; null for evicted pages
-  // Chunks that gather attention scores: where their positions sit in each
-  // thread's score buffer and where the sums go.
-  struct ScoreTarget {
-    long offset;
-    int positions;
-    kernels::AttentionScore* scores;
-  };
-  std::vector<ScoreTarget> score_targets_;
-  std::vector<long> score_offset_;  // per chunk; -1 without scores
-  long score_positions_ = 0;
-  int page_size_ = 0;
-  std::vector<float> x_, ln_, qkv_, att_, fc_, logits_in_, logits_;
+  ModelConfig shape_;
 };
 
-// What Model::check checks, for every family's forward: a non-empty batch
-// of distinct sequences, each chunk non-empty, within `context` positions and
-// its pages, not writing into an evicted page, one page size, tokens in
-// [0, vocab_size), and a pool whose blocks hold `layout(page_size)`'s.
+// The shape and tokenizer (Model::config) a model folder's config.json gives,
+// whichever family, without reading its weights: what the daemon checks
+// before it starts and what the router, which runs no model, needs. Errors
+// name the file and the problem, as Model::load's.
+std::expected<ModelConfig, std::string> read_model_config(const std::filesystem::path& dir);
+
+// What every family's check() checks: a non-empty batch of distinct
+// sequences, each chunk non-empty, within `context` positions and its pages,
+// not writing into an evicted page, one page size, tokens in
+// [0, vocab_size), and a pool whose blocks hold the layout's.
 std::expected<void, std::string> check_chunks(std::span<const Model::Chunk> chunks,
                                               const tiers::BlockPool& pool, int context,
                                               int vocab_size,

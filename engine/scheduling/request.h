@@ -155,6 +155,8 @@ class Request {
   const std::string& error() const { return error_; }
 
   std::span<const int> tokens() const { return tokens_; }  // prompt, then generated
+  // The token before position `pos` (Model::Chunk::previous_token), -1 at 0.
+  int token_before(int pos) const { return pos > 0 ? tokens_[pos - 1] : -1; }
   std::span<const int> prompt() const { return std::span(tokens_).first(prompt_len_); }
   std::span<const int> generated() const { return std::span(tokens_).subspan(prompt_len_); }
   int num_generated() const { return static_cast<int>(tokens_.size()) - prompt_len_; }

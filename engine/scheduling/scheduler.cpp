@@ -16,8 +16,8 @@ namespace kvtier {
 namespace {
 
 constexpr std::string_view kNoScores =
-    "eviction 'h2o' ranks keys by attention scores, which this forward (the GPU's) does not "
-    "gather; use 'window' or 'sinks', or run on the CPU";
+    "eviction 'h2o' ranks keys by attention scores, which this forward (the GPU's, or a "
+    "nanochat model's for now) does not gather; use 'window' or 'sinks', or GPT-2 on the CPU";
 
 }  // namespace
 
@@ -44,6 +44,7 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
     Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config, tiers::BlockPool* pool,
     ForwardPass forward) {
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
+  if (!forward.run) forward.gathers_scores = model.gathers_scores();  // the model's own forward
   if (config.eviction.needs_scores() && !forward.gathers_scores)
     return std::unexpected(std::string(kNoScores));
   const KvLayout layout = model.kv_layout(config.page_size);
@@ -79,8 +80,7 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
   }
   std::unique_ptr<KvCache> cache;
   if (config.prefix_cache) {
-    const std::uint64_t fingerprint =
-        model_fingerprint(model.config(), model.weights(), config.page_size) ^ forward.kv_tag;
+    const std::uint64_t fingerprint = model.fingerprint(config.page_size) ^ forward.kv_tag;
     std::expected<std::unique_ptr<KvCache>, std::string> created;
     try {
       created = KvCache::create(layout, fingerprint, *pool, config.cache, forward.kv_codec);

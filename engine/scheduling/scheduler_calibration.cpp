@@ -50,7 +50,9 @@ void Scheduler::measure_pass_sizes() {
   // if it could not run.
   auto pass = [&](SequenceKv& kv, int rows) -> std::optional<double> {
     if (!kv.reserve(*pool_, kv.length() + rows)) return std::nullopt;
-    const Model::Chunk chunk{&kv, std::span(tokens).first(static_cast<std::size_t>(rows)), false};
+    // Token 0 throughout, so the token before any position is 0 too.
+    const Model::Chunk chunk{&kv, std::span(tokens).first(static_cast<std::size_t>(rows)), false,
+                             nullptr, kv.length() > 0 ? 0 : -1};
     const auto start = Clock::now();
     const bool ok = forward_.run(std::span(&chunk, 1), *pool_, {}).has_value();
     if (!ok) return std::nullopt;

@@ -129,8 +129,8 @@ Scheduler::Batch Scheduler::build_batch(StepOutput& out) {
   Batch batch;
   for (Request* r : admitted_) {
     if (r->status_ != RequestStatus::kRunning) continue;
-    batch.chunks.push_back(
-        {&r->kv_, std::span(&r->tokens_.back(), 1), false, r->evictor_.scores()});
+    batch.chunks.push_back({&r->kv_, std::span(&r->tokens_.back(), 1), false, r->evictor_.scores(),
+                            r->token_before(r->kv_.length())});
     batch.rows.push_back(r);
   }
   out.decode_tokens = static_cast<int>(batch.chunks.size());
@@ -140,8 +140,8 @@ Scheduler::Batch Scheduler::build_batch(StepOutput& out) {
     const int begin = r->kv_.length();
     const int end = r->split_resume_ > 0 ? r->split_end_ : static_cast<int>(r->tokens_.size());
     const int n = std::min(room, end - begin);
-    batch.chunks.push_back(
-        {&r->kv_, std::span(r->tokens_).subspan(begin, n), false, r->evictor_.scores()});
+    batch.chunks.push_back({&r->kv_, std::span(r->tokens_).subspan(begin, n), false,
+                            r->evictor_.scores(), r->token_before(begin)});
     batch.rows.push_back(r);
     // Only a head before its fork or a re-prefill after a preemption
     // prefills, and neither shares blocks: the chunk writes its own pages.

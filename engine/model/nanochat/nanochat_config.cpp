@@ -42,6 +42,19 @@ int NanochatConfig::window(int layer) const {
   }
 }
 
+ModelConfig NanochatConfig::shape() const {
+  const NanochatConfig& c = *this;
+  ModelConfig shape;
+  shape.n_layer = c.n_layer;
+  shape.n_head = c.n_head;
+  shape.n_kv_head = c.n_kv_head;
+  shape.n_embd = c.n_embd;
+  shape.vocab_size = c.vocab_size;
+  shape.block_size = c.context;
+  shape.tokenizer = c.tokenizer;
+  return shape;
+}
+
 std::expected<NanochatConfig, std::string> NanochatConfig::parse(
     std::string_view json_text, const std::filesystem::path& model_dir) {
   json root;

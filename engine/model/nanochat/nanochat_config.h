@@ -66,6 +66,9 @@ struct NanochatConfig {
   }
   // Layer `layer`'s window in positions, or -1 where it sees every key.
   int window(int layer) const;
+  // What the rest of kvtier sees (Model::config): the sizes, block_size
+  // being the context served, and the tokenizer.
+  ModelConfig shape() const;
   // Smear's gate reads this many channels of the embedding.
   static constexpr int kSmearChannels = 24;
 

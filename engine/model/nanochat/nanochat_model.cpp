@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/model/kv_fingerprint.h"
 #include "kernels/attention.h"
 #include "kernels/rmsnorm.h"
 
@@ -30,7 +31,8 @@ std::expected<NanochatModel, std::string> NanochatModel::load(const std::filesys
 }
 
 NanochatModel::NanochatModel(NanochatConfig config, NanochatWeights weights)
-    : config_(std::move(config)),
+    : Model(config.shape()),
+      config_(std::move(config)),
       weights_(std::move(weights)),
       rotary_(config_.head_dim(), config_.rope_base(), config_.context, config_.rope_bf16) {
   const int C = config_.n_embd, KV = config_.kv_dim();
@@ -45,14 +47,48 @@ NanochatModel::NanochatModel(NanochatConfig config, NanochatWeights weights)
   lm_head_ = pack(weights_.lm_head(), C, config_.vocab_size);
 }
 
-std::expected<void, std::string> NanochatModel::check(std::span<const Model::Chunk> chunks,
+std::uint64_t NanochatModel::fingerprint(int page_size) const {
+  const NanochatConfig& c = config_;
+  const NanochatWeights& w = weights_;
+  KvFingerprint h(page_size);
+  h.text("nanochat");
+  for (int v : {c.generation, c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.vocab_size,
+                c.sequence_len, c.context, w.padded_vocab()})
+    h.i64(v);
+  h.text(c.window_pattern);
+  h.f32(c.softcap);
+  h.i64(c.rope_bf16 ? 1 : 0);
+  const std::size_t C = c.n_embd, KV = c.kv_dim(), Vp = w.padded_vocab();
+  h.tensor(w.wte(), Vp * C);
+  h.tensor(w.lm_head(), Vp * C);
+  for (int i = 0; i < c.n_layer; ++i) {
+    const NanochatLayerWeights& l = w.layer(i);
+    h.tensor(l.c_q, C * C);
+    h.tensor(l.c_k, KV * C);
+    h.tensor(l.c_v, KV * C);
+    h.tensor(l.c_proj, C * C);
+    h.tensor(l.mlp_fc, 4 * C * C);
+    h.tensor(l.mlp_proj, 4 * C * C);
+    h.tensor(l.ve_gate, static_cast<std::size_t>(c.n_kv_head) * c.ve_gate_channels());
+    h.tensor(l.value_embed, Vp * KV);
+  }
+  const std::size_t L = c.n_layer;
+  h.tensor(w.resid_lambdas(), L);
+  h.tensor(w.x0_lambdas(), L);
+  h.f32(w.smear_lambda());
+  h.f32(w.backout_lambda());
+  h.tensor(w.smear_gate(), NanochatConfig::kSmearChannels);
+  return h.digest();
+}
+
+std::expected<void, std::string> NanochatModel::check(std::span<const Chunk> chunks,
                                                       const tiers::BlockPool& pool) const {
   if (auto ok = check_chunks(chunks, pool, config_.context, config_.vocab_size,
                              [&](int page_size) { return kv_layout(page_size); });
       !ok)
     return ok;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
-    const Model::Chunk& c = chunks[i];
+    const Chunk& c = chunks[i];
     const bool first = c.kv->length() == 0;
     if (first ? c.previous_token != -1
               : c.previous_token < 0 || c.previous_token >= config_.vocab_size)
@@ -127,7 +163,7 @@ void NanochatModel::attention(int layer, int M) {
 }
 
 std::expected<std::span<const float>, std::string> NanochatModel::forward(
-    std::span<const Model::Chunk> chunks, tiers::BlockPool& pool,
+    std::span<const Chunk> chunks, tiers::BlockPool& pool,
     const std::function<void(int layer)>& before_attention) {
   if (auto ok = check(chunks, pool); !ok) return std::unexpected(ok.error());
   const int C = config_.n_embd, H = config_.n_head, D = config_.head_dim();
@@ -138,7 +174,7 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
   block_bases_.resize(chunks.size());
   std::vector<int> logit_rows;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
-    const Model::Chunk& c = chunks[i];
+    const Chunk& c = chunks[i];
     const int n = static_cast<int>(c.tokens.size());
     for (int t = 0; t < n; ++t) {
       if (c.all_logits || t == n - 1) logit_rows.push_back(static_cast<int>(rows_.size()));
@@ -227,7 +263,7 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
   const float cap = config_.softcap;
   for (float& z : logits_) z = cap * std::tanh(z / cap);
 
-  for (const Model::Chunk& c : chunks) c.kv->advance(static_cast<int>(c.tokens.size()));
+  for (const Chunk& c : chunks) c.kv->advance(static_cast<int>(c.tokens.size()));
   return std::span<const float>(logits_);
 }
 

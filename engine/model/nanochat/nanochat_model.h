@@ -38,7 +38,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/kv_layout.h"
 #include "engine/model/model.h"
 #include "engine/model/nanochat/nanochat_config.h"
 #include "engine/model/nanochat/nanochat_weights.h"
@@ -48,30 +47,33 @@
 
 namespace kvtier {
 
-class NanochatModel {
+class NanochatModel final : public Model {
  public:
   // Reads <dir>/config.json and <dir>/model.safetensors.
   static std::expected<NanochatModel, std::string> load(const std::filesystem::path& dir);
 
   NanochatModel(NanochatConfig config, NanochatWeights weights);
+  NanochatModel(NanochatModel&&) = default;
 
-  const NanochatConfig& config() const { return config_; }
-  KvLayout kv_layout(int page_size) const {
-    return {config_.n_layer, config_.n_kv_head, config_.head_dim(), page_size};
-  }
+  // The family's own config; config() (model.h) is its shape, block_size
+  // being the context served.
+  const NanochatConfig& nanochat_config() const { return config_; }
 
-  // As Model::forward: logits (R, vocab_size) in chunk order, R being one
-  // row per chunk or every token of an all_logits chunk. Attention scores
-  // (Chunk::scores) are not gathered. Fails, changing nothing, where
-  // check() says why.
+  std::string_view family() const override { return "nanochat"; }
+  // The family, the generation and every setting the forward reads, the
+  // shapes and every weight (KvFingerprint).
+  std::uint64_t fingerprint(int page_size) const override;
+
+  // As Model::forward. Attention scores (Chunk::scores) are not gathered.
   std::expected<std::span<const float>, std::string> forward(
-      std::span<const Model::Chunk> chunks, tiers::BlockPool& pool,
-      const std::function<void(int layer)>& before_attention = {});
+      std::span<const Chunk> chunks, tiers::BlockPool& pool,
+      const std::function<void(int layer)>& before_attention = {}) override;
 
   // check_chunks (model.h), and a previous token in the vocabulary for
   // every chunk that does not start its sequence.
-  std::expected<void, std::string> check(std::span<const Model::Chunk> chunks,
-                                         const tiers::BlockPool& pool) const;
+  std::expected<void, std::string> check(std::span<const Chunk> chunks,
+                                         const tiers::BlockPool& pool) const override;
+  bool gathers_scores() const override { return false; }
 
  private:
   struct Row {

@@ -1,0 +1,282 @@
+#include "engine/model/gpt2/gpt2_model.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <unordered_set>
+
+#include "engine/model/kv_fingerprint.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+
+namespace kvtier {
+
+std::expected<Gpt2Model, std::string> Gpt2Model::load(const std::filesystem::path& dir) {
+  auto config = ModelConfig::load(dir / "config.json");
+  if (!config) return std::unexpected(config.error());
+  auto weights = ModelWeights::load(*config, dir / "model.safetensors");
+  if (!weights) return std::unexpected(weights.error());
+  return Gpt2Model(std::move(*config), std::move(*weights));
+}
+
+Gpt2Model::Gpt2Model(ModelConfig config, ModelWeights weights)
+    : Model(std::move(config)), weights_(std::move(weights)) {
+  const int C = shape_.n_embd;
+  const auto layout = shape_.weight_layout;
+  auto pack = [layout](const float* w, int K, int N) {
+    return kernels::PackedWeight::pack(w, K, N, layout);
+  };
+  for (int l = 0; l < shape_.n_layer; ++l) {
+    const LayerWeights& w = weights_.layer(l);
+    packed_.push_back({pack(w.attn_qkv_w, C, C + 2 * shape_.kv_dim()), pack(w.attn_proj_w, C, C),
+                       pack(w.mlp_fc_w, C, 4 * C), pack(w.mlp_proj_w, 4 * C, C)});
+  }
+  // wte is (V, C) in every file: the out-in orientation of a C -> V head.
+  lm_head_ = kernels::PackedWeight::pack(weights_.wte(), C, shape_.vocab_size,
+                                         kernels::WeightLayout::kOutIn);
+  // Packing read the whole file; from now on it serves only embeddings,
+  // LayerNorms and biases, so the process need not keep all of it resident.
+  weights_.release_resident_pages();
+}
+
+std::size_t Gpt2Model::packed_bytes() const {
+  std::size_t bytes = lm_head_.bytes();
+  for (const PackedLayer& l : packed_)
+    bytes += l.attn_qkv.bytes() + l.attn_proj.bytes() + l.mlp_fc.bytes() + l.mlp_proj.bytes();
+  return bytes;
+}
+
+// Everything that decides a block's bytes: every weight, the shapes and
+// numerics the config fixes (GELU form, orientation, eps). Reads every weight
+// once (GPT-2 124M: about 0.05 s). The family's name is not hashed, so GPT-2
+// blocks written before families existed keep their keys.
+std::uint64_t Gpt2Model::fingerprint(int page_size) const {
+  const ModelConfig& c = shape_;
+  const ModelWeights& w = weights_;
+  KvFingerprint h(page_size);
+  for (long v : {c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.vocab_size, c.block_size}) h.i64(v);
+  h.i64(c.bias ? 1 : 0);
+  h.i64(static_cast<int>(c.gelu));
+  h.i64(static_cast<int>(c.weight_layout));
+  h.bytes(&c.layer_norm_eps, sizeof c.layer_norm_eps);
+
+  const std::size_t C = c.n_embd, qkv = C + 2 * static_cast<std::size_t>(c.kv_dim());
+  h.tensor(w.wte(), static_cast<std::size_t>(c.vocab_size) * C);
+  h.tensor(w.wpe(), static_cast<std::size_t>(c.block_size) * C);
+  for (int i = 0; i < c.n_layer; ++i) {
+    const LayerWeights& l = w.layer(i);
+    h.tensor(l.ln_1_w, C);
+    h.tensor(l.ln_1_b, C);
+    h.tensor(l.attn_qkv_w, C * qkv);
+    h.tensor(l.attn_qkv_b, qkv);
+    h.tensor(l.attn_proj_w, C * C);
+    h.tensor(l.attn_proj_b, C);
+    h.tensor(l.ln_2_w, C);
+    h.tensor(l.ln_2_b, C);
+    h.tensor(l.mlp_fc_w, C * 4 * C);
+    h.tensor(l.mlp_fc_b, 4 * C);
+    h.tensor(l.mlp_proj_w, 4 * C * C);
+    h.tensor(l.mlp_proj_b, C);
+  }
+  h.tensor(w.ln_f_w(), C);
+  h.tensor(w.ln_f_b(), C);
+  return h.digest();
+}
+
+std::expected<void, std::string> Gpt2Model::check(std::span<const Chunk> chunks,
+                                                  const tiers::BlockPool& pool) const {
+  return check_chunks(chunks, pool, shape_.block_size, shape_.vocab_size,
+                      [&](int page_size) { return kv_layout(page_size); });
+}
+
+void Gpt2Model::attention(int layer, int M) {
+  const int C = shape_.n_embd, H = shape_.n_head, D = shape_.head_dim();
+  const int group_size = H / shape_.n_kv_head;  // query heads per KV head
+  const long width = C + 2 * shape_.kv_dim();   // a qkv row: q (C), k (kv_dim), v (kv_dim)
+  const KvLayout layout = kv_layout(page_size_);
+
+  // Keys and values of every row first (a row attends to the rows before it
+  // in its own chunk; the loop's barrier keeps them ahead of any reader).
+  // Then each (group, head) on its own. Neither the grouping nor the thread
+  // that runs a group changes a row's arithmetic.
+  // Attention scores, for chunks that want them, go to a buffer of each
+  // thread's own and are then added up: integer sums, so in any order.
+  const long items = static_cast<long>(groups_.size()) * H;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static, kTileRows)
+    for (int r = 0; r < M; ++r) {
+      const float* qkv = qkv_.data() + r * width;
+      const auto view = layout.layer_view(block_bases_[rows_[r].chunk].data(), layer);
+      kernels::kv_write(view, rows_[r].pos, qkv + C, qkv + C + shape_.kv_dim());
+    }
+    std::vector<float> scratch(static_cast<std::size_t>(kTileRows) * (shape_.block_size + 1));
+    std::vector<kernels::AttentionScore> scores(static_cast<std::size_t>(score_positions_), 0);
+    kernels::AttentionQuery queries[kTileRows];
+#pragma omp for schedule(dynamic, 1)
+    for (long item = 0; item < items; ++item) {
+      const Group& group = groups_[item / H];
+      const int h = static_cast<int>(item % H);
+      for (int i = 0; i < group.count; ++i) {
+        const int row = group_rows_[group.first + i];
+        const RowSlot& slot = rows_[row];
+        const long offset = score_offset_[slot.chunk];
+        queries[i] = {qkv_.data() + row * width + h * D,
+                      att_.data() + static_cast<long>(row) * C + h * D, slot.pos,
+                      layout.layer_view(block_bases_[slot.chunk].data(), layer),
+                      offset < 0 ? nullptr : scores.data() + offset};
+      }
+      kernels::attention_queries(queries, group.count, group.shared_keys, h / group_size,
+                                 scratch.data());
+    }
+    if (!scores.empty()) {
+#pragma omp critical(kvtier_attention_scores)
+      for (const ScoreTarget& t : score_targets_)
+        for (int i = 0; i < t.positions; ++i) t.scores[i] += scores[t.offset + i];
+    }
+  }
+}
+
+// Decode rows whose sequences share their first pages go together, so that
+// attention reads those pages once for all of them: sorted by block table,
+// neighbours share the longest prefixes. Groups stay small enough to give
+// every thread work (a group's heads are the items threads share out).
+void Gpt2Model::group_decode_rows(std::span<const Chunk> chunks, std::vector<int>& decode_rows) {
+  auto table = [&](int row) { return chunks[rows_[row].chunk].kv->block_ids(); };
+  std::ranges::sort(decode_rows, [&](int a, int b) {
+    return std::ranges::lexicographical_compare(table(a), table(b));
+  });
+  // Pages at the start of two tables that are the same live block.
+  auto common_pages = [&](int a, int b) {
+    const auto ta = table(a), tb = table(b);
+    std::size_t i = 0;
+    while (i < ta.size() && i < tb.size() && ta[i] == tb[i] && ta[i] != SequenceKv::kEvictedBlock)
+      ++i;
+    return static_cast<int>(i);
+  };
+  const long spread = static_cast<long>(decode_rows.size()) * shape_.n_head /
+                      (2L * std::max(1, omp_get_max_threads()));
+  const int cap = static_cast<int>(std::clamp(spread, 1L, static_cast<long>(kTileRows)));
+  for (std::size_t i = 0; i < decode_rows.size();) {
+    const int first = decode_rows[i];
+    std::size_t end = i + 1;
+    int pages = INT_MAX;
+    while (end < decode_rows.size() && static_cast<int>(end - i) < cap) {
+      const int common = std::min(pages, common_pages(first, decode_rows[end]));
+      if (common == 0) break;
+      pages = common;
+      ++end;
+    }
+    // A row alone shares all its keys with itself, as a tile does.
+    const int shared_keys = end - i == 1 ? rows_[first].pos + 1 : pages * page_size_;
+    groups_.push_back(
+        {static_cast<int>(group_rows_.size()), static_cast<int>(end - i), shared_keys});
+    group_rows_.insert(group_rows_.end(), decode_rows.begin() + static_cast<long>(i),
+                       decode_rows.begin() + static_cast<long>(end));
+    i = end;
+  }
+}
+
+std::expected<std::span<const float>, std::string> Gpt2Model::forward(
+    std::span<const Chunk> chunks, tiers::BlockPool& pool,
+    const std::function<void(int layer)>& before_attention) {
+  if (auto ok = check(chunks, pool); !ok) return std::unexpected(ok.error());
+  const int C = shape_.n_embd, V = shape_.vocab_size;
+  page_size_ = chunks[0].kv->page_size();
+
+  // Lay the batch out as rows, and note which rows want logits.
+  rows_.clear();
+  groups_.clear();
+  group_rows_.clear();
+  std::vector<int> decode_rows;  // rows of one-token chunks, grouped below
+  block_bases_.resize(chunks.size());
+  score_targets_.clear();
+  score_offset_.assign(chunks.size(), -1);
+  score_positions_ = 0;
+  std::vector<int> logit_rows;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const Chunk& c = chunks[i];
+    const int n = static_cast<int>(c.tokens.size());
+    for (int t = 0; t < n; ++t) {
+      const int row = static_cast<int>(rows_.size());
+      if (c.all_logits || t == n - 1) logit_rows.push_back(row);
+      rows_.push_back({static_cast<int>(i), c.kv->length() + t});
+      if (n == 1) {
+        decode_rows.push_back(row);
+        continue;
+      }
+      if (t % kTileRows == 0) groups_.push_back({static_cast<int>(group_rows_.size()), 0, 0});
+      group_rows_.push_back(row);
+      ++groups_.back().count;
+      groups_.back().shared_keys = c.kv->length() + t + 1;
+    }
+    block_bases_[i].clear();
+    for (int id : c.kv->block_ids())
+      block_bases_[i].push_back(
+          id == SequenceKv::kEvictedBlock ? nullptr : reinterpret_cast<float*>(pool.data(id)));
+    if (c.scores != nullptr) {
+      score_offset_[i] = score_positions_;
+      score_targets_.push_back({score_positions_, c.kv->length() + n, c.scores});
+      score_positions_ += c.kv->length() + n;
+    }
+  }
+  group_decode_rows(chunks, decode_rows);
+  const int M = static_cast<int>(rows_.size());
+  x_.resize(static_cast<std::size_t>(M) * C);
+  ln_.resize(x_.size());
+  att_.resize(x_.size());
+  const int qkv_width = C + 2 * shape_.kv_dim();
+  qkv_.resize(static_cast<std::size_t>(M) * qkv_width);
+  fc_.resize(x_.size() * 4);
+
+  // Token and position embeddings.
+  std::vector<int> tokens(M), positions(M);
+  for (int r = 0; r < M; ++r) {
+    const Chunk& c = chunks[rows_[r].chunk];
+    tokens[r] = c.tokens[rows_[r].pos - c.kv->length()];
+    positions[r] = rows_[r].pos;
+  }
+  kernels::embedding(x_.data(), tokens.data(), positions.data(), weights_.wte(), weights_.wpe(), M,
+                     C);
+
+  for (int l = 0; l < shape_.n_layer; ++l) {
+    const LayerWeights& w = weights_.layer(l);
+    const PackedLayer& pw = packed_[l];
+    kernels::layernorm(ln_.data(), x_.data(), w.ln_1_w, w.ln_1_b, M, C, shape_.layer_norm_eps);
+    kernels::matmul(qkv_.data(), ln_.data(), pw.attn_qkv, w.attn_qkv_b, M);
+    if (before_attention) before_attention(l);
+    attention(l, M);
+    kernels::matmul(ln_.data(), att_.data(), pw.attn_proj, w.attn_proj_b, M);
+    kernels::residual_add(x_.data(), x_.data(), ln_.data(), static_cast<long>(x_.size()));
+
+    kernels::layernorm(ln_.data(), x_.data(), w.ln_2_w, w.ln_2_b, M, C, shape_.layer_norm_eps);
+    kernels::matmul(fc_.data(), ln_.data(), pw.mlp_fc, w.mlp_fc_b, M);
+    if (shape_.gelu == Gelu::kErf)
+      kernels::gelu_erf(fc_.data(), static_cast<long>(fc_.size()));
+    else
+      kernels::gelu_tanh(fc_.data(), static_cast<long>(fc_.size()));
+    kernels::matmul(ln_.data(), fc_.data(), pw.mlp_proj, w.mlp_proj_b, M);
+    kernels::residual_add(x_.data(), x_.data(), ln_.data(), static_cast<long>(x_.size()));
+  }
+
+  // Final LayerNorm and the tied LM head, only for the rows that want logits.
+  const int R = static_cast<int>(logit_rows.size());
+  logits_in_.resize(static_cast<std::size_t>(R) * C);
+  for (int i = 0; i < R; ++i)
+    std::copy_n(x_.data() + static_cast<long>(logit_rows[i]) * C, C,
+                logits_in_.data() + static_cast<long>(i) * C);
+  kernels::layernorm(logits_in_.data(), logits_in_.data(), weights_.ln_f_w(), weights_.ln_f_b(), R,
+                     C, shape_.layer_norm_eps);
+  logits_.resize(static_cast<std::size_t>(R) * V);
+  kernels::matmul(logits_.data(), logits_in_.data(), lm_head_, nullptr, R);
+
+  for (const Chunk& c : chunks) c.kv->advance(static_cast<int>(c.tokens.size()));
+  return std::span<const float>(logits_);
+}
+
+}  // namespace kvtier

@@ -1,0 +1,123 @@
+// kvtierd serving a nanochat model (random weights and a small tokenizer,
+// nanochat_test_util.h) through the same seam as GPT-2: the tokens the
+// engine computes in-process, from L1, from L2 after a flush and from L3
+// after a restart, with every shared prefix's smear input (the token before
+// each chunk) carried by the request's own ids. What the family cannot do
+// yet is refused with the reason.
+#include <gtest/gtest.h>
+
+#include "daemon_test_util.h"
+#include "engine/model/generator.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
+#include "nanochat_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using namespace daemon_test;
+using nanochat_test::NanochatFolder;
+using nlohmann::json;
+
+// Three full blocks and more of this tokenizer's mostly one-byte tokens.
+const std::string kShared =
+    "the other one at the station ran to the sea and on the hill the rest sat still: ";
+
+// What the engine gives in-process: the reference for every daemon answer.
+std::vector<int> reference(const NanochatFolder& folder, const std::string& prompt) {
+  auto model = Model::load(folder.path());
+  EXPECT_TRUE(model.has_value()) << model.error();
+  auto tokenizer = Tokenizer::load((*model)->config().tokenizer);
+  EXPECT_TRUE(tokenizer.has_value()) << tokenizer.error();
+  if (!model || !tokenizer) return {};
+  auto ids = (*tokenizer)->encode(prompt);
+  tiers::BlockPool pool((*model)->kv_layout(16).block_bytes(), 32);
+  GenerateOptions options;
+  options.sampling = {0.0f, 0, 1.0f, 0};
+  options.max_tokens = 12;
+  auto out = generate(**model, pool, tokenizer->get(), *ids, options);
+  EXPECT_TRUE(out.has_value()) << out.error();
+  return out ? out->tokens : std::vector<int>{};
+}
+
+json generate_greedy(Client& c, const std::string& prompt) {
+  auto r = c.call(request(1, "generate", generate_params(prompt, 12, 0.0f, 0)));
+  EXPECT_TRUE(r && r->contains("result")) << (r ? r->dump() : "no answer");
+  return r && r->contains("result") ? (*r)["result"] : json::object();
+}
+
+std::vector<int> tokens_of(const json& result) { return result["tokens"].get<std::vector<int>>(); }
+
+TEST(DaemonNanochatTest, ServesTheEnginesTokensFromEveryTierAndAfterARestart) {
+  for (const nanochat_test::Shape shape : {nanochat_test::Shape{5, 2}, {3, 4}}) {
+    NanochatFolder folder(shape, 256);  // prefill costs more than an L3 read
+    test_util::TempDir dir;
+    const std::vector<std::string> args = {"--model",        folder.path().string(),
+                                           "--l3-path",      (dir.path() / "l3").string(),
+                                           "--l3-bytes",     "64M",
+                                           "--write-policy", "write_through",
+                                           "--device",       "auto"};
+    const std::vector<int> one = reference(folder, kShared + "one");
+    const std::vector<int> two = reference(folder, kShared + "two");
+    ASSERT_FALSE(one.empty());
+    {
+      Daemon d(args);
+      ASSERT_TRUE(d.wait_ready()) << d.log();
+      auto c = d.connect();
+      const json first = generate_greedy(*c, kShared + "one");
+      EXPECT_EQ(tokens_of(first), one) << first.dump();
+      const json second = generate_greedy(*c, kShared + "two");
+      EXPECT_GT(second["cached_tokens"]["l1"].get<int>(), 0) << second.dump();
+      EXPECT_EQ(tokens_of(second), two);
+      auto flushed = c->call(request(2, "cache.flush", {{"tier", "l1"}}));
+      ASSERT_TRUE(flushed && flushed->contains("result")) << (flushed ? flushed->dump() : "");
+      const json from_l2 = generate_greedy(*c, kShared + "two");
+      EXPECT_GT(from_l2["cached_tokens"]["l2"].get<int>(), 0) << from_l2.dump();
+      EXPECT_EQ(tokens_of(from_l2), two);
+      shutdown(d);
+    }
+    // A restart reads the prefix from L3, unless the cost model, timed on a
+    // busy machine, finds recomputing it cheaper: then another restart is
+    // asked (as daemon_remote_test does for its remote tier).
+    json from_l3;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      Daemon d(args);
+      ASSERT_TRUE(d.wait_ready()) << d.log();
+      from_l3 = generate_greedy(*d.connect(), kShared + "two");
+      EXPECT_EQ(tokens_of(from_l3), two) << "generation " << shape.generation;
+      shutdown(d);
+      if (from_l3["cached_tokens"]["l3"].get<int>() > 0) break;
+    }
+    EXPECT_GT(from_l3["cached_tokens"]["l3"].get<int>(), 0) << from_l3.dump();
+  }
+}
+
+TEST(DaemonNanochatTest, AnotherModelOnTheSameL3NeverHitsAndH2oIsRefused) {
+  NanochatFolder a({5, 2}), b({4, 2});
+  test_util::TempDir dir;
+  auto args = [&](const NanochatFolder& f) {
+    return std::vector<std::string>{
+        "--model", f.path().string(), "--l3-path",    (dir.path() / "l3").string(), "--l3-bytes",
+        "64M",     "--write-policy",  "write_through"};
+  };
+  {
+    Daemon d(args(a));
+    ASSERT_TRUE(d.wait_ready()) << d.log();
+    generate_greedy(*d.connect(), kShared + "one");
+    shutdown(d);
+  }
+  Daemon d(args(b));
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  const json other = generate_greedy(*d.connect(), kShared + "one");
+  EXPECT_EQ(other["cached_tokens"]["l3"], 0) << "a block of another model: " << other.dump();
+  EXPECT_EQ(tokens_of(other), reference(b, kShared + "one"));
+  shutdown(d);
+
+  Daemon h2o({"--model", a.path().string(), "--eviction", "h2o:start=16,recent=16,max=64"});
+  EXPECT_FALSE(h2o.wait_ready());
+  EXPECT_TRUE(test_util::contains(h2o.log(), "nanochat model's for now) does not gather"))
+      << h2o.log();
+}
+
+}  // namespace
+}  // namespace kvtier
