@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "daemon/param_fields.h"
+#include "daemon/prompt.h"
 #include "engine/model/generator.h"
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
@@ -25,9 +26,9 @@ int oneshot_run(const OneShotOptions& o) {
     std::fprintf(stderr, "kvtierd: %s\n", tokenizer.error().c_str());
     return 1;
   }
-  auto prompt = (*tokenizer)->encode(o.prompt);
+  auto prompt = prompt_tokens(**tokenizer, o.prompt);
   if (!prompt) {
-    std::fprintf(stderr, "kvtierd: cannot encode the prompt: %s\n", prompt.error().c_str());
+    std::fprintf(stderr, "kvtierd: %s\n", prompt.error().c_str());
     return 1;
   }
 

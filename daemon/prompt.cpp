@@ -9,6 +9,7 @@ std::expected<std::vector<int>, std::string> prompt_tokens(const Tokenizer& toke
   if (auto* ids = std::get_if<std::vector<int>>(&prompt)) return std::move(*ids);
   auto tokens = tokenizer.encode(std::get<std::string>(prompt));
   if (!tokens) return std::unexpected("cannot encode the prompt: " + tokens.error());
+  if (const auto begin = tokenizer.begin_of_text()) tokens->insert(tokens->begin(), *begin);
   return std::move(*tokens);
 }
 

@@ -21,7 +21,10 @@ namespace kvtier::daemon {
 // Text to encode, or token ids.
 using Prompt = std::variant<std::string, std::vector<int>>;
 
-// The prompt's token ids: text encoded, ids as given. Refused, with
+// The prompt's token ids: text encoded, after the token that begins a text
+// where the vocabulary has one (nanochat's <|bos|>, as its base prompts
+// start: Tokenizer::begin_of_text); ids as given, the caller's to choose.
+// Refused, with
 // "cannot encode the prompt: <why>", for text the tokenizer cannot encode.
 // Whether the ids suit the model (empty, outside the vocabulary) is the
 // caller's to check.

@@ -147,6 +147,7 @@ TEST_F(BpeTokenizerTest, EndOfTextIsDecodedButNeverProducedFromText) {
   const int eot[] = {50256};
   EXPECT_EQ(tok_->decode(eot), "<|endoftext|>");
   EXPECT_EQ(tok_->end_of_text(), 50256);  // where generation stops
+  EXPECT_EQ(tok_->begin_of_text(), std::nullopt) << "GPT-2's texts begin with nothing";
   for (const int id : encode("a<|endoftext|>b")) EXPECT_NE(id, 50256);
 }
 

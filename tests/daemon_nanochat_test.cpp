@@ -1,11 +1,13 @@
 // kvtierd serving a nanochat model (random weights and a small tokenizer,
-// nanochat_test_util.h) through the same seam as GPT-2: the tokens the
+// nanochat_test_util.h) through the same seam as GPT-2: a text prompt begins
+// with <|bos|>, as nanochat's base prompts do, and the tokens are the
 // engine computes in-process, from L1, from L2 after a flush and from L3
 // after a restart, with every shared prefix's smear input (the token before
 // each chunk) carried by the request's own ids. What the family cannot do
 // yet is refused with the reason.
 #include <gtest/gtest.h>
 
+#include "daemon/prompt.h"
 #include "daemon_test_util.h"
 #include "engine/model/generator.h"
 #include "engine/model/model.h"
@@ -30,7 +32,9 @@ std::vector<int> reference(const NanochatFolder& folder, const std::string& prom
   auto tokenizer = Tokenizer::load((*model)->config().tokenizer);
   EXPECT_TRUE(tokenizer.has_value()) << tokenizer.error();
   if (!model || !tokenizer) return {};
-  auto ids = (*tokenizer)->encode(prompt);
+  auto ids = daemon::prompt_tokens(**tokenizer, prompt);
+  EXPECT_TRUE(ids.has_value());
+  EXPECT_EQ(ids->front(), (*tokenizer)->begin_of_text()) << "a text begins with <|bos|>";
   tiers::BlockPool pool((*model)->kv_layout(16).block_bytes(), 32);
   GenerateOptions options;
   options.sampling = {0.0f, 0, 1.0f, 0};
@@ -66,6 +70,12 @@ TEST(DaemonNanochatTest, ServesTheEnginesTokensFromEveryTierAndAfterARestart) {
       auto c = d.connect();
       const json first = generate_greedy(*c, kShared + "one");
       EXPECT_EQ(tokens_of(first), one) << first.dump();
+      EXPECT_EQ(first["prompt_tokens"],
+                1 + Tokenizer::load(Model::load(folder.path()).value()->config().tokenizer)
+                        .value()
+                        ->encode(kShared + "one")
+                        ->size())
+          << "<|bos|> and the text's own tokens";
       const json second = generate_greedy(*c, kShared + "two");
       EXPECT_GT(second["cached_tokens"]["l1"].get<int>(), 0) << second.dump();
       EXPECT_EQ(tokens_of(second), two);

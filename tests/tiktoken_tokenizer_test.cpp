@@ -196,6 +196,7 @@ TEST(TiktokenTokenizerTest, UserTextNeverBecomesASpecialToken) {
   }
   EXPECT_EQ(tok->special_token("<|endoftext|>"), std::nullopt);
   EXPECT_EQ(tok->end_of_text(), 50256) << "<|bos|> ends a text where there is no <|endoftext|>";
+  EXPECT_EQ(tok->begin_of_text(), 50256) << "and begins one";
   EXPECT_EQ(tok->vocab_size(), 50256 + 9);
   const int beyond[] = {50256 + 9, -1, 1 << 20};
   EXPECT_EQ(tok->decode(beyond), "");
@@ -270,6 +271,7 @@ TEST(TiktokenTokenizerTest, BadRanksPatternsAndSpecialsAreRefusedWithTheReason) 
   ASSERT_TRUE(ok.has_value()) << ok.error();
   EXPECT_EQ((*ok)->vocab_size(), 256);
   EXPECT_EQ((*ok)->end_of_text(), std::nullopt);
+  EXPECT_EQ((*ok)->begin_of_text(), std::nullopt);
 }
 
 TEST(TiktokenTokenizerTest, APatternThatMatchesNothingOrEmptyStillEncodesEveryByte) {

@@ -74,6 +74,8 @@ class TiktokenTokenizer final : public Tokenizer {
   int vocab_size() const override { return vocab_size_; }
 
   std::optional<int> end_of_text() const override { return end_of_text_; }
+  // "<|bos|>" where the vocabulary has it (nanochat's documents begin with it).
+  std::optional<int> begin_of_text() const override { return special_token("<|bos|>"); }
 
   // The id of the special token spelled `text`, if the vocabulary has it.
   std::optional<int> special_token(std::string_view text) const;

@@ -49,6 +49,11 @@ class Tokenizer {
   // <|endoftext|>, id 50256): generation stops when the model samples it.
   virtual std::optional<int> end_of_text() const { return std::nullopt; }
 
+  // The token a text begins with, where the vocabulary has one (nanochat's
+  // <|bos|>): the front doors put it before an encoded text prompt. GPT-2's
+  // texts begin with nothing.
+  virtual std::optional<int> begin_of_text() const { return std::nullopt; }
+
   // Builds the tokenizer a config names. Errors name the file and the problem.
   static std::expected<std::unique_ptr<Tokenizer>, std::string> load(const TokenizerSpec& spec);
 };
