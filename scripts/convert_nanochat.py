@@ -43,7 +43,6 @@ special_tokens) and refuses any other global.
 Exit status: 0 converted; 2 bad input or usage (one line on stderr, never a
 traceback); 1 the output could not be written.
 """
-import argparse
 import base64
 import json
 import math
@@ -52,7 +51,7 @@ import pickle
 import re
 import sys
 
-from torch_checkpoint import (InputError, OutputError, Tensor, load_checkpoint, one_line,
+from torch_checkpoint import (InputError, Parser, Tensor, load_checkpoint, one_line, run,
                               write_files, write_safetensors, write_text)
 
 SOURCES = {"base": "base_checkpoints", "mid": "mid_checkpoints",
@@ -320,11 +319,6 @@ def convert(a):
               "softcap 20; pass --softcap 20 for one of those", file=sys.stderr)
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # usage errors: one line, status 2 like bad input
-        raise InputError(message)
-
-
 def positive_float(text):
     value = float(text)
     if not math.isfinite(value) or value <= 0:
@@ -346,24 +340,7 @@ def main(argv=None):
                    help="how training rounded the rotary table (default: from the "
                    "generation and the embeddings' dtype, see the top of this file)")
     p.add_argument("--force", action="store_true", help="write into a non-empty OUT")
-    try:
-        convert(p.parse_args(argv))
-    except InputError as e:
-        print(f"convert_nanochat: error: {e}", file=sys.stderr)
-        return 2
-    except OutputError as e:
-        print(f"convert_nanochat: error: {e}", file=sys.stderr)
-        return 1
-    except MemoryError:
-        print("convert_nanochat: error: out of memory", file=sys.stderr)
-        return 1
-    except Exception as e:  # noqa: BLE001 -- one line, as promised, even for the unforeseen
-        if os.environ.get("CONVERT_NANOCHAT_TRACEBACK"):
-            raise
-        print(f"convert_nanochat: error: unexpected {one_line(e)} (set "
-              "CONVERT_NANOCHAT_TRACEBACK=1 for the traceback)", file=sys.stderr)
-        return 2
-    return 0
+    return run("convert_nanochat", p, convert, argv)
 
 
 if __name__ == "__main__":

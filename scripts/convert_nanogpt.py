@@ -42,7 +42,6 @@ globals at all. So PyTorch is not needed, nor used when installed.
 Exit status: 0 converted; 2 bad input or usage (one line on stderr, never a
 traceback); 1 the output could not be written.
 """
-import argparse
 import json
 import math
 import os
@@ -50,7 +49,7 @@ import pickle
 import shutil
 import sys
 
-from torch_checkpoint import (InputError, OutputError, Tensor, load_checkpoint, one_line,
+from torch_checkpoint import (InputError, Parser, Tensor, load_checkpoint, one_line, run,
                               write_files, write_safetensors, write_text)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -306,11 +305,6 @@ def convert(a):
               f"outside the model: {', '.join(placeholders[:4])}", file=sys.stderr)
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # usage errors: one line, status 2 like bad input
-        raise InputError(message)
-
-
 def main(argv=None):
     p = Parser(description="Convert a nanoGPT ckpt.pt into a kvtierd model folder.")
     p.add_argument("checkpoint", help="ckpt.pt, or nanoGPT's out_dir holding it")
@@ -321,24 +315,7 @@ def main(argv=None):
                    help="folder with GPT-2's encoder.json and vocab.bpe, copied for models "
                    "without meta.pkl (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="write into a non-empty OUT")
-    try:
-        convert(p.parse_args(argv))
-    except InputError as e:
-        print(f"convert_nanogpt: error: {e}", file=sys.stderr)
-        return 2
-    except OutputError as e:
-        print(f"convert_nanogpt: error: {e}", file=sys.stderr)
-        return 1
-    except MemoryError:
-        print("convert_nanogpt: error: out of memory", file=sys.stderr)
-        return 1
-    except Exception as e:  # noqa: BLE001 -- one line, as promised, even for the unforeseen
-        if os.environ.get("CONVERT_NANOGPT_TRACEBACK"):
-            raise
-        print(f"convert_nanogpt: error: unexpected {one_line(e)} (set "
-              "CONVERT_NANOGPT_TRACEBACK=1 for the traceback)", file=sys.stderr)
-        return 2
-    return 0
+    return run("convert_nanogpt", p, convert, argv)
 
 
 if __name__ == "__main__":

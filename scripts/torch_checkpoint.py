@@ -22,6 +22,7 @@ looks complete.
 Errors: InputError (bad input: one line, exit status 2) and OutputError
 (the folder could not be written: exit status 1).
 """
+import argparse
 import collections
 import itertools
 import json
@@ -29,6 +30,7 @@ import math
 import os
 import pickle
 import struct
+import sys
 import zipfile
 import zlib
 
@@ -408,3 +410,38 @@ def write_files(out, files, force):
 def write_text(path, text):
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+# ----------------------------------------------------------------------------
+# the command line both converters share
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors: one line, status 2 like bad input
+        raise InputError(message)
+
+
+def run(program, parser, convert, argv=None):
+    """Parses argv and converts, turning every failure into one line on
+    stderr and the exit status the converters promise: 2 bad input or usage,
+    1 the output could not be written (or memory ran out). <PROGRAM>_TRACEBACK=1
+    in the environment shows an unforeseen error's traceback instead."""
+    try:
+        convert(parser.parse_args(argv))
+    except InputError as e:
+        print(f"{program}: error: {e}", file=sys.stderr)
+        return 2
+    except OutputError as e:
+        print(f"{program}: error: {e}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"{program}: error: out of memory", file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 -- one line, as promised, even for the unforeseen
+        variable = program.upper() + "_TRACEBACK"
+        if os.environ.get(variable):
+            raise
+        print(f"{program}: error: unexpected {one_line(e)} (set {variable}=1 for the "
+              "traceback)", file=sys.stderr)
+        return 2
+    return 0
+

@@ -35,7 +35,7 @@ using forward_test_util::variant_name;
 struct Twin {
   static constexpr int kPage = 16;
   static constexpr int kBlocks = 256;
-  explicit Twin(Model m)
+  explicit Twin(Gpt2Model m)
       : model(std::move(m)), cpu_pool(model.kv_layout(kPage).block_bytes(), kBlocks) {
     SchedulerConfig l1;
     l1.page_size = kPage;

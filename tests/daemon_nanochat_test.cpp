@@ -13,6 +13,7 @@
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
 #include "nanochat_test_util.h"
+#include "router_test_util.h"
 
 namespace kvtier {
 namespace {
@@ -99,6 +100,22 @@ TEST(DaemonNanochatTest, ServesTheEnginesTokensFromEveryTierAndAfterARestart) {
       if (from_l3["cached_tokens"]["l3"].get<int>() > 0) break;
     }
     EXPECT_GT(from_l3["cached_tokens"]["l3"].get<int>(), 0) << from_l3.dump();
+  }
+}
+
+TEST(DaemonNanochatTest, TheRouterInFrontGivesTheDaemonsTokens) {
+  NanochatFolder folder({5, 2});
+  const std::vector<std::string> model = {"--model", folder.path().string()};
+  Daemon a(model), b(model);
+  ASSERT_TRUE(a.wait_ready()) << a.log();
+  ASSERT_TRUE(b.wait_ready()) << b.log();
+  RouterProcess router({a.socket_path(), b.socket_path()}, model);
+  ASSERT_TRUE(router.wait_usable(0, true)) << router.log();
+  ASSERT_TRUE(router.wait_usable(1, true)) << router.log();
+  auto c = router.connect();
+  for (const char* tail : {"one", "two", "one"}) {
+    const json routed = generate_greedy(*c, kShared + tail);
+    EXPECT_EQ(tokens_of(routed), reference(folder, kShared + tail)) << routed.dump();
   }
 }
 

@@ -18,13 +18,15 @@ namespace kvtier::daemon_test {
 
 class RouterProcess {
  public:
-  // `extra_args` go after --socket, --model and the daemons.
+  // `extra_args` go after --socket, --model (the bundled model's, unless
+  // they name one) and the daemons.
   explicit RouterProcess(const std::vector<std::string>& daemons,
                          const std::vector<std::string>& extra_args = {}) {
     socket_path_ = (dir_.path() / "router.sock").string();
     log_path_ = (dir_.path() / "router.log").string();
-    std::vector<std::string> args = {KVTIER_ROUTER_PATH, "--socket", socket_path_, "--model",
-                                     kModelDir.string()};
+    std::vector<std::string> args = {KVTIER_ROUTER_PATH, "--socket", socket_path_};
+    if (std::ranges::find(extra_args, "--model") == extra_args.end())
+      args.insert(args.end(), {"--model", kModelDir.string()});
     for (const auto& d : daemons) args.insert(args.end(), {"--daemon", d});
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     const int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

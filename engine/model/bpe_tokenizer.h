@@ -33,8 +33,8 @@
 // Special tokens such as <|endoftext|> (id 50256) are ordinary entries here:
 // decode() spells them out, and encode() never produces them from text.
 //
-// Thread-safety: every method may be called concurrently; the merge cache is
-// guarded by a mutex.
+// Thread-safety: every method may be called concurrently (the piece cache,
+// bpe_piece_cache.h, is guarded by a mutex).
 #pragma once
 
 #include <cstddef>
@@ -42,7 +42,6 @@
 #include <expected>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
@@ -52,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/model/bpe_piece_cache.h"
 #include "engine/model/bpe_pretokenizer.h"
 #include "engine/model/tokenizer.h"
 
@@ -125,7 +125,6 @@ class BpeTokenizer final : public Tokenizer {
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   using IdByBytes = std::unordered_map<std::string, int, StringHash, std::equal_to<>>;
-  using IdsByPiece = std::unordered_map<std::string, std::vector<int>, StringHash, std::equal_to<>>;
 
   struct Merge {
     int rank;       // line order in vocab.bpe, 0 first
@@ -149,13 +148,7 @@ class BpeTokenizer final : public Tokenizer {
   int byte_ids_[256] = {};
   std::unordered_map<std::uint64_t, Merge> merges_;  // by pair_key(left id, right id)
 
-  // Pieces repeat (" the", " of", ...), so their merge results are cached.
-  // Cleared when it reaches kCacheMaxEntries so a long-running daemon's
-  // memory stays bounded; pieces longer than kCacheMaxPieceBytes skip it.
-  static constexpr std::size_t kCacheMaxEntries = 1 << 16;
-  static constexpr std::size_t kCacheMaxPieceBytes = 64;
-  mutable std::mutex cache_mu_;
-  mutable IdsByPiece cache_;  // GUARDED_BY(cache_mu_)
+  BpePieceCache cache_;
 };
 
 }  // namespace kvtier

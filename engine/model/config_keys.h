@@ -12,6 +12,14 @@
 
 namespace kvtier::config_keys {
 
+// Upper limits every family's sizes share: they keep every size product
+// (e.g. vocab_size * n_embd * 4 bytes, or n_layer * 12 * n_embd^2) far inside
+// 64 bits, and reject configs that are corrupt rather than merely large.
+inline constexpr std::int64_t kMaxLayers = 1024;
+inline constexpr std::int64_t kMaxEmbd = 65536;
+inline constexpr std::int64_t kMaxVocab = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxPositions = std::int64_t{1} << 20;
+
 // A JSON value for an error message: scalars as written, containers by type
 // only (dumping a hostile, deeply nested value would recurse without bound).
 std::string describe(const nlohmann::json& value);

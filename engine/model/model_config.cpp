@@ -22,13 +22,10 @@ using config_keys::read_int;
 using config_keys::read_string;
 using config_keys::require_int;
 
-// Upper limits keep every size product (e.g. vocab_size * n_embd * 4 bytes, or
-// n_layer * 12 * n_embd^2) far inside 64 bits, and reject configs that are corrupt
-// rather than merely large.
-constexpr std::int64_t kMaxLayers = 1024;
-constexpr std::int64_t kMaxEmbd = 65536;
-constexpr std::int64_t kMaxVocab = std::int64_t{1} << 24;
-constexpr std::int64_t kMaxBlockSize = std::int64_t{1} << 20;
+using config_keys::kMaxEmbd;
+using config_keys::kMaxLayers;
+using config_keys::kMaxVocab;
+constexpr std::int64_t kMaxBlockSize = config_keys::kMaxPositions;
 
 // An optional, finite, positive epsilon; `fallback` when absent.
 std::expected<float, std::string> read_eps(const json& root, const char* key, float fallback) {

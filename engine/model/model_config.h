@@ -1,4 +1,7 @@
 // The shape and conventions of a GPT-2 family model, read from its config.json.
+// Its first fields (n_layer through block_size, and the tokenizer) are the
+// shape every family fills for the rest of kvtier (Model::config, model.h);
+// the rest are GPT-2's.
 //
 // Two dialects are accepted:
 //  * kvtier/nanoGPT: {"format": "nanogpt", "n_layer", "n_head", "n_embd",

@@ -190,28 +190,9 @@ void TiktokenTokenizer::merge_piece(std::string_view piece, std::vector<int>& ou
 
 std::expected<std::vector<int>, std::string> TiktokenTokenizer::encode(
     std::string_view text) const {
-  std::vector<int> ids;
-  ids.reserve(text.size() / 3 + 1);
-  std::vector<int> piece_ids;
-  for (const std::string_view piece : pretokenizer_->split(text)) {
-    const bool cacheable = piece.size() <= kCacheMaxPieceBytes;
-    if (cacheable) {
-      std::lock_guard lock(cache_mu_);
-      if (const auto it = cache_.find(piece); it != cache_.end()) {
-        ids.insert(ids.end(), it->second.begin(), it->second.end());
-        continue;
-      }
-    }
-    piece_ids.clear();
-    merge_piece(piece, piece_ids);
-    ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
-    if (cacheable) {
-      std::lock_guard lock(cache_mu_);
-      if (cache_.size() >= kCacheMaxEntries) cache_.clear();
-      cache_.emplace(piece, piece_ids);
-    }
-  }
-  return ids;
+  return cache_.encode(*pretokenizer_, text, [this](std::string_view piece, std::vector<int>& out) {
+    merge_piece(piece, out);
+  });
 }
 
 std::string TiktokenTokenizer::decode(std::span<const int> tokens) const {

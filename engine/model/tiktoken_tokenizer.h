@@ -27,14 +27,13 @@
 // else "<|bos|>" (nanochat's, which begins every document it trained on, so
 // a model that samples it has ended one).
 //
-// Thread-safety: every method may be called concurrently; the piece cache is
-// guarded by a mutex.
+// Thread-safety: every method may be called concurrently (the piece cache,
+// bpe_piece_cache.h, is guarded by a mutex).
 #pragma once
 
 #include <expected>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/model/bpe_piece_cache.h"
 #include "engine/model/bpe_pretokenizer.h"
 #include "engine/model/tokenizer.h"
 
@@ -105,13 +105,7 @@ class TiktokenTokenizer final : public Tokenizer {
   int vocab_size_ = 0;
   std::optional<int> end_of_text_;
 
-  // Pieces repeat (" the", " of", ...), so their ids are cached; bounded as
-  // BpeTokenizer's cache is, for the same reason.
-  static constexpr std::size_t kCacheMaxEntries = 1 << 16;
-  static constexpr std::size_t kCacheMaxPieceBytes = 64;
-  mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<int>, StringHash, std::equal_to<>>
-      cache_;  // GUARDED_BY(cache_mu_)
+  BpePieceCache cache_;
 };
 
 }  // namespace kvtier

@@ -16,12 +16,10 @@ using config_keys::read_int;
 using config_keys::read_string;
 using config_keys::require_int;
 
-// ModelConfig's limits (model_config.h), for the same reason: every size
-// product stays far inside 64 bits.
-constexpr std::int64_t kMaxLayers = 1024;
-constexpr std::int64_t kMaxEmbd = 65536;
-constexpr std::int64_t kMaxVocab = std::int64_t{1} << 24;
-constexpr std::int64_t kMaxSequence = std::int64_t{1} << 20;
+using config_keys::kMaxEmbd;
+using config_keys::kMaxLayers;
+using config_keys::kMaxVocab;
+constexpr std::int64_t kMaxSequence = config_keys::kMaxPositions;
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
