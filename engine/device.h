@@ -7,13 +7,16 @@
 //         Scheduler::create makes itself: the Device is empty.
 //   cuda  the GPU forward (engine/cuda/cuda_model.h) over an L1 in device
 //         memory, or an error starting "device cuda: " with the reason (a
-//         build without CUDA, no usable device, out of device memory). Never
-//         a silent fall-back: a caller who asked for the GPU learns why not.
+//         build without CUDA, no usable device, out of device memory, a
+//         model of a family with no GPU kernels yet: only Gpt2Model has
+//         them). Never a silent fall-back: a caller who asked for the GPU
+//         learns why not.
 //   auto  cuda when this build has the CUDA side, a device can run its
-//         kernels, and the scheduler's default eviction policy does not need
-//         attention scores (H2O: the GPU gathers none); else cpu, saying why
-//         (in a build with the CUDA side): no usable GPU through on_warning,
-//         the eviction policy's choice through on_info. A GPU that is
+//         kernels, the model's family has GPU kernels and the scheduler's
+//         default eviction policy does not need attention scores (H2O: the
+//         GPU gathers none); else cpu, saying why (in a build with the CUDA
+//         side): no usable GPU or no kernels for the family through
+//         on_warning, the eviction policy's choice through on_info. A GPU that is
 //         usable but then fails to open (out of memory) is an error, as for
 //         cuda: auto falls back only where the GPU cannot serve at all.
 //

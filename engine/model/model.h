@@ -18,7 +18,7 @@
 //      Model subclass: forward() over Model::Chunk, check() through
 //      check_chunks(), shape() filled from its config, fingerprint() over
 //      its every convention and weight (through KvFingerprint,
-//      engine/cache/block_hash.h);
+//      engine/model/kv_fingerprint.h);
 //   2. a line in Model::load (model.cpp) for its "format";
 //   3. its converter in scripts/ and its tests beside the others';
 //   4. where the GPU cannot run it yet, nothing: open_device (device.h)
