@@ -107,15 +107,22 @@ TEST(DaemonTiersTest, RestartOnTheSameL3DirectoryServesThePrefixFromL3) {
     before = tokens_of(generate_greedy(*c, kShared + "one"));
     shutdown(d);  // exits 0 once the L3 writes in flight are on disk
   }
-  Daemon d(args);
-  ASSERT_TRUE(d.wait_ready());
-  auto c = d.connect();
-  const json second = generate_greedy(*c, kShared + "two");
+  // A restart reads the prefix from L3, unless the cost model, timed on a
+  // busy machine, rightly finds recomputing it cheaper: then another restart
+  // is asked (as daemon_remote_test does for its remote tier).
+  json second;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Daemon d(args);
+    ASSERT_TRUE(d.wait_ready());
+    auto c = d.connect();
+    second = generate_greedy(*c, kShared + "two");
+    EXPECT_EQ(tokens_of(second), reference(kShared + "two", 12, 0.0f, 0).tokens);
+    const json again = generate_greedy(*c, kShared + "one");
+    EXPECT_EQ(tokens_of(again), before);
+    shutdown(d);
+    if (second["cached_tokens"]["l3"].get<int>() > 0) break;
+  }
   EXPECT_GT(second["cached_tokens"]["l3"].get<int>(), 0) << second.dump();
-  EXPECT_EQ(tokens_of(second), reference(kShared + "two", 12, 0.0f, 0).tokens);
-  const json again = generate_greedy(*c, kShared + "one");
-  EXPECT_EQ(tokens_of(again), before);
-  shutdown(d);
 }
 
 TEST(DaemonTiersTest, UnusableL3IsAWarningAndTheDaemonRunsOnL1AndL2) {
