@@ -113,6 +113,19 @@ TEST_F(GeneratorTest, StopsAtTheEndOfTextTokenUnlessToldToIgnoreIt) {
   const auto ignored = generate(*model_, *pool_, &tokenizer, encode("Q: Why? A:"), o);
   ASSERT_TRUE(ignored.has_value());
   EXPECT_EQ(ignored->tokens, free_run->tokens);
+
+  // A stop token (a chat format's end of turn) stops as the end of the text
+  // does, with the tokenizer's own, and ignore_eos does not ignore it.
+  o.stop_token_ids = {eot};
+  const auto by_id = generate(*model_, *pool_, tokenizer_, encode("Q: Why? A:"), o);
+  ASSERT_TRUE(by_id.has_value()) << by_id.error();
+  EXPECT_EQ(by_id->finish, FinishReason::kStop);
+  EXPECT_EQ(by_id->tokens, stopped->tokens);
+  EXPECT_EQ(by_id->text, stopped->text);
+  o.stop_token_ids = {model_->config().vocab_size};
+  const auto outside = generate(*model_, *pool_, tokenizer_, encode("Q: Why? A:"), o);
+  ASSERT_FALSE(outside.has_value());
+  EXPECT_NE(outside.error().find("stop token"), std::string::npos) << outside.error();
 }
 
 TEST_F(GeneratorTest, EndsAtTheContextWithItsOwnReason) {

@@ -805,6 +805,9 @@ TEST_F(SchedulerTest, TheEndOfTextTokenStopsARequestAsGenerateStops) {
   RequestParams ignoring = p;
   ignoring.ignore_eos = true;
   const RequestId ignored = submit(**s, trace, ignoring);
+  RequestParams by_id = ignoring;  // a chat format's end of turn stops it all the same
+  by_id.stop_token_ids = {eot};
+  const RequestId stopped_by_id = submit(**s, trace, by_id);
   ASSERT_TRUE(drain(**s, trace));
   tiers::BlockPool pool(model_->kv_layout(16).block_bytes(), 17);
   GenerateOptions o;
@@ -819,6 +822,10 @@ TEST_F(SchedulerTest, TheEndOfTextTokenStopsARequestAsGenerateStops) {
   EXPECT_EQ(r.text(), want->text);
   const Request& g = *(*s)->find(ignored);
   EXPECT_EQ(std::vector<int>(g.generated().begin(), g.generated().end()), free_run.tokens);
+  const Request& b = *(*s)->find(stopped_by_id);
+  EXPECT_EQ(b.finish_reason(), FinishReason::kStop);
+  EXPECT_EQ(std::vector<int>(b.generated().begin(), b.generated().end()), want->tokens);
+  EXPECT_EQ(b.text(), want->text);
 }
 
 TEST(SampleSeedTest, DistinctPerSampleAndIdentityForSampleZero) {

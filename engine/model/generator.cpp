@@ -20,7 +20,8 @@ std::expected<void, std::string> validate_request(const ModelConfig& config,
                                                   const Tokenizer* tokenizer,
                                                   std::span<const int> prompt, int max_tokens,
                                                   const SamplingParams& sampling,
-                                                  const std::vector<std::string>& stop) {
+                                                  const std::vector<std::string>& stop,
+                                                  std::span<const int> stop_token_ids) {
   if (prompt.empty()) return std::unexpected("the prompt is empty");
   if (static_cast<long>(prompt.size()) > config.block_size)
     return std::unexpected("the prompt has " + std::to_string(prompt.size()) +
@@ -37,14 +38,24 @@ std::expected<void, std::string> validate_request(const ModelConfig& config,
     if (tokenizer == nullptr) return std::unexpected("stop strings need a tokenizer");
     if (auto ok = validate_stop_strings(stop); !ok) return ok;
   }
+  for (const int id : stop_token_ids)
+    if (id < 0 || id >= config.vocab_size)
+      return std::unexpected("stop token " + std::to_string(id) + " is outside the vocabulary of " +
+                             std::to_string(config.vocab_size));
   return {};
+}
+
+bool is_stop_token(int token, const Tokenizer* tokenizer, bool ignore_eos,
+                   std::span<const int> stop_token_ids) {
+  if (tokenizer != nullptr && !ignore_eos && token == tokenizer->end_of_text()) return true;
+  return std::find(stop_token_ids.begin(), stop_token_ids.end(), token) != stop_token_ids.end();
 }
 
 std::expected<Generation, std::string> generate(
     Model& model, tiers::BlockPool& pool, const Tokenizer* tokenizer, std::span<const int> prompt,
     const GenerateOptions& options, const std::function<void(std::string_view)>& on_text) {
   if (auto ok = validate_request(model.config(), tokenizer, prompt, options.max_tokens,
-                                 options.sampling, options.stop);
+                                 options.sampling, options.stop, options.stop_token_ids);
       !ok)
     return std::unexpected(ok.error());
   if (options.prefill_chunk < 0) return std::unexpected("prefill_chunk must not be negative");
@@ -100,7 +111,7 @@ std::expected<Generation, std::string> generate(
   while (ok) {
     const int token = sampler.sample(last);
     out.tokens.push_back(token);
-    if (tokenizer != nullptr && !options.ignore_eos && token == tokenizer->end_of_text()) {
+    if (is_stop_token(token, tokenizer, options.ignore_eos, options.stop_token_ids)) {
       out.finish = FinishReason::kStop;  // the end of the text, which writes none
       break;
     }

@@ -22,7 +22,7 @@ namespace kvtier {
 
 enum class FinishReason {
   kLength,   // max_tokens generated
-  kStop,     // a stop string appeared, or the end-of-text token
+  kStop,     // a stop string appeared, or the end-of-text or a stop token
   kContext,  // the sequence reached the model's block_size
 };
 
@@ -32,7 +32,10 @@ struct GenerateOptions {
   SamplingParams sampling;
   int max_tokens = 64;
   std::vector<std::string> stop;  // needs a tokenizer
-  int prefill_chunk = 0;          // tokens per prefill step; 0 = the whole prompt at once
+  // Tokens that end the text as the end-of-text token does, writing none
+  // (vLLM's stop_token_ids): a chat format's end of turn.
+  std::vector<int> stop_token_ids;
+  int prefill_chunk = 0;  // tokens per prefill step; 0 = the whole prompt at once
   int page_size = 16;
   // Which KV pages to drop as the sequence grows (engine/model/eviction_policy.h):
   // applied after the forward pass that completes the prompt and after every
@@ -54,13 +57,20 @@ struct Generation {
 
 // The rules every request passes before it reaches the engine, whichever
 // loop runs it: a non-empty prompt of in-vocabulary tokens that fits the
-// context, max_tokens >= 1, valid sampling parameters, and valid stop strings
-// (which need a tokenizer). The error says which rule failed.
+// context, max_tokens >= 1, valid sampling parameters, valid stop strings
+// (which need a tokenizer) and stop tokens in the vocabulary. The error says
+// which rule failed.
 std::expected<void, std::string> validate_request(const ModelConfig& config,
                                                   const Tokenizer* tokenizer,
                                                   std::span<const int> prompt, int max_tokens,
                                                   const SamplingParams& sampling,
-                                                  const std::vector<std::string>& stop);
+                                                  const std::vector<std::string>& stop,
+                                                  std::span<const int> stop_token_ids);
+
+// Whether a sampled `token` ends the text, writing none: the tokenizer's
+// end-of-text (unless ignore_eos) or one of the request's stop tokens.
+bool is_stop_token(int token, const Tokenizer* tokenizer, bool ignore_eos,
+                   std::span<const int> stop_token_ids);
 
 // Runs the prompt through `model` with KV pages from `pool` (released before
 // returning) and samples up to max_tokens tokens. `on_text`, if set, receives

@@ -86,8 +86,11 @@ struct RequestOptions {
   SamplingParams sampling;        // temperature 0 = greedy; `seed` makes sampling reproducible
   int max_tokens = 64;            // tokens to generate at most; generation also ends at the context
   std::vector<std::string> stop;  // stop strings (need a tokenizer)
-  int priority = 0;               // 0 = most urgent; only the `priority` policy looks at it
-  int n = 1;                      // samples from one prefill, 1..kMaxSamples
+  // Tokens that end the text as the end-of-text token does (a chat format's
+  // end of turn; GenerateOptions::stop_token_ids).
+  std::vector<int> stop_token_ids;
+  int priority = 0;  // 0 = most urgent; only the `priority` policy looks at it
+  int n = 1;         // samples from one prefill, 1..kMaxSamples
   // Prefix-cache namespace (a tenant): requests share cached blocks only
   // with requests of the same salt. Empty is the default namespace.
   std::string cache_salt;
@@ -193,6 +196,7 @@ class Request {
   int max_tokens_;
   SamplingParams sampling_;
   std::vector<std::string> stop_;
+  std::vector<int> stop_token_ids_;
   int logprobs_top_ = -1;  // RequestParams::logprobs
   bool ignore_eos_ = false;
   RequestId group_;

@@ -216,7 +216,7 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params, Re
   // The same rules as generate(), so a request the daemon accepts is one
   // generate() would have run.
   if (auto ok = validate_request(model_->config(), tokenizer_, params.prompt, params.max_tokens,
-                                 params.sampling, params.stop);
+                                 params.sampling, params.stop, params.stop_token_ids);
       !ok)
     return std::unexpected(ok.error());
   const long prompt_len = static_cast<long>(params.prompt.size());

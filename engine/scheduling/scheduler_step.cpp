@@ -18,7 +18,7 @@ void Scheduler::sample_and_append(Request& r, std::span<const float> logits, Req
   }
   std::optional<FinishReason> finish;
   bool stopped = false;
-  if (tokenizer_ != nullptr && !r.ignore_eos_ && token == tokenizer_->end_of_text()) {
+  if (is_stop_token(token, tokenizer_, r.ignore_eos_, r.stop_token_ids_)) {
     // The end of the text: a stop, whose token writes no text.
     finish = FinishReason::kStop;
     stopped = true;
