@@ -7,6 +7,19 @@ namespace kvtier::daemon {
 std::expected<std::vector<int>, std::string> prompt_tokens(const Tokenizer& tokenizer,
                                                            Prompt prompt) {
   if (auto* ids = std::get_if<std::vector<int>>(&prompt)) return std::move(*ids);
+  if (auto* rendered = std::get_if<PromptPieces>(&prompt)) {
+    std::vector<int> tokens;
+    for (const auto& piece : rendered->pieces) {
+      if (const int* id = std::get_if<int>(&piece)) {
+        tokens.push_back(*id);
+        continue;
+      }
+      auto text = tokenizer.encode(std::get<std::string>(piece));
+      if (!text) return std::unexpected("cannot encode the prompt: " + text.error());
+      tokens.insert(tokens.end(), text->begin(), text->end());
+    }
+    return tokens;
+  }
   auto tokens = tokenizer.encode(std::get<std::string>(prompt));
   if (!tokens) return std::unexpected("cannot encode the prompt: " + tokens.error());
   if (const auto begin = tokenizer.begin_of_text()) tokens->insert(tokens->begin(), *begin);

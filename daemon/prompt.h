@@ -18,13 +18,21 @@
 
 namespace kvtier::daemon {
 
-// Text to encode, or token ids.
-using Prompt = std::variant<std::string, std::vector<int>>;
+// A conversation rendered by a chat format that marks turns with special
+// tokens (chat_template.h): pieces of text, each encoded on its own as
+// ordinary text, between ids that stand as they are.
+struct PromptPieces {
+  std::vector<std::variant<std::string, int>> pieces;
+};
+
+// Text to encode, token ids, or a rendered conversation.
+using Prompt = std::variant<std::string, std::vector<int>, PromptPieces>;
 
 // The prompt's token ids: text encoded, after the token that begins a text
 // where the vocabulary has one (nanochat's <|bos|>, as its base prompts
-// start: Tokenizer::begin_of_text); ids as given, the caller's to choose.
-// Refused, with
+// start: Tokenizer::begin_of_text); ids as given, the caller's to choose;
+// pieces encoded one by one, their ids between (the rendering holds its own
+// <|bos|>). Refused, with
 // "cannot encode the prompt: <why>", for text the tokenizer cannot encode.
 // Whether the ids suit the model (empty, outside the vocabulary) is the
 // caller's to check.

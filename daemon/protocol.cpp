@@ -31,10 +31,11 @@ std::expected<T, RpcError> param(std::expected<T, std::string> r) {
 }
 
 // `prompt` (text) or `tokens` (ids) into `prompt`; refuses both.
-std::expected<void, RpcError> prompt_get(std::string_view key, const json& v,
-                                         std::variant<std::string, std::vector<int>>& prompt,
+std::expected<void, RpcError> prompt_get(std::string_view key, const json& v, Prompt& prompt,
                                          bool& have_prompt) {
-  if (have_prompt) return std::unexpected(invalid_params("give 'prompt' or 'tokens', not both"));
+  if (have_prompt)
+    return std::unexpected(
+        invalid_params("give one prompt, not two ('" + std::string(key) + "' is the second)"));
   have_prompt = true;
   if (key == "prompt") {
     if (!v.is_string()) return std::unexpected(invalid_params("'prompt' must be a string"));
@@ -50,8 +51,7 @@ std::expected<void, RpcError> prompt_get(std::string_view key, const json& v,
 // The fields that name a cached prefix, shared by generate and the cache
 // methods: `prompt` or `tokens`, and `cache_salt`. False when `key` is none
 // of them (the caller goes on); true once it is taken.
-std::expected<bool, RpcError> prefix_field_get(std::string_view key, const json& v,
-                                               std::variant<std::string, std::vector<int>>& prompt,
+std::expected<bool, RpcError> prefix_field_get(std::string_view key, const json& v, Prompt& prompt,
                                                std::string& cache_salt, bool& have_prompt) {
   if (key == "prompt" || key == "tokens") {
     if (auto ok = prompt_get(key, v, prompt, have_prompt); !ok) return std::unexpected(ok.error());
@@ -219,7 +219,15 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
     auto taken = prefix_field_get(key, v, out.prompt, out.cache_salt, have_prompt);
     if (!taken) return std::unexpected(taken.error());
     if (*taken) continue;
-    if (key == "eviction") {
+    if (key == "messages") {
+      if (have_prompt)
+        return std::unexpected(
+            invalid_params("give one prompt, not two ('messages' is the second)"));
+      have_prompt = true;
+      auto messages = chat_messages_parse(v);
+      if (!messages) return std::unexpected(invalid_params(messages.error()));
+      out.messages = std::move(*messages);
+    } else if (key == "eviction") {
       if (!v.is_string()) {
         return std::unexpected(
             invalid_params("'eviction' must be a policy string such as "
@@ -277,8 +285,20 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
     }
   }
   if (!have_prompt)
-    return std::unexpected(invalid_params("give 'prompt' (text) or 'tokens' (ids)"));
+    return std::unexpected(
+        invalid_params("give 'prompt' (text), 'tokens' (ids) or 'messages' (a conversation)"));
   return out;
+}
+
+std::expected<void, RpcError> generate_messages_render(GenerateParams& params,
+                                                       const ChatTemplate& chat) {
+  if (params.messages.empty()) return {};
+  auto rendered = chat.render(params.messages);
+  if (!rendered) return std::unexpected(invalid_params("'messages': " + rendered.error()));
+  params.prompt = std::move(rendered->prompt);
+  chat_stops_add(*rendered, params);
+  params.messages.clear();
+  return {};
 }
 
 std::expected<CachePromptParams, RpcError> cache_prompt_params_parse(const json& params,

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "daemon/chat_template.h"
 #include "daemon/prompt.h"
 #include "engine/cache/radix_cache.h"
 #include "engine/scheduling/request.h"
@@ -102,17 +103,28 @@ std::expected<RpcCall, CallError> call_parse(std::string_view line);
 // bound, the eviction policy against the page size) are the engine's
 // (Scheduler::submit) and come back from it as kInvalidParams.
 struct GenerateParams : RequestOptions {
-  Prompt prompt;  // exactly one of "prompt" (text to encode) or "tokens" (ids)
+  // Exactly one of "prompt" (text to encode), "tokens" (ids) or "messages"
+  // (a conversation, as /v1/chat/completions takes it: chat_messages_parse),
+  // which generate_messages_render turns into the prompt.
+  Prompt prompt;
+  std::vector<ChatMessage> messages;
   bool stream = false;
 };
 
 // Refuses with kInvalidParams, naming the key: params that are not an
 // object, an unknown key, a wrong type, an integer outside int's range,
-// neither or both of prompt and tokens, a temperature that is not in
+// none or more than one of prompt, tokens and messages, a temperature that is not in
 // [0, FLT_MAX], a top_p that is not in (0, 1]. temperature and top_p are
 // judged on the number the client sent, before it is narrowed to a float;
 // a positive one below the smallest positive float becomes that float, not 0.
 std::expected<GenerateParams, RpcError> generate_params_parse(const nlohmann::json& params);
+
+// Renders `params`' messages, if it has any, through the model's chat format
+// into its prompt, and adds the format's stops to the request's. Refuses with
+// kInvalidParams what the format refuses (chat_template.h), naming the
+// message.
+std::expected<void, RpcError> generate_messages_render(GenerateParams& params,
+                                                       const ChatTemplate& chat);
 
 // The prompt the cache methods (cache.lookup, cache.warm, cache.pin,
 // cache.unpin) act on, and its namespace. Vocabulary and context checks need

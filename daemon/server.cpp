@@ -75,7 +75,9 @@ Server::Server(asio::io_context& io, EngineLoop& engine, ServerOptions options)
       drain_timer_(io),
       config_(options_.config),
       http_context_{engine, *this, options_.chat_template, http_counts_,
-                    std::chrono::steady_clock::now()} {}
+                    std::chrono::steady_clock::now()} {
+  options_.session.chat_template = &options_.chat_template;
+}
 
 Server::~Server() {
   if (owns_socket_file_) {

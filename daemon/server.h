@@ -58,10 +58,10 @@
 #include <string>
 #include <unordered_map>
 
+#include "daemon/chat_template.h"
 #include "daemon/config.h"
 #include "daemon/control.h"
 #include "daemon/engine_loop.h"
-#include "daemon/http/chat_template.h"
 #include "daemon/http/connection.h"
 #include "daemon/http/listener.h"
 #include "daemon/http/routes.h"
@@ -87,7 +87,7 @@ struct ServerOptions {
   // -1 to bind socket_path. The server takes ownership of it.
   int activated_fd = -1;
   // The model's, for /v1/chat/completions (main loads it with the model).
-  http::ChatTemplate chat_template;
+  ChatTemplate chat_template;
   // The HTTP API's TCP listener (http_listen), checked by main; none when
   // nullopt.
   std::optional<http::ListenSpec> http_listen;

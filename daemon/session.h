@@ -73,6 +73,9 @@ struct SessionOptions {
   bool allow_any_uid = false;
   // Non-empty: `auth` with this key first (TCP with http_api_key_file).
   std::string api_key{};
+  // The model's chat format, for `generate` with "messages"; must outlive
+  // the session. Null: such a generate is refused.
+  const ChatTemplate* chat_template = nullptr;
 };
 
 class Session : public std::enable_shared_from_this<Session> {

@@ -40,7 +40,7 @@ std::expected<StartPlan, std::string> start_checks(const DaemonConfig& c, StartC
   if (!model) return std::unexpected(cannot_load + model.error());
   if (auto tokenizer = Tokenizer::load(model->tokenizer); !tokenizer)
     return std::unexpected(cannot_load + tokenizer.error());
-  auto chat_template = http::ChatTemplate::load(c.model_dir);
+  auto chat_template = ChatTemplate::load(c.model_dir, model->tokenizer);
   if (!chat_template) return std::unexpected(chat_template.error());
   plan.chat_template = std::move(*chat_template);
   const SchedulerConfig& s = c.scheduler;

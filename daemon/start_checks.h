@@ -20,8 +20,8 @@
 #include <optional>
 #include <string>
 
+#include "daemon/chat_template.h"
 #include "daemon/config.h"
-#include "daemon/http/chat_template.h"
 #include "daemon/http/listener.h"
 
 namespace kvtier::daemon {
@@ -30,7 +30,7 @@ namespace kvtier::daemon {
 struct StartPlan {
   std::optional<gid_t> socket_group;            // socket_group's gid, when set
   std::optional<http::ListenSpec> http_listen;  // none: the Unix socket only
-  http::ChatTemplate chat_template;             // the model's
+  ChatTemplate chat_template;                   // the model's
 };
 
 // For the start, every file is read. For --check-config, an API key file

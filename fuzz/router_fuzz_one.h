@@ -53,7 +53,7 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/http/chat_template.h"
+#include "daemon/chat_template.h"
 #include "daemon/http/connection.h"
 #include "daemon/http/openai.h"
 #include "daemon/log.h"
@@ -89,7 +89,7 @@ class RouterFuzz {
     router_fuzz_require(config.has_value(), "the model's config loads");
     auto tokenizer = Tokenizer::load(config->tokenizer);
     router_fuzz_require(tokenizer.has_value(), "the model's tokenizer loads");
-    auto chat = daemon::http::ChatTemplate::load(model_dir.string());
+    auto chat = daemon::ChatTemplate::load(model_dir.string(), config->tokenizer);
     router_fuzz_require(chat.has_value(), "the model's chat template loads");
     std::vector<DaemonAddress> addresses;
     int refuse_every = 3;
@@ -101,10 +101,10 @@ class RouterFuzz {
       router_fuzz_require(address.has_value(), "a stand-in's address parses");
       addresses.push_back(std::move(*address));
     }
-    router_ = std::make_unique<Router>(io_, std::move(addresses), *config, std::move(*tokenizer));
+    router_ = std::make_unique<Router>(io_, std::move(addresses), *config, std::move(*tokenizer),
+                                       std::move(*chat));
     RouterServerOptions o;
     o.socket_path = (dir_ / "router.sock").string();
-    o.http.chat_template = std::move(*chat);
     o.http.served_model = daemon::http::served_model_name(model_dir.string());
     o.http.max_body_bytes = o.session.max_line_bytes;
     o.session.router_uid = ::geteuid();

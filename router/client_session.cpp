@@ -236,6 +236,8 @@ void ClientSession::routed_call(RpcCall& call) {
   if (call.method == "generate") {
     auto params = generate_params_parse(call.params);
     if (!params) return reply_error(call, params.error());
+    if (auto ok = generate_messages_render(*params, router_.chat_template()); !ok)
+      return reply_error(call, ok.error());
     prompt = std::move(params->prompt);
     f.cache_salt = params->cache_salt;
   } else {

@@ -164,7 +164,7 @@ void HttpFront::generation(const Request& request, const std::shared_ptr<Exchang
   auto body = json_body(request);
   if (!body) return exchange->respond(std::move(body.error()));
   const bool chat = api == daemon::http::Api::kChat;
-  auto spec = chat ? daemon::http::chat_spec(*body, options_.served_model, options_.chat_template,
+  auto spec = chat ? daemon::http::chat_spec(*body, options_.served_model, router_.chat_template(),
                                              router_.model().block_size)
                    : daemon::http::completion_spec(*body, options_.served_model);
   if (!spec) {

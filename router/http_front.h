@@ -39,7 +39,6 @@
 #include <string>
 #include <unordered_map>
 
-#include "daemon/http/chat_template.h"
 #include "daemon/http/exchange.h"
 #include "daemon/http/generation.h"
 #include "router/http_upstream.h"
@@ -51,7 +50,6 @@ struct HttpFrontOptions {
   std::size_t max_body_bytes = 1 << 20;  // --max-line-bytes, as kvtierd's max_line_bytes
   double request_timeout = 30;           // --http-timeout, as kvtierd's http_timeout
   std::string served_model;              // the model folder's name (openai.h)
-  daemon::http::ChatTemplate chat_template;
 };
 
 class HttpFront final : public daemon::http::Service {

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "daemon/chat_template.h"
 #include "daemon/cli.h"
 #include "daemon/default_paths.h"
-#include "daemon/http/chat_template.h"
 #include "daemon/http/listener.h"
 #include "daemon/http/openai.h"
 #include "daemon/log.h"
@@ -120,7 +120,7 @@ int serve(int argc, char** argv) {
     log_error("--model: " + tokenizer.error());
     return kExitConfig;
   }
-  auto chat_template = http::ChatTemplate::load(model_dir);
+  auto chat_template = ChatTemplate::load(model_dir, config->tokenizer);
   if (!chat_template) {
     log_error("--model: " + chat_template.error());
     return kExitConfig;
@@ -149,7 +149,6 @@ int serve(int argc, char** argv) {
     }
     addresses.push_back(std::move(*address));
   }
-  o.http.chat_template = std::move(*chat_template);
   o.http.served_model = http::served_model_name(model_dir);
   o.http.max_body_bytes = o.session.max_line_bytes;
   if (auto ok = socket_dir_prepare(o.socket_path, default_socket); !ok) {
@@ -158,7 +157,8 @@ int serve(int argc, char** argv) {
   }
   o.session.router_uid = ::geteuid();
   boost::asio::io_context io(1);
-  router::Router router(io, std::move(addresses), std::move(*config), std::move(*tokenizer));
+  router::Router router(io, std::move(addresses), std::move(*config), std::move(*tokenizer),
+                        std::move(*chat_template));
   router::RouterServer server(io, router, o);
   if (auto ok = server.listen(); !ok) {
     log_error(ok.error());

@@ -12,8 +12,8 @@ namespace kvtier::router {
 using nlohmann::json;
 
 Router::Router(asio::io_context& io, std::vector<DaemonAddress> daemons, ModelConfig config,
-               std::unique_ptr<Tokenizer> tokenizer)
-    : tokenizer_(std::move(tokenizer)) {
+               std::unique_ptr<Tokenizer> tokenizer, daemon::ChatTemplate chat_template)
+    : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)) {
   fleet_.config = std::move(config);
   for (auto& address : daemons) {
     links_.push_back(std::make_unique<DaemonLink>(io, std::move(address), fleet_));

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "daemon/access.h"
+#include "daemon/chat_template.h"
 #include "engine/model/tokenizer.h"
 #include "router/daemon_link.h"
 #include "router/route_choice.h"
@@ -49,9 +50,10 @@ struct Route {
 class Router {
  public:
   // `daemons`: where they listen, at least one. `config`: the router's
-  // --model, with the tokenizer it names.
+  // --model, with the tokenizer it names and its chat format, which render
+  // a request as the daemons do, so that its blocks get their keys.
   Router(asio::io_context& io, std::vector<DaemonAddress> daemons, ModelConfig config,
-         std::unique_ptr<Tokenizer> tokenizer);
+         std::unique_ptr<Tokenizer> tokenizer, daemon::ChatTemplate chat_template);
   Router(const Router&) = delete;  // its links call back into it
   Router& operator=(const Router&) = delete;
 
@@ -70,6 +72,7 @@ class Router {
   std::function<void()> on_shutdown;
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const daemon::ChatTemplate& chat_template() const { return chat_template_; }
   const ModelConfig& model() const { return fleet_.config; }
   int daemons() const { return static_cast<int>(links_.size()); }
   DaemonLink& link(int i) { return *links_[i]; }
@@ -130,6 +133,7 @@ class Router {
 
   FleetModel fleet_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  daemon::ChatTemplate chat_template_;
   std::vector<std::unique_ptr<DaemonLink>> links_;
   std::unordered_map<std::uint64_t, Owned> requests_;
   std::uint64_t next_request_id_ = 1;

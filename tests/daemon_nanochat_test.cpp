@@ -4,14 +4,18 @@
 // engine computes in-process, from L1, from L2 after a flush and from L3
 // after a restart, with every shared prefix's smear input (the token before
 // each chunk) carried by the request's own ids. What the family cannot do
-// yet is refused with the reason.
+// yet is refused with the reason. A conversation is rendered with nanochat's
+// turn markers on every front door (JSON-RPC, HTTP, and the router in
+// front), and ends at <|assistant_end|>.
 #include <gtest/gtest.h>
 
+#include "daemon/chat_template.h"
 #include "daemon/prompt.h"
 #include "daemon_test_util.h"
 #include "engine/model/generator.h"
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
+#include "http_test_util.h"
 #include "nanochat_test_util.h"
 #include "router_test_util.h"
 
@@ -26,23 +30,37 @@ using nlohmann::json;
 const std::string kShared =
     "the other one at the station ran to the sea and on the hill the rest sat still: ";
 
-// What the engine gives in-process: the reference for every daemon answer.
-std::vector<int> reference(const NanochatFolder& folder, const std::string& prompt) {
+// What the engine gives in-process for a prompt, or for a conversation as
+// the model's chat format renders it: the reference for every daemon answer.
+Generation reference_run(const NanochatFolder& folder, daemon::Prompt prompt,
+                         const std::vector<daemon::ChatMessage>& conversation = {}) {
   auto model = Model::load(folder.path());
   EXPECT_TRUE(model.has_value()) << model.error();
   auto tokenizer = Tokenizer::load((*model)->config().tokenizer);
   EXPECT_TRUE(tokenizer.has_value()) << tokenizer.error();
   if (!model || !tokenizer) return {};
+  GenerateOptions options;
+  if (!conversation.empty()) {
+    auto chat = daemon::ChatTemplate::load(folder.path().string(), (*model)->config().tokenizer);
+    EXPECT_TRUE(chat.has_value());
+    auto rendered = chat->render(conversation);
+    EXPECT_TRUE(rendered.has_value());
+    prompt = rendered->prompt;
+    options.stop_token_ids = rendered->stop_token_ids;
+  }
   auto ids = daemon::prompt_tokens(**tokenizer, prompt);
   EXPECT_TRUE(ids.has_value());
   EXPECT_EQ(ids->front(), (*tokenizer)->begin_of_text()) << "a text begins with <|bos|>";
   tiers::BlockPool pool((*model)->kv_layout(16).block_bytes(), 32);
-  GenerateOptions options;
   options.sampling = {0.0f, 0, 1.0f, 0};
   options.max_tokens = 12;
   auto out = generate(**model, pool, tokenizer->get(), *ids, options);
   EXPECT_TRUE(out.has_value()) << out.error();
-  return out ? out->tokens : std::vector<int>{};
+  return out ? *out : Generation{};
+}
+
+std::vector<int> reference(const NanochatFolder& folder, const std::string& prompt) {
+  return reference_run(folder, prompt).tokens;
 }
 
 json generate_greedy(Client& c, const std::string& prompt) {
@@ -117,6 +135,73 @@ TEST(DaemonNanochatTest, TheRouterInFrontGivesTheDaemonsTokens) {
     const json routed = generate_greedy(*c, kShared + tail);
     EXPECT_EQ(tokens_of(routed), reference(folder, kShared + tail)) << routed.dump();
   }
+}
+
+// A conversation as JSON-RPC's generate and /v1/chat/completions take it.
+const std::vector<daemon::ChatMessage> kConversation = {{"system", "Answer in one line."},
+                                                        {"user", kShared + "who ran?"},
+                                                        {"assistant", "the other one"},
+                                                        {"user", "and <|assistant_end|> then?"}};
+
+json messages_json(const std::vector<daemon::ChatMessage>& conversation) {
+  json out = json::array();
+  for (const auto& m : conversation) out.push_back({{"role", m.role}, {"content", m.content}});
+  return out;
+}
+
+// `text` as a JSON answer carries it: bytes that are not UTF-8 replaced.
+std::string as_json_text(const std::string& text) {
+  return json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace))
+      .get<std::string>();
+}
+
+// The conversation through `socket`'s JSON-RPC and HTTP: the engine's tokens
+// and text for its rendering; a conversation nanochat was not trained on is
+// refused on both, naming the message.
+void expect_chat_as_the_engine_renders_it(const std::string& socket, const Generation& want,
+                                          const std::filesystem::path& dir) {
+  Client c(socket);
+  ASSERT_TRUE(c.valid());
+  const json params = {
+      {"messages", messages_json(kConversation)}, {"max_tokens", 12}, {"temperature", 0}};
+  auto r = c.call(request(1, "generate", params));
+  ASSERT_TRUE(r && r->contains("result")) << (r ? r->dump() : "no answer");
+  EXPECT_EQ(tokens_of((*r)["result"]), want.tokens) << r->dump();
+  EXPECT_EQ((*r)["result"]["text"], as_json_text(want.text));
+
+  const test_util::HttpAnswer answer = test_util::curl(
+      socket, dir, "POST", "/v1/chat/completions",
+      json{{"messages", messages_json(kConversation)}, {"max_tokens", 12}, {"temperature", 0}});
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  EXPECT_EQ(answer.doc()["choices"][0]["message"]["content"], as_json_text(want.text))
+      << answer.body;
+
+  const json bad = {{"role", "user"}, {"content", "again"}};
+  json twice = messages_json(kConversation);
+  twice.push_back(bad);
+  auto refused = c.call(request(2, "generate", {{"messages", twice}, {"max_tokens", 2}}));
+  ASSERT_TRUE(refused && refused->contains("error")) << (refused ? refused->dump() : "none");
+  EXPECT_TRUE(
+      test_util::contains((*refused)["error"]["message"].get<std::string>(), "message 5 (user)"))
+      << refused->dump();
+  const test_util::HttpAnswer http_refused = test_util::curl(
+      socket, dir, "POST", "/v1/chat/completions", json{{"messages", twice}, {"max_tokens", 2}});
+  EXPECT_EQ(http_refused.status, 400) << http_refused.body;
+  EXPECT_TRUE(test_util::contains(http_refused.body, "message 5 (user)")) << http_refused.body;
+}
+
+TEST(DaemonNanochatTest, AConversationIsRenderedWithTheTurnMarkersOnEveryFrontDoor) {
+  NanochatFolder folder({5, 2});
+  const Generation want = reference_run(folder, "", kConversation);
+  ASSERT_FALSE(want.tokens.empty());
+  const std::vector<std::string> model = {"--model", folder.path().string()};
+  Daemon daemon(model);
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log();
+  test_util::TempDir dir;
+  expect_chat_as_the_engine_renders_it(daemon.socket_path(), want, dir.path());
+  RouterProcess router({daemon.socket_path()}, model);
+  ASSERT_TRUE(router.wait_usable(0, true)) << router.log();
+  expect_chat_as_the_engine_renders_it(router.socket_path(), want, dir.path());
 }
 
 TEST(DaemonNanochatTest, AnotherModelOnTheSameL3NeverHitsAndH2oIsRefused) {

@@ -269,8 +269,7 @@ std::optional<EngineStats> stats_of(EngineLoop& loop) {
   return reply.wait();
 }
 
-RequestId submit(EngineLoop& loop, const Recorder& recorder,
-                 std::variant<std::string, std::vector<int>> prompt, RequestParams params,
+RequestId submit(EngineLoop& loop, const Recorder& recorder, Prompt prompt, RequestParams params,
                  const RequestOwner& owner = kOwner) {
   auto id = loop.submit(std::move(prompt), std::move(params), recorder.sink(), owner);
   EXPECT_TRUE(id.has_value()) << "submit refused";
@@ -317,7 +316,7 @@ TEST(EngineLoopTest, EventsStreamInOrderAndEndInOneFinalThatMatchesGenerate) {
   // before the engine has seen the requests.
   for (const Case& c : cases) {
     recorders.push_back(std::make_unique<Recorder>());
-    std::variant<std::string, std::vector<int>> prompt = c.prompt;
+    Prompt prompt = c.prompt;
     if (c.as_tokens) prompt = encode(c.prompt);
     ids.push_back(submit(*loop, *recorders.back(), std::move(prompt), greedy(c.max_tokens)));
   }

@@ -236,6 +236,23 @@ TEST(ProtocolTest, GenerateParamsAreTypeChecked) {
   }
 }
 
+TEST(ProtocolTest, MessagesAreRenderedThroughTheChatTemplateWithItsStops) {
+  const json messages = {{{"role", "user"}, {"content", "Hi"}}};
+  auto params = generate_params_parse({{"messages", messages}, {"stop", {"X"}}});
+  ASSERT_TRUE(params.has_value()) << params.error().message;
+  ASSERT_TRUE(generate_messages_render(*params, ChatTemplate{}).has_value());
+  EXPECT_EQ(std::get<std::string>(params->prompt), "User: Hi\nAssistant:");
+  EXPECT_EQ(params->stop, (std::vector<std::string>{"X", "\nUser:"}));
+  for (const json& bad :
+       {json{{"messages", messages}, {"prompt", "a"}},
+        json{{"tokens", {1}}, {"messages", messages}}, json{{"messages", json::array()}},
+        json{{"messages", {{{"role", "tool"}}}}}}) {
+    auto r = generate_params_parse(bad);
+    ASSERT_FALSE(r.has_value()) << bad.dump();
+    EXPECT_EQ(r.error().code, rpc_code::kInvalidParams);
+  }
+}
+
 TEST(ProtocolTest, LinesAreSingleJsonObjectsEvenWithBrokenUtf8) {
   const std::string line = response_line(1, {{"text", std::string("\xe2\x82", 2)}});
   ASSERT_EQ(line.back(), '\n');

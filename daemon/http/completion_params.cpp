@@ -163,52 +163,6 @@ std::expected<void, ParamError> prompts(const json& v, GenerationSpec& spec) {
   return {};
 }
 
-// A message's text: a string, or an array of {"type": "text", "text": ...}
-// parts (OpenAI's newer form), joined.
-std::expected<std::string, ParamError> message_text(const json& content) {
-  if (content.is_null()) return std::string();
-  if (content.is_string()) return content.get<std::string>();
-  const auto usage = [] {
-    return refuse("messages",
-                  "a message's 'content' must be a string or an array of "
-                  "{\"type\": \"text\", \"text\": ...} parts (text only)");
-  };
-  if (!content.is_array()) return usage();
-  std::string text;
-  for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string())
-      return usage();
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
-std::expected<std::vector<ChatTemplate::Message>, ParamError> messages(const json& v) {
-  if (!v.is_array() || v.empty())
-    return refuse("messages", "'messages' must be a non-empty array of messages");
-  std::vector<ChatTemplate::Message> out;
-  for (const json& m : v) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      return refuse("messages", "each message must be an object with a 'role'");
-    std::string role = m["role"].get<std::string>();
-    if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant")
-      return refuse("messages",
-                    "a message's role must be system, developer, user or "
-                    "assistant, not '" +
-                        role + "'");
-    for (const auto& [key, value] : m.items())
-      if (key != "role" && key != "content" && key != "name")
-        return refuse("messages",
-                      "a message takes 'role', 'content' and 'name', not '" + key + "'");
-    auto text = message_text(m.contains("content") ? m["content"] : json(nullptr));
-    if (!text) return std::unexpected(text.error());
-    out.push_back({std::move(role), std::move(*text)});
-  }
-  return out;
-}
-
 }  // namespace
 
 std::expected<GenerationSpec, ParamError> completion_spec(const json& body,
@@ -270,15 +224,15 @@ std::expected<GenerationSpec, ParamError> chat_spec(const json& body,
   spec.params.max_tokens = context;
   bool have_messages = false, stream_options = false, logprobs = false;
   std::optional<int> top_logprobs;
-  std::vector<ChatTemplate::Message> conversation;
+  std::vector<ChatMessage> conversation;
   for (const auto& [key, v] : body.items()) {
     if (v.is_null()) continue;
     auto taken = common_field(key, v, served_model, spec, stream_options);
     if (!taken) return std::unexpected(taken.error());
     if (*taken) continue;
     if (key == "messages") {
-      auto m = messages(v);
-      if (!m) return std::unexpected(m.error());
+      auto m = chat_messages_parse(v);
+      if (!m) return refuse("messages", m.error());
       conversation = std::move(*m);
       have_messages = true;
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
@@ -307,10 +261,10 @@ std::expected<GenerationSpec, ParamError> chat_spec(const json& body,
   if (top_logprobs && !logprobs)
     return refuse("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
   if (logprobs) spec.params.logprobs = top_logprobs.value_or(0);
-  spec.prompts.emplace_back(chat.render(conversation));
-  for (const std::string& s : chat.stop)
-    if (std::find(spec.params.stop.begin(), spec.params.stop.end(), s) == spec.params.stop.end())
-      spec.params.stop.push_back(s);
+  auto rendered = chat.render(conversation);
+  if (!rendered) return refuse("messages", rendered.error());
+  spec.prompts.push_back(std::move(rendered->prompt));
+  chat_stops_add(*rendered, spec.params);
   if (auto ok = finish(spec, stream_options); !ok) return std::unexpected(ok.error());
   return spec;
 }

@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "daemon/http/chat_template.h"
+#include "daemon/chat_template.h"
 #include "daemon/http/generation.h"
 
 namespace kvtier::daemon::http {
@@ -41,9 +41,10 @@ std::expected<GenerationSpec, ParamError> completion_spec(const nlohmann::json& 
                                                           const std::string& served_model);
 
 // /v1/chat/completions: "messages" rendered through `chat` (chat_template.h),
-// whose stop strings are added to the request's. max_tokens (or
-// max_completion_tokens) defaults to `context`: the answer runs until a stop
-// string or the model's context ends it.
+// whose stops (strings, end-of-turn tokens) are added to the request's; a
+// conversation the format refuses is a 400 naming the message. max_tokens
+// (or max_completion_tokens) defaults to `context`: the answer runs until
+// the end of the turn or the model's context ends it.
 std::expected<GenerationSpec, ParamError> chat_spec(const nlohmann::json& body,
                                                     const std::string& served_model,
                                                     const ChatTemplate& chat, int context);

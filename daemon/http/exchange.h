@@ -26,8 +26,9 @@
 #include "daemon/engine_loop.h"
 
 namespace kvtier::daemon {
+class ChatTemplate;
 class DaemonControl;
-}
+}  // namespace kvtier::daemon
 
 namespace kvtier::daemon::http {
 
@@ -96,8 +97,6 @@ class Service {
   // A request the exchange tracked when its client closed the connection.
   virtual void cancel(RequestId id, const RequestOwner& owner) = 0;
 };
-
-struct ChatTemplate;
 
 // Answers by route (a route's path, or "other") and status, for /metrics.
 struct HttpCounts {
