@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ctl/cache_commands.h"
+#include "ctl/chat_command.h"
 #include "ctl/generate_command.h"
 #include "ctl/rpc_client.h"
 #include "ctl/socket_choice.h"
@@ -201,6 +202,24 @@ int main(int argc, char** argv) {
   gen->add_flag("--json", g.json_out,
                 "Print the raw JSON (notifications and result), one per line");
 
+  kvtier::ctl::ChatArgs chat_args;
+  auto* chat = app.add_subcommand(
+      "chat", "Talk with the model, turn by turn, in its chat format (nanochat's for its models)");
+  chat->add_option("-p,--prompt", chat_args.prompt, "Answer this one message, then exit");
+  chat->add_option("--system", chat_args.system, "A system message to open the conversation");
+  chat->add_option("--max-tokens", chat_args.max_tokens, "Tokens per answer at most")
+      ->capture_default_str();
+  chat->add_option("--temperature", chat_args.temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  chat->add_option("--top-k", chat_args.top_k, "Keep the k most likely tokens; 0 = all")
+      ->capture_default_str();
+  chat->add_option("--seed", chat_args.seed, "Seed of each answer's random stream");
+  chat->add_option("--cache-salt", chat_args.cache_salt,
+                   "Prefix-cache namespace: shares cached blocks only with the same salt");
+  chat->add_flag("--stats", chat_args.stats,
+                 "After each answer, its prompt tokens and those the cache held, by tier "
+                 "(stderr)");
+
   auto* stats = app.add_subcommand("stats", "Scheduler and request counters");
   auto* health = app.add_subcommand(
       "health", "Check that the daemon answers, on one line; exit 5 when it is not ok");
@@ -325,6 +344,7 @@ int main(int argc, char** argv) {
     return fail(failure);
   }
   if (gen->parsed()) return done(kvtier::ctl::run_generate(*client, g));
+  if (chat->parsed()) return done(kvtier::ctl::run_chat(*client, chat_args, std::cin, std::cout));
   if (stats->parsed()) {
     return run_method(*client, "stats", json::object(), json_out, kvtier::ctl::stats_text);
   }

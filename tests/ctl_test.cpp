@@ -127,6 +127,50 @@ TEST_F(CtlTest, GenerateMatchesTheEngineAndStreamsTheSameText) {
   shutdown(d);
 }
 
+// The number after `tier` in each of chat --stats's lines ("cached: l1 16, ...").
+std::vector<int> cached_per_turn(const std::string& err, const std::string& tier) {
+  std::vector<int> out;
+  for (std::size_t at = err.find("(cached: "); at != std::string::npos;
+       at = err.find("(cached: ", at + 1)) {
+    const std::size_t t = err.find(tier + " ", at);
+    out.push_back(t == std::string::npos ? -1 : std::atoi(err.c_str() + t + tier.size() + 1));
+  }
+  return out;
+}
+
+TEST_F(CtlTest, ChatHoldsAConversationWhoseEarlierTurnsComeFromTheCache) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready());
+  const std::string sock = d.socket_path();
+  // One message: the bundled model's template (Q:/A:), as generate renders it by hand.
+  const std::string question = "Why did the chicken cross the road, and what did it find there?";
+  auto one =
+      ctl({"--socket", sock, "chat", "-p", question, "--temperature", "0", "--max-tokens", "12"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  auto by_hand = ctl({"--socket", sock, "generate", "--prompt", "Q: " + question + "\nA:", "--stop",
+                      "\nQ:", "--temperature", "0", "--max-tokens", "12", "--json"});
+  ASSERT_EQ(by_hand.exit_code, 0) << by_hand.err;
+  const json want = json::parse(by_hand.out_lines().back());
+  EXPECT_EQ(one.out, "Assistant: " + want["text"].get<std::string>() + "\n");
+
+  // Turns from stdin: each resends the conversation, whose earlier turns the
+  // cache holds; "clear" starts again, "quit" ends.
+  const auto in = scratch_.path() / "turns.txt";
+  std::ofstream(in) << question << "\nAnd then?\nclear\n" << question << "\nquit\nnever sent\n";
+  auto turns = ctl(
+      {"--socket", sock, "chat", "--temperature", "0", "--max-tokens", "12", "--stats"}, {}, in);
+  ASSERT_EQ(turns.exit_code, 0) << turns.err;
+  EXPECT_NE(turns.out.find("Assistant: " + want["text"].get<std::string>() + "\n"),
+            std::string::npos)
+      << turns.out;
+  EXPECT_NE(turns.out.find("(a new conversation)"), std::string::npos) << turns.out;
+  const std::vector<int> l1 = cached_per_turn(turns.err, "l1");
+  ASSERT_EQ(l1.size(), 3u) << turns.err;
+  EXPECT_GT(l1[1], 0) << "the second turn's prefix is the first's: " << turns.err;
+  EXPECT_GT(l1[2], 0) << "the first turn again: " << turns.err;
+  shutdown(d);
+}
+
 TEST_F(CtlTest, TiersAndCacheCommands) {
   Daemon d;
   ASSERT_TRUE(d.wait_ready());
