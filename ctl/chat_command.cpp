@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "engine/cache/tier.h"
+#include "ctl/status_text.h"
 
 namespace kvtier::ctl {
 
@@ -28,13 +28,8 @@ std::expected<std::string, CallFailure> answer(RpcClient& client, const ChatArgs
   out << "\n" << std::flush;  // before the stats line on stderr
   if (!result) return std::unexpected(result.error());
   if (a.stats) {
-    const json cached = result->value("cached_tokens", json::object());
-    std::string text;
-    for (const TierNames& t : kTierNames)
-      text += std::string(text.empty() ? "" : ", ") + t.name + " " +
-              std::to_string(cached.value(t.name, 0));
     std::fprintf(stderr, "[%d prompt tokens (cached: %s), %d generated, finish: %s]\n",
-                 result->value("prompt_tokens", 0), text.c_str(),
+                 result->value("prompt_tokens", 0), cached_tokens_text(*result).c_str(),
                  result->value("completion_tokens", 0),
                  result->value("finish_reason", std::string("?")).c_str());
   }

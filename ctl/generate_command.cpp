@@ -10,7 +10,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "engine/cache/tier.h"
+#include "ctl/status_text.h"
 
 namespace kvtier::ctl {
 
@@ -98,16 +98,11 @@ std::expected<void, CallFailure> run_generate(RpcClient& client, const GenerateA
     std::cout << "--- sample " << i << " ---\n"
               << shown_prompt << samples[i].value("text", "") << std::endl;
   }
-  const json cached = result->value("cached_tokens", json::object());
   // The seed the daemon drew when none was given: --seed replays the run.
   const std::string seed =
       result->contains("seed") ? "seed " + (*result)["seed"].dump() + ", " : std::string();
-  std::string cached_text;  // "l1 16, l2 0, l3 32, remote 0"
-  for (const TierNames& t : kTierNames)
-    cached_text += std::string(cached_text.empty() ? "" : ", ") + t.name + " " +
-                   std::to_string(cached.value(t.name, 0));
   std::fprintf(stderr, "[%d prompt tokens (cached: %s), %d generated, finish: %s, %s%.1f ms]\n",
-               result->value("prompt_tokens", 0), cached_text.c_str(),
+               result->value("prompt_tokens", 0), cached_tokens_text(*result).c_str(),
                result->value("completion_tokens", 0),
                result->value("finish_reason", std::string("?")).c_str(), seed.c_str(),
                result->value("timings", json::object()).value("total_ms", 0.0));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ctl/cache_commands.h"
+#include "engine/cache/tier.h"
 
 namespace kvtier::ctl {
 
@@ -193,6 +194,15 @@ std::string fleet_text(const json& fleet) {
   out +=
       "cached tokens the daemons reported: " + counts(fleet.value("cached_tokens", json())) + "\n";
   return out;
+}
+
+std::string cached_tokens_text(const json& result) {
+  const json cached = result.value("cached_tokens", json::object());
+  std::string text;
+  for (const TierNames& t : kTierNames)
+    text += std::string(text.empty() ? "" : ", ") + t.name + " " +
+            std::to_string(cached.value(t.name, 0));
+  return text;
 }
 
 }  // namespace kvtier::ctl

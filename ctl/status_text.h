@@ -21,6 +21,10 @@ std::string stats_text(const nlohmann::json& stats);
 // kvtier-router, "router: 2 of 3 daemons usable" too.
 std::string health_text(const nlohmann::json& health);
 
+// A generate result's prompt tokens served by each tier, in table order:
+// "l1 16, l2 0, l3 32, remote 0".
+std::string cached_tokens_text(const nlohmann::json& result);
+
 // kvtier-router's `fleet` (docs/fleet.md): one line per daemon (usable,
 // pending, blocks indexed per tier, times taken out, last error), then the
 // router's choices by reason and the hits by tier, fleet-wide.
