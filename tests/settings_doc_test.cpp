@@ -513,7 +513,7 @@ struct GuideModel {
 };
 
 // docs/tuning.md's table of block sizes: each row's shape (layers, heads,
-// width, context) gives the bytes the row states, at page_size 16, as the
+// KV heads, width, context) gives the bytes the row states, at page_size 16, as the
 // engine lays a block out (engine/model/kv_layout.h) and the int8 format encodes
 // it (kernels/kv_quant.h), in 4 KiB slots (L1 and L2 with the prefix
 // cache, L3). Then the table of starting points: each row's L1, L2 and L3
@@ -523,24 +523,26 @@ TEST(SettingsDocTest, TuningGuideSizesAreTheEnginesOwn) {
   ASSERT_FALSE(md.empty()) << "cannot read docs/tuning.md";
   std::map<std::string, GuideModel> models;
   for (const auto& row : table_rows(md,
-                                    "| model | n_layer | n_head | n_embd | context | block, exact "
-                                    "| slot, int8 | a full context |",
-                                    8)) {
+                                    "| model | n_layer | n_head | n_kv_head | n_embd | context | "
+                                    "block, exact | slot, int8 | a full context |",
+                                    9)) {
     SCOPED_TRACE(row[0]);
     ModelConfig c;
     c.n_layer = static_cast<int>(leading_integer(row[1]));
-    c.n_head = c.n_kv_head = static_cast<int>(leading_integer(row[2]));
-    c.n_embd = static_cast<int>(leading_integer(row[3]));
-    c.block_size = static_cast<int>(leading_integer(row[4]));
+    c.n_head = static_cast<int>(leading_integer(row[2]));
+    c.n_kv_head = static_cast<int>(leading_integer(row[3]));
+    c.n_embd = static_cast<int>(leading_integer(row[4]));
+    c.block_size = static_cast<int>(leading_integer(row[5]));
     ASSERT_GT(c.n_layer, 0);
-    ASSERT_GT(c.n_head, 0);
+    ASSERT_GT(c.n_kv_head, 0);
+    ASSERT_EQ(c.n_head % c.n_kv_head, 0);
     ASSERT_EQ(c.n_embd % c.n_head, 0);
     const KvLayout layout = KvLayout::of(c, 16);
     const std::size_t exact = tiers::round_up(layout.block_bytes(), 4096);
     const std::size_t int8 = tiers::round_up(kernels::kv_quant_bytes(layout.shape()), 4096);
-    EXPECT_EQ(leading_integer(row[5]), static_cast<long>(exact));
-    EXPECT_EQ(leading_integer(row[6]), static_cast<long>(int8));
-    EXPECT_EQ(row[7], blocks_and_mib(c.block_size / 16, exact));
+    EXPECT_EQ(leading_integer(row[6]), static_cast<long>(exact));
+    EXPECT_EQ(leading_integer(row[7]), static_cast<long>(int8));
+    EXPECT_EQ(row[8], blocks_and_mib(c.block_size / 16, exact));
     EXPECT_TRUE(models.emplace(row[0], GuideModel{exact, c.block_size}).second) << "twice";
   }
   EXPECT_GE(models.size(), 3u);
