@@ -381,6 +381,7 @@ void Session::method_health(RpcCall& call) {
                 {{"name", http::served_model_name(control_.config())},
                  {"n_layer", m.n_layer},
                  {"n_head", m.n_head},
+                 {"n_kv_head", m.n_kv_head},
                  {"n_embd", m.n_embd},
                  {"vocab_size", m.vocab_size},
                  {"block_size", m.block_size}}},

@@ -73,6 +73,7 @@ class StandInDaemon {
             {"model",
              {{"n_layer", c.n_layer},
               {"n_head", c.n_head},
+              {"n_kv_head", c.n_kv_head},
               {"n_embd", c.n_embd},
               {"vocab_size", c.vocab_size},
               {"block_size", c.block_size}}},

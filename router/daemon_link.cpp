@@ -137,9 +137,13 @@ void DaemonLink::handshake_health(const json& message) {
   const auto same = [&](const char* key, int value) {
     return model.contains(key) && model[key] == value;
   };
+  // A daemon from before grouped-query attention does not say n_kv_head:
+  // its model had one KV head per head.
+  const json kv_heads =
+      model.contains("n_kv_head") ? model["n_kv_head"] : model.value("n_head", json());
   if (!same("n_layer", want.n_layer) || !same("n_head", want.n_head) ||
-      !same("n_embd", want.n_embd) || !same("vocab_size", want.vocab_size) ||
-      !same("block_size", want.block_size))
+      kv_heads != want.n_kv_head || !same("n_embd", want.n_embd) ||
+      !same("vocab_size", want.vocab_size) || !same("block_size", want.block_size))
     return fail("it serves another model than the router's --model (" + model.dump() + ")");
   const auto page = config.find("page_size");
   if (page == config.end() || !page->is_number_integer() || page->get<long long>() < 1 ||

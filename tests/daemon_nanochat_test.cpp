@@ -135,6 +135,17 @@ TEST(DaemonNanochatTest, TheRouterInFrontGivesTheDaemonsTokens) {
     const json routed = generate_greedy(*c, kShared + tail);
     EXPECT_EQ(tokens_of(routed), reference(folder, kShared + tail)) << routed.dump();
   }
+
+  // A daemon whose model differs in its KV heads alone is not the fleet's.
+  NanochatFolder fewer_kv_heads({5, 4});
+  Daemon other({"--model", fewer_kv_heads.path().string()});
+  ASSERT_TRUE(other.wait_ready()) << other.log();
+  RouterProcess mixed({a.socket_path(), other.socket_path()}, model);
+  const json refused = mixed.wait_for(1, [](const json& d) {
+    return test_util::contains(d.value("last_error", ""), "another model");
+  });
+  EXPECT_EQ(refused.value("usable", true), false) << refused.dump();
+  EXPECT_TRUE(mixed.wait_usable(0, true)) << mixed.log();
 }
 
 // A conversation as JSON-RPC's generate and /v1/chat/completions take it.
