@@ -4,7 +4,8 @@
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <queue>
+
+#include "engine/model/bpe_merge.h"
 
 namespace kvtier {
 namespace {
@@ -234,61 +235,18 @@ int BpeTokenizer::token_id(std::string_view bytes) const {
 }
 
 void BpeTokenizer::merge_piece(std::string_view piece, std::vector<int>& out) const {
-  // The symbols form a linked list over the piece's bytes; symbol i keeps its
-  // slot when it absorbs its right neighbour, whose slot dies (id -1).
-  struct Symbol {
-    int id;
-    int prev;
-    int next;  // -1 at the ends
-  };
-  const int n = static_cast<int>(piece.size());
-  std::vector<Symbol> syms(n);
-  for (int i = 0; i < n; ++i) {
-    syms[i] = {byte_ids_[static_cast<unsigned char>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
-  }
-
-  // Candidate merges, lowest rank first and, within a rank, leftmost first:
-  // the order the reference loop (merge every occurrence of the best pair,
-  // left to right, then look again) applies them in. That holds because a
+  // The order bpe_merge joins in is the reference loop's (merge every
+  // occurrence of the best pair, left to right, then look again) because a
   // merge's result only takes part in later-ranked merges (checked at load),
-  // so a new pair never outranks the one just merged. Entries go stale when
-  // either side changes; they are checked when popped.
-  struct Candidate {
-    int rank;
-    int left;  // slot of the left symbol
-    int left_id;
-    int right_id;
-    int merged_id;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
-  const auto consider = [&](int left) {
-    if (left < 0 || syms[left].next < 0) return;
-    const int right = syms[left].next;
-    const auto it = merges_.find(pair_key(syms[left].id, syms[right].id));
-    if (it != merges_.end())
-      queue.push({it->second.rank, left, syms[left].id, syms[right].id, it->second.merged_id});
-  };
-  for (int i = 0; i + 1 < n; ++i) consider(i);
-
-  while (!queue.empty()) {
-    const Candidate c = queue.top();
-    queue.pop();
-    Symbol& left = syms[c.left];
-    // A slot's right neighbour changes only when the slot absorbs it, which
-    // changes the slot's id, so comparing both ids catches every stale entry.
-    if (left.id != c.left_id || left.next < 0 || syms[left.next].id != c.right_id) continue;
-    Symbol& right = syms[left.next];
-    left.id = c.merged_id;
-    left.next = right.next;
-    if (right.next >= 0) syms[right.next].prev = c.left;
-    right.id = -1;
-    consider(left.prev);
-    consider(c.left);
-  }
-  for (int i = 0; i >= 0 && i < n; i = syms[i].next) out.push_back(syms[i].id);
+  // so a new pair never outranks the one just merged.
+  bpe_merge(
+      piece, [this](unsigned char byte) { return byte_ids_[byte]; },
+      [this](const PartView& pair) -> std::optional<PartJoin> {
+        const auto it = merges_.find(pair_key(pair.left_id, pair.right_id));
+        if (it == merges_.end()) return std::nullopt;
+        return PartJoin{it->second.rank, it->second.merged_id};
+      },
+      out);
 }
 
 std::expected<std::vector<int>, std::string> BpeTokenizer::encode(std::string_view text) const {

@@ -4,7 +4,8 @@
 
 #include <charconv>
 #include <functional>
-#include <queue>
+
+#include "engine/model/bpe_merge.h"
 
 namespace kvtier {
 namespace {
@@ -135,57 +136,19 @@ void TiktokenTokenizer::merge_piece(std::string_view piece, std::vector<int>& ou
     out.push_back(whole);
     return;
   }
-  // Parts form a linked list over the piece's bytes; part i keeps its slot
-  // when it absorbs its right neighbour, whose slot dies. A heap ordered by
-  // (rank, start) pops what tiktoken's scan finds, the lowest rank and the
-  // leftmost of equals, because joining a pair changes only the two pairs
-  // beside it, which are pushed anew; entries gone stale are skipped when
-  // popped, told by the lengths of the parts they were made from.
-  struct Part {
-    int begin;
-    int end;  // piece[begin, end) is the part's bytes
-    int prev;
-    int next;  // -1 at the ends
-  };
-  const int n = static_cast<int>(piece.size());
-  std::vector<Part> parts(n);
-  for (int i = 0; i < n; ++i) parts[i] = {i, i + 1, i - 1, i + 1 < n ? i + 1 : -1};
-
-  struct Candidate {
-    int rank;
-    int left;  // slot of the left part; its begin, so leftmost means smallest
-    int left_end;
-    int right_end;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
-  const auto consider = [&](int left) {
-    if (left < 0 || parts[left].next < 0) return;
-    const Part& right = parts[parts[left].next];
-    const int rank = rank_of(piece.substr(parts[left].begin, right.end - parts[left].begin));
-    if (rank >= 0) queue.push({rank, left, parts[left].end, right.end});
-  };
-  for (int i = 0; i + 1 < n; ++i) consider(i);
-
-  while (!queue.empty()) {
-    const Candidate c = queue.top();
-    queue.pop();
-    Part& left = parts[c.left];
-    if (left.end < 0 || left.end != c.left_end || left.next < 0 ||
-        parts[left.next].end != c.right_end)
-      continue;
-    Part& right = parts[left.next];
-    left.end = right.end;
-    left.next = right.next;
-    if (right.next >= 0) parts[right.next].prev = c.left;
-    right.end = -1;
-    consider(left.prev);
-    consider(c.left);
-  }
-  for (int i = 0; i >= 0 && i < n; i = parts[i].next)
-    out.push_back(rank_of(piece.substr(parts[i].begin, parts[i].end - parts[i].begin)));
+  // A pair's rank is the rank of the token its bytes make, which is also
+  // that token's id. Every byte is a token (checked at load).
+  bpe_merge(
+      piece,
+      [this](unsigned char byte) {
+        return rank_of(std::string_view(reinterpret_cast<const char*>(&byte), 1));
+      },
+      [this](const PartView& pair) -> std::optional<PartJoin> {
+        const int rank = rank_of(pair.bytes());
+        if (rank < 0) return std::nullopt;
+        return PartJoin{rank, rank};
+      },
+      out);
 }
 
 std::expected<std::vector<int>, std::string> TiktokenTokenizer::encode(
