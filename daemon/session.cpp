@@ -214,9 +214,9 @@ void Session::close() {
 void Session::method_generate(RpcCall& call) {
   auto params = generate_params_parse(call.params);
   if (!params) return reply_error(call, params.error());
-  if (!params->messages.empty() && options_.chat_template == nullptr)
-    return reply_error(call, {rpc_code::kInvalidParams, "this server renders no conversations"});
-  if (options_.chat_template != nullptr) {
+  if (!params->messages.empty()) {
+    if (options_.chat_template == nullptr)
+      return reply_error(call, {rpc_code::kInvalidParams, "this server renders no conversations"});
     if (auto ok = generate_messages_render(*params, *options_.chat_template); !ok)
       return reply_error(call, ok.error());
   }

@@ -76,17 +76,30 @@ struct Markers {
   int bos, user_start, user_end, assistant_start, assistant_end;
 };
 
+// A nanochat folder's config and the chat template it gets.
+struct NanochatChat {
+  ModelConfig config;
+  ChatTemplate chat;
+};
+std::expected<NanochatChat, std::string> nanochat_chat(const nanochat_test::NanochatFolder& f) {
+  auto config = read_model_config(f.path());
+  if (!config) return std::unexpected(config.error());
+  auto chat = ChatTemplate::load(f.path().string(), config->tokenizer);
+  if (!chat) return std::unexpected(chat.error());
+  return NanochatChat{std::move(*config), std::move(*chat)};
+}
+
 TEST(ChatTemplateTest, NanochatsVocabularyRendersTurnsAsItsTokenizerDoes) {
   nanochat_test::NanochatFolder folder({5, 2});
-  auto config = read_model_config(folder.path());
-  ASSERT_TRUE(config.has_value()) << config.error();
-  auto t = ChatTemplate::load(folder.path().string(), config->tokenizer);
-  ASSERT_TRUE(t.has_value()) << t.error();
-  EXPECT_TRUE(t->marks_turns_with_tokens());
-  auto tokenizer = Tokenizer::load(config->tokenizer);
+  auto loaded = nanochat_chat(folder);
+  ASSERT_TRUE(loaded.has_value()) << loaded.error();
+  const ModelConfig& config = loaded->config;
+  const ChatTemplate& t = loaded->chat;
+  EXPECT_TRUE(t.marks_turns_with_tokens());
+  auto tokenizer = Tokenizer::load(config.tokenizer);
   ASSERT_TRUE(tokenizer.has_value()) << tokenizer.error();
   const auto id = [&](const char* name) {
-    for (const SpecialToken& s : config->tokenizer.special_tokens)
+    for (const SpecialToken& s : config.tokenizer.special_tokens)
       if (s.text == name) return s.id;
     ADD_FAILURE() << name;
     return -1;
@@ -116,7 +129,7 @@ TEST(ChatTemplateTest, NanochatsVocabularyRendersTurnsAsItsTokenizerDoes) {
   expected.push_back(k.user_end);
   expected.push_back(k.assistant_start);
 
-  auto rendered = t->render(conversation);
+  auto rendered = t.render(conversation);
   ASSERT_TRUE(rendered.has_value()) << rendered.error();
   auto tokens = prompt_tokens(**tokenizer, rendered->prompt);
   ASSERT_TRUE(tokens.has_value()) << tokens.error();
@@ -127,7 +140,7 @@ TEST(ChatTemplateTest, NanochatsVocabularyRendersTurnsAsItsTokenizerDoes) {
   EXPECT_EQ(rendered->stop_token_ids, (std::vector<int>{k.assistant_end, k.bos}));
 
   // Without a system message the first user turn is its own text.
-  auto plain = t->render(std::vector<ChatMessage>{{"user", "hi"}});
+  auto plain = t.render(std::vector<ChatMessage>{{"user", "hi"}});
   ASSERT_TRUE(plain.has_value());
   std::vector<int> hi = {k.bos, k.user_start};
   for (int i : encoded("hi")) hi.push_back(i);
@@ -137,10 +150,10 @@ TEST(ChatTemplateTest, NanochatsVocabularyRendersTurnsAsItsTokenizerDoes) {
 
 TEST(ChatTemplateTest, NanochatRefusesConversationsItWasNotTrainedOnNamingTheMessage) {
   nanochat_test::NanochatFolder folder({3, 4});
-  auto config = read_model_config(folder.path());
-  ASSERT_TRUE(config.has_value()) << config.error();
-  auto t = ChatTemplate::load(folder.path().string(), config->tokenizer);
-  ASSERT_TRUE(t.has_value()) << t.error();
+  auto loaded = nanochat_chat(folder);
+  ASSERT_TRUE(loaded.has_value()) << loaded.error();
+  const ModelConfig& config = loaded->config;
+  const ChatTemplate& t = loaded->chat;
   const std::vector<std::pair<std::vector<ChatMessage>, std::string>> bad = {
       {{{"system", "s"}}, "no user message"},
       {{{"assistant", "a"}, {"user", "u"}}, "message 1 (assistant)"},
@@ -151,13 +164,13 @@ TEST(ChatTemplateTest, NanochatRefusesConversationsItWasNotTrainedOnNamingTheMes
       {{{"system", "s"}, {"user", "u"}, {"assistant", "a"}, {"assistant", "b"}},
        "message 4 (assistant)"}};
   for (const auto& [messages, named] : bad) {
-    auto r = t->render(messages);
+    auto r = t.render(messages);
     ASSERT_FALSE(r.has_value()) << named;
     EXPECT_TRUE(test_util::contains(r.error(), named)) << r.error();
   }
   // A chat_template.json beside turn markers is a mistake the start names.
   std::ofstream(folder.path() / "chat_template.json") << "{}";
-  auto both = ChatTemplate::load(folder.path().string(), config->tokenizer);
+  auto both = ChatTemplate::load(folder.path().string(), config.tokenizer);
   ASSERT_FALSE(both.has_value());
   EXPECT_TRUE(test_util::contains(both.error(), "chat_template.json")) << both.error();
 }

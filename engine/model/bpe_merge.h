@@ -4,7 +4,7 @@
 // caller says:
 //
 //   value(byte)          the id a part of one byte starts as;
-//   join(left, right)    for two adjacent parts (PartView), the rank of
+//   join(pair)           for two adjacent parts (PartView), the rank of
 //                        joining them and the id the joined part gets, or
 //                        nullopt when they never join.
 //
@@ -28,10 +28,11 @@
 
 namespace kvtier {
 
-// Two parts that might join: piece[begin, end) split at `middle`.
+// Two adjacent parts that might join: piece[begin, end) between them, and
+// each one's id.
 struct PartView {
   std::string_view piece;
-  int begin, middle, end;
+  int begin, end;
   int left_id, right_id;
   std::string_view bytes() const { return piece.substr(begin, end - begin); }
 };
@@ -69,7 +70,7 @@ void bpe_merge(std::string_view piece, const Value& value, const Join& join,
     if (left < 0 || parts[left].next < 0) return;
     const Part& l = parts[left];
     const Part& r = parts[l.next];
-    const std::optional<PartJoin> j = join(PartView{piece, l.begin, l.end, r.end, l.id, r.id});
+    const std::optional<PartJoin> j = join(PartView{piece, l.begin, r.end, l.id, r.id});
     if (j) queue.push({j->rank, left, l.end, r.end, j->id});
   };
   for (int i = 0; i + 1 < n; ++i) consider(i);
