@@ -3,8 +3,9 @@
 // as the converter writes one. Logits within 1e-4 at every position, the
 // same greedy tokens, at n_kv_head < n_head and =, with windows and a
 // context past sequence_len; and the engine's own invariances bit for bit:
-// any chunking, any batch. The reference needs Debian's python3-numpy
-// (scripts/install-deps.sh); without it those tests skip and say so.
+// any chunking, any batch, with or without H2O's attention scores. The
+// reference needs Debian's python3-numpy (scripts/install-deps.sh); without
+// it those tests skip and say so.
 #include "engine/model/nanochat/nanochat_model.h"
 
 #include <gtest/gtest.h>
@@ -145,6 +146,53 @@ TEST(NanochatModelTest, ChunkingAndBatchingDoNotChangeTheBits) {
     a.release(pool);
     b.release(pool);
   }
+}
+
+// H2O's attention scores on a nanochat model (GQA, short windows):
+// asking for them changes no logit bit; the integer sums are the same for a
+// whole prefill, a chunked one and a batch beside another sequence; and
+// every row adds one unit per layer and head, window or not.
+TEST(NanochatModelTest, AttentionScoresChangeNoLogitAndIgnoreChunkingAndBatch) {
+  const std::vector<int> tokens = random_tokens(290, 17);
+  NanochatFolder folder({5, 2});
+  auto model = NanochatModel::load(folder.path());
+  ASSERT_TRUE(model.has_value()) << model.error();
+  const std::vector<float> plain = run_chunked(*model, tokens, {290});
+  const KvLayout layout = model->kv_layout(kPage);
+  tiers::BlockPool pool(layout.block_bytes(), 64);
+  auto scored = [&](const std::vector<int>& sizes, bool beside_another) {
+    std::vector<kernels::AttentionScore> scores(tokens.size(), 0);
+    SequenceKv kv(kPage), other(kPage);
+    EXPECT_TRUE(kv.reserve(pool, 290));
+    EXPECT_TRUE(other.reserve(pool, 40));
+    const std::vector<int> other_tokens = random_tokens(40, 3);
+    std::vector<float> logits;
+    for (std::size_t at = 0, i = 0; at < tokens.size(); ++i) {
+      const std::size_t n = std::min<std::size_t>(sizes[i % sizes.size()], tokens.size() - at);
+      std::vector<Model::Chunk> chunks = {
+          {&kv, std::span(tokens).subspan(at, n), true, scores.data()}};
+      chunks[0].previous_token = at == 0 ? -1 : tokens[at - 1];
+      if (beside_another && i == 0) chunks.push_back({&other, std::span(other_tokens), true});
+      auto out = model->forward(chunks, pool);
+      EXPECT_TRUE(out.has_value()) << out.error();
+      if (!out) break;
+      logits.insert(logits.end(), out->begin(), out->begin() + static_cast<long>(n) * 300);
+      at += n;
+    }
+    EXPECT_EQ(logits.size(), plain.size());
+    EXPECT_EQ(0, std::memcmp(logits.data(), plain.data(), plain.size() * sizeof(float)))
+        << "scores changed a logit, chunks of " << json(sizes).dump();
+    kv.release(pool);
+    other.release(pool);
+    return scores;
+  };
+  const auto whole = scored({290}, false);
+  EXPECT_EQ(scored({7, 1, 33}, false), whole);
+  EXPECT_EQ(scored({128, 16}, true), whole);
+  long double total = 0;
+  for (auto s : whole) total += static_cast<long double>(s) / kernels::kScoreOne;
+  const double units = 290.0 * 4 * 4;  // rows x layers x heads
+  EXPECT_NEAR(static_cast<double>(total), units, units * 1e-5);
 }
 
 TEST(NanochatModelTest, BadFoldersAndBatchesAreRefusedWithTheReason) {

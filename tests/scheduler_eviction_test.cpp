@@ -1,13 +1,16 @@
 // Eviction policies inside the scheduler, on the bundled model: each
 // request's tokens equal generate() alone with the same policy whatever the
 // batch and budget; swap preemption keeps them exact; admission charges the
-// effective size, so the budget is neither over- nor under-counted.
+// effective size, so the budget is neither over- nor under-counted. The same
+// on a nanochat model (rotary keys kept as written, windowed layers, smear):
+// every policy, any batch, and H2O swapped out and back.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "engine/scheduling/scheduler.h"
+#include "nanochat_test_util.h"
 #include "scheduler_test_util.h"
 #include "test_util.h"
 
@@ -207,6 +210,81 @@ TEST_F(SchedulerEvictionTest, AWindowedRequestPreemptedPastTheBudgetNeverWedgesT
       ASSERT_EQ(errors.size(), 1u);
       EXPECT_TRUE(contains(errors[0], "max_kv_tokens")) << errors[0];
     }
+  }
+}
+
+// A nanochat model of generation 5 (windows, smear, value embeddings) with
+// two KV heads for four query heads. Its keys keep the rotation of the
+// position they were written at, whichever pages are dropped around them.
+TEST(SchedulerEvictionNanochatTest, EveryPolicyMatchesGenerateAloneForAnyBatchAndSwap) {
+  nanochat_test::NanochatFolder folder({5, 2});
+  auto model = Model::load(folder.path());
+  ASSERT_TRUE(model.has_value()) << model.error();
+  auto tokenizer = Tokenizer::load((*model)->config().tokenizer);
+  ASSERT_TRUE(tokenizer.has_value()) << tokenizer.error();
+  std::vector<std::vector<int>> prompts;
+  for (const std::string& p : kPrompts) prompts.push_back(*(*tokenizer)->encode(p));
+  auto alone = [&](const RequestParams& p) {
+    tiers::BlockPool pool((*model)->kv_layout(16).block_bytes(), 64);
+    GenerateOptions o;
+    o.sampling = p.sampling;
+    o.max_tokens = p.max_tokens;
+    o.eviction = *p.eviction;
+    auto g = generate(**model, pool, tokenizer->get(), p.prompt, o);
+    EXPECT_TRUE(g.has_value()) << g.error();
+    return g.value_or(Generation{}).tokens;
+  };
+  auto run = [&](const SchedulerConfig& c, const std::vector<RequestParams>& reqs,
+                 const std::string& what) {
+    auto s = Scheduler::create(**model, tokenizer->get(), c);
+    ASSERT_TRUE(s.has_value()) << s.error();
+    std::vector<RequestId> ids;
+    for (const RequestParams& p : reqs) ids.push_back(*(*s)->submit(p));
+    for (int guard = 0; (*s)->has_work() && guard < 20000; ++guard) {
+      for (const RequestEvent& e : (*s)->step().events) EXPECT_TRUE(e.error.empty()) << e.error;
+      const auto ok = (*s)->check_invariants();
+      ASSERT_TRUE(ok.has_value()) << ok.error();
+    }
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      const auto out = (*s)->find(ids[i])->generated();
+      EXPECT_EQ(std::vector<int>(out.begin(), out.end()), alone(reqs[i]))
+          << what << ", request " << i;
+    }
+    EXPECT_GT((*s)->stats().evicted_blocks, 0) << what;
+    if (c.preemption == PreemptionMode::kSwap) {
+      EXPECT_GT((*s)->stats().preemptions, 0) << what;
+      EXPECT_EQ((*s)->stats().recomputed_tokens, 0) << what;
+    }
+  };
+  for (const EvictionPolicy& policy :
+       {EvictionPolicy::sliding_window(32), EvictionPolicy::sliding_window(16, 8),
+        EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kSum),
+        EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kNormSum)}) {
+    std::vector<RequestParams> reqs;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      RequestParams p;
+      p.prompt = prompts[i];
+      p.max_tokens = 120;
+      p.sampling = i == 1 ? test_util::sampled(5) : test_util::greedy();
+      p.eviction = policy;
+      reqs.push_back(p);
+    }
+    for (int batch : {1, 3}) {
+      SchedulerConfig c;
+      c.max_kv_tokens = 4096;
+      c.max_batch_size = batch;
+      c.token_budget = batch == 1 ? 7 : 64;  // chunked and whole prefills
+      run(c, reqs, policy.to_string() + " batch " + std::to_string(batch));
+    }
+    if (!policy.needs_scores()) continue;  // H2O's pages (5 a request) overflow this budget
+    SchedulerConfig swap;
+    swap.prefix_cache = true;
+    swap.preemption = PreemptionMode::kSwap;
+    swap.cache.l2_bytes = 64 * (*model)->kv_layout(16).block_bytes();
+    swap.max_kv_tokens = 9 * 16;  // three requests of up to 5 pages: someone must wait
+    swap.max_batch_size = 3;
+    swap.token_budget = 16;
+    run(swap, reqs, policy.to_string() + " swapped");
   }
 }
 

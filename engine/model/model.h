@@ -57,8 +57,8 @@ class Model {
     // position t, fixed point as kernels::AttentionScore says). It holds at
     // least kv->length() + tokens.size() entries; positions on evicted pages
     // get nothing. The sums are integers, so they do not depend on the batch,
-    // the chunking or the threads. Null (the default) costs nothing. Only
-    // families whose gathers_scores() is true fill it.
+    // the chunking or the threads. Null (the default) costs nothing. Every
+    // family's forward fills it (ScoreGather).
     kernels::AttentionScore* scores = nullptr;
     // The token at position kv->length() - 1, before tokens[0]; -1 at
     // position 0. GPT-2 ignores it; nanochat's generation 5 mixes its
@@ -104,9 +104,6 @@ class Model {
   // Why forward() would refuse this batch, or nothing when it would run it.
   virtual std::expected<void, std::string> check(std::span<const Chunk> chunks,
                                                  const tiers::BlockPool& pool) const = 0;
-
-  // Whether forward() fills Chunk::scores (H2O eviction needs them).
-  virtual bool gathers_scores() const { return true; }
 
  protected:
   explicit Model(ModelConfig shape) : shape_(std::move(shape)) {}

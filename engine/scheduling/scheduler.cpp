@@ -16,8 +16,8 @@ namespace kvtier {
 namespace {
 
 constexpr std::string_view kNoScores =
-    "eviction 'h2o' ranks keys by attention scores, which this forward (the GPU's, or a "
-    "nanochat model's for now) does not gather; use 'window' or 'sinks', or GPT-2 on the CPU";
+    "eviction 'h2o' ranks keys by attention scores, which the GPU forward does not gather; "
+    "use 'window' or 'sinks', or the CPU (--device cpu)";
 
 }  // namespace
 
@@ -44,7 +44,6 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
     Model& model, const Tokenizer* tokenizer, const SchedulerConfig& config, tiers::BlockPool* pool,
     ForwardPass forward) {
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
-  if (!forward.run) forward.gathers_scores = model.gathers_scores();  // the model's own forward
   if (config.eviction.needs_scores() && !forward.gathers_scores)
     return std::unexpected(std::string(kNoScores));
   const KvLayout layout = model.kv_layout(config.page_size);

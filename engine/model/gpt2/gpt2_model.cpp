@@ -104,8 +104,7 @@ void Gpt2Model::attention(int layer, int M) {
   // in its own chunk; the loop's barrier keeps them ahead of any reader).
   // Then each (group, head) on its own. Neither the grouping nor the thread
   // that runs a group changes a row's arithmetic.
-  // Attention scores, for chunks that want them, go to a buffer of each
-  // thread's own and are then added up: integer sums, so in any order.
+  // Attention scores, for chunks that want them, as ScoreGather says.
   const long items = static_cast<long>(groups_.size()) * H;
 #pragma omp parallel
   {
@@ -116,7 +115,7 @@ void Gpt2Model::attention(int layer, int M) {
       kernels::kv_write(view, rows_[r].pos, qkv + C, qkv + C + shape_.kv_dim());
     }
     std::vector<float> scratch(static_cast<std::size_t>(kTileRows) * (shape_.block_size + 1));
-    std::vector<kernels::AttentionScore> scores(static_cast<std::size_t>(score_positions_), 0);
+    ScoreGather::Buffer scores(scores_);
     kernels::AttentionQuery queries[kTileRows];
 #pragma omp for schedule(dynamic, 1)
     for (long item = 0; item < items; ++item) {
@@ -125,20 +124,15 @@ void Gpt2Model::attention(int layer, int M) {
       for (int i = 0; i < group.count; ++i) {
         const int row = group_rows_[group.first + i];
         const RowSlot& slot = rows_[row];
-        const long offset = score_offset_[slot.chunk];
         queries[i] = {qkv_.data() + row * width + h * D,
                       att_.data() + static_cast<long>(row) * C + h * D, slot.pos,
                       layout.layer_view(block_bases_[slot.chunk].data(), layer),
-                      offset < 0 ? nullptr : scores.data() + offset};
+                      scores.at(slot.chunk)};
       }
       kernels::attention_queries(queries, group.count, group.shared_keys, h / group_size,
                                  scratch.data());
     }
-    if (!scores.empty()) {
-#pragma omp critical(kvtier_attention_scores)
-      for (const ScoreTarget& t : score_targets_)
-        for (int i = 0; i < t.positions; ++i) t.scores[i] += scores[t.offset + i];
-    }
+    scores.merge();
   }
 }
 
@@ -195,9 +189,7 @@ std::expected<std::span<const float>, std::string> Gpt2Model::forward(
   group_rows_.clear();
   std::vector<int> decode_rows;  // rows of one-token chunks, grouped below
   block_bases_.resize(chunks.size());
-  score_targets_.clear();
-  score_offset_.assign(chunks.size(), -1);
-  score_positions_ = 0;
+  scores_.plan(chunks);
   std::vector<int> logit_rows;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const Chunk& c = chunks[i];
@@ -219,11 +211,6 @@ std::expected<std::span<const float>, std::string> Gpt2Model::forward(
     for (int id : c.kv->block_ids())
       block_bases_[i].push_back(
           id == SequenceKv::kEvictedBlock ? nullptr : reinterpret_cast<float*>(pool.data(id)));
-    if (c.scores != nullptr) {
-      score_offset_[i] = score_positions_;
-      score_targets_.push_back({score_positions_, c.kv->length() + n, c.scores});
-      score_positions_ += c.kv->length() + n;
-    }
   }
   group_decode_rows(chunks, decode_rows);
   const int M = static_cast<int>(rows_.size());

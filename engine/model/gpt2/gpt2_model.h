@@ -42,6 +42,7 @@
 
 #include "engine/model/model.h"
 #include "engine/model/model_weights.h"
+#include "engine/model/score_gather.h"
 #include "kernels/matmul.h"
 #include "tiers/block_pool.h"
 
@@ -116,16 +117,7 @@ class Gpt2Model final : public Model {
   std::vector<int> group_rows_;
   void group_decode_rows(std::span<const Chunk> chunks, std::vector<int>& decode_rows);
   std::vector<std::vector<float*>> block_bases_;  // per chunk; null for evicted pages
-  // Chunks that gather attention scores: where their positions sit in each
-  // thread's score buffer and where the sums go.
-  struct ScoreTarget {
-    long offset;
-    int positions;
-    kernels::AttentionScore* scores;
-  };
-  std::vector<ScoreTarget> score_targets_;
-  std::vector<long> score_offset_;  // per chunk; -1 without scores
-  long score_positions_ = 0;
+  ScoreGather scores_;                            // chunks that gather attention scores
   int page_size_ = 0;
   std::vector<float> x_, ln_, qkv_, att_, fc_, logits_in_, logits_;
 };

@@ -148,6 +148,7 @@ void NanochatModel::attention(int layer, int M) {
                         v_.data() + static_cast<long>(r) * KV);
     }
     std::vector<float> scratch(static_cast<std::size_t>(config_.context) + 1);
+    ScoreGather::Buffer scores(scores_);
 #pragma omp for schedule(dynamic, 4)
     for (long item = 0; item < items; ++item) {
       const int r = static_cast<int>(item / H), h = static_cast<int>(item % H);
@@ -155,10 +156,11 @@ void NanochatModel::attention(int layer, int M) {
       kernels::AttentionQuery query{q_.data() + static_cast<long>(r) * H * D + h * D,
                                     att_.data() + static_cast<long>(r) * H * D + h * D, row.pos,
                                     layout.layer_view(block_bases_[row.chunk].data(), layer),
-                                    nullptr};
+                                    scores.at(row.chunk)};
       query.first = window < 0 ? 0 : std::max(0, row.pos - window);
       kernels::attention_queries(&query, 1, row.pos + 1, h / group_size, scratch.data());
     }
+    scores.merge();
   }
 }
 
@@ -172,6 +174,7 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
 
   rows_.clear();
   block_bases_.resize(chunks.size());
+  scores_.plan(chunks);
   std::vector<int> logit_rows;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const Chunk& c = chunks[i];

@@ -41,6 +41,7 @@
 #include "engine/model/model.h"
 #include "engine/model/nanochat/nanochat_config.h"
 #include "engine/model/nanochat/nanochat_weights.h"
+#include "engine/model/score_gather.h"
 #include "kernels/matmul.h"
 #include "kernels/rotary.h"
 #include "tiers/block_pool.h"
@@ -64,7 +65,9 @@ class NanochatModel final : public Model {
   // shapes and every weight (KvFingerprint).
   std::uint64_t fingerprint(int page_size) const override;
 
-  // As Model::forward. Attention scores (Chunk::scores) are not gathered.
+  // As Model::forward. Attention scores (Chunk::scores) sum every layer's,
+  // short windows included: a key outside a layer's window gets nothing
+  // from that layer.
   std::expected<std::span<const float>, std::string> forward(
       std::span<const Chunk> chunks, tiers::BlockPool& pool,
       const std::function<void(int layer)>& before_attention = {}) override;
@@ -73,7 +76,6 @@ class NanochatModel final : public Model {
   // every chunk that does not start its sequence.
   std::expected<void, std::string> check(std::span<const Chunk> chunks,
                                          const tiers::BlockPool& pool) const override;
-  bool gathers_scores() const override { return false; }
 
  private:
   struct Row {
@@ -96,6 +98,7 @@ class NanochatModel final : public Model {
 
   std::vector<Row> rows_;
   std::vector<std::vector<float*>> block_bases_;  // per chunk; null for evicted pages
+  ScoreGather scores_;                            // chunks that gather attention scores
   int page_size_ = 0;
   std::vector<float> x_, x0_, xb_, h_, q_, k_, v_, att_, fc_, logits_in_, logits_;
 };
