@@ -117,4 +117,12 @@ std::expected<std::string, std::string> cache_salt(const json& v) {
   return v.get<std::string>();
 }
 
+std::expected<std::optional<bool>, std::string> tool_choice(const nlohmann::json& v) {
+  if (v == "none") return false;
+  if (v == "auto") return std::nullopt;
+  return std::unexpected(
+      "'tool_choice' must be \"none\" (the model's own tool off) or \"auto\"; client functions "
+      "are not supported");
+}
+
 }  // namespace kvtier::daemon::fields

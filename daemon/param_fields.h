@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <expected>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,5 +52,11 @@ std::expected<std::vector<std::string>, std::string> strings(const nlohmann::jso
 
 // A string of at most kMaxCacheSaltBytes.
 std::expected<std::string, std::string> cache_salt(const nlohmann::json& v);
+
+// OpenAI's `tool_choice`, for the tool the model calls itself (nanochat's
+// calculator, engine/model/tool_use.h): "none" turns it off for the
+// request (false); "auto" leaves it to the server's `tools` setting
+// (nullopt). A named function is refused: we run no client's functions.
+std::expected<std::optional<bool>, std::string> tool_choice(const nlohmann::json& v);
 
 }  // namespace kvtier::daemon::fields

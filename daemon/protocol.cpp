@@ -276,6 +276,10 @@ std::expected<GenerateParams, RpcError> generate_params_parse(const json& params
       if (!v.is_boolean())
         return std::unexpected(invalid_params("'ignore_eos' must be true or false"));
       out.ignore_eos = v.get<bool>();
+    } else if (key == "tool_choice") {
+      auto tools = param(fields::tool_choice(v));
+      if (!tools) return std::unexpected(tools.error());
+      out.tools = *tools;
     } else if (key == "logprobs") {
       auto n = param(fields::integer(v, key, 0, kMaxLogprobs));
       if (!n) return std::unexpected(n.error());

@@ -47,10 +47,11 @@ constexpr std::string_view kLogLevels[] = {"error", "warning", "info", "debug"};
 constexpr std::string_view kWritePolicies[] = {"write_back", "write_through"};
 constexpr std::string_view kFormats[] = {"exact", "int8"};
 constexpr std::string_view kPreemptions[] = {"swap", "recompute"};
+constexpr std::string_view kTools[] = {"auto", "none"};
 constexpr std::string_view kRemoteWrites[] = {"through", "back", "off"};
 
 // Captureless lambdas, so each row is plain data.
-const std::array<Setting, 39> kSettings = {{
+const std::array<Setting, 40> kSettings = {{
     {.name = "model",
      .type = T::kDirectory,
      .group = G::kGeneral,
@@ -439,6 +440,22 @@ const std::array<Setting, 39> kSettings = {{
      .get = [](const DaemonConfig& c) -> json { return c.scheduler.eviction.to_string(); },
      .set = [](DaemonConfig& c,
                const json& v) { return parsed(EvictionPolicy::parse, v, c.scheduler.eviction); }},
+    {.name = "tools",
+     .type = T::kChoice,
+     .group = G::kServer,
+     .runtime = false,
+     .description = "The tool a model calls itself, for requests that do not say (tool_choice): "
+                    "auto = run it where the vocabulary has one (nanochat's calculator: "
+                    "<|python_start|>expression<|python_end|> answered with "
+                    "<|output_start|>result<|output_end|>) | none",
+     .choices = kTools,
+     .get = [](const DaemonConfig& c) -> json {
+       return std::string(c.scheduler.tools ? "auto" : "none");
+     },
+     .set = [](DaemonConfig& c, const json& v) -> SetResult {
+       c.scheduler.tools = v == "auto";
+       return {};
+     }},
 }};
 
 }  // namespace

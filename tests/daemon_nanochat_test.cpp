@@ -250,5 +250,72 @@ TEST(DaemonNanochatTest, AnotherModelOnTheSameL3NeverHitsAndH2oEvictsAsTheEngine
   shutdown(h2o);
 }
 
+// nanochat's calculator, run by kvtierd: a model scripted to write
+// <|python_start|>1+2<|python_end|> (after "A", or when its chat turn
+// opens) gets <|output_start|>3<|output_end|> forced after it, then
+// samples again; the engine's in-process tokens, on JSON-RPC and
+// /v1/chat/completions alike. tool_choice "none" and the setting
+// tools = none leave the call unanswered: the model writes on (here "Y").
+TEST(DaemonNanochatTest, TheModelsCalculatorCallIsAnsweredUnlessToolsAreOff) {
+  constexpr int kAssistantStart = 294, kPythonStart = 296, kPythonEnd = 297, kOutputEnd = 299;
+  NanochatFolder folder = NanochatFolder::scripted({{'A', kPythonStart},
+                                                    {kAssistantStart, kPythonStart},
+                                                    {kPythonStart, '1'},
+                                                    {'1', '+'},
+                                                    {'+', '2'},
+                                                    {'2', kPythonEnd},
+                                                    {kPythonEnd, 'Y'},
+                                                    {kOutputEnd, 'X'}});
+  const std::string answered = "<|python_start|>1+2<|python_end|><|output_start|>3<|output_end|>X";
+  const std::string unanswered = "<|python_start|>1+2<|python_end|>Y";
+  const Generation want = reference_run(folder, "A");
+  ASSERT_EQ(want.text.substr(0, answered.size()), answered) << want.text;
+
+  Daemon d({"--model", folder.path().string()});
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  Client c(d.socket_path());
+  const json result = generate_greedy(c, "A");
+  EXPECT_EQ(tokens_of(result), want.tokens);
+  EXPECT_EQ(result["text"], want.text);
+  json off = generate_params("A", 12, 0.0f, 0);
+  off["tool_choice"] = "none";
+  auto r = c.call(request(2, "generate", off));
+  ASSERT_TRUE(r && r->contains("result")) << (r ? r->dump() : "no answer");
+  EXPECT_EQ((*r)["result"]["text"].get<std::string>().substr(0, unanswered.size()), unanswered);
+  off["tool_choice"] = "required";
+  r = c.call(request(3, "generate", off));
+  ASSERT_TRUE(r && r->contains("error")) << (r ? r->dump() : "no answer");
+  EXPECT_TRUE(test_util::contains((*r)["error"]["message"].get<std::string>(), "'tool_choice'"));
+
+  test_util::TempDir dir;
+  auto chat = [&](const std::string& socket, const json& extra) {
+    json body = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+                 {"max_tokens", 12},
+                 {"temperature", 0}};
+    body.update(extra);
+    const test_util::HttpAnswer a =
+        test_util::curl(socket, dir.path(), "POST", "/v1/chat/completions", body);
+    EXPECT_EQ(a.status, 200) << a.body;
+    return a.status == 200 ? a.doc()["choices"][0]["message"]["content"].get<std::string>() : "";
+  };
+  EXPECT_EQ(chat(d.socket_path(), json::object()).substr(0, answered.size()), answered);
+  EXPECT_EQ(chat(d.socket_path(), {{"tool_choice", "none"}}).substr(0, unanswered.size()),
+            unanswered);
+  shutdown(d);
+
+  Daemon none({"--model", folder.path().string(), "--tools", "none"});
+  ASSERT_TRUE(none.wait_ready()) << none.log();
+  Client n(none.socket_path());
+  EXPECT_EQ(generate_greedy(n, "A")["text"].get<std::string>().substr(0, unanswered.size()),
+            unanswered);
+  off["tool_choice"] = "auto";
+  r = n.call(request(4, "generate", off));
+  ASSERT_TRUE(r && r->contains("result")) << (r ? r->dump() : "no answer");
+  EXPECT_EQ((*r)["result"]["text"].get<std::string>().substr(0, unanswered.size()), unanswered)
+      << "auto follows the setting";
+  EXPECT_EQ(chat(none.socket_path(), json::object()).substr(0, unanswered.size()), unanswered);
+  shutdown(none);
+}
+
 }  // namespace
 }  // namespace kvtier

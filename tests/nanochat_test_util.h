@@ -6,8 +6,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,9 +29,21 @@ struct Shape {
 // sequences below.
 class NanochatFolder {
  public:
+  // A model whose greedy next token is a function of the current token
+  // alone: successor[a] = b makes b the argmax after a (for the tokens the
+  // map names; others get no clear winner). The blocks' output projections
+  // are zero, so x stays norm(wte[id]) to the head, whose row for b is
+  // norm(wte[a]) scaled: a real forward with weights chosen to script what
+  // the model writes (a tool call, say). Generation 1.
+  using Successors = std::map<int, int>;
+  static NanochatFolder scripted(const Successors& successor) {
+    return NanochatFolder({1, 4}, 64, &successor);
+  }
+
   // n_embd 64 by default; wider where a test needs prefill to cost more
   // than reading blocks back (the cost model loads only then).
-  explicit NanochatFolder(Shape shape, int n_embd = 64) : shape_(shape) {
+  explicit NanochatFolder(Shape shape, int n_embd = 64, const Successors* successor = nullptr)
+      : shape_(shape) {
     const int L = 4, H = 4, C = n_embd, D = C / H, V = 300, Vp = 320;
     const int KV = shape.n_kv_head * D, g = shape.generation;
     nlohmann::json config = {{"format", "nanochat"},
@@ -101,6 +116,7 @@ class NanochatFolder {
       }
     }
     add("lm_head.weight", {Vp, std::uint64_t(C)}, 2.0 / std::sqrt(C));
+    if (successor != nullptr) script(tensors, *successor, C, Vp);
     if (g >= 2) {
       add("resid_lambdas", {std::uint64_t(L)}, 0.2, 1.0);
       add("x0_lambdas", {std::uint64_t(L)}, 0.2, 0.1);
@@ -117,6 +133,30 @@ class NanochatFolder {
   Shape shape() const { return shape_; }
 
  private:
+  static void script(std::vector<test_util::Tensor>& tensors, const Successors& successor, int C,
+                     int Vp) {
+    auto floats = [&](const std::string& name) {
+      for (test_util::Tensor& t : tensors)
+        if (t.name == name)
+          return std::span(reinterpret_cast<float*>(t.data.data()), t.data.size() / sizeof(float));
+      throw std::runtime_error("no tensor " + name);
+    };
+    for (test_util::Tensor& t : tensors)
+      if (t.name.ends_with("attn.c_proj.weight") || t.name.ends_with("mlp.c_proj.weight"))
+        std::fill(t.data.begin(), t.data.end(), '\0');
+    const auto wte = floats("transformer.wte.weight");
+    const auto head = floats("lm_head.weight");
+    std::fill(head.begin(), head.end(), 0.0f);
+    for (const auto& [a, b] : successor) {
+      if (a >= Vp || b >= Vp) throw std::runtime_error("a scripted token past the vocabulary");
+      double sum = 0;
+      for (int i = 0; i < C; ++i) sum += double(wte[a * C + i]) * wte[a * C + i];
+      const double rms = std::sqrt(sum / C);
+      for (int i = 0; i < C; ++i)
+        head[b * C + i] += static_cast<float>(0.05 * wte[a * C + i] / rms);
+    }
+  }
+
   test_util::TempDir dir_;
   Shape shape_;
 };

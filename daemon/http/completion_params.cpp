@@ -251,7 +251,11 @@ std::expected<GenerationSpec, ParamError> chat_spec(const json& body,
         return refuse(key, "'response_format' supports {\"type\": \"text\"} only");
     } else if (key == "tools" || key == "functions") {
       if (!v.is_array() || !v.empty()) return refuse(key, "tools are not supported");
-    } else if (key == "tool_choice" || key == "function_call") {
+    } else if (key == "tool_choice") {
+      auto tools = fields::tool_choice(v);
+      if (!tools) return refuse(key, tools.error());
+      spec.params.tools = *tools;
+    } else if (key == "function_call") {
       if (v != "none") return refuse(key, "tools are not supported");
     } else {
       return unknown(key);

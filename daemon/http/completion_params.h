@@ -5,11 +5,13 @@
 //   top_k       keep the k most likely tokens (0 or -1: no limit), as vLLM;
 //   cache_salt  the prefix-cache namespace (a tenant), as on JSON-RPC;
 //   priority    0 = most urgent, for the `priority` policy, as vLLM;
-//   ignore_eos  generate past the end-of-text token, as vLLM.
+//   ignore_eos  generate past the end-of-text token, as vLLM;
+//   tool_choice "none" turns off the tool the model calls itself (nanochat's
+//               calculator), "auto" leaves it to the `tools` setting.
 //
 // OpenAI fields a GPT-2 engine cannot honour are accepted at their neutral
 // value only (presence_penalty and frequency_penalty 0, an empty
-// logit_bias, best_of at most n, no suffix, no tools) and refused otherwise,
+// logit_bias, best_of at most n, no suffix, no client tools) and refused otherwise,
 // rather than silently ignored; an unknown field is refused, as OpenAI
 // does. A "model" other than the served one is 404 model_not_found; a
 // missing one means the served one. null means "not given" for every

@@ -1,6 +1,9 @@
 #include "engine/model/generator.h"
 
 #include <algorithm>
+#include <optional>
+
+#include "engine/model/tool_use.h"
 
 namespace kvtier {
 
@@ -68,6 +71,8 @@ std::expected<Generation, std::string> generate(
   SequenceKv kv(options.page_size);
   KvEvictor evictor(options.eviction, context);
   Sampler sampler(options.sampling);
+  std::optional<ToolUse> tools;
+  if (options.tools && tokenizer != nullptr) tools = ToolUse::of(model.config().tokenizer);
   StopMatcher stops(options.stop);
   Generation out;
   std::size_t emitted = 0;  // bytes of out.text already given to on_text
@@ -109,7 +114,10 @@ std::expected<Generation, std::string> generate(
   };
 
   while (ok) {
-    const int token = sampler.sample(last);
+    std::optional<int> forced;
+    if (tools) forced = tools->take_forced();
+    const int token = forced ? *forced : sampler.sample(last);
+    if (tools) tools->observe(token, *tokenizer);
     out.tokens.push_back(token);
     if (is_stop_token(token, tokenizer, options.ignore_eos, options.stop_token_ids)) {
       out.finish = FinishReason::kStop;  // the end of the text, which writes none

@@ -45,6 +45,9 @@ struct GenerateOptions {
   // Generate past the tokenizer's end-of-text token (Tokenizer::end_of_text)
   // instead of stopping there.
   bool ignore_eos = false;
+  // Run the tool the model calls, where its vocabulary has one
+  // (engine/model/tool_use.h: nanochat's calculator); needs a tokenizer.
+  bool tools = true;
 };
 
 struct Generation {

@@ -61,6 +61,7 @@ Request::Request(RequestId id, const Request& head, int index, SequenceKv kv)
       kv_(std::move(kv)),
       sampler_(sampling_),
       stop_matcher_(stop_),
+      tools_(head.tools_ ? std::optional(head.tools_->fresh()) : std::nullopt),
       evictor_(head.evictor_),
       cache_root_(head.cache_root_) {}
 

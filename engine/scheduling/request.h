@@ -51,6 +51,7 @@
 #include "engine/model/generator.h"
 #include "engine/model/sampler.h"
 #include "engine/model/sequence_kv.h"
+#include "engine/model/tool_use.h"
 #include "tiers/block_key.h"
 
 namespace kvtier {
@@ -102,6 +103,10 @@ struct RequestOptions {
   int logprobs = -1;
   // Generate past the tokenizer's end-of-text token instead of stopping.
   bool ignore_eos = false;
+  // Run the tool the model calls (engine/model/tool_use.h: nanochat's
+  // calculator), where its vocabulary has one; unset means the scheduler's
+  // default (SchedulerConfig::tools).
+  std::optional<bool> tools;
 };
 
 // What a caller asks for: the prompt's token ids and the options.
@@ -221,6 +226,9 @@ class Request {
   // across preemptions, so a re-admitted request continues exactly where it was.
   Sampler sampler_;
   StopMatcher stop_matcher_;
+  // The model's tool, when the request runs it: an expression half written
+  // and the tokens still to force, kept across preemptions as the two above.
+  std::optional<ToolUse> tools_;
   // The eviction policy's state (H2O's accumulated scores); a forked sample
   // starts from a copy of its head's.
   KvEvictor evictor_;

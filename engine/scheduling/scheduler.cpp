@@ -117,6 +117,7 @@ Scheduler::Scheduler(Model& model, const Tokenizer* tokenizer, const SchedulerCo
     : model_(&model),
       forward_(std::move(forward)),
       tokenizer_(tokenizer),
+      tools_(ToolUse::of(model.config().tokenizer)),
       config_(config),
       owned_pool_(std::move(owned_pool)),
       pool_(pool),
@@ -254,8 +255,10 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params, Re
 
   next_id_ = std::max(next_id_, id + 1);
   const std::string salt = params.cache_salt;
+  const bool tools = params.tools.value_or(config_.tools) && tools_ && tokenizer_ != nullptr;
   auto request = std::make_unique<Request>(id, next_arrival_++, std::move(params),
                                            config_.page_size, context_);
+  if (tools) request->tools_ = tools_;
   if (cache_) request->cache_root_ = cache_->root(salt);
   waiting_.insert(queue_key(*request));
   requests_.emplace(id, std::move(request));

@@ -154,6 +154,10 @@ struct SchedulerConfig {
   // the prefix cache: their KV is not the full cache's.
   EvictionPolicy eviction;
 
+  // Whether requests that do not say (RequestParams::tools) run the tool
+  // the model calls, where its vocabulary has one (engine/model/tool_use.h).
+  bool tools = true;
+
   // Clear message for: page_size < 1, max_kv_tokens below one page,
   // max_batch_size < 1, token_budget < max_batch_size (but kAuto),
   // mixed_prefill_tokens < 0, swap preemption
@@ -474,6 +478,7 @@ class Scheduler {
   BudgetChoice budget_choice_;
   PassSweep sweep_;
   const Tokenizer* tokenizer_;
+  std::optional<ToolUse> tools_;  // the model's tool, fresh: each request's starts from it
   SchedulerConfig config_;
   std::unique_ptr<tiers::BlockPool> owned_pool_;
   tiers::BlockPool* pool_;

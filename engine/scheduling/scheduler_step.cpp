@@ -9,7 +9,10 @@
 namespace kvtier {
 
 void Scheduler::sample_and_append(Request& r, std::span<const float> logits, RequestEvent& event) {
-  const int token = r.sampler_.sample(logits);
+  std::optional<int> forced;
+  if (r.tools_) forced = r.tools_->take_forced();
+  const int token = forced ? *forced : r.sampler_.sample(logits);
+  if (r.tools_) r.tools_->observe(token, *tokenizer_);
   r.tokens_.push_back(token);
   event.tokens.push_back(token);
   if (r.logprobs_top_ >= 0) {
