@@ -2,11 +2,15 @@
 // nanochat_test_util.h) through the same seam as GPT-2: a text prompt begins
 // with <|bos|>, as nanochat's base prompts do, and the tokens are the
 // engine computes in-process, from L1, from L2 after a flush and from L3
-// after a restart, with every shared prefix's smear input (the token before
-// each chunk) carried by the request's own ids. A conversation is rendered with nanochat's
+// after a restart, through Redis from another daemon, with every shared
+// prefix's smear input (the token before each chunk) carried by the
+// request's own ids. A conversation is rendered with nanochat's
 // turn markers on every front door (JSON-RPC, HTTP, and the router in
 // front), and ends at <|assistant_end|>.
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 
 #include "daemon/chat_template.h"
 #include "daemon/prompt.h"
@@ -16,6 +20,7 @@
 #include "engine/model/tokenizer.h"
 #include "http_test_util.h"
 #include "nanochat_test_util.h"
+#include "redis_server.h"
 #include "router_test_util.h"
 
 namespace kvtier {
@@ -120,6 +125,47 @@ TEST(DaemonNanochatTest, ServesTheEnginesTokensFromEveryTierAndAfterARestart) {
     }
     EXPECT_GT(from_l3["cached_tokens"]["l3"].get<int>(), 0) << from_l3.dump();
   }
+}
+
+// The remote tier: a prefix one kvtierd computed, read from a real
+// redis-server by another, gives the engine's tokens (the smear input at
+// the first computed position is the request's own previous id, which no
+// block carries).
+TEST(DaemonNanochatTest, APrefixSharedThroughRedisGivesAnotherDaemonTheSameTokens) {
+  SKIP_WITHOUT_REDIS();
+  test_util::RedisServer redis;
+  ASSERT_TRUE(redis.ready()) << redis.log();
+  NanochatFolder folder({5, 2}, 256);  // prefill costs more than a round trip
+  const std::vector<std::string> args = {
+      "--model", folder.path().string(), "--remote", redis.socket_path(), "--device", "cpu"};
+  const std::string prompt = kShared + kShared + "two";
+  const std::vector<int> want = reference(folder, prompt);
+  {
+    Daemon a(args);
+    ASSERT_TRUE(a.wait_ready()) << a.log();
+    auto c = a.connect();
+    EXPECT_EQ(tokens_of(generate_greedy(*c, kShared + kShared + "one")),
+              reference(folder, kShared + kShared + "one"));
+    // Until its writes to Redis have landed (after the answer), bounded.
+    for (int i = 0; i < 500; ++i) {
+      auto t = c->call(request(3, "tiers", json::object()));
+      if (t && (*t)["result"]["tiers"]["remote"].value("demotions", 0L) >= 4) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    shutdown(a);
+  }
+  // A daemon whose start-up timed Redis slow on a busy machine may rightly
+  // recompute instead: another is asked, at most three.
+  json from_remote;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Daemon b(args);
+    ASSERT_TRUE(b.wait_ready()) << b.log();
+    from_remote = generate_greedy(*b.connect(), prompt);
+    EXPECT_EQ(tokens_of(from_remote), want);
+    shutdown(b);
+    if (from_remote["cached_tokens"]["remote"].get<int>() > 0) break;
+  }
+  EXPECT_GT(from_remote["cached_tokens"]["remote"].get<int>(), 0) << from_remote.dump();
 }
 
 TEST(DaemonNanochatTest, TheRouterInFrontGivesTheDaemonsTokens) {
