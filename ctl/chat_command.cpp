@@ -21,6 +21,7 @@ std::expected<std::string, CallFailure> answer(RpcClient& client, const ChatArgs
                  {"stream", true}};
   if (a.seed) params["seed"] = *a.seed;
   if (a.cache_salt) params["cache_salt"] = *a.cache_salt;
+  if (a.no_tools) params["tool_choice"] = "none";
   auto result = client.call("generate", params, [&](const json& n) {
     if (n.value("method", "") == "generate.token")
       out << n["params"].value("text", "") << std::flush;

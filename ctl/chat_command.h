@@ -30,7 +30,8 @@ struct ChatArgs {
   int top_k = 50;
   std::optional<std::uint64_t> seed;
   std::optional<std::string> cache_salt;
-  bool stats = false;  // each answer's prompt and cached tokens, by tier, on stderr
+  bool stats = false;     // each answer's prompt and cached tokens, by tier, on stderr
+  bool no_tools = false;  // leave the model's own tool calls unanswered (tool_choice "none")
 };
 
 // Runs the conversation: prompts ("User: ") and answers on `out`, turns read

@@ -216,6 +216,8 @@ int main(int argc, char** argv) {
   chat->add_option("--seed", chat_args.seed, "Seed of each answer's random stream");
   chat->add_option("--cache-salt", chat_args.cache_salt,
                    "Prefix-cache namespace: shares cached blocks only with the same salt");
+  chat->add_flag("--no-tools", chat_args.no_tools,
+                 "Leave the model's calculator calls unanswered (nanochat's tool)");
   chat->add_flag("--stats", chat_args.stats,
                  "After each answer, its prompt tokens and those the cache held, by tier "
                  "(stderr)");

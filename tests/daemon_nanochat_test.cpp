@@ -300,8 +300,9 @@ TEST(DaemonNanochatTest, AnotherModelOnTheSameL3NeverHitsAndH2oEvictsAsTheEngine
 // <|python_start|>1+2<|python_end|> (after "A", or when its chat turn
 // opens) gets <|output_start|>3<|output_end|> forced after it, then
 // samples again; the engine's in-process tokens, on JSON-RPC and
-// /v1/chat/completions alike. tool_choice "none" and the setting
-// tools = none leave the call unanswered: the model writes on (here "Y").
+// /v1/chat/completions alike, and in kvtierctl chat. tool_choice "none"
+// (kvtierctl chat --no-tools) and the setting tools = none leave the call
+// unanswered: the model writes on (here "Y").
 TEST(DaemonNanochatTest, TheModelsCalculatorCallIsAnsweredUnlessToolsAreOff) {
   constexpr int kAssistantStart = 294, kPythonStart = 296, kPythonEnd = 297, kOutputEnd = 299;
   NanochatFolder folder = NanochatFolder::scripted({{'A', kPythonStart},
@@ -347,6 +348,19 @@ TEST(DaemonNanochatTest, TheModelsCalculatorCallIsAnsweredUnlessToolsAreOff) {
   EXPECT_EQ(chat(d.socket_path(), json::object()).substr(0, answered.size()), answered);
   EXPECT_EQ(chat(d.socket_path(), {{"tool_choice", "none"}}).substr(0, unanswered.size()),
             unanswered);
+  // kvtierctl chat, beside kvtierd in the build tree, and its --no-tools.
+  const std::string ctl =
+      (std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl")
+          .string();
+  for (const bool tools : {true, false}) {
+    std::vector<std::string> args = {
+        ctl, "--socket", d.socket_path(), "chat", "-p", "hi", "--temperature", "0", "--max-tokens",
+        "12"};
+    if (!tools) args.push_back("--no-tools");
+    const ProcessResult r = run_process(args, dir.path(), environment_with({}));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(test_util::contains(r.out, tools ? answered : unanswered)) << r.out;
+  }
   shutdown(d);
 
   Daemon none({"--model", folder.path().string(), "--tools", "none"});
