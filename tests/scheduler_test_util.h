@@ -9,9 +9,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
+#include "engine/cache/block_hash.h"
 #include "engine/model/generator.h"
 #include "engine/scheduling/scheduler.h"
 #include "test_util.h"
@@ -82,6 +84,20 @@ inline ::testing::AssertionResult submit_and_run(Scheduler& s,
       return ::testing::AssertionFailure() << "step " << step << ": " << ok.error();
   }
   return ::testing::AssertionSuccess();
+}
+
+// The bytes of block `b` of `prompt` (16-token pages, the default salt) in
+// the L1 `pool` of scheduler `s`, found by its key; empty when the block is
+// not usable in L1.
+inline std::span<const std::byte> l1_block_bytes(Scheduler& s, tiers::BlockPool& pool,
+                                                 std::size_t block_bytes,
+                                                 std::span<const int> prompt, int b) {
+  tiers::BlockKey key = s.cache()->root("");
+  for (int i = 0; i <= b; ++i)
+    key = chain_key(key, prompt.subspan(static_cast<std::size_t>(i) * 16, 16));
+  const CacheNode* node = s.cache()->tree().find(key);
+  if (node == nullptr || !node->usable_l1()) return {};
+  return {pool.data(node->slot(Tier::kL1)), block_bytes};
 }
 
 }  // namespace kvtier::test_util

@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/cache/block_hash.h"
 #include "engine/scheduling/scheduler.h"
 #include "nanochat_test_util.h"
 #include "scheduler_test_util.h"
@@ -158,13 +157,8 @@ TEST_F(TieredNanochatTest, AnL3PrefixComesUpWholeByLayerOrSplitWithItsStoredByte
     const RequestParams next = params(kShared + "two", 8, sampled(3));
     const int blocks = (static_cast<int>(next.prompt.size()) - 1) / 16;
     ASSERT_GE(blocks, 4);
-    auto l1_bytes = [&](int b) -> std::span<const std::byte> {
-      tiers::BlockKey key = s->cache()->root("");
-      for (int i = 0; i <= b; ++i)
-        key = chain_key(key, std::span(next.prompt).subspan(static_cast<std::size_t>(i) * 16, 16));
-      const CacheNode* node = s->cache()->tree().find(key);
-      if (node == nullptr || !node->usable_l1()) return {};
-      return {pool.data(node->slot(Tier::kL1)), layout.block_bytes()};
+    auto l1_bytes = [&](int b) {
+      return test_util::l1_block_bytes(*s, pool, layout.block_bytes(), next.prompt, b);
     };
     std::vector<std::vector<std::byte>> computed;
     for (int b = 0; b < blocks; ++b) {
