@@ -300,9 +300,9 @@ TEST(DaemonNanochatTest, AnotherModelOnTheSameL3NeverHitsAndH2oEvictsAsTheEngine
 // <|python_start|>1+2<|python_end|> (after "A", or when its chat turn
 // opens) gets <|output_start|>3<|output_end|> forced after it, then
 // samples again; the engine's in-process tokens, on JSON-RPC and
-// /v1/chat/completions alike, and in kvtierctl chat. tool_choice "none"
-// (kvtierctl chat --no-tools) and the setting tools = none leave the call
-// unanswered: the model writes on (here "Y").
+// /v1/chat/completions alike, through the router too, and in kvtierctl
+// chat. tool_choice "none" (kvtierctl chat --no-tools) and the setting
+// tools = none leave the call unanswered: the model writes on (here "Y").
 TEST(DaemonNanochatTest, TheModelsCalculatorCallIsAnsweredUnlessToolsAreOff) {
   constexpr int kAssistantStart = 294, kPythonStart = 296, kPythonEnd = 297, kOutputEnd = 299;
   NanochatFolder folder = NanochatFolder::scripted({{'A', kPythonStart},
@@ -360,6 +360,20 @@ TEST(DaemonNanochatTest, TheModelsCalculatorCallIsAnsweredUnlessToolsAreOff) {
     const ProcessResult r = run_process(args, dir.path(), environment_with({}));
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_TRUE(test_util::contains(r.out, tools ? answered : unanswered)) << r.out;
+  }
+  // The router passes tool_choice on as it came.
+  {
+    RouterProcess router({d.socket_path()}, {"--model", folder.path().string()});
+    ASSERT_TRUE(router.wait_usable(0, true)) << router.log();
+    EXPECT_EQ(chat(router.socket_path(), json::object()).substr(0, answered.size()), answered);
+    EXPECT_EQ(chat(router.socket_path(), {{"tool_choice", "none"}}).substr(0, unanswered.size()),
+              unanswered);
+    Client via(router.socket_path());
+    off["tool_choice"] = "none";
+    auto routed = via.call(request(5, "generate", off));
+    ASSERT_TRUE(routed && routed->contains("result")) << (routed ? routed->dump() : "no answer");
+    EXPECT_EQ((*routed)["result"]["text"].get<std::string>().substr(0, unanswered.size()),
+              unanswered);
   }
   shutdown(d);
 
