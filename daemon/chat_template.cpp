@@ -88,10 +88,8 @@ std::expected<ChatTemplate, std::string> ChatTemplate::load(const std::string& m
 
   // nanochat's markers, all of them; a vocabulary with some only is not one
   // this format knows.
-  const auto id = [&](std::string_view text) -> std::optional<int> {
-    for (const SpecialToken& special : tokenizer.special_tokens)
-      if (special.text == text) return special.id;
-    return std::nullopt;
+  const auto id = [&](std::string_view text) {
+    return special_token_id(tokenizer.special_tokens, text);
   };
   const auto bos = id("<|bos|>"), user_start = id("<|user_start|>"), user_end = id("<|user_end|>"),
              assistant_start = id("<|assistant_start|>"), assistant_end = id("<|assistant_end|>");

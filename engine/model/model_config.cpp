@@ -343,4 +343,10 @@ ModelConfig ModelConfig::gpt2_124m() {
   return c;
 }
 
+std::optional<int> special_token_id(std::span<const SpecialToken> specials, std::string_view text) {
+  for (const SpecialToken& special : specials)
+    if (special.text == text) return special.id;
+  return std::nullopt;
+}
+
 }  // namespace kvtier

@@ -35,7 +35,10 @@
 #include <expected>
 #include <filesystem>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/matmul.h"
@@ -49,6 +52,10 @@ struct SpecialToken {
   std::string text;
   int id = 0;
 };
+
+// The id of the special token written `text` (nanochat's "<|bos|>"), or
+// nothing where the vocabulary has none.
+std::optional<int> special_token_id(std::span<const SpecialToken> specials, std::string_view text);
 
 struct TokenizerSpec {
   // kBpeTokenizerJson: GPT-2's BPE read from a Hugging Face tokenizer.json.

@@ -121,9 +121,7 @@ std::expected<void, std::string> TiktokenTokenizer::add_specials(
 }
 
 std::optional<int> TiktokenTokenizer::special_token(std::string_view text) const {
-  for (const SpecialToken& special : specials_)
-    if (special.text == text) return special.id;
-  return std::nullopt;
+  return special_token_id(specials_, text);
 }
 
 int TiktokenTokenizer::rank_of(std::string_view bytes) const {

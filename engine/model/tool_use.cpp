@@ -7,11 +7,7 @@
 namespace kvtier {
 
 std::optional<ToolUse> ToolUse::of(const TokenizerSpec& tokenizer) {
-  auto id = [&](std::string_view text) -> std::optional<int> {
-    for (const SpecialToken& special : tokenizer.special_tokens)
-      if (special.text == text) return special.id;
-    return std::nullopt;
-  };
+  auto id = [&](std::string_view text) { return special_token_id(tokenizer.special_tokens, text); };
   const auto python_start = id("<|python_start|>"), python_end = id("<|python_end|>"),
              output_start = id("<|output_start|>"), output_end = id("<|output_end|>");
   if (!python_start || !python_end || !output_start || !output_end) return std::nullopt;
