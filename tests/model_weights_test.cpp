@@ -136,30 +136,6 @@ std::vector<std::pair<std::string, const float*>> bound_pointers(const ModelWeig
   return p;
 }
 
-// Whether `p` lies inside a mapping of `path` according to /proc/self/maps.
-bool in_file_mapping(const void* p, const fs::path& path) {
-  const std::string target = fs::canonical(path).string();
-  const auto addr = reinterpret_cast<std::uintptr_t>(p);
-  std::ifstream maps("/proc/self/maps");
-  for (std::string line; std::getline(maps, line);) {
-    if (!line.ends_with(target)) continue;
-    std::uintptr_t begin = 0, end = 0;
-    char dash = 0;
-    std::istringstream(line) >> std::hex >> begin >> dash >> end;
-    if (addr >= begin && addr < end) return true;
-  }
-  return false;
-}
-
-// Resident kB of the mapping that holds `p`, from /proc/self/smaps; -1 if
-// no mapping holds it.
-long resident_kb_of_mapping(const void* p) {
-  const std::optional<std::string> rss = test_util::smaps_field(p, "Rss");
-  long kb = -1;
-  if (rss) std::istringstream(*rss) >> kb;
-  return kb;
-}
-
 // Loads `tensors` written to a temp file and checks that every pointer is bound to
 // the right bytes of the mapping, and biases are null exactly when the config has none.
 void expect_loads(const ModelConfig& c, const std::vector<Tensor>& tensors,
@@ -187,7 +163,7 @@ void expect_loads(const ModelConfig& c, const std::vector<Tensor>& tensors,
     }
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(std::memcmp(ptr, t->data.data(), t->data.size()), 0);
-    EXPECT_TRUE(in_file_mapping(ptr, path)) << "pointer is not into the mapped file";
+    EXPECT_TRUE(test_util::in_file_mapping(ptr, path)) << "pointer is not into the mapped file";
     ++checked;
   }
   EXPECT_EQ(checked, int(expected_params(c).size()));
@@ -196,7 +172,7 @@ void expect_loads(const ModelConfig& c, const std::vector<Tensor>& tensors,
   const float* wte = w->wte();
   ModelWeights moved = std::move(*w);
   EXPECT_EQ(moved.wte(), wte);
-  EXPECT_TRUE(in_file_mapping(moved.wte(), path));
+  EXPECT_TRUE(test_util::in_file_mapping(moved.wte(), path));
 }
 
 // Loads `tensors` and expects an error mentioning each of `needles`.
@@ -387,7 +363,7 @@ TEST(ModelWeightsTest, LoadsF16AndBf16TensorsWidenedToF32) {
       }
       ASSERT_NE(ptr, nullptr);
       EXPECT_EQ(std::memcmp(ptr, expected[i].data(), expected[i].size() * sizeof(float)), 0);
-      EXPECT_EQ(in_file_mapping(ptr, path), tensors[i].dtype == "F32");
+      EXPECT_EQ(test_util::in_file_mapping(ptr, path), tensors[i].dtype == "F32");
     }
   }
 }
@@ -558,7 +534,7 @@ TEST(ModelWeightsTest, SavedRandomWeightsLoadBackIdentical) {
         ASSERT_NE(a, nullptr);
         ASSERT_NE(b, nullptr);
         EXPECT_EQ(std::memcmp(a, b, product(shape) * sizeof(float)), 0);
-        EXPECT_TRUE(in_file_mapping(b, path));
+        EXPECT_TRUE(test_util::in_file_mapping(b, path));
         EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b) % 64, 0u);
       }
       // Hugging Face names, no others.
@@ -695,7 +671,7 @@ TEST_P(RealModelTest, Loads) {
   ASSERT_TRUE(config.has_value()) << config.error();
   auto w = ModelWeights::load(*config, dir / "model.safetensors");
   ASSERT_TRUE(w.has_value()) << w.error();
-  EXPECT_TRUE(in_file_mapping(w->wte(), dir / "model.safetensors"));
+  EXPECT_TRUE(test_util::in_file_mapping(w->wte(), dir / "model.safetensors"));
   EXPECT_GT(w->parameter_bytes(), std::size_t(config->vocab_size) * config->n_embd * 4);
   for (int i = 0; i < config->n_layer; ++i) EXPECT_NE(w->layer(i).mlp_proj_w, nullptr);
 }
@@ -712,9 +688,9 @@ TEST(ModelWeights, ReleasedPagesLeaveTheResidentSetAndReadTheSame) {
   const std::size_t wte_floats = std::size_t(config->vocab_size) * config->n_embd;
   const std::vector<float> before(w->wte(), w->wte() + wte_floats);
   const long file_kb = long(fs::file_size(dir / "model.safetensors") / 1024);
-  const long touched = resident_kb_of_mapping(w->wte());
+  const long touched = test_util::resident_kb_of_mapping(w->wte());
   w->release_resident_pages();
-  const long released = resident_kb_of_mapping(w->wte());
+  const long released = test_util::resident_kb_of_mapping(w->wte());
   ASSERT_GE(released, 0) << "the mapping is not in /proc/self/smaps";
   EXPECT_LT(released, touched) << "file " << file_kb << " kB";
   EXPECT_LT(released, file_kb / 4) << "touched " << touched << " kB";
@@ -722,7 +698,7 @@ TEST(ModelWeights, ReleasedPagesLeaveTheResidentSetAndReadTheSame) {
 
   auto model = Gpt2Model::load(dir);
   ASSERT_TRUE(model.has_value()) << model.error();
-  EXPECT_LT(resident_kb_of_mapping(model->weights().wte()), file_kb / 4)
+  EXPECT_LT(test_util::resident_kb_of_mapping(model->weights().wte()), file_kb / 4)
       << "the Model kept the file resident after packing";
 }
 

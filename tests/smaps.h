@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -31,6 +32,29 @@ inline std::optional<std::string> smaps_field(const void* p, std::string_view fi
     }
   }
   return std::nullopt;
+}
+
+// Resident kB of the mapping that holds `p`; -1 if no mapping holds it.
+inline long resident_kb_of_mapping(const void* p) {
+  const std::optional<std::string> rss = smaps_field(p, "Rss");
+  long kb = -1;
+  if (rss) std::istringstream(*rss) >> kb;
+  return kb;
+}
+
+// Whether `p` lies inside a mapping of the file `path` (/proc/self/maps).
+inline bool in_file_mapping(const void* p, const std::filesystem::path& path) {
+  const std::string target = std::filesystem::canonical(path).string();
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (!line.ends_with(target)) continue;
+    std::uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream(line) >> std::hex >> begin >> dash >> end;
+    if (addr >= begin && addr < end) return true;
+  }
+  return false;
 }
 
 }  // namespace kvtier::test_util

@@ -1,7 +1,5 @@
 #include "engine/model/model_weights.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -325,10 +323,7 @@ struct ModelWeights::Storage {
 ModelWeights::ModelWeights() : storage_(std::make_unique<Storage>()) {}
 
 void ModelWeights::release_resident_pages() const {
-  if (!storage_->file) return;
-  const std::span<const std::byte> mapped = storage_->file->mapped_bytes();
-  // Advice only: where the kernel declines, the pages simply stay resident.
-  (void)::madvise(const_cast<std::byte*>(mapped.data()), mapped.size(), MADV_DONTNEED);
+  if (storage_->file) storage_->file->release_resident_pages();
 }
 ModelWeights::ModelWeights(ModelWeights&&) noexcept = default;
 ModelWeights& ModelWeights::operator=(ModelWeights&&) noexcept = default;

@@ -267,6 +267,12 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
 
 SafetensorsFile::~SafetensorsFile() { release(); }
 
+void SafetensorsFile::release_resident_pages() const {
+  if (base_ == nullptr) return;
+  // Advice only: where the kernel declines, the pages simply stay resident.
+  (void)::madvise(const_cast<std::byte*>(base_), length_, MADV_DONTNEED);
+}
+
 void SafetensorsFile::release() {
   if (base_ != nullptr) ::munmap(const_cast<std::byte*>(base_), length_);
   base_ = nullptr;

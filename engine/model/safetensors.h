@@ -56,6 +56,13 @@ class SafetensorsFile {
   std::span<const std::byte> mapped_bytes() const { return {base_, length_}; }
   const std::filesystem::path& path() const { return path_; }
 
+  // Drops the mapping's pages from this process's resident set. They stay in
+  // the page cache, and a later read faults them back in, so every pointer
+  // stays valid and reads the same bytes: for a caller that has copied what
+  // it reads most (a model packs its matrices) and reads the rest by rows
+  // (embedding tables), so a lookup holds a row resident, not the table.
+  void release_resident_pages() const;
+
   SafetensorsFile(SafetensorsFile&& other) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
   SafetensorsFile(const SafetensorsFile&) = delete;

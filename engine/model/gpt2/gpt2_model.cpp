@@ -85,6 +85,7 @@ std::uint64_t Gpt2Model::fingerprint(int page_size) const {
   }
   h.tensor(w.ln_f_w(), C);
   h.tensor(w.ln_f_b(), C);
+  w.release_resident_pages();  // read once, as packing did
   return h.digest();
 }
 

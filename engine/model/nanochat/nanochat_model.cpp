@@ -39,12 +39,16 @@ NanochatModel::NanochatModel(NanochatConfig config, NanochatWeights weights)
   auto pack = [](const float* w, int K, int N) {
     return kernels::PackedWeight::pack(w, K, N, kernels::WeightLayout::kOutIn);
   };
+  // Each layer's pages go once it is packed, so the process never holds the
+  // matrices twice (see Memory at the top).
   for (int l = 0; l < config_.n_layer; ++l) {
     const NanochatLayerWeights& w = weights_.layer(l);
     packed_.push_back({pack(w.c_q, C, C), pack(w.c_k, C, KV), pack(w.c_v, C, KV),
                        pack(w.c_proj, C, C), pack(w.mlp_fc, C, 4 * C), pack(w.mlp_proj, 4 * C, C)});
+    weights_.release_resident_pages();
   }
   lm_head_ = pack(weights_.lm_head(), C, config_.vocab_size);
+  weights_.release_resident_pages();
 }
 
 std::uint64_t NanochatModel::fingerprint(int page_size) const {
@@ -61,6 +65,7 @@ std::uint64_t NanochatModel::fingerprint(int page_size) const {
   const std::size_t C = c.n_embd, KV = c.kv_dim(), Vp = w.padded_vocab();
   h.tensor(w.wte(), Vp * C);
   h.tensor(w.lm_head(), Vp * C);
+  w.release_resident_pages();
   for (int i = 0; i < c.n_layer; ++i) {
     const NanochatLayerWeights& l = w.layer(i);
     h.tensor(l.c_q, C * C);
@@ -71,6 +76,7 @@ std::uint64_t NanochatModel::fingerprint(int page_size) const {
     h.tensor(l.mlp_proj, 4 * C * C);
     h.tensor(l.ve_gate, static_cast<std::size_t>(c.n_kv_head) * c.ve_gate_channels());
     h.tensor(l.value_embed, Vp * KV);
+    w.release_resident_pages();  // read once: the tables need not stay resident
   }
   const std::size_t L = c.n_layer;
   h.tensor(w.resid_lambdas(), L);

@@ -23,6 +23,12 @@
 // the value-embedding mix; as Model's (kv_layout), so tiers move it as they
 // move GPT-2's.
 //
+// Memory: the constructor packs every linear weight and the LM head for
+// kernels::matmul; the mapped file (NanochatWeights) is then read only for
+// embedding rows, gates and lambdas, and its pages are released as each
+// layer is packed (and as fingerprint() reads them), so the process holds
+// the matrices about once and an embedding table a row per token seen.
+//
 // Batch invariance as Model's: a row's arithmetic depends on that row, its
 // sequence's KV and its previous token only, in a fixed order, whatever the
 // batch, the chunking or the threads.
@@ -59,6 +65,7 @@ class NanochatModel final : public Model {
   // The family's own config; config() (model.h) is its shape, block_size
   // being the context served.
   const NanochatConfig& nanochat_config() const { return config_; }
+  const NanochatWeights& weights() const { return weights_; }
 
   std::string_view family() const override { return "nanochat"; }
   // The family, the generation and every setting the forward reads, the

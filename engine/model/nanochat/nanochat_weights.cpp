@@ -1,9 +1,8 @@
 #include "engine/model/nanochat/nanochat_weights.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <unordered_set>
-
-#include "engine/model/safetensors.h"
 
 namespace kvtier {
 namespace {
@@ -108,15 +107,33 @@ std::expected<NanochatWeights, std::string> NanochatWeights::load(
     return std::unexpected(where + message);
   }
 
-  w.buffer_ = std::make_unique<float[]>(floats);
+  // F32 data aligned for a float is read where it lies; the rest is widened.
+  auto in_place = [](const SafetensorsTensor& t) {
+    return t.dtype == "F32" && reinterpret_cast<std::uintptr_t>(t.data) % alignof(float) == 0;
+  };
+  std::uint64_t widened = 0;
+  for (const Spec& s : specs) {
+    const SafetensorsTensor* t = file->find(s.name);
+    if (!in_place(*t)) widened += t->elements();
+  }
+  if (widened > 0) w.buffer_ = std::make_unique_for_overwrite<float[]>(widened);
   float* next = w.buffer_.get();
   for (const Spec& s : specs) {
     const SafetensorsTensor* t = file->find(s.name);
+    if (in_place(*t)) {
+      *s.slot = reinterpret_cast<const float*>(t->data);
+      continue;
+    }
     safetensors_to_f32(*t, next);
     *s.slot = next;
     next += t->elements();
   }
+  if (widened < floats) w.file_.emplace(std::move(*file));
   return w;
+}
+
+void NanochatWeights::release_resident_pages() const {
+  if (file_) file_->release_resident_pages();
 }
 
 }  // namespace kvtier

@@ -11,19 +11,25 @@
 //   value_embeds.{i}.weight (Vp, KV)    layers with value embeddings, 3 on
 //   smear_lambda, backout_lambda (1), smear_gate.weight (1, 24)      5
 //
-// Storage: every tensor widened (F32 copied, F16 and BF16 exactly) into one
-// heap buffer the object owns. Errors list every missing, unexpected and
-// wrongly shaped tensor (up to 8 of each).
+// Storage: F32 tensors are used in place in the mapped file (never copied),
+// F16 and BF16 ones (and an F32 one not 4-byte aligned in the file) widened
+// exactly into one heap buffer the object owns. So a d20 model's embedding
+// tables (wte and ten value-embedding tables, 3.7 GB) cost a resident row
+// per token looked up once the model has released the pages it packed
+// (release_resident_pages), not the tables. Errors list every missing,
+// unexpected and wrongly shaped tensor (up to 8 of each).
 #pragma once
 
 #include <cstdint>
 #include <expected>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/model/nanochat/nanochat_config.h"
+#include "engine/model/safetensors.h"
 
 namespace kvtier {
 
@@ -53,9 +59,14 @@ class NanochatWeights {
   float backout_lambda() const { return backout_lambda_ ? *backout_lambda_ : 0.0f; }
   const float* smear_gate() const { return smear_gate_; }  // null before generation 5
 
+  // Drops the mapped file's pages from the resident set
+  // (SafetensorsFile::release_resident_pages): every pointer stays valid.
+  void release_resident_pages() const;
+
  private:
   NanochatWeights() = default;
-  std::unique_ptr<float[]> buffer_;
+  std::optional<SafetensorsFile> file_;  // while any tensor is used in place
+  std::unique_ptr<float[]> buffer_;      // the widened ones
   int padded_vocab_ = 0;
   const float* wte_ = nullptr;
   const float* lm_head_ = nullptr;
