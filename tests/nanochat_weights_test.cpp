@@ -12,9 +12,11 @@
 #include "engine/model/nanochat/nanochat_config.h"
 #include "engine/model/nanochat/nanochat_model.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/sequence_kv.h"
 #include "tests/nanochat_test_util.h"
 #include "tests/smaps.h"
 #include "tests/test_util.h"
+#include "tiers/block_pool.h"
 
 namespace kvtier {
 namespace {
@@ -78,9 +80,10 @@ TEST(NanochatWeightsTest, F32IsReadInPlaceAndMisalignedDataIsWidenedToTheSameVal
   }
 }
 
-// Packing reads every matrix and the fingerprint every tensor; neither leaves
-// the file resident, so a large model's embedding tables cost the rows its
-// requests look up; what is read after the release is the same bytes.
+// Packing reads every matrix and the fingerprint every tensor, a forward
+// every embedding row it needs; none leaves the file resident, so a large
+// model's embedding tables cost no resident memory; what is read after the
+// release is the same bytes.
 TEST(NanochatWeightsTest, AModelLeavesTheFileOutOfItsResidentSetAndReadsTheSameBytes) {
   const NanochatFolder folder({5, 2}, 256);
   const fs::path file = folder.path() / "model.safetensors";
@@ -96,6 +99,19 @@ TEST(NanochatWeightsTest, AModelLeavesTheFileOutOfItsResidentSetAndReadsTheSameB
   const std::uint64_t fingerprint = model->fingerprint(16);
   EXPECT_LT(test_util::resident_kb_of_mapping(wte), file_kb / 8)
       << "fingerprint() left the file resident";
+
+  // A forward over every token id reads every embedding row, from the file.
+  const int V = model->config().vocab_size;
+  std::vector<int> tokens(V);
+  for (int i = 0; i < V; ++i) tokens[i] = (i * 7) % V;
+  tiers::BlockPool pool(model->kv_layout(16).block_bytes(), V / 16 + 2);
+  SequenceKv kv(16);
+  ASSERT_TRUE(kv.reserve(pool, V));
+  const Model::Chunk chunk{&kv, tokens, false};
+  ASSERT_TRUE(model->forward(std::span(&chunk, 1), pool).has_value());
+  EXPECT_LT(test_util::resident_kb_of_mapping(wte), file_kb / 8)
+      << "looking rows up left the tables resident";
+  kv.release(pool);
   auto again = NanochatModel::load(folder.path());
   ASSERT_TRUE(again.has_value()) << again.error();
   EXPECT_EQ(again->fingerprint(16), fingerprint);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@ class FdGuard {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_;
@@ -232,6 +234,7 @@ std::expected<SafetensorsFile, std::string> SafetensorsFile::open(
   file.path_ = path;
   file.base_ = static_cast<const std::byte*>(map_guard.release());
   file.length_ = file_size;
+  file.fd_ = fd.release();
   return file;
 }
 
@@ -252,6 +255,7 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
     : path_(std::move(other.path_)),
       base_(std::exchange(other.base_, nullptr)),
       length_(std::exchange(other.length_, 0)),
+      fd_(std::exchange(other.fd_, -1)),
       tensors_(std::move(other.tensors_)) {}
 
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
@@ -260,12 +264,19 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
     path_ = std::move(other.path_);
     base_ = std::exchange(other.base_, nullptr);
     length_ = std::exchange(other.length_, 0);
+    fd_ = std::exchange(other.fd_, -1);
     tensors_ = std::move(other.tensors_);
   }
   return *this;
 }
 
 SafetensorsFile::~SafetensorsFile() { release(); }
+
+void SafetensorsFile::copy_out(const std::byte* at, std::size_t bytes, void* out) const {
+  assert(at >= base_ && at + bytes <= base_ + length_);
+  const ssize_t got = ::pread(fd_, out, bytes, at - base_);
+  if (got != static_cast<ssize_t>(bytes)) std::memcpy(out, at, bytes);
+}
 
 void SafetensorsFile::release_resident_pages() const {
   if (base_ == nullptr) return;
@@ -275,8 +286,10 @@ void SafetensorsFile::release_resident_pages() const {
 
 void SafetensorsFile::release() {
   if (base_ != nullptr) ::munmap(const_cast<std::byte*>(base_), length_);
+  if (fd_ >= 0) ::close(fd_);
   base_ = nullptr;
   length_ = 0;
+  fd_ = -1;
   tensors_.clear();
 }
 

@@ -63,6 +63,16 @@ class SafetensorsFile {
   // (embedding tables), so a lookup holds a row resident, not the table.
   void release_resident_pages() const;
 
+  // Copies `bytes` bytes of the mapping, from `at` on, into `out` with
+  // pread on the file rather than through the mapping: for rows of a large
+  // table read a few at a time. A fault on the mapping maps a whole
+  // page-cache folio (on a recent kernel with large folios, up to 2 MB
+  // around a 5 kB row), so random rows read through it leave most of the
+  // table resident; read this way they stay in the page cache only, shared
+  // and reclaimable. Where pread fails or comes up short, copies from the
+  // mapping. REQUIRES: [at, at + bytes) lies in mapped_bytes().
+  void copy_out(const std::byte* at, std::size_t bytes, void* out) const;
+
   SafetensorsFile(SafetensorsFile&& other) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
   SafetensorsFile(const SafetensorsFile&) = delete;
@@ -76,6 +86,7 @@ class SafetensorsFile {
   std::filesystem::path path_;
   const std::byte* base_ = nullptr;  // munmap'ed by the destructor
   std::size_t length_ = 0;
+  int fd_ = -1;  // the file, for copy_out; closed by the destructor
   std::unordered_map<std::string, SafetensorsTensor> tensors_;
 };
 

@@ -112,8 +112,7 @@ void NanochatModel::embed(int M) {
   const int C = config_.n_embd;
   const float* wte = weights_.wte();
   for (int r = 0; r < M; ++r)
-    std::copy_n(wte + static_cast<long>(rows_[r].token) * C, C,
-                x_.data() + static_cast<long>(r) * C);
+    weights_.copy_row(wte, C, rows_[r].token, x_.data() + static_cast<long>(r) * C);
   kernels::rmsnorm(x_.data(), x_.data(), M, C);
   if (config_.has_smear()) {
     // The previous token's normalised embedding, before smear (h_ as scratch).
@@ -123,7 +122,7 @@ void NanochatModel::embed(int M) {
       if (prev < 0)
         std::fill_n(out, C, 0.0f);
       else
-        std::copy_n(wte + static_cast<long>(prev) * C, C, out);
+        weights_.copy_row(wte, C, prev, out);
     }
     kernels::rmsnorm(h_.data(), h_.data(), M, C);
     const float lambda = weights_.smear_lambda();
@@ -221,9 +220,11 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
     if (w.value_embed != nullptr) {
       const int ch = config_.ve_gate_channels();
       const float scale = config_.ve_gate_scale();
+      ve_row_.resize(KV);
+      const float* ve = ve_row_.data();
       for (int r = 0; r < M; ++r) {
         const float* h = h_.data() + static_cast<long>(r) * C;
-        const float* ve = w.value_embed + static_cast<long>(rows_[r].token) * KV;
+        weights_.copy_row(w.value_embed, KV, rows_[r].token, ve_row_.data());
         float* v = v_.data() + static_cast<long>(r) * KV;
         for (int kh = 0; kh < config_.n_kv_head; ++kh) {
           const float gate = scale * sigmoid(dot(h, w.ve_gate + static_cast<long>(kh) * ch, ch));

@@ -25,9 +25,10 @@
 //
 // Memory: the constructor packs every linear weight and the LM head for
 // kernels::matmul; the mapped file (NanochatWeights) is then read only for
-// embedding rows, gates and lambdas, and its pages are released as each
-// layer is packed (and as fingerprint() reads them), so the process holds
-// the matrices about once and an embedding table a row per token seen.
+// embedding rows (NanochatWeights::copy_row: read from the file, not
+// faulted in through the mapping), gates and lambdas, and its pages are
+// released as each layer is packed (and as fingerprint() reads them), so
+// the process holds the matrices about once and no embedding table.
 //
 // Batch invariance as Model's: a row's arithmetic depends on that row, its
 // sequence's KV and its previous token only, in a fixed order, whatever the
@@ -108,6 +109,7 @@ class NanochatModel final : public Model {
   ScoreGather scores_;                            // chunks that gather attention scores
   int page_size_ = 0;
   std::vector<float> x_, x0_, xb_, h_, q_, k_, v_, att_, fc_, logits_in_, logits_;
+  std::vector<float> ve_row_;  // a value-embedding row (NanochatWeights::copy_row)
 };
 
 }  // namespace kvtier

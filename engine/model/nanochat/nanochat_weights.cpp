@@ -11,6 +11,12 @@ struct Spec {
   std::string name;
   std::vector<std::uint64_t> shape;
   const float** slot;
+  // Read in place from the mapped file: the matrices (packed) and the
+  // embedding tables (read by row). The gates and lambdas, which the forward
+  // reads through their pointers on every pass, are copied: a fault on one
+  // would map the page-cache folio around it, a neighbouring table's pages
+  // with it.
+  bool mapped = false;
 };
 
 std::string shape_string(const std::vector<std::uint64_t>& shape) {
@@ -48,23 +54,24 @@ std::expected<NanochatWeights, std::string> NanochatWeights::load(
   NanochatWeights w;
   w.padded_vocab_ = static_cast<int>(Vp);
   const std::uint64_t C = c.n_embd, KV = c.kv_dim(), L = c.n_layer;
-  std::vector<Spec> specs = {{"transformer.wte.weight", {Vp, C}, &w.wte_},
-                             {"lm_head.weight", {Vp, C}, &w.lm_head_}};
+  std::vector<Spec> specs = {{"transformer.wte.weight", {Vp, C}, &w.wte_, true},
+                             {"lm_head.weight", {Vp, C}, &w.lm_head_, true}};
   w.layers_.resize(c.n_layer);
   for (int i = 0; i < c.n_layer; ++i) {
     NanochatLayerWeights& l = w.layers_[i];
     const std::string h = "transformer.h." + std::to_string(i) + ".";
-    specs.push_back({h + "attn.c_q.weight", {C, C}, &l.c_q});
-    specs.push_back({h + "attn.c_k.weight", {KV, C}, &l.c_k});
-    specs.push_back({h + "attn.c_v.weight", {KV, C}, &l.c_v});
-    specs.push_back({h + "attn.c_proj.weight", {C, C}, &l.c_proj});
-    specs.push_back({h + "mlp.c_fc.weight", {4 * C, C}, &l.mlp_fc});
-    specs.push_back({h + "mlp.c_proj.weight", {C, 4 * C}, &l.mlp_proj});
+    specs.push_back({h + "attn.c_q.weight", {C, C}, &l.c_q, true});
+    specs.push_back({h + "attn.c_k.weight", {KV, C}, &l.c_k, true});
+    specs.push_back({h + "attn.c_v.weight", {KV, C}, &l.c_v, true});
+    specs.push_back({h + "attn.c_proj.weight", {C, C}, &l.c_proj, true});
+    specs.push_back({h + "mlp.c_fc.weight", {4 * C, C}, &l.mlp_fc, true});
+    specs.push_back({h + "mlp.c_proj.weight", {C, 4 * C}, &l.mlp_proj, true});
     if (c.has_value_embedding(i)) {
       specs.push_back({h + "attn.ve_gate.weight",
                        {std::uint64_t(c.n_kv_head), std::uint64_t(c.ve_gate_channels())},
                        &l.ve_gate});
-      specs.push_back({"value_embeds." + std::to_string(i) + ".weight", {Vp, KV}, &l.value_embed});
+      specs.push_back(
+          {"value_embeds." + std::to_string(i) + ".weight", {Vp, KV}, &l.value_embed, true});
     }
   }
   if (c.has_lambdas()) {
@@ -108,19 +115,20 @@ std::expected<NanochatWeights, std::string> NanochatWeights::load(
   }
 
   // F32 data aligned for a float is read where it lies; the rest is widened.
-  auto in_place = [](const SafetensorsTensor& t) {
-    return t.dtype == "F32" && reinterpret_cast<std::uintptr_t>(t.data) % alignof(float) == 0;
+  auto in_place = [](const Spec& s, const SafetensorsTensor& t) {
+    return s.mapped && t.dtype == "F32" &&
+           reinterpret_cast<std::uintptr_t>(t.data) % alignof(float) == 0;
   };
   std::uint64_t widened = 0;
   for (const Spec& s : specs) {
     const SafetensorsTensor* t = file->find(s.name);
-    if (!in_place(*t)) widened += t->elements();
+    if (!in_place(s, *t)) widened += t->elements();
   }
   if (widened > 0) w.buffer_ = std::make_unique_for_overwrite<float[]>(widened);
   float* next = w.buffer_.get();
   for (const Spec& s : specs) {
     const SafetensorsTensor* t = file->find(s.name);
-    if (in_place(*t)) {
+    if (in_place(s, *t)) {
       *s.slot = reinterpret_cast<const float*>(t->data);
       continue;
     }
@@ -130,6 +138,18 @@ std::expected<NanochatWeights, std::string> NanochatWeights::load(
   }
   if (widened < floats) w.file_.emplace(std::move(*file));
   return w;
+}
+
+void NanochatWeights::copy_row(const float* table, std::size_t row_floats, int id,
+                               float* out) const {
+  const float* row = table + static_cast<std::size_t>(id) * row_floats;
+  const auto* at = reinterpret_cast<const std::byte*>(row);
+  if (file_ && at >= file_->mapped_bytes().data() &&
+      at < file_->mapped_bytes().data() + file_->mapped_bytes().size()) {
+    file_->copy_out(at, row_floats * sizeof(float), out);
+  } else {
+    std::copy_n(row, row_floats, out);
+  }
 }
 
 void NanochatWeights::release_resident_pages() const {

@@ -11,13 +11,17 @@
 //   value_embeds.{i}.weight (Vp, KV)    layers with value embeddings, 3 on
 //   smear_lambda, backout_lambda (1), smear_gate.weight (1, 24)      5
 //
-// Storage: F32 tensors are used in place in the mapped file (never copied),
-// F16 and BF16 ones (and an F32 one not 4-byte aligned in the file) widened
-// exactly into one heap buffer the object owns. So a d20 model's embedding
-// tables (wte and ten value-embedding tables, 3.7 GB) cost a resident row
-// per token looked up once the model has released the pages it packed
-// (release_resident_pages), not the tables. Errors list every missing,
-// unexpected and wrongly shaped tensor (up to 8 of each).
+// Storage: F32 matrices and embedding tables are used in place in the
+// mapped file (never copied); the small tensors, F16 and BF16 ones (and an
+// F32 one not 4-byte aligned in the file) are widened exactly into one heap
+// buffer the object owns. The embedding tables (a
+// d20 model's wte and ten value-embedding tables: 3.7 GB) are read a row at
+// a time with copy_row, which reads a mapped table from the file rather
+// than through the mapping (SafetensorsFile::copy_out), and the model
+// releases the pages it packed (release_resident_pages): so the process
+// holds neither the tables nor the matrices' file pages resident. Errors
+// list every missing, unexpected and wrongly shaped tensor (up to 8 of
+// each).
 #pragma once
 
 #include <cstdint>
@@ -58,6 +62,10 @@ class NanochatWeights {
   float smear_lambda() const { return smear_lambda_ ? *smear_lambda_ : 0.0f; }
   float backout_lambda() const { return backout_lambda_ ? *backout_lambda_ : 0.0f; }
   const float* smear_gate() const { return smear_gate_; }  // null before generation 5
+
+  // Row `id` of `table` (wte(), or a layer's value_embed), `row_floats`
+  // wide, into `out`.
+  void copy_row(const float* table, std::size_t row_floats, int id, float* out) const;
 
   // Drops the mapped file's pages from the resident set
   // (SafetensorsFile::release_resident_pages): every pointer stays valid.
