@@ -255,6 +255,12 @@ int main(int argc, char** argv) {
       policy("sinks:16,window:64"),
       policy("h2o:start=16,recent=32,max=80,agg=sum"),
       policy("h2o:start=16,recent=32,max=80,agg=norm_sum"),
+      // KVCrush keeps one of the area's two pages for its pattern.
+      policy("h2o:start=16,recent=32,max=80,agg=norm_sum,kvcrush=1:random"),
+      policy("h2o:start=16,recent=32,max=80,agg=norm_sum,kvcrush=1:zeros"),
+      policy("h2o:start=16,recent=32,max=80,agg=norm_sum,kvcrush=1:ones"),
+      policy("h2o:start=16,recent=32,max=80,agg=norm_sum,kvcrush=1:mean"),
+      policy("h2o:start=16,recent=32,max=80,agg=norm_sum,kvcrush=1:alternate"),
   };
 
   std::printf("== kvtier KV eviction, %d threads, page %d\n", kThreads, kPage);

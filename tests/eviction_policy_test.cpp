@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "engine/model/generator.h"
@@ -33,6 +35,22 @@ TEST(EvictionPolicyTest, ParsesEveryFormAndWritesItBack) {
        "h2o:start=16,recent=32,max=128,agg=sum"},
       {"h2o:max=128,recent=32,start=0", EvictionPolicy::h2o(0, 32, 128),
        "h2o:start=0,recent=32,max=128,agg=norm_sum"},
+      {"h2o:start=16,recent=32,max=128,kvcrush=2:mean",
+       EvictionPolicy::h2o(16, 32, 128).with_kvcrush(2, KvCrushAnchor::kMean),
+       "h2o:start=16,recent=32,max=128,agg=norm_sum,kvcrush=2:mean"},
+      {"h2o:kvcrush=1:random,start=0,recent=0,max=64,agg=sum",
+       EvictionPolicy::h2o(0, 0, 64, ScoreAggregation::kSum)
+           .with_kvcrush(1, KvCrushAnchor::kRandom),
+       "h2o:start=0,recent=0,max=64,agg=sum,kvcrush=1:random"},
+      {"h2o:start=0,recent=0,max=64,kvcrush=3:zeros",
+       EvictionPolicy::h2o(0, 0, 64).with_kvcrush(3, KvCrushAnchor::kZeros),
+       "h2o:start=0,recent=0,max=64,agg=norm_sum,kvcrush=3:zeros"},
+      {"h2o:start=0,recent=0,max=64,kvcrush=3:ones",
+       EvictionPolicy::h2o(0, 0, 64).with_kvcrush(3, KvCrushAnchor::kOnes),
+       "h2o:start=0,recent=0,max=64,agg=norm_sum,kvcrush=3:ones"},
+      {"h2o:start=0,recent=0,max=64,kvcrush=3:alternate",
+       EvictionPolicy::h2o(0, 0, 64).with_kvcrush(3, KvCrushAnchor::kAlternate),
+       "h2o:start=0,recent=0,max=64,agg=norm_sum,kvcrush=3:alternate"},
   };
   for (const Case& c : cases) {
     auto p = EvictionPolicy::parse(c.text);
@@ -60,6 +78,10 @@ TEST(EvictionPolicyTest, RefusesBadTextWithTheReason) {
       {"h2o:start=16,recent=32,max=64,size=3", "unknown h2o setting 'size'"},
       {"h2o:start=16,start=0,recent=32,max=64", "start is given twice"},
       {"h2o:start,recent=32,max=64", "'start' is not key=value"},
+      {"h2o:start=16,recent=32,max=64,kvcrush=2", "kvcrush must be BUDGET:ANCHOR"},
+      {"h2o:start=16,recent=32,max=64,kvcrush=0:mean", "a budget of at least 1 page"},
+      {"h2o:start=16,recent=32,max=64,kvcrush=2:median", "not '2:median'"},
+      {"h2o:start=16,recent=32,max=64,kvcrush=1:mean,kvcrush=1:ones", "kvcrush is given twice"},
   };
   for (auto [text, why] : cases) {
     auto p = EvictionPolicy::parse(text);
@@ -80,6 +102,10 @@ TEST(EvictionPolicyTest, ValidatesAgainstThePageSize) {
                        "max must be at least start + recent + page_size (64)"));
   EXPECT_TRUE(contains(EvictionPolicy::sliding_window(0).validate(16).error(),
                        "window must be at least 1"));
+  const EvictionPolicy area_of_two = EvictionPolicy::h2o(16, 16, 64);
+  EXPECT_TRUE(area_of_two.with_kvcrush(2, KvCrushAnchor::kMean).validate(16).has_value());
+  EXPECT_TRUE(contains(area_of_two.with_kvcrush(3, KvCrushAnchor::kMean).validate(16).error(),
+                       "the kvcrush budget of 3 pages is larger than the evictable area (2 pages"));
 }
 
 // A sequence grown one position at a time under `policy`, evicting after
@@ -162,6 +188,52 @@ TEST(EvictionPolicyTest, H2oEvictsTheLowestScoringEvictablePage) {
   EXPECT_EQ(pages_to_evict(sum, kv, scores), (std::vector{1}));
   kv.evict_block(pool, 1);
   EXPECT_TRUE(pages_to_evict(sum, kv, scores).empty());
+  kv.release(pool);
+}
+
+// KVCrush keeps, of the pages score-based eviction would drop, the one at
+// evenly spaced ranks of Hamming distance to the anchor. Pages of 4; a
+// length of 32 (8 pages), start page 0, recent page 7, room for 4: 4 of the
+// evictable pages 1..6 go. Bits (the better-scored 12 of its 24 positions):
+//   page 1 1010, 2 0101, 3 1100, 4 0000, 5 1100, 6 1111 (the best score);
+// the mean anchor is 1100 (positions 0 and 1 are 1 in 4 of 6 pages).
+TEST(EvictionPolicyTest, KvCrushKeepsThePagesTheAnchorPicks) {
+  tiers::BlockPool pool(64, 16);
+  SequenceKv kv(4);
+  ASSERT_TRUE(kv.reserve(pool, 32));
+  kv.advance(32);
+  std::vector<kernels::AttentionScore> scores(32, 0);
+  const std::pair<int, std::vector<int>> pages[] = {{1, {90, 0, 90, 0}}, {2, {0, 90, 0, 90}},
+                                                    {3, {90, 90, 0, 0}}, {4, {0, 0, 0, 0}},
+                                                    {5, {50, 50, 0, 0}}, {6, {100, 100, 100, 100}}};
+  for (const auto& [page, values] : pages)
+    for (int j = 0; j < 4; ++j) scores[page * 4 + j] = values[j];
+  const auto h2o = EvictionPolicy::h2o(4, 4, 16, ScoreAggregation::kSum);
+  // By score alone: the four lowest (page 4, 5, then 1 and 2 of the 180s).
+  EXPECT_EQ(pages_to_evict(h2o, kv, scores), (std::vector{1, 2, 4, 5}));
+  // Page 6 stays by score; KVCrush keeps one of 4, 5, 1, 2, 3 and drops the rest.
+  const std::pair<KvCrushAnchor, int> kept[] = {{KvCrushAnchor::kZeros, 4},
+                                                {KvCrushAnchor::kOnes, 1},
+                                                {KvCrushAnchor::kAlternate, 2},
+                                                {KvCrushAnchor::kMean, 3}};
+  for (const auto& [anchor, page] : kept) {
+    SCOPED_TRACE(std::string(to_string(anchor)));
+    std::vector<int> want;
+    for (int p : {1, 2, 3, 4, 5})
+      if (p != page) want.push_back(p);
+    EXPECT_EQ(pages_to_evict(h2o.with_kvcrush(1, anchor), kv, scores), want);
+  }
+  // The random anchor: four of those five, the same four every time.
+  const auto random = h2o.with_kvcrush(1, KvCrushAnchor::kRandom);
+  const std::vector<int> once = pages_to_evict(random, kv, scores);
+  EXPECT_EQ(once.size(), 4u);
+  EXPECT_EQ(std::ranges::count(once, 6), 0);
+  EXPECT_EQ(pages_to_evict(random, kv, scores), once);
+  // A budget of the whole area: nothing stays by score. Zeros orders the six
+  // 4 (0), 1 2 3 5 (2), 6 (4); ranks 0 and 3 stay: pages 4 and 3.
+  const auto whole =
+      EvictionPolicy::h2o(4, 4, 16, ScoreAggregation::kSum).with_kvcrush(2, KvCrushAnchor::kZeros);
+  EXPECT_EQ(pages_to_evict(whole, kv, scores), (std::vector{1, 2, 5, 6}));
   kv.release(pool);
 }
 

@@ -73,7 +73,8 @@ TEST_F(SchedulerEvictionTest, TokensMatchGenerateAloneWithTheSamePolicyForAnyBat
   const std::vector<EvictionPolicy> policies = {
       EvictionPolicy::sliding_window(32), EvictionPolicy::sliding_window(16, 8),
       EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kSum),
-      EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kNormSum)};
+      EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kNormSum),
+      EvictionPolicy::h2o(16, 16, 64).with_kvcrush(1, KvCrushAnchor::kMean)};
   for (const EvictionPolicy& policy : policies) {
     std::vector<RequestParams> reqs;
     for (std::size_t i = 0; i < kPrompts.size(); ++i)

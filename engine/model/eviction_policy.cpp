@@ -6,11 +6,23 @@
 #include <optional>
 #include <utility>
 
+#include "util/random.h"
+
 namespace kvtier {
 namespace {
 
 constexpr std::string_view kForms =
-    "none, window:W, sinks:S,window:W or h2o:start=S,recent=R,max=M[,agg=sum|norm_sum]";
+    "none, window:W, sinks:S,window:W or "
+    "h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,kvcrush=B:random|zeros|ones|mean|alternate]";
+
+constexpr std::pair<KvCrushAnchor, std::string_view> kAnchors[] = {
+    {KvCrushAnchor::kRandom, "random"},
+    {KvCrushAnchor::kZeros, "zeros"},
+    {KvCrushAnchor::kOnes, "ones"},
+    {KvCrushAnchor::kMean, "mean"},
+    {KvCrushAnchor::kAlternate, "alternate"}};
+// The random anchor's seed: one pattern for every request and every run.
+constexpr std::uint64_t kRandomAnchorSeed = 2;
 
 std::unexpected<std::string> bad(std::string_view text, const std::string& why) {
   return std::unexpected("eviction policy '" + std::string(text) + "': " + why + " (expected " +
@@ -53,6 +65,60 @@ bool window_keeps(const EvictionPolicy& p, int page, int length, int page_size) 
          page >= first_page_of_last(length, p.window, page_size);
 }
 
+// KVCrush (see the header): the `budget` pages of `eligible` it keeps, from
+// the bits of every position of `area` (the evictable pages).
+template <typename ScoreOf>
+std::vector<int> kvcrush_keep(const EvictionPolicy& policy, const std::vector<int>& area,
+                              std::vector<int> eligible, int budget, int page_size,
+                              const ScoreOf& score_of) {
+  const int P = page_size, E = static_cast<int>(area.size());
+  // A bit per position: 1 for the better-scored half (ties to the older).
+  std::vector<std::pair<long double, int>> ranked;  // (-score, position)
+  for (int page : area)
+    for (int t = page * P; t < (page + 1) * P; ++t) ranked.push_back({-score_of(t), t});
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<char> bit(static_cast<std::size_t>(std::ranges::max(area) + 1) * P, 0);
+  for (std::size_t i = 0; i < ranked.size() / 2; ++i) bit[ranked[i].second] = 1;
+
+  std::vector<char> anchor(P, 0);
+  switch (policy.kvcrush_anchor) {
+    case KvCrushAnchor::kZeros:
+      break;
+    case KvCrushAnchor::kOnes:
+      std::fill(anchor.begin(), anchor.end(), 1);
+      break;
+    case KvCrushAnchor::kAlternate:
+      for (int j = 0; j < P; ++j) anchor[j] = static_cast<char>(j % 2);
+      break;
+    case KvCrushAnchor::kMean:
+      for (int j = 0; j < P; ++j) {
+        int ones = 0;
+        for (int page : area) ones += bit[page * P + j];
+        anchor[j] = 2 * ones > E ? 1 : 0;
+      }
+      break;
+    case KvCrushAnchor::kRandom: {
+      util::Xoshiro256StarStar rng(kRandomAnchorSeed);
+      for (int j = 0; j < P; ++j) anchor[j] = static_cast<char>(rng.next() >> 63);
+      break;
+    }
+  }
+  auto distance = [&](int page) {
+    int d = 0;
+    for (int j = 0; j < P; ++j) d += bit[page * P + j] != anchor[j] ? 1 : 0;
+    return d;
+  };
+  std::ranges::sort(eligible, [&](int a, int b) {
+    const int da = distance(a), db = distance(b);
+    return da != db ? da < db : a < b;
+  });
+  // Evenly spaced ranks: the kept pages span the distances.
+  const int step = static_cast<int>(eligible.size()) / budget;
+  std::vector<int> keep;
+  for (int i = 0; i < budget; ++i) keep.push_back(eligible[static_cast<std::size_t>(i) * step]);
+  return keep;
+}
+
 }  // namespace
 
 EvictionPolicy EvictionPolicy::sliding_window(int window, int sinks) {
@@ -78,6 +144,19 @@ std::string_view to_string(ScoreAggregation aggregation) {
   return aggregation == ScoreAggregation::kSum ? "sum" : "norm_sum";
 }
 
+std::string_view to_string(KvCrushAnchor anchor) {
+  for (const auto& [a, name] : kAnchors)
+    if (a == anchor) return name;
+  return "unknown";
+}
+
+EvictionPolicy EvictionPolicy::with_kvcrush(int budget, KvCrushAnchor anchor) const {
+  EvictionPolicy p = *this;
+  p.kvcrush_budget = budget;
+  p.kvcrush_anchor = anchor;
+  return p;
+}
+
 std::expected<EvictionPolicy, std::string> EvictionPolicy::parse(std::string_view text) {
   if (text == "none") return none();
 
@@ -85,6 +164,7 @@ std::expected<EvictionPolicy, std::string> EvictionPolicy::parse(std::string_vie
     if (!text.starts_with("h2o:")) return bad(text, "h2o needs its settings after 'h2o:'");
     std::optional<int> start, recent, max_size;
     std::optional<ScoreAggregation> agg;
+    std::optional<std::pair<int, KvCrushAnchor>> kvcrush;
     for (std::string_view item : split(text.substr(4))) {
       const std::size_t eq = item.find('=');
       const std::string_view key = item.substr(0, eq);
@@ -101,6 +181,22 @@ std::expected<EvictionPolicy, std::string> EvictionPolicy::parse(std::string_vie
           return bad(text, "agg must be sum or norm_sum, not '" + std::string(value) + "'");
         continue;
       }
+      if (key == "kvcrush") {
+        if (kvcrush) return bad(text, "kvcrush is given twice");
+        const std::size_t colon = value.find(':');
+        const std::optional<int> budget = parse_count(value.substr(0, colon));
+        const std::string_view anchor =
+            colon == std::string_view::npos ? "" : value.substr(colon + 1);
+        const auto* found =
+            std::ranges::find(kAnchors, anchor, [](const auto& a) { return a.second; });
+        if (!budget || *budget < 1 || found == std::end(kAnchors))
+          return bad(text,
+                     "kvcrush must be BUDGET:ANCHOR, a budget of at least 1 page and an anchor "
+                     "of random, zeros, ones, mean or alternate, not '" +
+                         std::string(value) + "'");
+        kvcrush = {*budget, found->first};
+        continue;
+      }
       std::optional<int>* slot = key == "start"    ? &start
                                  : key == "recent" ? &recent
                                  : key == "max"    ? &max_size
@@ -113,7 +209,9 @@ std::expected<EvictionPolicy, std::string> EvictionPolicy::parse(std::string_vie
                              std::string(value) + "'");
     }
     if (!start || !recent || !max_size) return bad(text, "h2o needs start, recent and max");
-    return h2o(*start, *recent, *max_size, agg.value_or(ScoreAggregation::kNormSum));
+    const EvictionPolicy p =
+        h2o(*start, *recent, *max_size, agg.value_or(ScoreAggregation::kNormSum));
+    return kvcrush ? p.with_kvcrush(kvcrush->first, kvcrush->second) : p;
   }
 
   std::optional<int> sinks, window;
@@ -144,7 +242,10 @@ std::string EvictionPolicy::to_string() const {
     case EvictionKind::kH2o:
       return "h2o:start=" + std::to_string(start) + ",recent=" + std::to_string(recent) +
              ",max=" + std::to_string(max_size) +
-             ",agg=" + std::string(kvtier::to_string(aggregation));
+             ",agg=" + std::string(kvtier::to_string(aggregation)) +
+             (kvcrush_budget > 0 ? ",kvcrush=" + std::to_string(kvcrush_budget) + ":" +
+                                       std::string(kvtier::to_string(kvcrush_anchor))
+                                 : std::string());
   }
   return "unknown";
 }
@@ -169,6 +270,13 @@ std::expected<void, std::string> EvictionPolicy::validate(int page_size) const {
         return std::unexpected(name + "max must be at least start + recent + page_size (" +
                                std::to_string(start + recent + page_size) +
                                ") to leave one evictable page");
+      if (kvcrush_budget < 0)
+        return std::unexpected(name + "the kvcrush budget must not be negative");
+      if (kvcrush_budget * page_size > max_size - start - recent)
+        return std::unexpected(name + "the kvcrush budget of " + std::to_string(kvcrush_budget) +
+                               " pages is larger than the evictable area (" +
+                               std::to_string((max_size - start - recent) / page_size) +
+                               " pages of " + ps + ")");
       return {};
     }
   }
@@ -216,6 +324,11 @@ std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& 
       const int excess = kv.resident_blocks() - policy.max_size / P;
       if (excess <= 0) break;
       assert(static_cast<int>(scores.size()) >= L);
+      auto score_of = [&](int t) {
+        return policy.aggregation == ScoreAggregation::kSum
+                   ? static_cast<long double>(scores[t])
+                   : static_cast<long double>(scores[t]) / (L - t);  // queries that saw t
+      };
       // The evictable area: resident full pages after the start area and
       // before the recent one, each with its score.
       const int recent_first = first_page_of_last(L, policy.recent, P);
@@ -223,16 +336,25 @@ std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& 
       for (int page = policy.start / P; page < std::min(full_pages, recent_first); ++page) {
         if (kv.is_evicted(page)) continue;
         long double score = 0.0L;
-        for (int t = page * P; t < (page + 1) * P; ++t)
-          score += policy.aggregation == ScoreAggregation::kSum
-                       ? static_cast<long double>(scores[t])
-                       : static_cast<long double>(scores[t]) / (L - t);  // queries that saw t
+        for (int t = page * P; t < (page + 1) * P; ++t) score += score_of(t);
         candidates.push_back({score, page});
       }
       // Lowest score first; ties go to the older page.
       std::sort(candidates.begin(), candidates.end());
       const int n = std::min(excess, static_cast<int>(candidates.size()));
-      for (int i = 0; i < n; ++i) evict.push_back(candidates[i].second);
+      const int kept = static_cast<int>(candidates.size()) - n;
+      const int crush = std::min(policy.kvcrush_budget, kept);
+      if (crush == 0) {
+        for (int i = 0; i < n; ++i) evict.push_back(candidates[i].second);
+      } else {
+        // The best-scored pages but `crush` stay; the rest are KVCrush's.
+        std::vector<int> area, eligible;
+        for (const auto& c : candidates) area.push_back(c.second);
+        for (int i = 0; i < n + crush; ++i) eligible.push_back(candidates[i].second);
+        const std::vector<int> keep = kvcrush_keep(policy, area, eligible, crush, P, score_of);
+        for (int page : eligible)
+          if (std::ranges::find(keep, page) == keep.end()) evict.push_back(page);
+      }
       std::sort(evict.begin(), evict.end());
       break;
     }

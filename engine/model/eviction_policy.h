@@ -7,7 +7,7 @@
 //   window:W                  keep the last W positions (a sliding window).
 //   sinks:S,window:W          also keep the first S positions for good
 //                             (attention sinks, as StreamingLLM keeps them).
-//   h2o:start=S,recent=R,max=M[,agg=sum|norm_sum]
+//   h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,kvcrush=B:ANCHOR]
 //                             OpenVINO GenAI's cache eviction: a start area
 //                             (the first S positions) and a recent area (the
 //                             last R) are never evicted; the pages between them
@@ -19,6 +19,21 @@
 //                             query, or `norm_sum` (default) that sum divided by
 //                             the number of queries that could see it, so old
 //                             positions are not favoured for being old.
+//                             kvcrush (seed 002's KVCrush): of the evictable
+//                             pages kept, B are the most representative
+//                             ones rather than the best scored (below).
+//
+// KVCrush, as seed 002 and OpenVINO GenAI describe it, in pages: each
+// position of the evictable area gets a bit, 1 for the better-scored half
+// of the area's positions (ties to the older); ANCHOR is a pattern of
+// page_size bits: `zeros`, `ones`, `alternate` (0101...), `mean` (per
+// offset in the page, 1 where most evictable pages have a 1) or `random`
+// (seeded once: the same bits for every request and run). When pages must
+// go, the area keeps its best-scored pages but B; the B are picked from
+// the rest, ordered by the Hamming distance of their bits to the anchor
+// (ties to the older page), at evenly spaced ranks, so the kept pages span
+// the area's patterns; whatever is left goes. B must fit in the evictable
+// area (max - start - recent).
 //
 // Pages, not positions: eviction drops whole pages (page_size positions) and
 // only full ones; the page being written is never evicted. Rounding is
@@ -72,6 +87,9 @@ enum class ScoreAggregation {
   kNormSum,  // that total divided by the number of queries that could see it
 };
 
+// KVCrush's anchor pattern (see the top).
+enum class KvCrushAnchor { kRandom, kZeros, kOnes, kMean, kAlternate };
+
 struct EvictionPolicy {
   EvictionKind kind = EvictionKind::kNone;
   // kWindow: the first `sinks` and the last `window` positions are kept.
@@ -82,11 +100,16 @@ struct EvictionPolicy {
   int recent = 0;
   int max_size = 0;
   ScoreAggregation aggregation = ScoreAggregation::kNormSum;
+  // kH2o: KVCrush's budget in pages (0: off) and anchor.
+  int kvcrush_budget = 0;
+  KvCrushAnchor kvcrush_anchor = KvCrushAnchor::kMean;
 
   static EvictionPolicy none() { return {}; }
   static EvictionPolicy sliding_window(int window, int sinks = 0);
   static EvictionPolicy h2o(int start, int recent, int max_size,
                             ScoreAggregation aggregation = ScoreAggregation::kNormSum);
+  // This H2O policy with KVCrush keeping `budget` pages.
+  EvictionPolicy with_kvcrush(int budget, KvCrushAnchor anchor) const;
 
   // Reads the forms at the top of this file; the error names the accepted
   // forms and what was wrong. Checks what needs no page size (positive
@@ -97,7 +120,8 @@ struct EvictionPolicy {
 
   // Whether the policy can be used with pages of `page_size` positions:
   // window >= 1, sinks >= 0; H2O areas multiples of page_size, recent >= 0,
-  // max_size >= start + recent + page_size.
+  // max_size >= start + recent + page_size, a KVCrush budget that fits in
+  // the evictable area.
   std::expected<void, std::string> validate(int page_size) const;
 
   bool evicts() const { return kind != EvictionKind::kNone; }
@@ -108,6 +132,7 @@ struct EvictionPolicy {
 };
 
 std::string_view to_string(ScoreAggregation aggregation);
+std::string_view to_string(KvCrushAnchor anchor);
 
 // Seed 000's `_effective_kv_tokens` contract, for admission: the most KV
 // positions, in whole pages (as the pool hands them out and the scheduler
