@@ -66,7 +66,8 @@ Run greedy(Model& model, BlockPool& pool, const std::vector<int>& prompt,
            const EvictionPolicy& evict, int max_tokens, const std::vector<int>* forced = nullptr) {
   const int V = model.config().vocab_size, context = model.config().block_size;
   SequenceKv kv(kPage);
-  KvEvictor evictor(evict, context);
+  KvEvictor evictor(evict, context, static_cast<int>(prompt.size()));
+  int previous = -1;  // the token before the input (Model::Chunk::previous_token)
   Run run;
   const auto begin = std::chrono::steady_clock::now();
   std::vector<int> input = prompt;
@@ -80,8 +81,9 @@ Run greedy(Model& model, BlockPool& pool, const std::vector<int>& prompt,
       break;
     }
     run.peak_blocks = std::max(run.peak_blocks, kv.resident_blocks());
-    const Model::Chunk chunk{&kv, input, false, evictor.scores()};
+    const Model::Chunk chunk{&kv, input, false, evictor.scores(), previous, evictor.scores_from()};
     const auto logits = model.forward(std::span(&chunk, 1), pool).value();
+    previous = input.back();
     run.evicted_blocks += evictor.evict(kv, pool);
     const int pick =
         static_cast<int>(std::max_element(logits.end() - V, logits.end()) - (logits.end() - V));

@@ -435,9 +435,9 @@ const std::array<Setting, 40> kSettings = {{
      .type = T::kText,
      .group = G::kTiers,
      .runtime = false,
-     .description =
-         "KV eviction policy of requests that name none: none | window:W | "
-         "sinks:S,window:W | h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,kvcrush=B:ANCHOR]",
+     .description = "KV eviction policy of requests that name none: none | window:W | "
+                    "sinks:S,window:W | "
+                    "h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,snapkv=W][,kvcrush=B:ANCHOR]",
      .get = [](const DaemonConfig& c) -> json { return c.scheduler.eviction.to_string(); },
      .set = [](DaemonConfig& c,
                const json& v) { return parsed(EvictionPolicy::parse, v, c.scheduler.eviction); }},

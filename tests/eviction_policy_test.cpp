@@ -48,6 +48,11 @@ TEST(EvictionPolicyTest, ParsesEveryFormAndWritesItBack) {
       {"h2o:start=0,recent=0,max=64,kvcrush=3:ones",
        EvictionPolicy::h2o(0, 0, 64).with_kvcrush(3, KvCrushAnchor::kOnes),
        "h2o:start=0,recent=0,max=64,agg=norm_sum,kvcrush=3:ones"},
+      {"h2o:start=16,recent=32,max=128,snapkv=8", EvictionPolicy::h2o(16, 32, 128).with_snapkv(8),
+       "h2o:start=16,recent=32,max=128,agg=norm_sum,snapkv=8"},
+      {"h2o:kvcrush=1:mean,snapkv=4,start=16,recent=32,max=128",
+       EvictionPolicy::h2o(16, 32, 128).with_snapkv(4).with_kvcrush(1, KvCrushAnchor::kMean),
+       "h2o:start=16,recent=32,max=128,agg=norm_sum,snapkv=4,kvcrush=1:mean"},
       {"h2o:start=0,recent=0,max=64,kvcrush=3:alternate",
        EvictionPolicy::h2o(0, 0, 64).with_kvcrush(3, KvCrushAnchor::kAlternate),
        "h2o:start=0,recent=0,max=64,agg=norm_sum,kvcrush=3:alternate"},
@@ -79,6 +84,8 @@ TEST(EvictionPolicyTest, RefusesBadTextWithTheReason) {
       {"h2o:start=16,start=0,recent=32,max=64", "start is given twice"},
       {"h2o:start,recent=32,max=64", "'start' is not key=value"},
       {"h2o:start=16,recent=32,max=64,kvcrush=2", "kvcrush must be BUDGET:ANCHOR"},
+      {"h2o:start=16,recent=32,max=64,snapkv=0", "snapkv must be at least 1 query"},
+      {"h2o:start=16,recent=32,max=64,snapkv=x", "snapkv must be a whole number"},
       {"h2o:start=16,recent=32,max=64,kvcrush=0:mean", "a budget of at least 1 page"},
       {"h2o:start=16,recent=32,max=64,kvcrush=2:median", "not '2:median'"},
       {"h2o:start=16,recent=32,max=64,kvcrush=1:mean,kvcrush=1:ones", "kvcrush is given twice"},
@@ -234,6 +241,29 @@ TEST(EvictionPolicyTest, KvCrushKeepsThePagesTheAnchorPicks) {
   const auto whole =
       EvictionPolicy::h2o(4, 4, 16, ScoreAggregation::kSum).with_kvcrush(2, KvCrushAnchor::kZeros);
   EXPECT_EQ(pages_to_evict(whole, kv, scores), (std::vector{1, 2, 5, 6}));
+  kv.release(pool);
+}
+
+// SnapKV: the prompt is scored by its last W queries, so the evictor says
+// where scoring starts, and norm_sum divides by the queries that scored.
+TEST(EvictionPolicyTest, SnapKvScoresFromThePromptsLastQueries) {
+  const auto h2o = EvictionPolicy::h2o(4, 4, 12);
+  EXPECT_EQ(KvEvictor(h2o, 64, 20).scores_from(), 0);
+  EXPECT_EQ(KvEvictor(h2o.with_snapkv(8), 64, 20).scores_from(), 12);
+  EXPECT_EQ(KvEvictor(h2o.with_snapkv(32), 64, 20).scores_from(), 0);
+
+  tiers::BlockPool pool(64, 16);
+  SequenceKv kv(4);
+  ASSERT_TRUE(kv.reserve(pool, 16));
+  kv.advance(16);
+  std::vector<kernels::AttentionScore> scores(16, 0);
+  for (int t = 4; t < 8; ++t) scores[t] = 10;  // page 1
+  for (int t = 8; t < 12; ++t) scores[t] = 8;  // page 2
+  // Every query scored: page 1's sums came from 12..9 queries, page 2's
+  // from 8..5, so page 1 is the weaker. Only queries 12..15 scored: both
+  // pages were seen by all four, and page 2 is.
+  EXPECT_EQ(pages_to_evict(h2o, kv, scores), (std::vector{1}));
+  EXPECT_EQ(pages_to_evict(h2o, kv, scores, 12), (std::vector{2}));
   kv.release(pool);
 }
 

@@ -151,7 +151,8 @@ TEST(NanochatModelTest, ChunkingAndBatchingDoNotChangeTheBits) {
 // H2O's attention scores on a nanochat model (GQA, short windows):
 // asking for them changes no logit bit; the integer sums are the same for a
 // whole prefill, a chunked one and a batch beside another sequence; and
-// every row adds one unit per layer and head, window or not.
+// every row adds one unit per layer and head, window or not (from
+// Chunk::scores_from on, when set).
 TEST(NanochatModelTest, AttentionScoresChangeNoLogitAndIgnoreChunkingAndBatch) {
   const std::vector<int> tokens = random_tokens(290, 17);
   NanochatFolder folder({5, 2});
@@ -160,7 +161,7 @@ TEST(NanochatModelTest, AttentionScoresChangeNoLogitAndIgnoreChunkingAndBatch) {
   const std::vector<float> plain = run_chunked(*model, tokens, {290});
   const KvLayout layout = model->kv_layout(kPage);
   tiers::BlockPool pool(layout.block_bytes(), 64);
-  auto scored = [&](const std::vector<int>& sizes, bool beside_another) {
+  auto scored = [&](const std::vector<int>& sizes, bool beside_another, int from = 0) {
     std::vector<kernels::AttentionScore> scores(tokens.size(), 0);
     SequenceKv kv(kPage), other(kPage);
     EXPECT_TRUE(kv.reserve(pool, 290));
@@ -172,6 +173,7 @@ TEST(NanochatModelTest, AttentionScoresChangeNoLogitAndIgnoreChunkingAndBatch) {
       std::vector<Model::Chunk> chunks = {
           {&kv, std::span(tokens).subspan(at, n), true, scores.data()}};
       chunks[0].previous_token = at == 0 ? -1 : tokens[at - 1];
+      chunks[0].scores_from = from;
       if (beside_another && i == 0) chunks.push_back({&other, std::span(other_tokens), true});
       auto out = model->forward(chunks, pool);
       EXPECT_TRUE(out.has_value()) << out.error();
@@ -193,6 +195,13 @@ TEST(NanochatModelTest, AttentionScoresChangeNoLogitAndIgnoreChunkingAndBatch) {
   for (auto s : whole) total += static_cast<long double>(s) / kernels::kScoreOne;
   const double units = 290.0 * 4 * 4;  // rows x layers x heads
   EXPECT_NEAR(static_cast<double>(total), units, units * 1e-5);
+
+  // SnapKV's: only the rows from position 280 on add, chunked or not.
+  const auto last_ten = scored({290}, false, 280);
+  EXPECT_EQ(scored({7, 1, 33}, false, 280), last_ten);
+  long double part = 0;
+  for (auto s : last_ten) part += static_cast<long double>(s) / kernels::kScoreOne;
+  EXPECT_NEAR(static_cast<double>(part), 10.0 * 4 * 4, 10.0 * 4 * 4 * 1e-5);
 }
 
 TEST(NanochatModelTest, BadFoldersAndBatchesAreRefusedWithTheReason) {

@@ -71,10 +71,12 @@ const std::vector<std::string> kPrompts = {"Q: What is the difference between a 
 
 TEST_F(SchedulerEvictionTest, TokensMatchGenerateAloneWithTheSamePolicyForAnyBatch) {
   const std::vector<EvictionPolicy> policies = {
-      EvictionPolicy::sliding_window(32), EvictionPolicy::sliding_window(16, 8),
+      EvictionPolicy::sliding_window(32),
+      EvictionPolicy::sliding_window(16, 8),
       EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kSum),
       EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kNormSum),
-      EvictionPolicy::h2o(16, 16, 64).with_kvcrush(1, KvCrushAnchor::kMean)};
+      EvictionPolicy::h2o(16, 16, 64).with_kvcrush(1, KvCrushAnchor::kMean),
+      EvictionPolicy::h2o(16, 16, 64).with_snapkv(8)};
   for (const EvictionPolicy& policy : policies) {
     std::vector<RequestParams> reqs;
     for (std::size_t i = 0; i < kPrompts.size(); ++i)

@@ -13,7 +13,8 @@ namespace {
 
 constexpr std::string_view kForms =
     "none, window:W, sinks:S,window:W or "
-    "h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,kvcrush=B:random|zeros|ones|mean|alternate]";
+    "h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,snapkv=W]"
+    "[,kvcrush=B:random|zeros|ones|mean|alternate]";
 
 constexpr std::pair<KvCrushAnchor, std::string_view> kAnchors[] = {
     {KvCrushAnchor::kRandom, "random"},
@@ -150,6 +151,12 @@ std::string_view to_string(KvCrushAnchor anchor) {
   return "unknown";
 }
 
+EvictionPolicy EvictionPolicy::with_snapkv(int window) const {
+  EvictionPolicy p = *this;
+  p.snapkv_window = window;
+  return p;
+}
+
 EvictionPolicy EvictionPolicy::with_kvcrush(int budget, KvCrushAnchor anchor) const {
   EvictionPolicy p = *this;
   p.kvcrush_budget = budget;
@@ -162,7 +169,7 @@ std::expected<EvictionPolicy, std::string> EvictionPolicy::parse(std::string_vie
 
   if (text.starts_with("h2o")) {
     if (!text.starts_with("h2o:")) return bad(text, "h2o needs its settings after 'h2o:'");
-    std::optional<int> start, recent, max_size;
+    std::optional<int> start, recent, max_size, snapkv;
     std::optional<ScoreAggregation> agg;
     std::optional<std::pair<int, KvCrushAnchor>> kvcrush;
     for (std::string_view item : split(text.substr(4))) {
@@ -200,6 +207,7 @@ std::expected<EvictionPolicy, std::string> EvictionPolicy::parse(std::string_vie
       std::optional<int>* slot = key == "start"    ? &start
                                  : key == "recent" ? &recent
                                  : key == "max"    ? &max_size
+                                 : key == "snapkv" ? &snapkv
                                                    : nullptr;
       if (slot == nullptr) return bad(text, "unknown h2o setting '" + std::string(key) + "'");
       if (slot->has_value()) return bad(text, std::string(key) + " is given twice");
@@ -211,7 +219,9 @@ std::expected<EvictionPolicy, std::string> EvictionPolicy::parse(std::string_vie
     if (!start || !recent || !max_size) return bad(text, "h2o needs start, recent and max");
     const EvictionPolicy p =
         h2o(*start, *recent, *max_size, agg.value_or(ScoreAggregation::kNormSum));
-    return kvcrush ? p.with_kvcrush(kvcrush->first, kvcrush->second) : p;
+    if (snapkv && *snapkv < 1) return bad(text, "snapkv must be at least 1 query");
+    const EvictionPolicy q = snapkv ? p.with_snapkv(*snapkv) : p;
+    return kvcrush ? q.with_kvcrush(kvcrush->first, kvcrush->second) : q;
   }
 
   std::optional<int> sinks, window;
@@ -243,6 +253,7 @@ std::string EvictionPolicy::to_string() const {
       return "h2o:start=" + std::to_string(start) + ",recent=" + std::to_string(recent) +
              ",max=" + std::to_string(max_size) +
              ",agg=" + std::string(kvtier::to_string(aggregation)) +
+             (snapkv_window > 0 ? ",snapkv=" + std::to_string(snapkv_window) : std::string()) +
              (kvcrush_budget > 0 ? ",kvcrush=" + std::to_string(kvcrush_budget) + ":" +
                                        std::string(kvtier::to_string(kvcrush_anchor))
                                  : std::string());
@@ -270,6 +281,7 @@ std::expected<void, std::string> EvictionPolicy::validate(int page_size) const {
         return std::unexpected(name + "max must be at least start + recent + page_size (" +
                                std::to_string(start + recent + page_size) +
                                ") to leave one evictable page");
+      if (snapkv_window < 0) return std::unexpected(name + "snapkv must not be negative");
       if (kvcrush_budget < 0)
         return std::unexpected(name + "the kvcrush budget must not be negative");
       if (kvcrush_budget * page_size > max_size - start - recent)
@@ -309,7 +321,7 @@ int effective_kv_tokens(const EvictionPolicy& policy, int prompt, int positions,
 }
 
 std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& kv,
-                                std::span<const kernels::AttentionScore> scores) {
+                                std::span<const kernels::AttentionScore> scores, int scores_from) {
   const int P = kv.page_size(), L = kv.length();
   const int full_pages = L / P;  // only these can go
   std::vector<int> evict;
@@ -327,7 +339,8 @@ std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& 
       auto score_of = [&](int t) {
         return policy.aggregation == ScoreAggregation::kSum
                    ? static_cast<long double>(scores[t])
-                   : static_cast<long double>(scores[t]) / (L - t);  // queries that saw t
+                   // the queries that saw t and scored
+                   : static_cast<long double>(scores[t]) / (L - std::max(t, scores_from));
       };
       // The evictable area: resident full pages after the start area and
       // before the recent one, each with its score.
@@ -362,12 +375,13 @@ std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& 
   return evict;
 }
 
-KvEvictor::KvEvictor(EvictionPolicy policy, int context) : policy_(policy) {
+KvEvictor::KvEvictor(EvictionPolicy policy, int context, int prompt) : policy_(policy) {
   if (policy_.needs_scores()) scores_.assign(static_cast<std::size_t>(context), 0);
+  if (policy_.snapkv_window > 0) scores_from_ = std::max(0, prompt - policy_.snapkv_window);
 }
 
 std::vector<int> KvEvictor::pages_to_evict(const SequenceKv& kv) const {
-  return kvtier::pages_to_evict(policy_, kv, scores_);
+  return kvtier::pages_to_evict(policy_, kv, scores_, scores_from_);
 }
 
 int KvEvictor::evict(SequenceKv& kv, tiers::BlockPool& pool) const {

@@ -7,7 +7,7 @@
 //   window:W                  keep the last W positions (a sliding window).
 //   sinks:S,window:W          also keep the first S positions for good
 //                             (attention sinks, as StreamingLLM keeps them).
-//   h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,kvcrush=B:ANCHOR]
+//   h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,snapkv=W][,kvcrush=B:ANCHOR]
 //                             OpenVINO GenAI's cache eviction: a start area
 //                             (the first S positions) and a recent area (the
 //                             last R) are never evicted; the pages between them
@@ -19,6 +19,11 @@
 //                             query, or `norm_sum` (default) that sum divided by
 //                             the number of queries that could see it, so old
 //                             positions are not favoured for being old.
+//                             snapkv (seed 002's snapkv_window_size): the
+//                             prompt's positions are scored by its last W
+//                             queries only (the others add nothing), then
+//                             every decode query adds as before; norm_sum
+//                             divides by the queries that scored.
 //                             kvcrush (seed 002's KVCrush): of the evictable
 //                             pages kept, B are the most representative
 //                             ones rather than the best scored (below).
@@ -103,6 +108,8 @@ struct EvictionPolicy {
   // kH2o: KVCrush's budget in pages (0: off) and anchor.
   int kvcrush_budget = 0;
   KvCrushAnchor kvcrush_anchor = KvCrushAnchor::kMean;
+  // kH2o: SnapKV's window in queries (0: every query scores).
+  int snapkv_window = 0;
 
   static EvictionPolicy none() { return {}; }
   static EvictionPolicy sliding_window(int window, int sinks = 0);
@@ -110,6 +117,8 @@ struct EvictionPolicy {
                             ScoreAggregation aggregation = ScoreAggregation::kNormSum);
   // This H2O policy with KVCrush keeping `budget` pages.
   EvictionPolicy with_kvcrush(int budget, KvCrushAnchor anchor) const;
+  // This H2O policy scoring the prompt by its last `window` queries.
+  EvictionPolicy with_snapkv(int window) const;
 
   // Reads the forms at the top of this file; the error names the accepted
   // forms and what was wrong. Checks what needs no page size (positive
@@ -149,9 +158,12 @@ int effective_kv_tokens(const EvictionPolicy& policy, int prompt, int positions,
 // The pages of `kv` that `policy` drops now, as increasing block-table
 // indices (resident, full pages only; empty for kNone). `scores` holds the
 // sequence's accumulated attention scores by position (at least kv.length()
-// entries) and is read by H2O only. REQUIRES: policy.validate(kv.page_size()).
+// entries) and is read by H2O only, gathered from the queries at positions
+// `scores_from` on (KvEvictor::scores_from). REQUIRES:
+// policy.validate(kv.page_size()).
 std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& kv,
-                                std::span<const kernels::AttentionScore> scores);
+                                std::span<const kernels::AttentionScore> scores,
+                                int scores_from = 0);
 
 // One sequence's eviction state: its policy and, for H2O, the attention
 // scores its positions have gathered. One per request (a forked sample copies
@@ -164,14 +176,17 @@ std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& 
 class KvEvictor {
  public:
   // REQUIRES: policy.validate(page size of the sequences it will see);
-  // `context` is the model's block_size (positions scores are kept for).
-  KvEvictor(EvictionPolicy policy, int context);
+  // `context` is the model's block_size (positions scores are kept for),
+  // `prompt` the request's prompt length (SnapKV's window ends there).
+  KvEvictor(EvictionPolicy policy, int context, int prompt = 0);
 
   const EvictionPolicy& policy() const { return policy_; }
 
   // For Model::Chunk::scores: `context` entries, or null when the policy
   // reads no scores.
   kernels::AttentionScore* scores() { return scores_.empty() ? nullptr : scores_.data(); }
+  // For Model::Chunk::scores_from: the first position whose query scores.
+  int scores_from() const { return scores_from_; }
   std::span<const kernels::AttentionScore> score_view() const { return scores_; }
 
   // What the scheduler calls after each step: the block-table indices of kv
@@ -189,6 +204,7 @@ class KvEvictor {
  private:
   EvictionPolicy policy_;
   std::vector<kernels::AttentionScore> scores_;  // by position; empty unless H2O
+  int scores_from_ = 0;
 };
 
 }  // namespace kvtier

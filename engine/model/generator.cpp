@@ -69,7 +69,7 @@ std::expected<Generation, std::string> generate(
   const int context = model.config().block_size;
   const int V = model.config().vocab_size;
   SequenceKv kv(options.page_size);
-  KvEvictor evictor(options.eviction, context);
+  KvEvictor evictor(options.eviction, context, static_cast<int>(prompt.size()));
   Sampler sampler(options.sampling);
   std::optional<ToolUse> tools;
   if (options.tools && tokenizer != nullptr) tools = ToolUse::of(model.config().tokenizer);
@@ -87,7 +87,7 @@ std::expected<Generation, std::string> generate(
       return false;
     }
     out.peak_kv_blocks = std::max(out.peak_kv_blocks, kv.resident_blocks());
-    const Model::Chunk chunk{&kv, tokens, false, evictor.scores(), previous};
+    const Model::Chunk chunk{&kv, tokens, false, evictor.scores(), previous, evictor.scores_from()};
     auto logits = model.forward(std::span(&chunk, 1), pool);
     if (!logits) {
       error = logits.error();

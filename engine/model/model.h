@@ -66,6 +66,9 @@ class Model {
     // carries over is the sequence's own ids, never something a tier,
     // fork or restart could lose.
     int previous_token = -1;
+    // With scores: the rows at positions below this add nothing (SnapKV
+    // scores a prompt by its last queries only; EvictionPolicy).
+    int scores_from = 0;
   };
 
   virtual ~Model() = default;

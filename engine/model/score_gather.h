@@ -6,8 +6,8 @@
 // added what, or in which order: a sequence's scores stay batch-invariant.
 //
 // Use: plan() once per forward, with each chunk's positions; then, inside
-// the parallel region, one Buffer per thread: at(chunk) is where a query of
-// that chunk adds (null for chunks that want no scores), and merge() adds
+// the parallel region, one Buffer per thread: at(chunk, pos) is where a query
+// of that chunk at that position adds (null for chunks that want no scores), and merge() adds
 // the buffer into the sums (under a lock: call it once per thread, after
 // the thread's last query of the layer).
 #pragma once
@@ -27,12 +27,14 @@ class ScoreGather {
   void plan(std::span<const Model::Chunk> chunks) {
     targets_.clear();
     offsets_.assign(chunks.size(), -1);
+    from_.assign(chunks.size(), 0);
     positions_ = 0;
     for (std::size_t i = 0; i < chunks.size(); ++i) {
       const Model::Chunk& c = chunks[i];
       if (c.scores == nullptr) continue;
       const int positions = c.kv->length() + static_cast<int>(c.tokens.size());
       offsets_[i] = positions_;
+      from_[i] = c.scores_from;
       targets_.push_back({positions_, positions, c.scores});
       positions_ += positions;
     }
@@ -43,9 +45,12 @@ class ScoreGather {
     explicit Buffer(const ScoreGather& gather)
         : gather_(gather), scores_(static_cast<std::size_t>(gather.positions_), 0) {}
 
-    kernels::AttentionScore* at(int chunk) {
-      const long offset = gather_.offsets_[static_cast<std::size_t>(chunk)];
-      return offset < 0 ? nullptr : scores_.data() + offset;
+    // Where the query at position `pos` of chunk `chunk` adds; null for a
+    // chunk without scores or a row before its scores_from.
+    kernels::AttentionScore* at(int chunk, int pos) {
+      const auto i = static_cast<std::size_t>(chunk);
+      const long offset = gather_.offsets_[i];
+      return offset < 0 || pos < gather_.from_[i] ? nullptr : scores_.data() + offset;
     }
 
     void merge() {
@@ -68,6 +73,7 @@ class ScoreGather {
   };
   std::vector<Target> targets_;
   std::vector<long> offsets_;  // per chunk; -1 without scores
+  std::vector<int> from_;      // per chunk: Model::Chunk::scores_from
   long positions_ = 0;
 };
 

@@ -83,6 +83,6 @@ Request::Request(RequestId id, std::uint64_t arrival, RequestParams params, int 
       kv_(page_size),
       sampler_(params.sampling),
       stop_matcher_(std::move(params.stop)),
-      evictor_(params.eviction.value_or(EvictionPolicy::none()), context) {}
+      evictor_(params.eviction.value_or(EvictionPolicy::none()), context, prompt_len_) {}
 
 }  // namespace kvtier

@@ -133,7 +133,7 @@ Scheduler::Batch Scheduler::build_batch(StepOutput& out) {
   for (Request* r : admitted_) {
     if (r->status_ != RequestStatus::kRunning) continue;
     batch.chunks.push_back({&r->kv_, std::span(&r->tokens_.back(), 1), false, r->evictor_.scores(),
-                            r->token_before(r->kv_.length())});
+                            r->token_before(r->kv_.length()), r->evictor_.scores_from()});
     batch.rows.push_back(r);
   }
   out.decode_tokens = static_cast<int>(batch.chunks.size());
@@ -144,7 +144,8 @@ Scheduler::Batch Scheduler::build_batch(StepOutput& out) {
     const int end = r->split_resume_ > 0 ? r->split_end_ : static_cast<int>(r->tokens_.size());
     const int n = std::min(room, end - begin);
     batch.chunks.push_back({&r->kv_, std::span(r->tokens_).subspan(begin, n), false,
-                            r->evictor_.scores(), r->token_before(begin)});
+                            r->evictor_.scores(), r->token_before(begin),
+                            r->evictor_.scores_from()});
     batch.rows.push_back(r);
     // Only a head before its fork or a re-prefill after a preemption
     // prefills, and neither shares blocks: the chunk writes its own pages.

@@ -128,7 +128,7 @@ void Gpt2Model::attention(int layer, int M) {
         queries[i] = {qkv_.data() + row * width + h * D,
                       att_.data() + static_cast<long>(row) * C + h * D, slot.pos,
                       layout.layer_view(block_bases_[slot.chunk].data(), layer),
-                      scores.at(slot.chunk)};
+                      scores.at(slot.chunk, slot.pos)};
       }
       kernels::attention_queries(queries, group.count, group.shared_keys, h / group_size,
                                  scratch.data());

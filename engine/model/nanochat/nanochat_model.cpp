@@ -161,7 +161,7 @@ void NanochatModel::attention(int layer, int M) {
       kernels::AttentionQuery query{q_.data() + static_cast<long>(r) * H * D + h * D,
                                     att_.data() + static_cast<long>(r) * H * D + h * D, row.pos,
                                     layout.layer_view(block_bases_[row.chunk].data(), layer),
-                                    scores.at(row.chunk)};
+                                    scores.at(row.chunk, row.pos)};
       query.first = window < 0 ? 0 : std::max(0, row.pos - window);
       kernels::attention_queries(&query, 1, row.pos + 1, h / group_size, scratch.data());
     }
