@@ -2,7 +2,7 @@
 // nanochat's chat CLI holds one (scripts/chat_cli.py): each line read is the
 // user's turn, the whole conversation so far goes out as `generate`'s
 // "messages" (the daemon renders it in the model's chat format,
-// daemon/chat_template.h), and the answer streams back and joins it. Earlier
+// wire/chat_template.h), and the answer streams back and joins it. Earlier
 // turns are the prefix of every later request, so they come from the cache.
 //
 // Lines "clear" (a new conversation) and "quit" or "exit" (or the end of

@@ -6,6 +6,12 @@
 
 namespace kvtier::daemon {
 
+using wire::CachePromptParams;
+using wire::Prompt;
+using wire::prompt_tokens;
+using wire::RpcError;
+namespace rpc_code = wire::rpc_code;
+
 using nlohmann::json;
 
 namespace {

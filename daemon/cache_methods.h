@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "daemon/engine_loop.h"
-#include "daemon/protocol.h"
 #include "engine/cache/kv_cache.h"
+#include "wire/protocol.h"
 
 namespace kvtier::daemon {
 
@@ -47,28 +47,29 @@ nlohmann::json cache_snapshot_to_json(const EngineLoop::CacheSnapshot& snapshot)
 nlohmann::json cache_events_to_json(const EngineLoop::CacheEvents& batch);
 
 // The error every cache method answers while the prefix cache is off.
-RpcError no_prefix_cache_error();
+wire::RpcError no_prefix_cache_error();
 
 // The prompt as token ids: text encoded, ids checked against the vocabulary;
 // an empty prompt is refused.
-std::expected<std::vector<int>, RpcError> cache_prompt_tokens(EngineAccess& e,
-                                                              const Prompt& prompt);
+std::expected<std::vector<int>, wire::RpcError> cache_prompt_tokens(EngineAccess& e,
+                                                                    const wire::Prompt& prompt);
 
 // How many of the prompt's tokens are cached and in which tier, looking at
 // the full blocks admission would match: (len - 1) / page_size of them, the
 // last token always being fed.
-std::expected<nlohmann::json, RpcError> cache_lookup(EngineAccess& e,
-                                                     const CachePromptParams& params);
+std::expected<nlohmann::json, wire::RpcError> cache_lookup(EngineAccess& e,
+                                                           const wire::CachePromptParams& params);
 
 // Pins (delta +1) or unpins (-1) the cached prefix of the prompt.
-std::expected<nlohmann::json, RpcError> cache_pin(EngineAccess& e, const CachePromptParams& params,
-                                                  int delta);
+std::expected<nlohmann::json, wire::RpcError> cache_pin(EngineAccess& e,
+                                                        const wire::CachePromptParams& params,
+                                                        int delta);
 
 // KvCache::summarize(), the largest families' first tokens decoded.
-std::expected<nlohmann::json, RpcError> cache_tree(EngineAccess& e);
+std::expected<nlohmann::json, wire::RpcError> cache_tree(EngineAccess& e);
 
 // Drops what the tiers allow, in the order given; blocks dropped per tier.
-std::expected<nlohmann::json, RpcError> cache_flush(EngineAccess& e,
-                                                    const std::vector<Tier>& tiers);
+std::expected<nlohmann::json, wire::RpcError> cache_flush(EngineAccess& e,
+                                                          const std::vector<Tier>& tiers);
 
 }  // namespace kvtier::daemon

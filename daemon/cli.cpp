@@ -2,7 +2,6 @@
 
 #include <CLI/CLI.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 
 #include "daemon/config_file.h"
@@ -10,6 +9,10 @@
 #include "engine/build_info.h"
 
 namespace kvtier::daemon {
+
+using wire::cli_parse_failure;
+using wire::CliExit;
+using wire::kExitConfig;
 
 namespace {
 
@@ -78,19 +81,6 @@ CLI::Option* oneshot_flags_add(CLI::App& app, OneShotOptions& one) {
 CliExit bad_config(const std::string& why) { return {kExitConfig, "", why}; }
 
 }  // namespace
-
-CliExit cli_parse_failure(const CLI::App& app, const CLI::ParseError& e) {
-  CliExit exit;
-  std::ostringstream out, err;
-  const int code = app.exit(e, out, err);
-  exit.out = out.str();
-  exit.err = err.str();
-  const bool bad_value = dynamic_cast<const CLI::ValidationError*>(&e) != nullptr ||
-                         dynamic_cast<const CLI::ConversionError*>(&e) != nullptr;
-  exit.code = code == 0 ? 0 : bad_value ? kExitConfig : kExitUsage;
-  if (exit.code == kExitConfig) exit.err = e.what();  // a refusal, said as the others are
-  return exit;
-}
 
 std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& args,
                                               const DaemonConfig& defaults) {

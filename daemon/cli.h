@@ -23,11 +23,7 @@
 
 #include "daemon/config.h"
 #include "daemon/oneshot.h"
-
-namespace CLI {
-class App;
-class ParseError;
-}  // namespace CLI
+#include "wire/cli_exit.h"
 
 namespace kvtier::daemon {
 
@@ -40,33 +36,10 @@ struct CommandLine {
   bool check_only = false;
 };
 
-// Why parsing stopped without a CommandLine: --help (code 0) or an error.
-// kvtierd's exit codes beside 0 and 1 (failed while starting or running):
-// a command line it cannot read, and a configuration it cannot run with
-// (sysexits.h's EX_CONFIG), whether from a flag, the config file or what
-// the machine has (systemd's unit does not restart it on the latter).
-inline constexpr int kExitUsage = 2;
-inline constexpr int kExitConfig = 78;
-
-struct CliExit {
-  int code = 0;
-  std::string out;  // for stdout (the help text)
-  // kExitConfig: the refusal, one line, which main logs as it logs every
-  // start-up refusal ("kvtierd: error: ..."); kExitUsage: CLI11's text for
-  // stderr as it is, ending with the --help to read.
-  std::string err;
-};
-
-// What a CLI11 parse error tells the user, for kvtierd and kvtier-router
-// alike: --help and --version their text (code 0), a value refused
-// kExitConfig (CliExit::err its one line), anything else (an unknown flag,
-// a missing value or option) kExitUsage.
-CliExit cli_parse_failure(const CLI::App& app, const CLI::ParseError& e);
-
 // Parses `args` (args[0] is the program name). `defaults` supplies what the
 // flags do not set (the default model folder and socket path, found at run
 // time by main).
-std::expected<CommandLine, CliExit> cli_parse(const std::vector<std::string>& args,
-                                              const DaemonConfig& defaults);
+std::expected<CommandLine, wire::CliExit> cli_parse(const std::vector<std::string>& args,
+                                                    const DaemonConfig& defaults);
 
 }  // namespace kvtier::daemon

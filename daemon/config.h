@@ -33,8 +33,8 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/log.h"
 #include "engine/scheduling/scheduler.h"
+#include "wire/log.h"
 
 namespace kvtier::daemon {
 
@@ -86,7 +86,7 @@ struct DaemonConfig {
   int max_connections = 64;                // connections served at once
   // The HTTP API on TCP as well as on the socket: "HOST:PORT", or a port
   // alone for loopback; empty = the socket only. Beyond loopback an API key
-  // file is required (http/listener.h).
+  // file is required (wire/http/listener.h).
   std::string http_listen;
   std::string http_api_key_file;  // a file (mode 0600) holding the Bearer token HTTP needs
 
@@ -118,7 +118,7 @@ struct DaemonConfig {
   }();
 
   // Runtime.
-  LogLevel log_level = LogLevel::kInfo;
+  wire::LogLevel log_level = wire::LogLevel::kInfo;
   // Requests queued or running over all clients; more get -32000. Lowering it
   // refuses new requests until enough of those pending finish.
   int max_pending = 256;

@@ -4,9 +4,18 @@
 #include <cstdio>
 #include <utility>
 
-#include "daemon/log.h"
+#include "wire/log.h"
 
 namespace kvtier::daemon {
+
+using wire::cancel_allowed;
+using wire::log_error;
+using wire::log_info;
+using wire::log_number;
+using wire::log_warning;
+using wire::Prompt;
+using wire::request_params;
+using wire::RequestOwner;
 
 namespace {
 

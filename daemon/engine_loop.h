@@ -35,13 +35,13 @@
 #include <variant>
 #include <vector>
 
-#include "daemon/access.h"
-#include "daemon/prompt.h"
 #include "engine/device.h"
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
 #include "engine/scheduling/request.h"
 #include "engine/scheduling/scheduler.h"
+#include "wire/access.h"
+#include "wire/prompt.h"
 
 namespace kvtier::daemon {
 
@@ -193,20 +193,20 @@ class EngineLoop {
                    std::function<void(std::expected<void, std::string>)> reply);
 
   // Thread-safe. Queues a generation: the one way every front door asks for
-  // one. On the engine thread, request_params (prompt.h) joins `prompt` (text
+  // one. On the engine thread, request_params (wire/prompt.h) joins `prompt` (text
   // or token ids) to `options` and Scheduler::submit validates the request;
   // a refusal comes back as a final error event. `sink` receives every event
   // of the request. `owner` decides who may cancel it (cancel_allowed,
-  // access.h).
-  std::expected<RequestId, SubmitError> submit(Prompt prompt, RequestOptions options,
-                                               EventSink sink, RequestOwner owner);
+  // wire/access.h).
+  std::expected<RequestId, SubmitError> submit(wire::Prompt prompt, RequestOptions options,
+                                               EventSink sink, wire::RequestOwner owner);
 
   // Thread-safe. Asks for the request to be cancelled on behalf of `caller`;
   // its sink gets a final event with finish_reason "cancelled" (unless it
   // finishes first). kUnknown for an id that is unknown or already final,
   // kNotAllowed when cancel_allowed says no (nothing happens then).
   enum class CancelResult { kCancelling, kUnknown, kNotAllowed };
-  CancelResult cancel(RequestId id, const RequestOwner& caller, bool caller_privileged);
+  CancelResult cancel(RequestId id, const wire::RequestOwner& caller, bool caller_privileged);
 
   // Thread-safe. `reply` is called on the engine thread with a snapshot;
   // after stop() it is dropped uncalled.
@@ -263,7 +263,7 @@ class EngineLoop {
 
   struct SubmitCommand {
     RequestId id;
-    Prompt prompt;
+    wire::Prompt prompt;
     RequestOptions options;
     EventSink sink;
     Clock::time_point submitted;
@@ -323,7 +323,7 @@ class EngineLoop {
   // Sends the step's cache events to the subscribers as one batch; stops
   // listening to the cache when none is left.
   void publish_cache_events();
-  RequestOwner mark_final(RequestId id);
+  wire::RequestOwner mark_final(RequestId id);
 
   // Engine-thread state. The Model and Tokenizer live on the heap so the
   // Scheduler's references to them stay valid.
@@ -354,7 +354,7 @@ class EngineLoop {
   std::condition_variable cv_;
   std::deque<Command> inbox_;  // guarded by mu_
   // guarded by mu_: submitted, not final, and who submitted each
-  std::unordered_map<RequestId, RequestOwner> active_;
+  std::unordered_map<RequestId, wire::RequestOwner> active_;
   RequestId next_id_ = 1;  // guarded by mu_
   long submitted_ = 0;     // guarded by mu_
   int max_pending_;        // guarded by mu_

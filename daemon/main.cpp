@@ -16,22 +16,24 @@
 #include <string>
 #include <vector>
 
-#include "daemon/access.h"
 #include "daemon/cli.h"
 #include "daemon/config.h"
-#include "daemon/default_paths.h"
 #include "daemon/engine_loop.h"
-#include "daemon/log.h"
 #include "daemon/oneshot.h"
 #include "daemon/server.h"
 #include "daemon/service_checks.h"
 #include "daemon/start_checks.h"
 #include "daemon/systemd_notify.h"
 #include "engine/build_info.h"
+#include "wire/access.h"
+#include "wire/default_paths.h"
+#include "wire/log.h"
+#include "wire/unix_socket.h"
 
 namespace {
 
 using namespace kvtier::daemon;
+using namespace kvtier::wire;
 
 // Defaults found at run time: the flags' defaults for --model and --socket.
 DaemonConfig default_config() {

@@ -5,13 +5,16 @@
 #include <cstdio>
 #include <iostream>
 
-#include "daemon/param_fields.h"
-#include "daemon/prompt.h"
 #include "engine/model/generator.h"
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
+#include "wire/param_fields.h"
+#include "wire/prompt.h"
 
 namespace kvtier::daemon {
+
+using wire::prompt_tokens;
+namespace fields = wire::fields;
 
 int oneshot_run(const OneShotOptions& o) {
   auto loaded = kvtier::Model::load(o.model_dir);

@@ -12,57 +12,30 @@
 #include <sstream>
 #include <utility>
 
-#include "daemon/access.h"
-#include "daemon/generic_socket.h"
-#include "daemon/log.h"
-#include "daemon/protocol.h"
 #include "daemon/systemd_notify.h"
+#include "wire/access.h"
+#include "wire/generic_socket.h"
+#include "wire/log.h"
+#include "wire/protocol.h"
+#include "wire/unix_socket.h"
 
 namespace kvtier::daemon {
+
+using wire::as_generic;
+using wire::error_line;
+using wire::log_error;
+using wire::log_info;
+using wire::log_level_set;
+using wire::log_number;
+using wire::log_warning;
+using wire::peer_credentials;
+using wire::PeerCredentials;
+using wire::unix_socket_listen;
+namespace rpc_code = wire::rpc_code;
 
 namespace fs = std::filesystem;
 using stream = asio::local::stream_protocol;
 using generic_stream = asio::generic::stream_protocol;
-
-namespace {
-
-enum class PathState { kFree, kStaleSocket };
-
-// What lives at `path`, or why a daemon cannot bind there.
-std::expected<PathState, std::string> path_state(const std::string& path) {
-  if (path.empty()) return std::unexpected(std::string("the socket path is empty"));
-  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return std::unexpected("socket path " + path + " is " + std::to_string(path.size()) +
-                           " bytes; a Unix socket path has at most " +
-                           std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
-                           " (choose a shorter --socket)");
-  }
-  std::error_code ec;
-  const auto st = fs::symlink_status(path, ec);
-  if (ec || !fs::exists(st)) return PathState::kFree;
-  if (!fs::is_socket(st)) {
-    return std::unexpected(path + " exists and is not a socket; refusing to replace it");
-  }
-  // Someone answering means another daemon serves there; a refused
-  // connection leaves a stale file behind a daemon that died.
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::unexpected("cannot probe " + path + ": " + std::strerror(errno));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const bool live = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  if (live) return std::unexpected("another daemon is listening on " + path);
-  return PathState::kStaleSocket;
-}
-
-}  // namespace
-
-std::expected<void, std::string> socket_path_check(const std::string& path) {
-  auto state = path_state(path);
-  if (!state) return std::unexpected(state.error());
-  return {};
-}
 
 Server::Server(asio::io_context& io, EngineLoop& engine, ServerOptions options)
     : io_(io),
@@ -86,43 +59,6 @@ Server::~Server() {
   }
 }
 
-std::expected<void, std::string> unix_socket_listen(stream::acceptor& acceptor,
-                                                    const std::string& path,
-                                                    std::optional<gid_t> group) {
-  // Asked again: the path may have changed since main() asked.
-  auto state = path_state(path);
-  if (!state) return std::unexpected(state.error());
-  if (*state == PathState::kStaleSocket) {
-    log_info("removing stale socket " + path);
-    std::error_code fs_ec;
-    fs::remove(path, fs_ec);
-    if (fs_ec)
-      return std::unexpected("cannot remove stale socket " + path + ": " + fs_ec.message());
-  }
-  boost::system::error_code ec;
-  acceptor.open(stream(), ec);
-  if (!ec) acceptor.bind(stream::endpoint(path), ec);
-  if (ec) return std::unexpected("cannot bind " + path + ": " + ec.message());
-  // Bound: from here on a failure removes the file it made.
-  const auto failed = [&](std::string why) {
-    std::error_code ignored;
-    fs::remove(path, ignored);
-    return std::unexpected(std::move(why));
-  };
-  // Mode and group before listen(): no client can connect through a mode
-  // wider than the one asked for, even for a moment.
-  // Owner and group only: a client can make the daemon burn CPU and memory.
-  if (::chmod(path.c_str(), 0660) != 0)
-    return failed("cannot chmod " + path + ": " + std::generic_category().message(errno));
-  if (group && ::chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
-    return failed("cannot give " + path + " to group " + std::to_string(*group) + ": " +
-                  std::generic_category().message(errno));
-  }
-  acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return failed("cannot listen on " + path + ": " + ec.message());
-  return {};
-}
-
 std::expected<void, std::string> Server::listen() {
   const std::string& path = config_.socket_path;
   boost::system::error_code ec;
@@ -143,7 +79,7 @@ std::expected<void, std::string> Server::listen() {
 
 std::expected<void, std::string> Server::listen_tcp() {
   if (!options_.http_listen) return {};
-  return http::tcp_listen(tcp_acceptor_, options_.http_listen->endpoint);
+  return wire::http::tcp_listen(tcp_acceptor_, options_.http_listen->endpoint);
 }
 
 void Server::wait_signal() {
@@ -206,11 +142,11 @@ void Server::accept_tcp() {
       log_warning("HTTP accept failed: " + ec.message());
     } else if (!room_for_one_more()) {
       boost::system::error_code ignored;
-      asio::write(socket, asio::buffer(http::kBusyAnswer),
+      asio::write(socket, asio::buffer(wire::http::kBusyAnswer),
                   ignored);  // tiny; the buffer takes it  // tiny; the socket buffer takes it
     } else {
       // JSON-RPC or HTTP, told by the first byte as on the Unix socket. A
-      // TCP peer has no credentials: it is never privileged (access.h).
+      // TCP peer has no credentials: it is never privileged (wire/access.h).
       boost::system::error_code peer_ec;
       const auto peer = socket.remote_endpoint(peer_ec);
       std::ostringstream who;
@@ -267,13 +203,13 @@ void Server::accept() {
 
 void Server::serve_http(generic_stream::socket socket, std::string already_read,
                         std::optional<PeerCredentials> peer, std::string api_key) {
-  http::ConnectionOptions o;
+  wire::http::ConnectionOptions o;
   o.max_output_bytes = options_.session.max_output_bytes;
   o.peer = peer;
   o.api_key = std::move(api_key);
-  auto connection =
-      http::Connection::make(std::move(socket), http_service_, std::move(o),
-                             [this](http::Connection* c) { http_connections_.erase(c); });
+  auto connection = wire::http::Connection::make(
+      std::move(socket), http_service_, std::move(o),
+      [this](wire::http::Connection* c) { http_connections_.erase(c); });
   http_connections_.emplace(connection.get(), connection);
   connection->start(std::move(already_read));
 }

@@ -9,7 +9,7 @@
 // removes anything.
 //
 // Each connection's peer credentials are logged at info level and handed to
-// its session, which checks privileged calls against them (access.h).
+// its session, which checks privileged calls against them (wire/access.h).
 //
 // The optional TCP listener (http_listen) serves JSON-RPC and HTTP alike,
 // told by the first byte as on the Unix socket; with an API key, HTTP asks
@@ -58,14 +58,14 @@
 #include <string>
 #include <unordered_map>
 
-#include "daemon/chat_template.h"
 #include "daemon/config.h"
 #include "daemon/control.h"
 #include "daemon/engine_loop.h"
-#include "daemon/http/connection.h"
-#include "daemon/http/listener.h"
 #include "daemon/http/routes.h"
 #include "daemon/session.h"
+#include "wire/chat_template.h"
+#include "wire/http/connection.h"
+#include "wire/http/listener.h"
 
 namespace kvtier::daemon {
 
@@ -87,29 +87,11 @@ struct ServerOptions {
   // -1 to bind socket_path. The server takes ownership of it.
   int activated_fd = -1;
   // The model's, for /v1/chat/completions (main loads it with the model).
-  ChatTemplate chat_template;
+  wire::ChatTemplate chat_template;
   // The HTTP API's TCP listener (http_listen), checked by main; none when
   // nullopt.
-  std::optional<http::ListenSpec> http_listen;
+  std::optional<wire::http::ListenSpec> http_listen;
 };
-
-// Whether a daemon could bind a Unix socket at `path`: the path fits a
-// socket address (sun_path: 107 bytes and a NUL), and nothing lives there
-// but, at most, a stale socket (listen() replaces it). Refused, with the
-// path and the reason: a path too long, a live socket (another daemon), a
-// file of another kind. main() asks before loading the model, so a daemon
-// that could not serve says so at once instead of after the load.
-std::expected<void, std::string> socket_path_check(const std::string& path);
-
-// Listens on a Unix socket at `path` (kvtierd's and kvtier-router's): a
-// stale socket file is replaced, a live one or a file of another kind
-// refused (socket_path_check); the socket gets mode 0660, and `group` when
-// given, before listen(), so no client connects through a wider mode even
-// for a moment. A failure after the bind removes the file again. Errors
-// name the path and the reason.
-std::expected<void, std::string> unix_socket_listen(
-    asio::local::stream_protocol::acceptor& acceptor, const std::string& path,
-    std::optional<gid_t> group);
 
 class Server : public DaemonControl {
  public:
@@ -154,7 +136,7 @@ class Server : public DaemonControl {
   // Serves a connection that turned out to speak HTTP: `peer` on the Unix
   // socket, an `api_key` on TCP (empty: none asked).
   void serve_http(asio::generic::stream_protocol::socket socket, std::string already_read,
-                  std::optional<PeerCredentials> peer, std::string api_key);
+                  std::optional<wire::PeerCredentials> peer, std::string api_key);
   void watchdog_ping();
   void wait_signal();
   void reload();
@@ -178,7 +160,8 @@ class Server : public DaemonControl {
   http::HttpCounts http_counts_;
   http::Context http_context_;
   http::DaemonService http_service_{http_context_};
-  std::unordered_map<http::Connection*, std::shared_ptr<http::Connection>> http_connections_;
+  std::unordered_map<wire::http::Connection*, std::shared_ptr<wire::http::Connection>>
+      http_connections_;
   bool listening_ = false;
   bool owns_socket_file_ = false;  // bound here, so removed on exit
   bool stopping_ = false;          // draining or stopped: no more accepting

@@ -6,12 +6,35 @@
 #include <utility>
 
 #include "daemon/cache_methods.h"
-#include "daemon/http/connection.h"
-#include "daemon/http/openai.h"
-#include "daemon/log.h"
 #include "engine/build_info.h"
+#include "wire/http/connection.h"
+#include "wire/http/openai.h"
+#include "wire/log.h"
 
 namespace kvtier::daemon {
+
+using wire::auth_result;
+using wire::call_parse;
+using wire::cancel_params_parse;
+using wire::error_line;
+using wire::generate_messages_render;
+using wire::generate_params_parse;
+using wire::line_too_long_line;
+using wire::log_debug;
+using wire::log_info;
+using wire::log_warning;
+using wire::next_connection_number;
+using wire::no_params_check;
+using wire::notification_line;
+using wire::PeerCredentials;
+using wire::privileged_call_allowed;
+using wire::Prompt;
+using wire::RequestOwner;
+using wire::response_line;
+using wire::RpcCall;
+using wire::RpcError;
+using wire::unauthenticated_error;
+namespace rpc_code = wire::rpc_code;
 
 using nlohmann::json;
 
@@ -99,7 +122,7 @@ void Session::read() {
           return;
         }
         if (std::exchange(self->first_read_, false) && n > 0 &&
-            http::starts_http(self->read_buf_[0]) && self->on_http_) {
+            wire::http::starts_http(self->read_buf_[0]) && self->on_http_) {
           self->closed_ = true;  // the socket goes on, as HTTP
           self->auth_timer_.cancel();
           self->on_http_(std::move(self->socket_), std::string(self->read_buf_.data(), n));
@@ -378,7 +401,7 @@ void Session::method_health(RpcCall& call) {
                {"device", engine_.device()},
                {"threads", omp_get_max_threads()},
                {"model",
-                {{"name", http::served_model_name(control_.config())},
+                {{"name", wire::http::served_model_name(control_.config().model_dir)},
                  {"n_layer", m.n_layer},
                  {"n_head", m.n_head},
                  {"n_kv_head", m.n_kv_head},

@@ -13,7 +13,7 @@
 // key the port. A TCP peer has no credentials (no uid), so it is never
 // privileged and cancels only its own connection's requests.
 //
-// Framing: newline-delimited JSON-RPC 2.0 (protocol.h); a line over
+// Framing: newline-delimited JSON-RPC 2.0 (wire/protocol.h); a line over
 // max_line_bytes (a runtime setting, read before every read) gets a
 // kLineTooLong error and the connection goes on. A request without "id" is a
 // notification: it runs, and gets no response (a streamed generate still
@@ -27,7 +27,7 @@
 //
 // Privileged methods (Method::privileged: `shutdown`, `config.set`,
 // `cache.pin`, `cache.unpin`, `cache.flush`) are refused with
-// kPermissionDenied unless the peer's uid may make them (access.h). So is a
+// kPermissionDenied unless the peer's uid may make them (wire/access.h). So is a
 // `cancel` of a request that is neither this connection's, nor its uid's,
 // from a peer not privileged (cancel_allowed).
 //
@@ -53,12 +53,12 @@
 #include <string>
 #include <unordered_set>
 
-#include "daemon/access.h"
 #include "daemon/control.h"
 #include "daemon/engine_loop.h"
-#include "daemon/line_framer.h"
-#include "daemon/protocol.h"
-#include "daemon/write_queue.h"
+#include "wire/access.h"
+#include "wire/line_framer.h"
+#include "wire/protocol.h"
+#include "wire/write_queue.h"
 
 namespace kvtier::daemon {
 
@@ -75,7 +75,7 @@ struct SessionOptions {
   std::string api_key{};
   // The model's chat format, for `generate` with "messages"; must outlive
   // the session. Null: such a generate is refused.
-  const ChatTemplate* chat_template = nullptr;
+  const wire::ChatTemplate* chat_template = nullptr;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -90,8 +90,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // tell (then no privileged call is allowed). `engine` and `control` must
   // outlive the session's handlers.
   Session(asio::generic::stream_protocol::socket socket, EngineLoop& engine, DaemonControl& control,
-          SessionOptions options, std::optional<PeerCredentials> peer, ClosedHandler on_closed,
-          HttpHandoff on_http = {});
+          SessionOptions options, std::optional<wire::PeerCredentials> peer,
+          ClosedHandler on_closed, HttpHandoff on_http = {});
 
   // Starts reading. REQUIRES: the session is owned by a shared_ptr.
   void start();
@@ -108,7 +108,7 @@ class Session : public std::enable_shared_from_this<Session> {
   struct Method {
     const char* name;
     const char* summary;
-    void (Session::*handler)(RpcCall& call);
+    void (Session::*handler)(wire::RpcCall& call);
     // Changes or stops the daemon for every client: see the top of this file.
     bool privileged = false;
   };
@@ -120,39 +120,39 @@ class Session : public std::enable_shared_from_this<Session> {
   // A write of out_ failed, or out_ went empty.
   void written(boost::system::error_code ec);
   void close();
-  void reply(const RpcCall& call, const nlohmann::json& result);
-  void reply_error(const RpcCall& call, const RpcError& error);
-  void on_engine_event(const RpcCall& call, bool stream, EngineEvent event);
+  void reply(const wire::RpcCall& call, const nlohmann::json& result);
+  void reply_error(const wire::RpcCall& call, const wire::RpcError& error);
+  void on_engine_event(const wire::RpcCall& call, bool stream, EngineEvent event);
   // -32000 or -32002 for a generation the engine would not queue.
-  void reply_submit_error(const RpcCall& call, EngineLoop::SubmitError error);
+  void reply_submit_error(const wire::RpcCall& call, EngineLoop::SubmitError error);
   // This connection, as the owner of the requests it submits.
-  RequestOwner owner() const;
-  // Whether the peer may make privileged calls (access.h).
+  wire::RequestOwner owner() const;
+  // Whether the peer may make privileged calls (wire/access.h).
   bool privileged() const;
 
-  void method_generate(RpcCall& call);
-  void method_cancel(RpcCall& call);
-  void method_stats(RpcCall& call);
-  void method_health(RpcCall& call);
-  void method_shutdown(RpcCall& call);
-  void method_config_get(RpcCall& call);
-  void method_config_set(RpcCall& call);
-  void method_help(RpcCall& call);
-  void method_auth(RpcCall& call);
+  void method_generate(wire::RpcCall& call);
+  void method_cancel(wire::RpcCall& call);
+  void method_stats(wire::RpcCall& call);
+  void method_health(wire::RpcCall& call);
+  void method_shutdown(wire::RpcCall& call);
+  void method_config_get(wire::RpcCall& call);
+  void method_config_set(wire::RpcCall& call);
+  void method_help(wire::RpcCall& call);
+  void method_auth(wire::RpcCall& call);
   // The prefix cache's methods (session_cache.cpp).
-  void method_tiers(RpcCall& call);
-  void method_cache_lookup(RpcCall& call);
-  void method_cache_warm(RpcCall& call);
-  void method_cache_pin(RpcCall& call);
-  void method_cache_unpin(RpcCall& call);
-  void method_cache_tree(RpcCall& call);
-  void method_cache_flush(RpcCall& call);
-  void method_cache_subscribe(RpcCall& call);
+  void method_tiers(wire::RpcCall& call);
+  void method_cache_lookup(wire::RpcCall& call);
+  void method_cache_warm(wire::RpcCall& call);
+  void method_cache_pin(wire::RpcCall& call);
+  void method_cache_unpin(wire::RpcCall& call);
+  void method_cache_tree(wire::RpcCall& call);
+  void method_cache_flush(wire::RpcCall& call);
+  void method_cache_subscribe(wire::RpcCall& call);
 
   // Runs `task` on the engine thread (EngineLoop::call) and answers `call`
   // with what it returns.
-  using EngineTask = std::function<std::expected<nlohmann::json, RpcError>(EngineAccess&)>;
-  void reply_from_engine(const RpcCall& call, EngineTask task);
+  using EngineTask = std::function<std::expected<nlohmann::json, wire::RpcError>(EngineAccess&)>;
+  void reply_from_engine(const wire::RpcCall& call, EngineTask task);
 
   asio::generic::stream_protocol::socket socket_;
   asio::steady_timer flush_timer_;
@@ -160,16 +160,16 @@ class Session : public std::enable_shared_from_this<Session> {
   EngineLoop& engine_;
   DaemonControl& control_;
   SessionOptions options_;
-  std::optional<PeerCredentials> peer_;
+  std::optional<wire::PeerCredentials> peer_;
   ClosedHandler on_closed_;
   HttpHandoff on_http_;
   bool first_read_ = true;
   bool authenticated_ = false;  // `auth` gave options_.api_key
   std::uint64_t connection_;    // this session's number, unique in the daemon's life
 
-  LineFramer framer_;
+  wire::LineFramer framer_;
   std::array<char, 16384> read_buf_;
-  WriteQueue<asio::generic::stream_protocol::socket> out_;
+  wire::WriteQueue<asio::generic::stream_protocol::socket> out_;
   bool stopping_ = false;  // no more reads; close once out_ is written
   bool closed_ = false;
   std::unordered_set<RequestId> requests_;  // this session's requests not yet final

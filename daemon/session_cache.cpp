@@ -8,6 +8,15 @@
 
 namespace kvtier::daemon {
 
+using wire::cache_flush_params_parse;
+using wire::cache_prompt_params_parse;
+using wire::log_info;
+using wire::no_params_check;
+using wire::notification_line;
+using wire::RpcCall;
+using wire::RpcError;
+namespace rpc_code = wire::rpc_code;
+
 using nlohmann::json;
 
 void Session::reply_from_engine(const RpcCall& call, EngineTask task) {

@@ -2,14 +2,17 @@
 
 #include <filesystem>
 
-#include "daemon/access.h"
 #include "daemon/service_checks.h"
 #include "engine/model/kv_layout.h"
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
 #include "engine/scheduling/scheduler.h"
+#include "wire/access.h"
 
 namespace kvtier::daemon {
+
+using wire::ChatTemplate;
+using wire::group_id;
 
 std::expected<std::optional<gid_t>, std::string> socket_group_of(const DaemonConfig& c) {
   if (c.socket_group.empty()) return std::nullopt;
@@ -31,7 +34,7 @@ std::expected<StartPlan, std::string> start_checks(const DaemonConfig& c, StartC
   }
   const bool read_key =
       purpose == StartCheck::kStart || !credential || std::filesystem::exists(key);
-  auto listen = http::listen_spec(c.http_listen, key, read_key);
+  auto listen = wire::http::listen_spec(c.http_listen, key, read_key);
   if (!listen) return std::unexpected(listen.error());
   plan.http_listen = std::move(*listen);
   // The model folder, as EngineLoop::create says it when it loads the model.

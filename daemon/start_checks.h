@@ -20,17 +20,17 @@
 #include <optional>
 #include <string>
 
-#include "daemon/chat_template.h"
 #include "daemon/config.h"
-#include "daemon/http/listener.h"
+#include "wire/chat_template.h"
+#include "wire/http/listener.h"
 
 namespace kvtier::daemon {
 
 // What the checks found that the start goes on with.
 struct StartPlan {
-  std::optional<gid_t> socket_group;            // socket_group's gid, when set
-  std::optional<http::ListenSpec> http_listen;  // none: the Unix socket only
-  ChatTemplate chat_template;                   // the model's
+  std::optional<gid_t> socket_group;                  // socket_group's gid, when set
+  std::optional<wire::http::ListenSpec> http_listen;  // none: the Unix socket only
+  wire::ChatTemplate chat_template;                   // the model's
 };
 
 // For the start, every file is read. For --check-config, an API key file

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <cstring>
 
-#include "daemon/log.h"
+#include "wire/log.h"
 
 namespace kvtier::daemon {
+
+using wire::log_debug;
 
 namespace {
 

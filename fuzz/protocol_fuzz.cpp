@@ -25,21 +25,21 @@ extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, st
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   kvtier::fuzz::add_default_flags(
       argc, argv,
-      {"-max_len=" + std::to_string(kvtier::daemon::kProtocolFuzzMaxLineBytes + 1),
+      {"-max_len=" + std::to_string(kvtier::wire::kProtocolFuzzMaxLineBytes + 1),
        "-len_control=0"});
   return 0;
 }
 
 extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t size,
                                                std::size_t max_size, unsigned int seed) {
-  kvtier::daemon::ProtocolFuzzRng pick(seed);
+  kvtier::wire::ProtocolFuzzRng pick(seed);
   std::string out;
   switch (pick.below(4)) {
     case 0:
-      out = kvtier::daemon::ProtocolFuzzGen(pick.next(), max_size).input();
+      out = kvtier::wire::ProtocolFuzzGen(pick.next(), max_size).input();
       break;
     case 1:
-      out = kvtier::daemon::ProtocolFuzzGen(pick.next(), max_size)
+      out = kvtier::wire::ProtocolFuzzGen(pick.next(), max_size)
                 .deepen(std::string_view(reinterpret_cast<const char*>(data), size));
       break;
     default:
@@ -49,6 +49,6 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t s
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  kvtier::daemon::protocol_fuzz_one(data, size);
+  kvtier::wire::protocol_fuzz_one(data, size);
   return 0;
 }

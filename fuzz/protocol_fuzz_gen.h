@@ -26,10 +26,10 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/protocol.h"
 #include "fuzz/protocol_fuzz_one.h"
+#include "wire/protocol.h"
 
-namespace kvtier::daemon {
+namespace kvtier::wire {
 
 // splitmix64 (Vigna): the same stream for a seed with every standard library,
 // so a seed names an input.
@@ -314,4 +314,4 @@ class ProtocolFuzzGen {
   std::size_t max_bytes_;
 };
 
-}  // namespace kvtier::daemon
+}  // namespace kvtier::wire

@@ -23,10 +23,10 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/line_framer.h"
-#include "daemon/protocol.h"
+#include "wire/line_framer.h"
+#include "wire/protocol.h"
 
-namespace kvtier::daemon {
+namespace kvtier::wire {
 
 // The framer's limit: kvtierd's default max_line_bytes (DaemonConfig; the
 // corpus test checks they agree), so lines as deep as a client may send by
@@ -172,4 +172,4 @@ inline void protocol_fuzz_one(const std::uint8_t* data, std::size_t size) {
   }
 }
 
-}  // namespace kvtier::daemon
+}  // namespace kvtier::wire

@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 
 extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t size,
                                                std::size_t max_size, unsigned int seed) {
-  kvtier::daemon::ProtocolFuzzRng pick(seed);
+  kvtier::wire::ProtocolFuzzRng pick(seed);
   std::string out;
   switch (pick.below(8)) {
     case 0:
@@ -38,10 +38,10 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t s
       out = kvtier::router::RouterFuzzGen(pick.next(), max_size).input();
       break;
     case 2:
-      out = kvtier::daemon::ProtocolFuzzGen(pick.next(), max_size).input();
+      out = kvtier::wire::ProtocolFuzzGen(pick.next(), max_size).input();
       break;
     case 3:
-      out = kvtier::daemon::ProtocolFuzzGen(pick.next(), max_size)
+      out = kvtier::wire::ProtocolFuzzGen(pick.next(), max_size)
                 .deepen(std::string_view(reinterpret_cast<const char*>(data), size));
       break;
     default:

@@ -134,7 +134,7 @@ class RouterFuzzGen {
     std::string out;
     for (std::size_t n = 1 + rng_.below(4); n > 0; --n) {
       if (rng_.one_in(10)) {  // one of the daemon protocol's own deep lines
-        out += daemon::ProtocolFuzzGen(rng_.next(), 4096).input();
+        out += wire::ProtocolFuzzGen(rng_.next(), 4096).input();
         out += '\n';
         continue;
       }
@@ -163,7 +163,7 @@ class RouterFuzzGen {
   }
 
   std::string body(std::string_view path) {
-    if (rng_.one_in(10)) return daemon::ProtocolFuzzGen(rng_.next(), 4096).input();
+    if (rng_.one_in(10)) return wire::ProtocolFuzzGen(rng_.next(), 4096).input();
     json b = json::object();
     if (rng_.one_in(2)) b["model"] = rng_.one_in(2) ? "fortunes-char" : "other";
     if (path.starts_with("/v1/chat")) {
@@ -229,7 +229,7 @@ class RouterFuzzGen {
     return out;
   }
 
-  daemon::ProtocolFuzzRng rng_;
+  wire::ProtocolFuzzRng rng_;
   std::size_t max_bytes_;
 };
 

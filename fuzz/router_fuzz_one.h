@@ -53,16 +53,16 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/chat_template.h"
-#include "daemon/http/connection.h"
-#include "daemon/http/openai.h"
-#include "daemon/log.h"
 #include "engine/model/model_config.h"
 #include "engine/model/tokenizer.h"
 #include "fuzz/stand_in_daemon.h"
 #include "router/daemon_address.h"
 #include "router/router.h"
 #include "router/router_server.h"
+#include "wire/chat_template.h"
+#include "wire/http/connection.h"
+#include "wire/http/openai.h"
+#include "wire/log.h"
 
 namespace kvtier::router {
 
@@ -81,7 +81,7 @@ class RouterFuzz {
   static constexpr char kLeaveEarly = '\x04';
 
   explicit RouterFuzz(const std::filesystem::path& model_dir) {
-    daemon::log_level_set(daemon::LogLevel::kError);
+    wire::log_level_set(wire::LogLevel::kError);
     char dir[] = "/tmp/kvtier-router-fuzz-XXXXXX";
     router_fuzz_require(::mkdtemp(dir) != nullptr, "a temporary folder");
     dir_ = dir;
@@ -89,7 +89,7 @@ class RouterFuzz {
     router_fuzz_require(config.has_value(), "the model's config loads");
     auto tokenizer = Tokenizer::load(config->tokenizer);
     router_fuzz_require(tokenizer.has_value(), "the model's tokenizer loads");
-    auto chat = daemon::ChatTemplate::load(model_dir.string(), config->tokenizer);
+    auto chat = wire::ChatTemplate::load(model_dir.string(), config->tokenizer);
     router_fuzz_require(chat.has_value(), "the model's chat template loads");
     std::vector<DaemonAddress> addresses;
     int refuse_every = 3;
@@ -105,7 +105,7 @@ class RouterFuzz {
                                        std::move(*chat));
     RouterServerOptions o;
     o.socket_path = (dir_ / "router.sock").string();
-    o.http.served_model = daemon::http::served_model_name(model_dir.string());
+    o.http.served_model = wire::http::served_model_name(model_dir.string());
     o.http.max_body_bytes = o.session.max_line_bytes;
     o.session.router_uid = ::geteuid();
     socket_path_ = o.socket_path;
@@ -143,7 +143,7 @@ class RouterFuzz {
                         "the client connects");
     const bool early = !input.empty() && input.back() == kLeaveEarly;
     if (early) input.remove_suffix(1);
-    const bool http = !input.empty() && daemon::http::starts_http(static_cast<char>(input.front()));
+    const bool http = !input.empty() && wire::http::starts_http(static_cast<char>(input.front()));
     Client c{fd, {}, false};
     const bool sent = pump(c, input, early);
     if (!http && !early) {

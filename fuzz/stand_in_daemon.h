@@ -36,10 +36,10 @@
 #include <string_view>
 #include <utility>
 
-#include "daemon/line_framer.h"
-#include "daemon/write_queue.h"
 #include "engine/cache/tier.h"
 #include "engine/model/model_config.h"
+#include "wire/line_framer.h"
+#include "wire/write_queue.h"
 
 namespace kvtier::router {
 
@@ -250,11 +250,11 @@ class StandInDaemon {
     }
 
     Socket socket_;
-    daemon::WriteQueue<Socket> out_;
+    wire::WriteQueue<Socket> out_;
     json health_;
     int refuse_every_;
     std::shared_ptr<int> request_connections_;
-    daemon::LineFramer framer_{64 << 20};
+    wire::LineFramer framer_{64 << 20};
     std::array<char, 16384> buf_{};
     std::string request_;
     std::uint64_t requests_ = 0;

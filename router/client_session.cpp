@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <utility>
 
-#include "daemon/http/connection.h"
-#include "daemon/log.h"
-#include "daemon/prompt.h"
+#include "wire/http/connection.h"
+#include "wire/log.h"
+#include "wire/prompt.h"
 
 namespace kvtier::router {
 
 using nlohmann::json;
-using namespace kvtier::daemon;
+using namespace kvtier::wire;
 
 namespace {
 
@@ -65,7 +65,7 @@ void ClientSession::read() {
         if (self->closed_ || self->stopping_) return;
         if (ec) return self->close();
         if (std::exchange(self->first_read_, false) && n > 0 &&
-            http::starts_http(self->read_buf_[0]) && self->on_http_) {
+            wire::http::starts_http(self->read_buf_[0]) && self->on_http_) {
           self->closed_ = true;  // the socket goes on, as HTTP
           self->auth_timer_.cancel();
           self->on_http_(std::move(self->socket_), std::string(self->read_buf_.data(), n));

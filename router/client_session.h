@@ -53,12 +53,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/access.h"
-#include "daemon/line_framer.h"
-#include "daemon/protocol.h"
-#include "daemon/write_queue.h"
 #include "router/line_connection.h"
 #include "router/router.h"
+#include "wire/access.h"
+#include "wire/line_framer.h"
+#include "wire/protocol.h"
+#include "wire/write_queue.h"
 
 namespace kvtier::router {
 
@@ -85,7 +85,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       std::function<void(asio::generic::stream_protocol::socket socket, std::string already_read)>;
 
   ClientSession(asio::generic::stream_protocol::socket socket, Router& router, SessionLimits limits,
-                std::optional<daemon::PeerCredentials> peer, ClosedHandler on_closed,
+                std::optional<wire::PeerCredentials> peer, ClosedHandler on_closed,
                 HttpHandoff on_http = {});
 
   void start();
@@ -95,21 +95,21 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // answered with `why` (its daemon connection closes, which cancels it
   // there), and the connection closes once the answers are written, or
   // after a second. Nothing more is read. Idempotent.
-  void stop(const daemon::RpcError& why);
+  void stop(const wire::RpcError& why);
 
   // Queues one protocol line (or drops the client if its buffer is full).
   void send(std::string line);
-  void reply_error(const daemon::RpcCall& call, const daemon::RpcError& error);
+  void reply_error(const wire::RpcCall& call, const wire::RpcError& error);
 
   // Cancels request `id` (a router id this session started): sends `cancel`
   // to its daemon and answers `call` on `caller` with the daemon's answer.
-  void cancel_for(const daemon::RpcCall& call, std::uint64_t id,
+  void cancel_for(const wire::RpcCall& call, std::uint64_t id,
                   std::shared_ptr<ClientSession> caller);
 
  private:
   // A call forwarded to a daemon, awaiting its answer.
   struct Forwarded {
-    daemon::RpcCall call;                      // the client's: its id, method and params
+    wire::RpcCall call;                        // the client's: its id, method and params
     std::uint64_t request_id = 0;              // the router's, for generate and cache.warm
     std::uint64_t daemon_request = 0;          // the daemon's, once it told
     std::shared_ptr<ClientSession> answer_on;  // a cancel for another session: the caller
@@ -128,27 +128,27 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   void read();
   void on_line(const std::string& line);
-  void reply(const daemon::RpcCall& call, const nlohmann::json& result);
-  daemon::RequestOwner owner() const;
+  void reply(const wire::RpcCall& call, const nlohmann::json& result);
+  wire::RequestOwner owner() const;
 
   // The methods the router answers, with a one-line summary each: the
   // dispatch table and `help` both come from it.
   struct Method {
     const char* name;
     const char* summary;
-    void (ClientSession::*handler)(daemon::RpcCall& call);
+    void (ClientSession::*handler)(wire::RpcCall& call);
   };
   static const std::array<Method, 10>& methods();
 
   // generate, cache.lookup, cache.warm: to the daemon Router::route chooses.
-  void routed_call(daemon::RpcCall& call);
-  void method_cancel(daemon::RpcCall& call);
-  void method_health(daemon::RpcCall& call);
-  void method_fleet(daemon::RpcCall& call);
-  void method_fleet_route(daemon::RpcCall& call);
-  void method_help(daemon::RpcCall& call);
-  void method_auth(daemon::RpcCall& call);
-  void method_shutdown(daemon::RpcCall& call);
+  void routed_call(wire::RpcCall& call);
+  void method_cancel(wire::RpcCall& call);
+  void method_health(wire::RpcCall& call);
+  void method_fleet(wire::RpcCall& call);
+  void method_fleet_route(wire::RpcCall& call);
+  void method_help(wire::RpcCall& call);
+  void method_auth(wire::RpcCall& call);
+  void method_shutdown(wire::RpcCall& call);
   // The router's uid or root (access.h).
   bool privileged() const;
   // Routes `f` (again), excluding the daemons it was tried on.
@@ -166,15 +166,15 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   asio::generic::stream_protocol::socket socket_;
   Router& router_;
   SessionLimits limits_;
-  std::optional<daemon::PeerCredentials> peer_;
+  std::optional<wire::PeerCredentials> peer_;
   ClosedHandler on_closed_;
   HttpHandoff on_http_;
   bool first_read_ = true;
   bool authenticated_ = false;  // `auth` gave limits_.api_key
   std::uint64_t connection_;
-  daemon::LineFramer framer_;
+  wire::LineFramer framer_;
   std::array<char, 16384> read_buf_{};
-  daemon::WriteQueue<asio::generic::stream_protocol::socket> out_;
+  wire::WriteQueue<asio::generic::stream_protocol::socket> out_;
   asio::steady_timer auth_timer_;
   asio::steady_timer flush_timer_;                    // stop(): the answers' last second
   std::vector<std::unique_ptr<Upstream>> upstreams_;  // by daemon index; null until used

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/http/listener.h"
+#include "wire/http/listener.h"
 
 namespace kvtier::router {
 
@@ -24,7 +24,7 @@ std::expected<DaemonAddress, std::string> daemon_address_parse(const std::string
   DaemonAddress a;
   a.text = text;
   if (text.starts_with(kTcp)) {
-    const auto endpoint = daemon::http::tcp_endpoint_parse(text.substr(kTcp.size()));
+    const auto endpoint = wire::http::tcp_endpoint_parse(text.substr(kTcp.size()));
     if (!endpoint || text.size() == kTcp.size())
       return std::unexpected("--daemon '" + text +
                              "': give tcp://HOST:PORT with a numeric HOST (tcp://10.0.0.2:8000, "

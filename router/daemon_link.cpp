@@ -4,14 +4,14 @@
 #include <utility>
 #include <variant>
 
-#include "daemon/log.h"
-#include "daemon/protocol.h"
+#include "wire/log.h"
+#include "wire/protocol.h"
 
 namespace kvtier::router {
 
-using daemon::log_info;
-using daemon::log_warning;
 using nlohmann::json;
+using wire::log_info;
+using wire::log_warning;
 
 namespace {
 
@@ -29,7 +29,7 @@ std::string error_of(const json& message) {
 bool no_prefix_cache(const json& message) {
   const auto err = message.find("error");
   return err != message.end() && err->is_object() &&
-         err->value("code", 0) == daemon::rpc_code::kNoPrefixCache;
+         err->value("code", 0) == wire::rpc_code::kNoPrefixCache;
 }
 
 // A count in a daemon's `stats`: nullopt when absent, an error unless an
@@ -103,7 +103,7 @@ void DaemonLink::call(const std::string& method, Answer answer) {
 }
 
 void DaemonLink::on_line(const std::string& line) {
-  auto parsed = daemon::json_parse(line);
+  auto parsed = wire::json_parse(line);
   // A line cut short or garbled: its events are lost, so start again from
   // a snapshot (a call it answered is asked again there).
   if (!parsed || !parsed->is_object()) return resync("a line that is not a JSON object");

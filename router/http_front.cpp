@@ -3,29 +3,29 @@
 #include <array>
 #include <utility>
 
-#include "daemon/http/body.h"
-#include "daemon/http/completion_params.h"
-#include "daemon/http/errors.h"
-#include "daemon/http/openai.h"
-#include "daemon/http/routes.h"
-#include "daemon/log.h"
-#include "daemon/prompt.h"
-#include "daemon/protocol.h"
 #include "router/router_metrics.h"
+#include "wire/http/body.h"
+#include "wire/http/completion_params.h"
+#include "wire/http/errors.h"
+#include "wire/http/find_route.h"
+#include "wire/http/openai.h"
+#include "wire/log.h"
+#include "wire/prompt.h"
+#include "wire/protocol.h"
 
 namespace kvtier::router {
 
-using daemon::RequestOwner;
-using daemon::http::dump;
-using daemon::http::error_object;
-using daemon::http::error_response;
-using daemon::http::Exchange;
-using daemon::http::find_route;
-using daemon::http::json_body;
-using daemon::http::ParamError;
-using daemon::http::Request;
-using daemon::http::Response;
 using nlohmann::json;
+using wire::RequestOwner;
+using wire::http::dump;
+using wire::http::error_object;
+using wire::http::error_response;
+using wire::http::Exchange;
+using wire::http::find_route;
+using wire::http::json_body;
+using wire::http::ParamError;
+using wire::http::Request;
+using wire::http::Response;
 
 // One client request on its way to a daemon, perhaps to a second one.
 struct HttpFront::Forward {
@@ -47,7 +47,7 @@ namespace {
 // The daemons' usage block, for the router's cached-token counts.
 void count_usage(Router& router, std::string_view answer) {
   if (answer.find("\"kvtier_cached_tokens\"") == std::string_view::npos) return;
-  auto parsed = daemon::json_parse(answer);
+  auto parsed = wire::json_parse(answer);
   if (!parsed || !parsed->is_object()) return;
   const auto usage = parsed->find("usage");
   if (usage != parsed->end() && usage->is_object())
@@ -150,28 +150,28 @@ void HttpFront::models(const Request& request, const std::shared_ptr<Exchange>& 
 }
 
 void HttpFront::completions(const Request& request, const std::shared_ptr<Exchange>& exchange) {
-  generation(request, exchange, daemon::http::Api::kCompletions);
+  generation(request, exchange, wire::http::Api::kCompletions);
 }
 
 void HttpFront::chat(const Request& request, const std::shared_ptr<Exchange>& exchange) {
-  generation(request, exchange, daemon::http::Api::kChat);
+  generation(request, exchange, wire::http::Api::kChat);
 }
 
 void HttpFront::generation(const Request& request, const std::shared_ptr<Exchange>& exchange,
-                           daemon::http::Api api) {
+                           wire::http::Api api) {
   if (router_.draining())
     return exchange->respond(error_response(503, "the router is shutting down"));
   auto body = json_body(request);
   if (!body) return exchange->respond(std::move(body.error()));
-  const bool chat = api == daemon::http::Api::kChat;
-  auto spec = chat ? daemon::http::chat_spec(*body, options_.served_model, router_.chat_template(),
-                                             router_.model().block_size)
-                   : daemon::http::completion_spec(*body, options_.served_model);
+  const bool chat = api == wire::http::Api::kChat;
+  auto spec = chat ? wire::http::chat_spec(*body, options_.served_model, router_.chat_template(),
+                                           router_.model().block_size)
+                   : wire::http::completion_spec(*body, options_.served_model);
   if (!spec) {
     const ParamError& e = spec.error();
     return exchange->respond(error_response(e.status, e.message, e.param, e.code));
   }
-  auto tokens = daemon::prompt_tokens(router_.tokenizer(), spec->prompts.front());
+  auto tokens = wire::prompt_tokens(router_.tokenizer(), spec->prompts.front());
   if (!tokens)
     return exchange->respond(error_response(400, tokens.error(), chat ? "messages" : "prompt"));
   auto f = std::make_shared<Forward>();
@@ -237,7 +237,7 @@ void HttpFront::send(const std::shared_ptr<Forward>& f) {
        .on_failed =
            [this, f, retry, address](const std::string& why, bool delivered) {
              left(*f);
-             daemon::log_warning("daemon " + address + " failed an HTTP request: " + why);
+             wire::log_warning("daemon " + address + " failed an HTTP request: " + why);
              if (!delivered && retry()) return;
              const std::string message =
                  "daemon " + address + " went away before answering whole: " + why;

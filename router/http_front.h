@@ -2,7 +2,7 @@
 // the router's Unix socket (told from JSON-RPC by its first byte, as
 // kvtierd does) and on an optional TCP listener (--http-listen, with an API
 // key by --http-api-key-file, under kvtierd's http_listen rules). The
-// connections are kvtierd's own (daemon/http/connection.h: the same
+// connections are kvtierd's own (wire/http/connection.h: the same
 // limits, timeouts and 401s); this is the Service behind them.
 //
 //   POST /v1/completions, POST /v1/chat/completions
@@ -39,10 +39,10 @@
 #include <string>
 #include <unordered_map>
 
-#include "daemon/http/exchange.h"
-#include "daemon/http/generation.h"
 #include "router/http_upstream.h"
 #include "router/router.h"
+#include "wire/http/exchange.h"
+#include "wire/http/generation_spec.h"
 
 namespace kvtier::router {
 
@@ -52,7 +52,7 @@ struct HttpFrontOptions {
   std::string served_model;              // the model folder's name (openai.h)
 };
 
-class HttpFront final : public daemon::http::Service {
+class HttpFront final : public wire::http::Service {
  public:
   HttpFront(asio::io_context& io, Router& router, HttpFrontOptions options);
   ~HttpFront() override;
@@ -64,10 +64,10 @@ class HttpFront final : public daemon::http::Service {
   // daemon::http::Service.
   std::size_t max_body_bytes() const override { return options_.max_body_bytes; }
   double request_timeout() const override { return options_.request_timeout; }
-  void dispatch(const daemon::http::Request& request,
-                const std::shared_ptr<daemon::http::Exchange>& exchange) override;
+  void dispatch(const wire::http::Request& request,
+                const std::shared_ptr<wire::http::Exchange>& exchange) override;
   void answered(std::string_view path, int status) override;
-  void cancel(RequestId id, const daemon::RequestOwner& owner) override;
+  void cancel(RequestId id, const wire::RequestOwner& owner) override;
 
   // The router stops (its drain ended): each request still on a daemon is
   // answered now, 503 or, once its stream has begun, an {"error": ...}
@@ -77,8 +77,8 @@ class HttpFront final : public daemon::http::Service {
 
  private:
   struct Forward;
-  using Handler = void (HttpFront::*)(const daemon::http::Request&,
-                                      const std::shared_ptr<daemon::http::Exchange>&);
+  using Handler = void (HttpFront::*)(const wire::http::Request&,
+                                      const std::shared_ptr<wire::http::Exchange>&);
   struct Route {
     const char* method;
     const char* path;
@@ -86,14 +86,14 @@ class HttpFront final : public daemon::http::Service {
   };
   static std::span<const Route> routes();
 
-  void health(const daemon::http::Request&, const std::shared_ptr<daemon::http::Exchange>&);
-  void metrics(const daemon::http::Request&, const std::shared_ptr<daemon::http::Exchange>&);
-  void models(const daemon::http::Request&, const std::shared_ptr<daemon::http::Exchange>&);
-  void completions(const daemon::http::Request&, const std::shared_ptr<daemon::http::Exchange>&);
-  void chat(const daemon::http::Request&, const std::shared_ptr<daemon::http::Exchange>&);
+  void health(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
+  void metrics(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
+  void models(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
+  void completions(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
+  void chat(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
   // Both: checked with kvtierd's parser for `api`, then send().
-  void generation(const daemon::http::Request& request,
-                  const std::shared_ptr<daemon::http::Exchange>& exchange, daemon::http::Api api);
+  void generation(const wire::http::Request& request,
+                  const std::shared_ptr<wire::http::Exchange>& exchange, wire::http::Api api);
 
   // Sends `f` to the daemon the router chooses among those it has not been
   // tried on, or answers the last refusal or 503 when none is left.

@@ -29,14 +29,14 @@ HttpUpstream::HttpUpstream(asio::io_context& io, Handlers handlers)
 
 std::shared_ptr<HttpUpstream> HttpUpstream::start(asio::io_context& io,
                                                   const DaemonAddress& address,
-                                                  const daemon::http::Request& request,
+                                                  const wire::http::Request& request,
                                                   Handlers handlers) {
   auto up = std::make_shared<HttpUpstream>(io, std::move(handlers));
   up->begin(address, request);
   return up;
 }
 
-void HttpUpstream::begin(const DaemonAddress& address, const daemon::http::Request& request) {
+void HttpUpstream::begin(const DaemonAddress& address, const wire::http::Request& request) {
   bhttp::request<bhttp::string_body>& req = impl_->request;
   req.method_string(request.method);
   req.target(request.target);
@@ -93,7 +93,7 @@ void HttpUpstream::read_body() {
                       if (self->closed_) return;
                       if (ec) return self->fail("the answer was cut short: " + ec.message());
                       auto res = self->impl_->parser->release();
-                      daemon::http::Response r;
+                      wire::http::Response r;
                       r.status = static_cast<int>(res.result_int());
                       r.content_type = std::string(res[bhttp::field::content_type]);
                       if (const auto retry = res.find(bhttp::field::retry_after);

@@ -23,8 +23,8 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/http/exchange.h"
 #include "router/daemon_address.h"
+#include "wire/http/exchange.h"
 
 namespace kvtier::router {
 
@@ -37,10 +37,10 @@ class HttpUpstream : public std::enable_shared_from_this<HttpUpstream> {
   static constexpr std::size_t kMaxBodyBytes = 64 << 20;
 
   struct Handlers {
-    std::function<void(daemon::http::Response)> on_response{};  // a whole answer
-    std::function<void()> on_stream_begin{};                    // a 200 event stream begins
-    std::function<void(std::string_view data)> on_event{};      // one event's data
-    std::function<void()> on_end{};                             // the stream ended
+    std::function<void(wire::http::Response)> on_response{};  // a whole answer
+    std::function<void()> on_stream_begin{};                  // a 200 event stream begins
+    std::function<void(std::string_view data)> on_event{};    // one event's data
+    std::function<void()> on_end{};                           // the stream ended
     std::function<void(const std::string& why, bool delivered)> on_failed{};
   };
 
@@ -48,8 +48,7 @@ class HttpUpstream : public std::enable_shared_from_this<HttpUpstream> {
   // client's headers stay with the router; on TCP the daemon's API key as a
   // Bearer token) to the daemon at `address`.
   static std::shared_ptr<HttpUpstream> start(asio::io_context& io, const DaemonAddress& address,
-                                             const daemon::http::Request& request,
-                                             Handlers handlers);
+                                             const wire::http::Request& request, Handlers handlers);
 
   // Closes the connection; no handler is called after. Idempotent.
   void close();
@@ -58,7 +57,7 @@ class HttpUpstream : public std::enable_shared_from_this<HttpUpstream> {
 
  private:
   struct Impl;
-  void begin(const DaemonAddress& address, const daemon::http::Request& request);
+  void begin(const DaemonAddress& address, const wire::http::Request& request);
   void read_head();
   void read_body();
   void read_stream();

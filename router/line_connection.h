@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/line_framer.h"
-#include "daemon/write_queue.h"
 #include "router/daemon_address.h"
+#include "wire/line_framer.h"
+#include "wire/write_queue.h"
 
 namespace kvtier::router {
 
@@ -61,8 +61,8 @@ class LineConnection : public std::enable_shared_from_this<LineConnection> {
 
   asio::generic::stream_protocol::socket socket_;
   DaemonAddress address_;
-  daemon::LineFramer framer_{kMaxLineBytes};
-  daemon::WriteQueue<asio::generic::stream_protocol::socket> out_;
+  wire::LineFramer framer_{kMaxLineBytes};
+  wire::WriteQueue<asio::generic::stream_protocol::socket> out_;
   std::array<char, 16384> read_buf_{};
   std::vector<std::string> before_connected_;
   OnLine on_line_;

@@ -6,7 +6,7 @@
 //
 //   kvtier-router --daemon /run/kvtier/a.sock --daemon /run/kvtier/b.sock
 //
-// Exit codes, as kvtierd's (daemon/cli.h): 0 after a clean stop, 1 for an
+// Exit codes, as kvtierd's (wire/cli_exit.h): 0 after a clean stop, 1 for an
 // unexpected failure, 2 for a command line it cannot read (an unknown
 // flag, a missing value, no --daemon), 78 for a configuration it cannot
 // run with (a value out of range, a model or key file it cannot read, a
@@ -20,12 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "daemon/chat_template.h"
-#include "daemon/cli.h"
-#include "daemon/default_paths.h"
-#include "daemon/http/listener.h"
-#include "daemon/http/openai.h"
-#include "daemon/log.h"
 #include "engine/build_info.h"
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
@@ -33,11 +27,17 @@
 #include "router/router.h"
 #include "router/router_server.h"
 #include "util/private_file.h"
+#include "wire/chat_template.h"
+#include "wire/cli_exit.h"
+#include "wire/default_paths.h"
+#include "wire/http/listener.h"
+#include "wire/http/openai.h"
+#include "wire/log.h"
 
 namespace {
 
 using namespace kvtier;
-using namespace kvtier::daemon;
+using namespace kvtier::wire;
 
 int serve(int argc, char** argv) {
   const std::string default_socket = default_socket_path("kvtier-router.sock");
@@ -125,7 +125,7 @@ int serve(int argc, char** argv) {
     log_error("--model: " + chat_template.error());
     return kExitConfig;
   }
-  auto listen = http::listen_spec(http_listen, http_api_key_file);
+  auto listen = wire::http::listen_spec(http_listen, http_api_key_file);
   if (!listen) {
     log_error(listen.error());
     return kExitConfig;
@@ -149,7 +149,7 @@ int serve(int argc, char** argv) {
     }
     addresses.push_back(std::move(*address));
   }
-  o.http.served_model = http::served_model_name(model_dir);
+  o.http.served_model = wire::http::served_model_name(model_dir);
   o.http.max_body_bytes = o.session.max_line_bytes;
   if (auto ok = socket_dir_prepare(o.socket_path, default_socket); !ok) {
     log_error(ok.error());

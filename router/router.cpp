@@ -12,7 +12,7 @@ namespace kvtier::router {
 using nlohmann::json;
 
 Router::Router(asio::io_context& io, std::vector<DaemonAddress> daemons, ModelConfig config,
-               std::unique_ptr<Tokenizer> tokenizer, daemon::ChatTemplate chat_template)
+               std::unique_ptr<Tokenizer> tokenizer, wire::ChatTemplate chat_template)
     : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)) {
   fleet_.config = std::move(config);
   for (auto& address : daemons) {
@@ -134,7 +134,7 @@ void Router::count_cached(const json& cached_tokens) {
 }
 
 std::uint64_t Router::request_begin(std::weak_ptr<ClientSession> session,
-                                    daemon::RequestOwner owner) {
+                                    wire::RequestOwner owner) {
   const std::uint64_t id = next_request_id_++;
   requests_.emplace(id, Owned{std::move(session), owner});
   return id;

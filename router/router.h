@@ -28,11 +28,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/access.h"
-#include "daemon/chat_template.h"
 #include "engine/model/tokenizer.h"
 #include "router/daemon_link.h"
 #include "router/route_choice.h"
+#include "wire/access.h"
+#include "wire/chat_template.h"
 
 namespace kvtier::router {
 
@@ -53,7 +53,7 @@ class Router {
   // --model, with the tokenizer it names and its chat format, which render
   // a request as the daemons do, so that its blocks get their keys.
   Router(asio::io_context& io, std::vector<DaemonAddress> daemons, ModelConfig config,
-         std::unique_ptr<Tokenizer> tokenizer, daemon::ChatTemplate chat_template);
+         std::unique_ptr<Tokenizer> tokenizer, wire::ChatTemplate chat_template);
   Router(const Router&) = delete;  // its links call back into it
   Router& operator=(const Router&) = delete;
 
@@ -72,7 +72,7 @@ class Router {
   std::function<void()> on_shutdown;
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
-  const daemon::ChatTemplate& chat_template() const { return chat_template_; }
+  const wire::ChatTemplate& chat_template() const { return chat_template_; }
   const ModelConfig& model() const { return fleet_.config; }
   int daemons() const { return static_cast<int>(links_.size()); }
   DaemonLink& link(int i) { return *links_[i]; }
@@ -95,11 +95,11 @@ class Router {
   void count_cached(const nlohmann::json& cached_tokens);
 
   // Router-wide request ids, and which session and owner each belongs to.
-  std::uint64_t request_begin(std::weak_ptr<ClientSession> session, daemon::RequestOwner owner);
+  std::uint64_t request_begin(std::weak_ptr<ClientSession> session, wire::RequestOwner owner);
   void request_end(std::uint64_t id);
   struct Owned {
     std::weak_ptr<ClientSession> session;
-    daemon::RequestOwner owner;
+    wire::RequestOwner owner;
   };
   const Owned* request(std::uint64_t id) const;
 
@@ -133,7 +133,7 @@ class Router {
 
   FleetModel fleet_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  daemon::ChatTemplate chat_template_;
+  wire::ChatTemplate chat_template_;
   std::vector<std::unique_ptr<DaemonLink>> links_;
   std::unordered_map<std::uint64_t, Owned> requests_;
   std::uint64_t next_request_id_ = 1;

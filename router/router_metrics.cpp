@@ -1,12 +1,12 @@
 #include "router/router_metrics.h"
 
-#include "daemon/http/prometheus_text.h"
 #include "engine/build_info.h"
+#include "wire/http/prometheus_text.h"
 
 namespace kvtier::router {
 
-using daemon::http::PrometheusText;
 using nlohmann::json;
+using wire::http::PrometheusText;
 
 namespace {
 

@@ -1,5 +1,5 @@
 // kvtier-router's GET /metrics, in Prometheus's text format
-// (daemon/http/prometheus_text.h), every figure from Router::fleet() (the
+// (wire/http/prometheus_text.h), every figure from Router::fleet() (the
 // `fleet` method's answer, so the two never disagree):
 //
 //   kvtier_router_build_info{version,revision}         gauge, 1

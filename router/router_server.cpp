@@ -4,14 +4,14 @@
 #include <filesystem>
 #include <sstream>
 
-#include "daemon/generic_socket.h"
-#include "daemon/log.h"
-#include "daemon/protocol.h"
-#include "daemon/server.h"
+#include "wire/generic_socket.h"
+#include "wire/log.h"
+#include "wire/protocol.h"
+#include "wire/unix_socket.h"
 
 namespace kvtier::router {
 
-using namespace kvtier::daemon;
+using namespace kvtier::wire;
 using stream = asio::local::stream_protocol;
 using generic_stream = asio::generic::stream_protocol;
 
@@ -32,7 +32,7 @@ std::expected<void, std::string> RouterServer::listen() {
   if (auto ok = unix_socket_listen(acceptor_, options_.socket_path, std::nullopt); !ok) return ok;
   owns_socket_file_ = true;
   if (!options_.http_listen) return {};
-  return http::tcp_listen(tcp_acceptor_, options_.http_listen->endpoint);
+  return wire::http::tcp_listen(tcp_acceptor_, options_.http_listen->endpoint);
 }
 
 void RouterServer::start() {
@@ -164,7 +164,7 @@ void RouterServer::accept_tcp() {
       log_warning("TCP accept failed: " + ec.message());
     } else if (!room_for_one_more()) {
       boost::system::error_code ignored;
-      asio::write(socket, asio::buffer(http::kBusyAnswer),
+      asio::write(socket, asio::buffer(wire::http::kBusyAnswer),
                   ignored);  // tiny; the buffer takes it  // tiny; the socket buffer takes it
     } else {
       // A TCP peer has no credentials: never privileged (access.h).
@@ -186,13 +186,13 @@ void RouterServer::serve(generic_stream::socket socket, std::optional<PeerCreden
       std::move(socket), router_, std::move(limits), peer,
       [this](ClientSession* s) { sessions_.erase(s); },
       [this, peer, api_key](generic_stream::socket s, std::string bytes) {
-        http::ConnectionOptions o;
+        wire::http::ConnectionOptions o;
         o.max_output_bytes = options_.session.max_output_bytes;
         o.peer = peer;
         o.api_key = api_key;
-        auto connection =
-            http::Connection::make(std::move(s), front_, std::move(o),
-                                   [this](http::Connection* c) { http_connections_.erase(c); });
+        auto connection = wire::http::Connection::make(
+            std::move(s), front_, std::move(o),
+            [this](wire::http::Connection* c) { http_connections_.erase(c); });
         http_connections_.emplace(connection.get(), connection);
         connection->start(std::move(bytes));
       });

@@ -5,7 +5,7 @@
 // the optional TCP listener (--http-listen, kvtierd's http_listen rules: an
 // API key beyond loopback, asked of HTTP as a Bearer token and of JSON-RPC
 // by `auth`), which serves both the same way; max_connections over all; and
-// the signals, as kvtierd takes them (daemon/server.h):
+// the signals, as kvtierd takes them (daemon/server.h, wire/unix_socket.h):
 //
 //  - SIGINT, SIGTERM or `shutdown` stop the router in two phases, the
 //    daemons going on. 1. drain: stop accepting and remove the socket file;
@@ -29,11 +29,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "daemon/http/connection.h"
-#include "daemon/http/listener.h"
 #include "router/client_session.h"
 #include "router/http_front.h"
 #include "router/router.h"
+#include "wire/http/connection.h"
+#include "wire/http/listener.h"
 
 namespace kvtier::router {
 
@@ -43,7 +43,7 @@ struct RouterServerOptions {
   double drain_timeout = 10;  // --drain-timeout, as kvtierd's drain_timeout
   SessionLimits session;
   HttpFrontOptions http;
-  std::optional<daemon::http::ListenSpec> http_listen;  // none: the Unix socket only
+  std::optional<wire::http::ListenSpec> http_listen;  // none: the Unix socket only
 };
 
 class RouterServer {
@@ -75,7 +75,7 @@ class RouterServer {
   // Serves a connection (JSON-RPC, or HTTP by its first byte): `peer` on
   // the Unix socket, none on TCP, where `limits` carries the API key.
   void serve(asio::generic::stream_protocol::socket socket,
-             std::optional<daemon::PeerCredentials> peer, SessionLimits limits);
+             std::optional<wire::PeerCredentials> peer, SessionLimits limits);
 
   asio::io_context& io_;
   Router& router_;
@@ -88,7 +88,7 @@ class RouterServer {
   asio::steady_timer drain_timer_;
   std::chrono::steady_clock::time_point drain_deadline_{};
   std::unordered_map<ClientSession*, std::shared_ptr<ClientSession>> sessions_;
-  std::unordered_map<daemon::http::Connection*, std::shared_ptr<daemon::http::Connection>>
+  std::unordered_map<wire::http::Connection*, std::shared_ptr<wire::http::Connection>>
       http_connections_;
   bool owns_socket_file_ = false;
   bool stopping_ = false;  // draining or stopped

@@ -1,6 +1,6 @@
-// The access decisions of daemon/access.h: who may make privileged calls
+// The access decisions of wire/access.h: who may make privileged calls
 // and cancel a request, group lookup for --socket-group, and peer credentials.
-#include "daemon/access.h"
+#include "wire/access.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "test_util.h"
 
-namespace kvtier::daemon {
+namespace kvtier::wire {
 namespace {
 
 TEST(AccessTest, PrivilegedCallsAreForTheDaemonsUidAndRoot) {
@@ -68,4 +68,4 @@ TEST(AccessTest, PeerCredentialsAreThoseOfTheConnectingProcess) {
 }
 
 }  // namespace
-}  // namespace kvtier::daemon
+}  // namespace kvtier::wire

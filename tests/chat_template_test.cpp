@@ -1,7 +1,7 @@
-// The chat template (daemon/chat_template.h): the default, a model
+// The chat template (wire/chat_template.h): the default, a model
 // folder's own file, and every way such a file can be wrong, each an error
 // naming the file and the key.
-#include "daemon/chat_template.h"
+#include "wire/chat_template.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include "nanochat_test_util.h"
 #include "test_util.h"
 
-namespace kvtier::daemon {
+namespace kvtier::wire {
 namespace {
 
 // The text a role-string template renders `messages` to.
@@ -176,4 +176,4 @@ TEST(ChatTemplateTest, NanochatRefusesConversationsItWasNotTrainedOnNamingTheMes
 }
 
 }  // namespace
-}  // namespace kvtier::daemon
+}  // namespace kvtier::wire

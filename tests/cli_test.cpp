@@ -11,7 +11,7 @@
 namespace kvtier::daemon {
 namespace {
 
-std::expected<CommandLine, CliExit> parse(std::vector<std::string> flags) {
+std::expected<CommandLine, wire::CliExit> parse(std::vector<std::string> flags) {
   flags.insert(flags.begin(), "kvtierd");
   DaemonConfig defaults;
   defaults.model_dir = std::string(KVTIER_SOURCE_DIR) + "/models/fortunes-char";
@@ -68,7 +68,7 @@ TEST(CliTest, CheckConfigValidatesTheSettingsAndStartsNothing) {
   auto bad =
       parse({"--config", dir.write("bad.toml", "max-batch-size = 0\n").string(), "--check-config"});
   ASSERT_FALSE(bad);
-  EXPECT_EQ(bad.error().code, kExitConfig);
+  EXPECT_EQ(bad.error().code, wire::kExitConfig);
   EXPECT_TRUE(test_util::contains(bad.error().err, "bad.toml:1")) << bad.error().err;
   EXPECT_FALSE(parse({})->check_only);
 }
@@ -78,7 +78,7 @@ TEST(CliTest, CheckConfigValidatesTheSettingsAndStartsNothing) {
 TEST(CliTest, OneShotRefusesTheGpuAndTakesTheCpu) {
   auto gpu = parse({"--prompt", "Q:", "--device", "cuda"});
   ASSERT_FALSE(gpu);
-  EXPECT_EQ(gpu.error().code, kExitConfig);
+  EXPECT_EQ(gpu.error().code, wire::kExitConfig);
   EXPECT_TRUE(test_util::contains(gpu.error().err, "--device cuda: one-shot generation"));
   for (const char* device : {"cpu", "auto"}) {
     auto cpu = parse({"--prompt", "Q:", "--device", device});

@@ -1,11 +1,11 @@
-// The OpenAI request bodies (daemon/http/completion_params.h), checked
+// The OpenAI request bodies (wire/http/completion_params.h), checked
 // without a daemon: defaults, every form of prompt, extensions, and each
 // refusal naming its field with the status OpenAI's clients expect.
-#include "daemon/http/completion_params.h"
+#include "wire/http/completion_params.h"
 
 #include <gtest/gtest.h>
 
-namespace kvtier::daemon::http {
+namespace kvtier::wire::http {
 namespace {
 
 using nlohmann::json;
@@ -152,4 +152,4 @@ TEST(CompletionParamsTest, ChatRendersTheTemplateAndAddsItsStops) {
 }
 
 }  // namespace
-}  // namespace kvtier::daemon::http
+}  // namespace kvtier::wire::http

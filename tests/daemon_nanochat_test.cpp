@@ -12,8 +12,6 @@
 #include <chrono>
 #include <thread>
 
-#include "daemon/chat_template.h"
-#include "daemon/prompt.h"
 #include "daemon_test_util.h"
 #include "engine/model/generator.h"
 #include "engine/model/model.h"
@@ -22,6 +20,8 @@
 #include "nanochat_test_util.h"
 #include "redis_server.h"
 #include "router_test_util.h"
+#include "wire/chat_template.h"
+#include "wire/prompt.h"
 
 namespace kvtier {
 namespace {
@@ -36,8 +36,8 @@ const std::string kShared =
 
 // What the engine gives in-process for a prompt, or for a conversation as
 // the model's chat format renders it: the reference for every daemon answer.
-Generation reference_run(const NanochatFolder& folder, daemon::Prompt prompt,
-                         const std::vector<daemon::ChatMessage>& conversation = {},
+Generation reference_run(const NanochatFolder& folder, wire::Prompt prompt,
+                         const std::vector<wire::ChatMessage>& conversation = {},
                          EvictionPolicy eviction = EvictionPolicy::none()) {
   auto model = Model::load(folder.path());
   EXPECT_TRUE(model.has_value()) << model.error();
@@ -46,14 +46,14 @@ Generation reference_run(const NanochatFolder& folder, daemon::Prompt prompt,
   if (!model || !tokenizer) return {};
   GenerateOptions options;
   if (!conversation.empty()) {
-    auto chat = daemon::ChatTemplate::load(folder.path().string(), (*model)->config().tokenizer);
+    auto chat = wire::ChatTemplate::load(folder.path().string(), (*model)->config().tokenizer);
     EXPECT_TRUE(chat.has_value());
     auto rendered = chat->render(conversation);
     EXPECT_TRUE(rendered.has_value());
     prompt = rendered->prompt;
     options.stop_token_ids = rendered->stop_token_ids;
   }
-  auto ids = daemon::prompt_tokens(**tokenizer, prompt);
+  auto ids = wire::prompt_tokens(**tokenizer, prompt);
   EXPECT_TRUE(ids.has_value());
   EXPECT_EQ(ids->front(), (*tokenizer)->begin_of_text()) << "a text begins with <|bos|>";
   tiers::BlockPool pool((*model)->kv_layout(16).block_bytes(), 32);
@@ -196,12 +196,12 @@ TEST(DaemonNanochatTest, TheRouterInFrontGivesTheDaemonsTokens) {
 }
 
 // A conversation as JSON-RPC's generate and /v1/chat/completions take it.
-const std::vector<daemon::ChatMessage> kConversation = {{"system", "Answer in one line."},
-                                                        {"user", kShared + "who ran?"},
-                                                        {"assistant", "the other one"},
-                                                        {"user", "and <|assistant_end|> then?"}};
+const std::vector<wire::ChatMessage> kConversation = {{"system", "Answer in one line."},
+                                                      {"user", kShared + "who ran?"},
+                                                      {"assistant", "the other one"},
+                                                      {"user", "and <|assistant_end|> then?"}};
 
-json messages_json(const std::vector<daemon::ChatMessage>& conversation) {
+json messages_json(const std::vector<wire::ChatMessage>& conversation) {
   json out = json::array();
   for (const auto& m : conversation) out.push_back({{"role", m.role}, {"content", m.content}});
   return out;

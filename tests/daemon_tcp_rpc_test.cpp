@@ -8,13 +8,13 @@
 #include <fstream>
 #include <string>
 
-#include "daemon/protocol.h"
 #include "daemon_test_util.h"
+#include "wire/protocol.h"
 
 namespace kvtier::daemon_test {
 namespace {
 
-namespace rpc_code = kvtier::daemon::rpc_code;
+namespace rpc_code = kvtier::wire::rpc_code;
 
 constexpr const char* kKey = "0123456789abcdef0123";
 

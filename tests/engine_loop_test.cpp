@@ -51,7 +51,7 @@ using namespace std::chrono_literals;
 // the sanitizers, so only a hang reaches it.
 constexpr auto kWait = 60s;
 
-const RequestOwner kOwner{.connection = 1, .uid = 1000};
+const wire::RequestOwner kOwner{.connection = 1, .uid = 1000};
 
 std::string model_dir() {
   return (std::filesystem::path(KVTIER_SOURCE_DIR) / "models/fortunes-char").string();
@@ -269,8 +269,8 @@ std::optional<EngineStats> stats_of(EngineLoop& loop) {
   return reply.wait();
 }
 
-RequestId submit(EngineLoop& loop, const Recorder& recorder, Prompt prompt, RequestParams params,
-                 const RequestOwner& owner = kOwner) {
+RequestId submit(EngineLoop& loop, const Recorder& recorder, wire::Prompt prompt,
+                 RequestParams params, const wire::RequestOwner& owner = kOwner) {
   auto id = loop.submit(std::move(prompt), std::move(params), recorder.sink(), owner);
   EXPECT_TRUE(id.has_value()) << "submit refused";
   return id.value_or(0);
@@ -316,7 +316,7 @@ TEST(EngineLoopTest, EventsStreamInOrderAndEndInOneFinalThatMatchesGenerate) {
   // before the engine has seen the requests.
   for (const Case& c : cases) {
     recorders.push_back(std::make_unique<Recorder>());
-    Prompt prompt = c.prompt;
+    wire::Prompt prompt = c.prompt;
     if (c.as_tokens) prompt = encode(c.prompt);
     ids.push_back(submit(*loop, *recorders.back(), std::move(prompt), greedy(c.max_tokens)));
   }
@@ -539,7 +539,7 @@ TEST(EngineLoopTest, CancelOfAnUnknownOrFinishedIdIsUnknown) {
 TEST(EngineLoopTest, OnlyTheSameConnectionTheSameUidOrAPrivilegedCallerMayCancel) {
   auto loop = make_loop();
   ASSERT_TRUE(loop);
-  const RequestOwner no_uid_owner{.connection = 5, .uid = std::nullopt};
+  const wire::RequestOwner no_uid_owner{.connection = 5, .uid = std::nullopt};
   Recorder refused, by_connection, by_uid, by_privileged, refused_no_uid;
   const RequestId refused_id = submit(*loop, refused, "One", greedy(4));
   const RequestId connection_id = submit(*loop, by_connection, "Two", greedy(4));

@@ -1,8 +1,8 @@
-#include "daemon/line_framer.h"
+#include "wire/line_framer.h"
 
 #include <gtest/gtest.h>
 
-namespace kvtier::daemon {
+namespace kvtier::wire {
 namespace {
 
 TEST(LineFramerTest, SplitsLinesAcrossFeedsAndStripsCarriageReturns) {
@@ -36,4 +36,4 @@ TEST(LineFramerTest, LineOfExactlyTheLimitIsAccepted) {
 }
 
 }  // namespace
-}  // namespace kvtier::daemon
+}  // namespace kvtier::wire

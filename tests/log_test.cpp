@@ -1,4 +1,4 @@
-#include "daemon/log.h"
+#include "wire/log.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include "test_util.h"
 #include "util/child_process.h"
 
-namespace kvtier::daemon {
+namespace kvtier::wire {
 namespace {
 
 // Numbers in the log as people write them: "10 s", not "10.000000 s".
@@ -95,4 +95,4 @@ TEST(LogTest, ABlockedStderrStallsNoRequest) {
 }
 
 }  // namespace
-}  // namespace kvtier::daemon
+}  // namespace kvtier::wire

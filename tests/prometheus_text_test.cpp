@@ -1,11 +1,11 @@
-// The Prometheus text writer (daemon/http/prometheus_text.h): families,
+// The Prometheus text writer (wire/http/prometheus_text.h): families,
 // escaped label values, and histograms with cumulative buckets ending in
 // +Inf, then _sum and _count.
-#include "daemon/http/prometheus_text.h"
+#include "wire/http/prometheus_text.h"
 
 #include <gtest/gtest.h>
 
-namespace kvtier::daemon::http {
+namespace kvtier::wire::http {
 namespace {
 
 TEST(PrometheusTextTest, FamiliesSamplesAndEscapedLabels) {
@@ -38,4 +38,4 @@ TEST(PrometheusTextTest, AHistogramsBucketsAreCumulative) {
 }
 
 }  // namespace
-}  // namespace kvtier::daemon::http
+}  // namespace kvtier::wire::http

@@ -1,13 +1,13 @@
 // The one way a front door's prompt and options become what the scheduler
 // takes: text encoded, ids passed through, the options kept whole.
-#include "daemon/prompt.h"
+#include "wire/prompt.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-namespace kvtier::daemon {
+namespace kvtier::wire {
 namespace {
 
 // One token per byte, refusing '~' as a character the vocabulary lacks.
@@ -70,4 +70,4 @@ TEST(PromptTest, RequestParamsKeepEveryOption) {
 }
 
 }  // namespace
-}  // namespace kvtier::daemon
+}  // namespace kvtier::wire

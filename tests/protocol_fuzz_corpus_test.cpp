@@ -16,7 +16,7 @@
 #include "fuzz/protocol_fuzz_gen.h"
 #include "fuzz/protocol_fuzz_one.h"
 
-namespace kvtier::daemon {
+namespace kvtier::wire {
 namespace {
 
 void replay(const std::string& input) {
@@ -72,7 +72,7 @@ TEST(ProtocolFuzzCorpusTest, NastyInputsKeepEveryProperty) {
 }
 
 TEST(ProtocolFuzzCorpusTest, FramerLimitIsTheDaemonsDefault) {
-  EXPECT_EQ(kProtocolFuzzMaxLineBytes, DaemonConfig{}.max_line_bytes);
+  EXPECT_EQ(kProtocolFuzzMaxLineBytes, daemon::DaemonConfig{}.max_line_bytes);
 }
 
 // The fuzzer's generator from fixed seeds, so CI runs what it writes (deep
@@ -105,4 +105,4 @@ TEST(ProtocolFuzzCorpusTest, EveryCorpusFileKeepsEveryProperty) {
 }
 
 }  // namespace
-}  // namespace kvtier::daemon
+}  // namespace kvtier::wire

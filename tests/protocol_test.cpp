@@ -1,4 +1,4 @@
-#include "daemon/protocol.h"
+#include "wire/protocol.h"
 
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-namespace kvtier::daemon {
+namespace kvtier::wire {
 namespace {
 
 using nlohmann::json;
@@ -264,4 +264,4 @@ TEST(ProtocolTest, LinesAreSingleJsonObjectsEvenWithBrokenUtf8) {
 }
 
 }  // namespace
-}  // namespace kvtier::daemon
+}  // namespace kvtier::wire

@@ -13,15 +13,15 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/protocol.h"
 #include "daemon_test_util.h"
 #include "http_test_util.h"
 #include "router_test_util.h"
+#include "wire/protocol.h"
 
 namespace kvtier::daemon_test {
 namespace {
 
-namespace rpc_code = kvtier::daemon::rpc_code;
+namespace rpc_code = kvtier::wire::rpc_code;
 
 using test_util::HttpAnswer;
 

@@ -1,5 +1,5 @@
 // kvtier-router's command line, black-box: the exit codes are kvtierd's
-// (daemon/cli.h), each failure a message on stderr, never CLI11's own codes.
+// (wire/cli_exit.h), each failure a message on stderr, never CLI11's own codes.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -36,7 +36,7 @@ std::vector<const CLI::Option*> all_options(CLI::App& app) {
   return out;
 }
 
-std::expected<CommandLine, CliExit> parse(std::vector<std::string> flags) {
+std::expected<CommandLine, wire::CliExit> parse(std::vector<std::string> flags) {
   flags.insert(flags.begin(), "kvtierd");
   return cli_parse(flags, DaemonConfig{});
 }

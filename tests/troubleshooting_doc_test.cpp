@@ -26,7 +26,8 @@ namespace fs = std::filesystem;
 std::vector<std::string> source_strings() {
   const fs::path root = KVTIER_SOURCE_DIR;
   std::vector<std::string> out;
-  for (const char* folder : {"daemon", "engine", "tiers", "ctl", "router", "util", "kernels"}) {
+  for (const char* folder :
+       {"wire", "daemon", "engine", "tiers", "ctl", "router", "util", "kernels"}) {
     for (const auto& entry : fs::recursive_directory_iterator(root / folder)) {
       const std::string ext = entry.path().extension().string();
       if (ext != ".h" && ext != ".cpp" && ext != ".cu") continue;

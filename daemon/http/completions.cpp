@@ -1,19 +1,28 @@
-// POST /v1/completions (completion_params.h says what it takes,
+// POST /v1/completions (wire/http/completion_params.h says what it takes,
 // generation.h how it answers).
 #include "daemon/control.h"
-#include "daemon/http/body.h"
-#include "daemon/http/completion_params.h"
-#include "daemon/http/errors.h"
-#include "daemon/http/openai.h"
+#include "daemon/http/generation.h"
 #include "daemon/http/routes.h"
+#include "wire/http/body.h"
+#include "wire/http/completion_params.h"
+#include "wire/http/errors.h"
+#include "wire/http/openai.h"
 
 namespace kvtier::daemon::http {
+
+using wire::http::completion_spec;
+using wire::http::error_response;
+using wire::http::Exchange;
+using wire::http::json_body;
+using wire::http::ParamError;
+using wire::http::Request;
+using wire::http::served_model_name;
 
 void completions(const Request& request, const std::shared_ptr<Exchange>& exchange,
                  Context& context) {
   auto body = json_body(request);
   if (!body) return exchange->respond(std::move(body.error()));
-  auto spec = completion_spec(*body, served_model_name(context.control.config()));
+  auto spec = completion_spec(*body, served_model_name(context.control.config().model_dir));
   if (!spec) {
     const ParamError& e = spec.error();
     return exchange->respond(error_response(e.status, e.message, e.param, e.code));

@@ -5,10 +5,20 @@
 #include <random>
 #include <string>
 
-#include "daemon/http/errors.h"
-#include "daemon/http/openai.h"
+#include "daemon/http/usage.h"
+#include "wire/http/errors.h"
+#include "wire/http/openai.h"
 
 namespace kvtier::daemon::http {
+
+using wire::http::dump;
+using wire::http::error_object;
+using wire::http::error_response;
+using wire::http::Exchange;
+using wire::http::GenerationSpec;
+using wire::http::openai_finish_reason;
+using wire::http::Response;
+using wire::http::unix_now;
 
 namespace {
 
@@ -61,7 +71,7 @@ class Run : public std::enable_shared_from_this<Run> {
         return exchange_->respond(std::move(r));
       }
       if (p == 0)
-        id_ = (spec_.api == Api::kChat ? "chatcmpl-" : "cmpl-") + instance_tag() + "-" +
+        id_ = (spec_.api == wire::http::Api::kChat ? "chatcmpl-" : "cmpl-") + instance_tag() + "-" +
               std::to_string(*id);
       ids_.push_back(*id);
       exchange_->track(*id);
@@ -110,7 +120,7 @@ class Run : public std::enable_shared_from_this<Run> {
                   {"logprobs", logprobs_json(sample.logprobs, offset)},
                   {"finish_reason", openai_finish_reason(sample.finish_reason)}};
         const std::string text = echo + sample.text;
-        if (spec_.api == Api::kChat)
+        if (spec_.api == wire::http::Api::kChat)
           c["message"] = {{"role", "assistant"}, {"content", text}};
         else
           c["text"] = text;
@@ -125,7 +135,7 @@ class Run : public std::enable_shared_from_this<Run> {
   // An answer ("whole") or a chunk of one: the fields every one starts
   // with, then `rest`.
   json answer(std::string_view kind, json rest) const {
-    const bool chat = spec_.api == Api::kChat;
+    const bool chat = spec_.api == wire::http::Api::kChat;
     const char* object = !chat             ? "text_completion"
                          : kind == "chunk" ? "chat.completion.chunk"
                                            : "chat.completion";
@@ -150,7 +160,7 @@ class Run : public std::enable_shared_from_this<Run> {
       for (unsigned char c : text) b.push_back(c);
       return b;
     };
-    if (spec_.api == Api::kChat) {
+    if (spec_.api == wire::http::Api::kChat) {
       json content = json::array();
       for (const TokenLogprobs& t : entries) {
         json top = json::array();
@@ -196,7 +206,7 @@ class Run : public std::enable_shared_from_this<Run> {
         {"index", choice},
         {"logprobs", finish_reason ? json(nullptr) : logprobs_json(logprobs, offsets_[choice])},
         {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
-    if (spec_.api == Api::kChat) {
+    if (spec_.api == wire::http::Api::kChat) {
       json delta = json::object();
       if (!first_sent_[choice]) {  // a choice's first chunk names the role
         delta["role"] = "assistant";

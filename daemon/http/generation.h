@@ -21,26 +21,13 @@
 #include <string>
 #include <vector>
 
-#include "daemon/http/exchange.h"
-#include "daemon/prompt.h"
-#include "engine/scheduling/request.h"
+#include "daemon/http/context.h"
+#include "wire/http/exchange.h"
+#include "wire/http/generation_spec.h"
 
 namespace kvtier::daemon::http {
 
-enum class Api { kCompletions, kChat };
-
-struct GenerationSpec {
-  Api api = Api::kCompletions;
-  std::string model;  // the served name, echoed in the answer
-  std::vector<Prompt> prompts;
-  RequestOptions params;  // n samples per prompt
-  bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  // Completions with echo: each prompt's text, put before its choices' text.
-  std::vector<std::string> echo;
-};
-
-void run_generation(GenerationSpec spec, const std::shared_ptr<Exchange>& exchange,
-                    Context& context);
+void run_generation(wire::http::GenerationSpec spec,
+                    const std::shared_ptr<wire::http::Exchange>& exchange, Context& context);
 
 }  // namespace kvtier::daemon::http

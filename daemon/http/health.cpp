@@ -2,10 +2,15 @@
 // {"status": "draining"} once it is stopping (load balancers take it out of
 // rotation then). Needs no API key.
 #include "daemon/control.h"
-#include "daemon/http/openai.h"
 #include "daemon/http/routes.h"
+#include "wire/http/openai.h"
 
 namespace kvtier::daemon::http {
+
+using wire::http::dump;
+using wire::http::Exchange;
+using wire::http::Request;
+using wire::http::Response;
 
 void health(const Request&, const std::shared_ptr<Exchange>& exchange, Context& context) {
   const bool stopping = context.control.stopping();

@@ -7,11 +7,16 @@
 #include <fstream>
 
 #include "daemon/control.h"
-#include "daemon/http/prometheus_text.h"
 #include "daemon/http/routes.h"
 #include "engine/build_info.h"
+#include "wire/http/prometheus_text.h"
 
 namespace kvtier::daemon::http {
+
+using wire::http::Exchange;
+using wire::http::PrometheusText;
+using wire::http::Request;
+using wire::http::Response;
 
 namespace {
 

@@ -3,8 +3,14 @@
 #include <array>
 
 #include "daemon/control.h"
+#include "wire/http/find_route.h"
 
 namespace kvtier::daemon::http {
+
+using wire::RequestOwner;
+using wire::http::Exchange;
+using wire::http::find_route;
+using wire::http::Request;
 
 std::span<const Route> routes() {
   static const std::array<Route, 5> table = {{
