@@ -26,6 +26,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/machine_peaks.h"
+#include "bench/prefill_timing.h"
 #include "bench/recording_reporter.h"
 #include "engine/device.h"
 #include "engine/model/gpt2/gpt2_model.h"
@@ -49,14 +50,6 @@ constexpr int kMaxBatch = 16;
 constexpr int kDecodeBatches[] = {1, 4, 8, 16};
 constexpr int kSharedDecodeBatches[] = {4, 16};
 
-// FLOPs of one prefill of T tokens (linear layers, attention, one LM-head row).
-double prefill_flops(const kvtier::ModelConfig& c, int T) {
-  const double C = c.n_embd, L = c.n_layer;
-  const double linear = 2.0 * T * L * (C * 3 * C + C * C + C * 4 * C + 4 * C * C);
-  const double attention = L * c.n_head * 2.0 * 2.0 * c.head_dim() * (T * (T + 1.0) / 2.0);
-  return linear + attention + 2.0 * C * c.vocab_size;
-}
-
 struct Bench {
   Gpt2Model& model;
   kvtier::tiers::BlockPool& pool;
@@ -71,23 +64,13 @@ struct Bench {
     (void)prefill_seconds(T);
     for (auto _ : state) state.SetIterationTime(prefill_seconds(T));
     state.counters["tok/s"] = benchmark::Counter(T, benchmark::Counter::kIsIterationInvariantRate);
-    state.counters["GFLOP/s"] = benchmark::Counter(prefill_flops(model.config(), T) / 1e9,
-                                                   benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(kvtier::bench::gpt2_prefill_flops(model.config(), T) / 1e9,
+                           benchmark::Counter::kIsIterationInvariantRate);
   }
 
   // Seconds of one prefill of T tokens (the forward alone).
-  double prefill_seconds(int T) {
-    const auto tokens = random_tokens(T, model.config().vocab_size, T);
-    SequenceKv kv(kPage);
-    kv.reserve(pool, T);
-    const Model::Chunk chunk{&kv, tokens, false};
-    const auto start = std::chrono::steady_clock::now();
-    auto logits = model.forward(std::span(&chunk, 1), pool);
-    const double seconds = kvtier::bench::seconds_since(start);
-    benchmark::DoNotOptimize(logits->data());
-    kv.release(pool);
-    return seconds;
-  }
+  double prefill_seconds(int T) { return kvtier::bench::prefill_seconds(model, pool, T, kPage); }
 
   // The step a cached prefix leaves to compute: `tail` tokens after a
   // `context`-token prefix whose KV is already in the pool (a prefix-cache
@@ -218,7 +201,7 @@ void gpu_figures(const Gpt2Model& model, const CpuFigures& cpu) {
     });
     if (T == 1024) prefill1024_s = s;
     std::printf("prefill %4d: %9.1f tok/s  %7.1f GFLOP/s  %7.2f ms\n", T, T / s,
-                prefill_flops(config, T) / s / 1e9, s * 1e3);
+                kvtier::bench::gpt2_prefill_flops(config, T) / s / 1e9, s * 1e3);
   }
   std::printf("  prefill 1024 vs the CPU's in this run (%.1f ms): %.1fx\n", cpu.prefill1024_ms,
               cpu.prefill1024_ms / (prefill1024_s * 1e3));
@@ -356,7 +339,8 @@ int main(int argc, char** argv) {
   std::vector<double> paired;
   if (prefill1024 > 0.0)
     for (int round = 0; round < kPairedRounds; ++round) {
-      const double ours = prefill_flops(config, 1024) / bench.prefill_seconds(1024) / 1e9;
+      const double ours =
+          kvtier::bench::gpt2_prefill_flops(config, 1024) / bench.prefill_seconds(1024) / 1e9;
       paired.push_back(ours / openblas_gflops());
     }
   std::ranges::sort(paired);

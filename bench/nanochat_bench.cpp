@@ -28,6 +28,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/machine_peaks.h"
+#include "bench/prefill_timing.h"
 #include "bench/random_nanochat.h"
 #include "engine/model/gpt2/gpt2_model.h"
 #include "engine/model/nanochat/nanochat_model.h"
@@ -37,6 +38,7 @@ namespace {
 namespace fs = std::filesystem;
 using kvtier::Model;
 using kvtier::SequenceKv;
+using kvtier::bench::prefill_seconds;
 using kvtier::bench::random_tokens;
 using kvtier::bench::seconds_since;
 
@@ -58,27 +60,6 @@ double nanochat_prefill_flops(const kvtier::NanochatConfig& c, int T) {
     flops += 2.0 * 2.0 * D * c.n_head * keys;
   }
   return flops + 2.0 * C * c.vocab_size;
-}
-
-double gpt2_prefill_flops(const kvtier::ModelConfig& c, int T) {
-  const double C = c.n_embd, L = c.n_layer;
-  const double linear = 2.0 * T * L * (C * 3 * C + C * C + C * 4 * C + 4 * C * C);
-  const double attention = L * c.n_head * 2.0 * 2.0 * c.head_dim() * (T * (T + 1.0) / 2.0);
-  return linear + attention + 2.0 * C * c.vocab_size;
-}
-
-// Seconds of one prefill of T tokens, the forward alone.
-double prefill_seconds(Model& model, kvtier::tiers::BlockPool& pool, int T) {
-  const auto tokens = random_tokens(T, model.config().vocab_size, T);
-  SequenceKv kv(kPage);
-  kv.reserve(pool, T);
-  const Model::Chunk chunk{&kv, tokens, false};
-  const auto start = std::chrono::steady_clock::now();
-  auto logits = model.forward(std::span(&chunk, 1), pool);
-  const double seconds = seconds_since(start);
-  if (!logits) std::fprintf(stderr, "forward: %s\n", logits.error().c_str());
-  kv.release(pool);
-  return seconds;
 }
 
 // Seconds a decode step of B rows behind one shared prompt of `context`
@@ -179,10 +160,10 @@ int main(int argc, char** argv) {
     const auto layout = model->kv_layout(kPage);
     const int blocks = (1024 + kPage) / kPage + kSamples * (kDecodeContext + 64) / kPage + 8;
     kvtier::tiers::BlockPool pool(layout.block_bytes(), blocks);
-    (void)prefill_seconds(*model, pool, 64);  // warm-up: first touches of the buffers
+    (void)prefill_seconds(*model, pool, 64, kPage);  // warm-up: first touches of the buffers
     ours.ttft512 =
-        kvtier::bench::best_seconds(2, [&] { (void)prefill_seconds(*model, pool, 512); });
-    ours.ttft1024 = prefill_seconds(*model, pool, 1024);
+        kvtier::bench::best_seconds(2, [&] { (void)prefill_seconds(*model, pool, 512, kPage); });
+    ours.ttft1024 = prefill_seconds(*model, pool, 1024, kPage);
     peak_prefill = kvtier::bench::peak_rss_bytes();
     gflops512 = nanochat_prefill_flops(config, 512) / ours.ttft512 / 1e9;
     gflops1024 = nanochat_prefill_flops(config, 1024) / ours.ttft1024 / 1e9;
@@ -205,8 +186,9 @@ int main(int argc, char** argv) {
     g.vocab_size = config.vocab_size;
     kvtier::Gpt2Model gpt2(g, kvtier::ModelWeights::random(g, 1));
     kvtier::tiers::BlockPool pool(gpt2.kv_layout(kPage).block_bytes(), 1024 / kPage + 2);
-    (void)prefill_seconds(gpt2, pool, 64);
-    gpt2_gflops = gpt2_prefill_flops(g, 1024) / prefill_seconds(gpt2, pool, 1024) / 1e9;
+    (void)prefill_seconds(gpt2, pool, 64, kPage);
+    gpt2_gflops =
+        kvtier::bench::gpt2_prefill_flops(g, 1024) / prefill_seconds(gpt2, pool, 1024, kPage) / 1e9;
   }
   const double read_bw = kvtier::bench::read_bytes_per_second(kThreads);
 
