@@ -24,10 +24,6 @@ namespace {
 using namespace daemon_test;
 using nlohmann::json;
 
-// Beside kvtierd in the build tree (build/daemon/kvtierd, build/ctl/kvtierctl).
-const std::filesystem::path kCtlPath =
-    std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl";
-
 class CtlTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -349,9 +349,7 @@ TEST(DaemonNanochatTest, TheModelsCalculatorCallIsAnsweredUnlessToolsAreOff) {
   EXPECT_EQ(chat(d.socket_path(), {{"tool_choice", "none"}}).substr(0, unanswered.size()),
             unanswered);
   // kvtierctl chat, beside kvtierd in the build tree, and its --no-tools.
-  const std::string ctl =
-      (std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl")
-          .string();
+  const std::string ctl = daemon_test::kCtlPath.string();
   for (const bool tools : {true, false}) {
     std::vector<std::string> args = {
         ctl, "--socket", d.socket_path(), "chat", "-p", "hi", "--temperature", "0", "--max-tokens",

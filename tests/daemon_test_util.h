@@ -40,6 +40,11 @@ namespace kvtier::daemon_test {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
+// kvtierctl, beside kvtierd in the build tree (build/daemon/kvtierd,
+// build/ctl/kvtierctl).
+inline const std::filesystem::path kCtlPath =
+    std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl";
+
 inline const std::filesystem::path kModelDir =
     std::filesystem::path(KVTIER_SOURCE_DIR) / "models/fortunes-char";
 // Generous: the suite shares two cores with other work.

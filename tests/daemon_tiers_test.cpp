@@ -343,9 +343,7 @@ TEST(DaemonTiersTest, AnotherUidIsRefusedPinUnpinAndFlush) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid";
   Daemon d;
   ASSERT_TRUE(d.wait_ready());
-  const std::string ctl =
-      (std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl")
-          .string();
+  const std::string ctl = daemon_test::kCtlPath.string();
   const auto as_nobody = [] {
     const gid_t root_group = 0;
     if (::setgroups(1, &root_group) != 0 || ::setgid(0) != 0 || ::setuid(65534) != 0) ::_exit(100);

@@ -20,8 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kCtlPath =
-    fs::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl";
+using daemon_test::kCtlPath;
 
 constexpr int kLongTokens = 250;
 

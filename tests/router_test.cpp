@@ -80,9 +80,7 @@ TEST_F(RouterTest, ARepeatedPromptGoesWhereItsPrefixIsAndGetsTheSameTokens) {
   EXPECT_EQ(holders, 1) << fleet.dump();
 
   // kvtierctl pointed at the router shows the fleet.
-  const std::string ctl =
-      (std::filesystem::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl")
-          .string();
+  const std::string ctl = daemon_test::kCtlPath.string();
   const ProcessResult shown =
       run_process({ctl, "-s", router_->socket_path(), "fleet"}, router_->dir());
   EXPECT_EQ(shown.exit_code, 0) << shown.err;

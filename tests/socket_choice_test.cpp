@@ -18,8 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using daemon_test::Daemon;
 
-const fs::path kCtlPath =
-    fs::path(KVTIER_DAEMON_PATH).parent_path().parent_path() / "ctl/kvtierctl";
+using daemon_test::kCtlPath;
 const fs::path kServiceDir = "/run/kvtier";
 
 // `kvtierctl health` with XDG_RUNTIME_DIR = `runtime` and no KVTIER_SOCKET:
