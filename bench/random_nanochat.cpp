@@ -1,11 +1,12 @@
 #include "bench/random_nanochat.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "engine/model/safetensors.h"
 #include "util/random.h"
 
 namespace kvtier::bench {
@@ -78,46 +79,26 @@ std::expected<void, std::string> write_random_nanochat(const std::filesystem::pa
   std::ofstream(dir / "config.json") << config.dump(2) << "\n";
 
   const std::vector<Tensor> tensors = tensors_of(s);
-  constexpr std::uint64_t kAlign = 64;
-  nlohmann::json header = nlohmann::json::object();
-  std::uint64_t offset = 0;
-  for (const Tensor& t : tensors) {
-    const std::uint64_t bytes = t.elements() * sizeof(float);
-    header[t.name] = {
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset = (offset + bytes + kAlign - 1) / kAlign * kAlign;
-  }
-  std::string text = header.dump();
-  text.append((kAlign - (8 + text.size()) % kAlign) % kAlign, ' ');  // data 64-byte aligned
-
-  const std::filesystem::path path = dir / "model.safetensors";
-  std::ofstream out(path, std::ios::binary);
-  const std::uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::vector<SafetensorsEntry> entries;
+  for (const Tensor& t : tensors) entries.push_back({t.name, t.shape});
   util::Xoshiro256StarStar rng(seed);
   std::vector<float> chunk(std::size_t{1} << 18);
-  std::uint64_t written = 0;
-  for (const Tensor& t : tensors) {
-    const float half_width = t.stddev * std::sqrt(3.0f);
-    for (std::uint64_t left = t.elements(); left > 0;) {
-      const std::size_t m = static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk.size()));
-      for (std::size_t i = 0; i < m; ++i) {
-        // 24 random bits -> [-1, 1).
-        const float u = static_cast<float>(rng.next() >> 40) * (2.0f / 16777216.0f) - 1.0f;
-        chunk[i] = t.mean + half_width * u;
-      }
-      out.write(reinterpret_cast<const char*>(chunk.data()),
-                static_cast<std::streamsize>(m * sizeof(float)));
-      left -= m;
-      written += m * sizeof(float);
-    }
-    const std::uint64_t padded = (written + kAlign - 1) / kAlign * kAlign;
-    for (; written < padded; ++written) out.put('\0');
-  }
-  out.close();
-  if (!out) return std::unexpected(path.string() + ": cannot write");
-  return {};
+  return write_f32_safetensors(
+      dir / "model.safetensors", entries, [&](std::size_t index, std::ostream& out) {
+        const Tensor& t = tensors[index];
+        const float half_width = t.stddev * std::sqrt(3.0f);
+        for (std::uint64_t left = t.elements(); left > 0;) {
+          const auto m = static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk.size()));
+          for (std::size_t i = 0; i < m; ++i) {
+            // 24 random bits -> [-1, 1).
+            const float u = static_cast<float>(rng.next() >> 40) * (2.0f / 16777216.0f) - 1.0f;
+            chunk[i] = t.mean + half_width * u;
+          }
+          out.write(reinterpret_cast<const char*>(chunk.data()),
+                    static_cast<std::streamsize>(m * sizeof(float)));
+          left -= m;
+        }
+      });
 }
 
 }  // namespace kvtier::bench

@@ -438,41 +438,16 @@ std::expected<void, std::string> ModelWeights::save(const ModelConfig& config,
   ln_f_b = ln_f_b_;
   for (std::size_t i = 0; i < layers.size() && i < layers_.size(); ++i) layers[i] = layers_[i];
 
-  constexpr std::uint64_t kAlign = 64;
-  auto aligned = [](std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  std::uint64_t offset = 0;
+  std::vector<SafetensorsEntry> entries;
   for (const ParamSpec& spec : specs) {
     if (*spec.slot == nullptr) return Error(path.string() + ": no tensor for " + spec.name);
-    offset = aligned(offset);
-    const std::uint64_t bytes = spec.elements() * sizeof(float);
-    header[spec.name] = {
-        {"dtype", "F32"}, {"shape", spec.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    entries.push_back({spec.name, spec.shape});
   }
-  std::string text = header.dump();
-  text.append(aligned(8 + text.size()) - 8 - text.size(), ' ');  // data starts 64-byte aligned
-
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Error(path.string() + ": cannot create: " + std::strerror(errno));
-  std::uint64_t n = text.size();
-  char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
-  out.write(length, 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
   static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
-  const char zeros[kAlign] = {};
-  std::uint64_t written = 0;
-  for (const ParamSpec& spec : specs) {
-    out.write(zeros, static_cast<std::streamsize>(aligned(written) - written));
-    written = aligned(written);
-    const std::uint64_t bytes = spec.elements() * sizeof(float);
-    out.write(reinterpret_cast<const char*>(*spec.slot), static_cast<std::streamsize>(bytes));
-    written += bytes;
-  }
-  out.close();
-  if (!out) return Error(path.string() + ": write failed: " + std::strerror(errno));
-  return {};
+  return write_f32_safetensors(path, entries, [&](std::size_t i, std::ostream& out) {
+    out.write(reinterpret_cast<const char*>(*specs[i].slot),
+              static_cast<std::streamsize>(entries[i].bytes()));
+  });
 }
 
 }  // namespace kvtier

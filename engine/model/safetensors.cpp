@@ -9,6 +9,7 @@
 #include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
@@ -271,6 +272,48 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
 }
 
 SafetensorsFile::~SafetensorsFile() { release(); }
+
+std::uint64_t SafetensorsEntry::bytes() const {
+  std::uint64_t n = sizeof(float);
+  for (std::uint64_t d : shape) n *= d;
+  return n;
+}
+
+std::expected<void, std::string> write_f32_safetensors(
+    const std::filesystem::path& path, std::span<const SafetensorsEntry> entries,
+    const std::function<void(std::size_t index, std::ostream& out)>& write_data) {
+  constexpr std::uint64_t kAlign = 64;
+  auto aligned = [](std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  std::uint64_t offset = 0;
+  for (const SafetensorsEntry& e : entries) {
+    offset = aligned(offset);
+    header[e.name] = {
+        {"dtype", "F32"}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes()}}};
+    offset += e.bytes();
+  }
+  std::string text = header.dump();
+  text.append(aligned(8 + text.size()) - 8 - text.size(), ' ');  // data starts 64-byte aligned
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return std::unexpected(path.string() + ": cannot create: " + errno_text());
+  const std::uint64_t n = text.size();
+  char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  out.write(length, 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  const char zeros[kAlign] = {};
+  std::uint64_t written = 0;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    out.write(zeros, static_cast<std::streamsize>(aligned(written) - written));
+    written = aligned(written);
+    write_data(i, out);
+    written += entries[i].bytes();
+  }
+  out.close();
+  if (!out) return std::unexpected(path.string() + ": write failed: " + errno_text());
+  return {};
+}
 
 void SafetensorsFile::copy_out(const std::byte* at, std::size_t bytes, void* out) const {
   assert(at >= base_ && at + bytes <= base_ + length_);

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <expected>
 #include <filesystem>
+#include <functional>
+#include <iosfwd>
 #include <span>
 #include <string>
 #include <string_view>
@@ -102,6 +104,23 @@ bool safetensors_dtype_widens_to_f32(std::string_view dtype);
 // little-endian bytes wherever they lie, aligned or not.
 // REQUIRES: safetensors_dtype_widens_to_f32(t.dtype); out holds t.elements() floats.
 void safetensors_to_f32(const SafetensorsTensor& t, float* out);
+
+// A tensor of an F32 file write_f32_safetensors writes: its name and shape.
+struct SafetensorsEntry {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t bytes() const;  // prod(shape) * 4
+};
+
+// Writes an F32 safetensors file that SafetensorsFile maps with every tensor
+// usable in place: the entries in order, each starting 64-byte aligned in
+// the file (the header padded with spaces, the gaps with zeros).
+// write_data(i, out) writes entry i's bytes, little-endian, exactly
+// entries[i].bytes() of them, as it likes (from memory, or generated a
+// piece at a time). Errors name the path.
+std::expected<void, std::string> write_f32_safetensors(
+    const std::filesystem::path& path, std::span<const SafetensorsEntry> entries,
+    const std::function<void(std::size_t index, std::ostream& out)>& write_data);
 
 // One element of each half-precision format, bits as stored.
 float f16_to_f32(std::uint16_t bits);
