@@ -70,7 +70,7 @@ bool window_keeps(const EvictionPolicy& p, int page, int length, int page_size) 
 // the bits of every position of `area` (the evictable pages).
 template <typename ScoreOf>
 std::vector<int> kvcrush_keep(const EvictionPolicy& policy, const std::vector<int>& area,
-                              std::vector<int> eligible, int budget, int page_size,
+                              const std::vector<int>& eligible, int budget, int page_size,
                               const ScoreOf& score_of) {
   const int P = page_size, E = static_cast<int>(area.size());
   // A bit per position: 1 for the better-scored half (ties to the older).
@@ -104,19 +104,19 @@ std::vector<int> kvcrush_keep(const EvictionPolicy& policy, const std::vector<in
       break;
     }
   }
-  auto distance = [&](int page) {
+  // (Hamming distance to the anchor, page): ties to the older page.
+  std::vector<std::pair<int, int>> ranked_pages;
+  for (int page : eligible) {
     int d = 0;
     for (int j = 0; j < P; ++j) d += bit[page * P + j] != anchor[j] ? 1 : 0;
-    return d;
-  };
-  std::ranges::sort(eligible, [&](int a, int b) {
-    const int da = distance(a), db = distance(b);
-    return da != db ? da < db : a < b;
-  });
+    ranked_pages.push_back({d, page});
+  }
+  std::ranges::sort(ranked_pages);
   // Evenly spaced ranks: the kept pages span the distances.
-  const int step = static_cast<int>(eligible.size()) / budget;
+  const int step = static_cast<int>(ranked_pages.size()) / budget;
   std::vector<int> keep;
-  for (int i = 0; i < budget; ++i) keep.push_back(eligible[static_cast<std::size_t>(i) * step]);
+  for (int i = 0; i < budget; ++i)
+    keep.push_back(ranked_pages[static_cast<std::size_t>(i) * step].second);
   return keep;
 }
 

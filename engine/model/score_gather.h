@@ -6,10 +6,10 @@
 // added what, or in which order: a sequence's scores stay batch-invariant.
 //
 // Use: plan() once per forward, with each chunk's positions; then, inside
-// the parallel region, one Buffer per thread: at(chunk, pos) is where a query
-// of that chunk at that position adds (null for chunks that want no scores), and merge() adds
-// the buffer into the sums (under a lock: call it once per thread, after
-// the thread's last query of the layer).
+// the parallel region, one Buffer per thread: at(chunk, pos) is where a
+// query of that chunk at that position adds (null for chunks that want no
+// scores), and merge() adds the buffer into the sums (under a lock: call it
+// once per thread, after the thread's last query of the layer).
 #pragma once
 
 #include <cstddef>
