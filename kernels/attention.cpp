@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <type_traits>
 #include <utility>
@@ -318,20 +319,28 @@ void attention_queries(const AttentionQuery* queries, int n, int shared_keys, in
   for (int i0 = 0; i0 < n; i0 += kSumRows) {
     const int group = std::min(kSumRows, n - i0);
     int common = shared_keys;  // keys every query of the group sees through the shared table
+    int oldest = INT_MAX;      // the oldest key any query of the group sees
     for (int r = 0; r < group; ++r) {
       const AttentionQuery& query = queries[i0 + r];
       s[r] = scores(i0 + r);
       q[r] = query.q;
       out[r] = query.out;
       common = std::min(common, keys(i0 + r));
+      oldest = std::min(oldest, query.first);
     }
+    // Keys before a query's window weigh exactly 0 (softmax_weights), and
+    // a sum or an output chain that starts with zeros has the bits of one
+    // that starts after them: nothing before `oldest` is read at all, and a
+    // query's own keys start at its own window.
+    auto own_first = [&](int r, int from) { return std::max(from, queries[i0 + r].first); };
 
     // Scores: the shared keys once for the group (keys past a query's own
     // position are computed and never used; absent pages are neither
     // computed nor read later), then each query's own keys.
-    scores_range(s, q, group, shared, kv_head, 0, shared_keys);
+    scores_range(s, q, group, shared, kv_head, std::min(oldest, shared_keys), shared_keys);
     for (int r = 0; r < group; ++r)
-      scores_range(s + r, q + r, 1, queries[i0 + r].kv, kv_head, shared_keys, keys(i0 + r));
+      scores_range(s + r, q + r, 1, queries[i0 + r].kv, kv_head, own_first(r, shared_keys),
+                   keys(i0 + r));
 
     for (int r = 0; r < group; ++r)
       softmax_weights(s[r], queries[i0 + r].first, keys(i0 + r), queries[i0 + r].kv, scale);
@@ -341,20 +350,22 @@ void attention_queries(const AttentionQuery* queries, int n, int shared_keys, in
     // (one long chain per query would wait on each add).
     float sum[kSumRows];
     for (int r = 0; r < group; ++r) sum[r] = 0.0f;
-    for_each_present_run(shared, 0, common,
+    for_each_present_run(shared, std::min(oldest, common), common,
                          [&](int a, int b) { add_row_sums(sum, s, group, a, b); });
     for (int r = 0; r < group; ++r)
-      for_each_present_run(queries[i0 + r].kv, common, keys(i0 + r), [&](int a, int b) {
-        for (int t = a; t < b; ++t) sum[r] += s[r][t];
-      });
+      for_each_present_run(queries[i0 + r].kv, own_first(r, common), keys(i0 + r),
+                           [&](int a, int b) {
+                             for (int t = a; t < b; ++t) sum[r] += s[r][t];
+                           });
     for (int r = 0; r < group; ++r) s[r][width] = 1.0f / sum[r];
 
     // Weighted sum of values in increasing position: the keys all see, each
     // value loaded once for the group, then each query's own.
     for (int r = 0; r < group; ++r) std::fill(out[r], out[r] + D, 0.0f);
-    values_range(out, s, group, shared, kv_head, 0, common);
+    values_range(out, s, group, shared, kv_head, std::min(oldest, common), common);
     for (int r = 0; r < group; ++r)
-      values_range(out + r, s + r, 1, queries[i0 + r].kv, kv_head, common, keys(i0 + r));
+      values_range(out + r, s + r, 1, queries[i0 + r].kv, kv_head, own_first(r, common),
+                   keys(i0 + r));
     for (int r = 0; r < group; ++r)
       for (int d = 0; d < D; ++d) out[r][d] *= s[r][width];
 

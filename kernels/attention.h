@@ -67,10 +67,11 @@ struct AttentionQuery {
   // writes it during the call. Without it no score work is done at all.
   AttentionScore* key_scores = nullptr;
   // The oldest key the query sees: 0, or pos - window for a layer that
-  // attends over a sliding window (nanochat's short layers). Keys before it
-  // get weight 0, so the output's bits are those of attention over
-  // [first, pos] alone; they are still read (a windowed layer's compute is
-  // not yet cut to its window). REQUIRES: 0 <= first <= pos.
+  // attends over a sliding window (nanochat's short layers). The output's
+  // bits are those of attention over [first, pos] alone; keys before the
+  // oldest `first` of the call's queries are never read (their pages may
+  // be absent), and a windowed layer's work is its window's.
+  // REQUIRES: 0 <= first <= pos.
   int first = 0;
 };
 

@@ -39,13 +39,7 @@ void RotaryTable::apply(float* x, int heads, int pos) const {
   for (int h = 0; h < heads; ++h) {
     float* x1 = x + static_cast<long>(h) * 2 * half_;
     float* x2 = x1 + half_;
-    for (int j = 0; j < half_; ++j) {
-      const float a = x1[j], b = x2[j];
-      const float y1 = a * c[j] + b * s[j];
-      const float y2 = b * c[j] - a * s[j];
-      x1[j] = y1;
-      x2[j] = y2;
-    }
+    for (int j = 0; j < half_; ++j) rotary_element(x1[j], x2[j], c[j], s[j]);
   }
 }
 

@@ -17,6 +17,8 @@
 
 #include <vector>
 
+#include "kernels/host_device.h"
+
 namespace kvtier::kernels {
 
 class RotaryTable {
@@ -37,6 +39,15 @@ class RotaryTable {
   int positions_;
   std::vector<float> cos_, sin_;
 };
+
+// One pair (x1, x2) of a head rotated as above, by the angle whose cos and
+// sin are c and s: the element function of RotaryTable::apply and of the
+// CUDA kernel (cuda/rotary.cu), the same bits on both.
+KVTIER_HD inline void rotary_element(float& x1, float& x2, float c, float s) {
+  const float a = x1, b = x2;
+  x1 = a * c + b * s;
+  x2 = b * c - a * s;
+}
 
 // fp32 -> bf16 -> fp32, round to nearest even (NaN kept a NaN).
 float round_to_bf16(float x);

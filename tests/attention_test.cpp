@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -307,6 +308,35 @@ TEST(Attention, AWindowSeesOnlyItsKeysTogetherOrAlone) {
                        static_cast<long>(1) * P * D + (pos % P) * D;
     EXPECT_EQ(0, std::memcmp(together.data(), own, sizeof(float) * D));
   }
+}
+
+// Keys before the oldest window of a call's queries are never read: NaN
+// written into their keys and values changes no bit of any output (a
+// windowed layer's work is its window's, and item 5 of the nanochat issue
+// may leave those pages unloaded).
+TEST(Attention, KeysBeforeEveryWindowAreNeverRead) {
+  const int heads = 1, n = 5, positions = 200, P = 16, D = 64;
+  Pages clean(positions, P, heads, D, 61), poisoned(positions, P, heads, D, 61);
+  const int oldest = 100;  // every query's window starts here or later
+  const std::vector<float> nan(static_cast<std::size_t>(D), std::nanf(""));
+  for (int pos = 0; pos < oldest; ++pos) kv_write(poisoned.view, pos, nan.data(), nan.data());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> q(static_cast<std::size_t>(n) * D);
+  for (auto& x : q) x = normal(rng);
+  std::vector<float> want(q.size()), got(q.size());
+  std::vector<float> scratch(static_cast<std::size_t>(n) * (positions + 1));
+  for (Pages* pages : {&clean, &poisoned}) {
+    std::vector<AttentionQuery> queries(n);
+    for (int i = 0; i < n; ++i) {
+      const int pos = positions - 1 - 7 * i;
+      float* out = (pages == &clean ? want.data() : got.data()) + i * D;
+      queries[i] = {q.data() + i * D, out, pos, pages->view, nullptr};
+      queries[i].first = oldest + 3 * i;
+    }
+    attention_queries(queries.data(), n, positions - 7 * (n - 1), 0, scratch.data());
+  }
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()));
 }
 
 }  // namespace

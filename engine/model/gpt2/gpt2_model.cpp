@@ -3,8 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <climits>
-#include <unordered_set>
 
 #include "engine/model/kv_fingerprint.h"
 #include "kernels/attention.h"
@@ -106,24 +104,27 @@ void Gpt2Model::attention(int layer, int M) {
   // Then each (group, head) on its own. Neither the grouping nor the thread
   // that runs a group changes a row's arithmetic.
   // Attention scores, for chunks that want them, as ScoreGather says.
-  const long items = static_cast<long>(groups_.size()) * H;
+  const auto groups = groups_.groups();
+  const auto group_rows = groups_.rows();
+  const long items = static_cast<long>(groups.size()) * H;
 #pragma omp parallel
   {
-#pragma omp for schedule(static, kTileRows)
+#pragma omp for schedule(static, AttentionGroups::kTileRows)
     for (int r = 0; r < M; ++r) {
       const float* qkv = qkv_.data() + r * width;
       const auto view = layout.layer_view(block_bases_[rows_[r].chunk].data(), layer);
       kernels::kv_write(view, rows_[r].pos, qkv + C, qkv + C + shape_.kv_dim());
     }
-    std::vector<float> scratch(static_cast<std::size_t>(kTileRows) * (shape_.block_size + 1));
+    std::vector<float> scratch(static_cast<std::size_t>(AttentionGroups::kTileRows) *
+                               (shape_.block_size + 1));
     ScoreGather::Buffer scores(scores_);
-    kernels::AttentionQuery queries[kTileRows];
+    kernels::AttentionQuery queries[AttentionGroups::kTileRows];
 #pragma omp for schedule(dynamic, 1)
     for (long item = 0; item < items; ++item) {
-      const Group& group = groups_[item / H];
+      const AttentionGroups::Group& group = groups[item / H];
       const int h = static_cast<int>(item % H);
       for (int i = 0; i < group.count; ++i) {
-        const int row = group_rows_[group.first + i];
+        const int row = group_rows[group.first + i];
         const RowSlot& slot = rows_[row];
         queries[i] = {qkv_.data() + row * width + h * D,
                       att_.data() + static_cast<long>(row) * C + h * D, slot.pos,
@@ -137,46 +138,6 @@ void Gpt2Model::attention(int layer, int M) {
   }
 }
 
-// Decode rows whose sequences share their first pages go together, so that
-// attention reads those pages once for all of them: sorted by block table,
-// neighbours share the longest prefixes. Groups stay small enough to give
-// every thread work (a group's heads are the items threads share out).
-void Gpt2Model::group_decode_rows(std::span<const Chunk> chunks, std::vector<int>& decode_rows) {
-  auto table = [&](int row) { return chunks[rows_[row].chunk].kv->block_ids(); };
-  std::ranges::sort(decode_rows, [&](int a, int b) {
-    return std::ranges::lexicographical_compare(table(a), table(b));
-  });
-  // Pages at the start of two tables that are the same live block.
-  auto common_pages = [&](int a, int b) {
-    const auto ta = table(a), tb = table(b);
-    std::size_t i = 0;
-    while (i < ta.size() && i < tb.size() && ta[i] == tb[i] && ta[i] != SequenceKv::kEvictedBlock)
-      ++i;
-    return static_cast<int>(i);
-  };
-  const long spread = static_cast<long>(decode_rows.size()) * shape_.n_head /
-                      (2L * std::max(1, omp_get_max_threads()));
-  const int cap = static_cast<int>(std::clamp(spread, 1L, static_cast<long>(kTileRows)));
-  for (std::size_t i = 0; i < decode_rows.size();) {
-    const int first = decode_rows[i];
-    std::size_t end = i + 1;
-    int pages = INT_MAX;
-    while (end < decode_rows.size() && static_cast<int>(end - i) < cap) {
-      const int common = std::min(pages, common_pages(first, decode_rows[end]));
-      if (common == 0) break;
-      pages = common;
-      ++end;
-    }
-    // A row alone shares all its keys with itself, as a tile does.
-    const int shared_keys = end - i == 1 ? rows_[first].pos + 1 : pages * page_size_;
-    groups_.push_back(
-        {static_cast<int>(group_rows_.size()), static_cast<int>(end - i), shared_keys});
-    group_rows_.insert(group_rows_.end(), decode_rows.begin() + static_cast<long>(i),
-                       decode_rows.begin() + static_cast<long>(end));
-    i = end;
-  }
-}
-
 std::expected<std::span<const float>, std::string> Gpt2Model::forward(
     std::span<const Chunk> chunks, tiers::BlockPool& pool,
     const std::function<void(int layer)>& before_attention) {
@@ -186,9 +147,7 @@ std::expected<std::span<const float>, std::string> Gpt2Model::forward(
 
   // Lay the batch out as rows, and note which rows want logits.
   rows_.clear();
-  groups_.clear();
-  group_rows_.clear();
-  std::vector<int> decode_rows;  // rows of one-token chunks, grouped below
+  groups_.plan(chunks, shape_.n_head, omp_get_max_threads());
   block_bases_.resize(chunks.size());
   scores_.plan(chunks);
   std::vector<int> logit_rows;
@@ -196,24 +155,14 @@ std::expected<std::span<const float>, std::string> Gpt2Model::forward(
     const Chunk& c = chunks[i];
     const int n = static_cast<int>(c.tokens.size());
     for (int t = 0; t < n; ++t) {
-      const int row = static_cast<int>(rows_.size());
-      if (c.all_logits || t == n - 1) logit_rows.push_back(row);
+      if (c.all_logits || t == n - 1) logit_rows.push_back(static_cast<int>(rows_.size()));
       rows_.push_back({static_cast<int>(i), c.kv->length() + t});
-      if (n == 1) {
-        decode_rows.push_back(row);
-        continue;
-      }
-      if (t % kTileRows == 0) groups_.push_back({static_cast<int>(group_rows_.size()), 0, 0});
-      group_rows_.push_back(row);
-      ++groups_.back().count;
-      groups_.back().shared_keys = c.kv->length() + t + 1;
     }
     block_bases_[i].clear();
     for (int id : c.kv->block_ids())
       block_bases_[i].push_back(
           id == SequenceKv::kEvictedBlock ? nullptr : reinterpret_cast<float*>(pool.data(id)));
   }
-  group_decode_rows(chunks, decode_rows);
   const int M = static_cast<int>(rows_.size());
   x_.resize(static_cast<std::size_t>(M) * C);
   ln_.resize(x_.size());

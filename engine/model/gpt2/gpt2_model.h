@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/attention_groups.h"
 #include "engine/model/model.h"
 #include "engine/model/model_weights.h"
 #include "engine/model/score_gather.h"
@@ -102,20 +103,7 @@ class Gpt2Model final : public Model {
     int pos;
   };
   std::vector<RowSlot> rows_;
-  // Attention groups (kernels::attention_queries): rows that share pages
-  // and run together. A prefill tile is up to kTileRows consecutive rows of
-  // one chunk, every key shared; decode rows of sequences whose tables start
-  // with the same pages (a shared prompt) form groups of up to kTileRows too.
-  // A group's rows are group_rows_[first .. first + count).
-  static constexpr int kTileRows = 16;
-  struct Group {
-    int first;
-    int count;
-    int shared_keys;
-  };
-  std::vector<Group> groups_;
-  std::vector<int> group_rows_;
-  void group_decode_rows(std::span<const Chunk> chunks, std::vector<int>& decode_rows);
+  AttentionGroups groups_;
   std::vector<std::vector<float*>> block_bases_;  // per chunk; null for evicted pages
   ScoreGather scores_;                            // chunks that gather attention scores
   int page_size_ = 0;

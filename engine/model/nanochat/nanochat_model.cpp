@@ -3,25 +3,14 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "engine/model/kv_fingerprint.h"
 #include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/gated_rows.h"
 #include "kernels/rmsnorm.h"
 
 namespace kvtier {
-namespace {
-
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-float dot(const float* a, const float* b, int n) {
-  float sum = 0.0f;
-  for (int i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-}  // namespace
-
 std::expected<NanochatModel, std::string> NanochatModel::load(const std::filesystem::path& dir) {
   auto config = NanochatConfig::load(dir / "config.json");
   if (!config) return std::unexpected(config.error());
@@ -116,8 +105,9 @@ void NanochatModel::embed(int M) {
   kernels::rmsnorm(x_.data(), x_.data(), M, C);
   if (config_.has_smear()) {
     // The previous token's normalised embedding, before smear (h_ as scratch).
+    previous_.resize(M);
     for (int r = 0; r < M; ++r) {
-      const int prev = rows_[r].previous;
+      const int prev = previous_[r] = rows_[r].previous;
       float* out = h_.data() + static_cast<long>(r) * C;
       if (prev < 0)
         std::fill_n(out, C, 0.0f);
@@ -125,15 +115,19 @@ void NanochatModel::embed(int M) {
         weights_.copy_row(wte, C, prev, out);
     }
     kernels::rmsnorm(h_.data(), h_.data(), M, C);
-    const float lambda = weights_.smear_lambda();
-    for (int r = 0; r < M; ++r) {
-      if (rows_[r].previous < 0) continue;
-      float* x = x_.data() + static_cast<long>(r) * C;
-      const float* prev = h_.data() + static_cast<long>(r) * C;
-      const float gate =
-          lambda * sigmoid(dot(x, weights_.smear_gate(), NanochatConfig::kSmearChannels));
-      for (int i = 0; i < C; ++i) x[i] += gate * prev[i];
-    }
+    kernels::gated_add_rows({.out = x_.data(),
+                             .out_stride = C,
+                             .gate_in = x_.data(),
+                             .gate_in_stride = C,
+                             .gate_channels = NanochatConfig::kSmearChannels,
+                             .gate_weight = weights_.smear_gate(),
+                             .groups = 1,
+                             .width = C,
+                             .src = h_.data(),
+                             .src_stride = C,
+                             .skip = previous_.data(),
+                             .scale = weights_.smear_lambda(),
+                             .rows = M});
   }
   if (config_.has_lambdas()) x0_ = x_;
 }
@@ -143,27 +137,39 @@ void NanochatModel::attention(int layer, int M) {
   const int group_size = H / config_.n_kv_head;
   const int window = config_.window(layer);
   const KvLayout layout = kv_layout(page_size_);
-  const long items = static_cast<long>(M) * H;
+  const auto groups = groups_.groups();
+  const auto group_rows = groups_.rows();
+  const long items = static_cast<long>(groups.size()) * H;
+  // Keys and values of every row first (a row attends to the rows before it
+  // in its own chunk; the loop's barrier keeps them ahead of any reader),
+  // then each (group, head) on its own, as Gpt2Model does.
 #pragma omp parallel
   {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static, AttentionGroups::kTileRows)
     for (int r = 0; r < M; ++r) {
       const auto view = layout.layer_view(block_bases_[rows_[r].chunk].data(), layer);
       kernels::kv_write(view, rows_[r].pos, k_.data() + static_cast<long>(r) * KV,
                         v_.data() + static_cast<long>(r) * KV);
     }
-    std::vector<float> scratch(static_cast<std::size_t>(config_.context) + 1);
+    std::vector<float> scratch(static_cast<std::size_t>(AttentionGroups::kTileRows) *
+                               (config_.context + 1));
     ScoreGather::Buffer scores(scores_);
-#pragma omp for schedule(dynamic, 4)
+    kernels::AttentionQuery queries[AttentionGroups::kTileRows];
+#pragma omp for schedule(dynamic, 1)
     for (long item = 0; item < items; ++item) {
-      const int r = static_cast<int>(item / H), h = static_cast<int>(item % H);
-      const Row& row = rows_[r];
-      kernels::AttentionQuery query{q_.data() + static_cast<long>(r) * H * D + h * D,
-                                    att_.data() + static_cast<long>(r) * H * D + h * D, row.pos,
-                                    layout.layer_view(block_bases_[row.chunk].data(), layer),
-                                    scores.at(row.chunk, row.pos)};
-      query.first = window < 0 ? 0 : std::max(0, row.pos - window);
-      kernels::attention_queries(&query, 1, row.pos + 1, h / group_size, scratch.data());
+      const AttentionGroups::Group& group = groups[item / H];
+      const int h = static_cast<int>(item % H);
+      for (int i = 0; i < group.count; ++i) {
+        const int r = group_rows[group.first + i];
+        const Row& row = rows_[r];
+        queries[i] = {q_.data() + static_cast<long>(r) * H * D + h * D,
+                      att_.data() + static_cast<long>(r) * H * D + h * D, row.pos,
+                      layout.layer_view(block_bases_[row.chunk].data(), layer),
+                      scores.at(row.chunk, row.pos)};
+        queries[i].first = window < 0 ? 0 : std::max(0, row.pos - window);
+      }
+      kernels::attention_queries(queries, group.count, group.shared_keys, h / group_size,
+                                 scratch.data());
     }
     scores.merge();
   }
@@ -178,6 +184,7 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
   page_size_ = chunks[0].kv->page_size();
 
   rows_.clear();
+  groups_.plan(chunks, H, omp_get_max_threads());
   block_bases_.resize(chunks.size());
   scores_.plan(chunks);
   std::vector<int> logit_rows;
@@ -209,28 +216,30 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
   for (int l = 0; l < L; ++l) {
     const NanochatLayerWeights& w = weights_.layer(l);
     const PackedLayer& pw = packed_[l];
-    if (config_.has_lambdas()) {
-      const float resid = weights_.resid_lambdas()[l], x0 = weights_.x0_lambdas()[l];
-      for (std::size_t i = 0; i < rc; ++i) x_[i] = resid * x_[i] + x0 * x0_[i];
-    }
+    if (config_.has_lambdas())
+      kernels::scale_add(x_.data(), weights_.resid_lambdas()[l], x_.data(),
+                         weights_.x0_lambdas()[l], x0_.data(), static_cast<long>(rc));
     kernels::rmsnorm(h_.data(), x_.data(), M, C);
     kernels::matmul(q_.data(), h_.data(), pw.q, nullptr, M);
     kernels::matmul(k_.data(), h_.data(), pw.k, nullptr, M);
     kernels::matmul(v_.data(), h_.data(), pw.v, nullptr, M);
     if (w.value_embed != nullptr) {
-      const int ch = config_.ve_gate_channels();
-      const float scale = config_.ve_gate_scale();
-      ve_row_.resize(KV);
-      const float* ve = ve_row_.data();
-      for (int r = 0; r < M; ++r) {
-        const float* h = h_.data() + static_cast<long>(r) * C;
-        weights_.copy_row(w.value_embed, KV, rows_[r].token, ve_row_.data());
-        float* v = v_.data() + static_cast<long>(r) * KV;
-        for (int kh = 0; kh < config_.n_kv_head; ++kh) {
-          const float gate = scale * sigmoid(dot(h, w.ve_gate + static_cast<long>(kh) * ch, ch));
-          for (int d = 0; d < D; ++d) v[kh * D + d] += gate * ve[kh * D + d];
-        }
-      }
+      ve_rows_.resize(static_cast<std::size_t>(M) * KV);
+      for (int r = 0; r < M; ++r)
+        weights_.copy_row(w.value_embed, KV, rows_[r].token,
+                          ve_rows_.data() + static_cast<long>(r) * KV);
+      kernels::gated_add_rows({.out = v_.data(),
+                               .out_stride = KV,
+                               .gate_in = h_.data(),
+                               .gate_in_stride = C,
+                               .gate_channels = config_.ve_gate_channels(),
+                               .gate_weight = w.ve_gate,
+                               .groups = config_.n_kv_head,
+                               .width = D,
+                               .src = ve_rows_.data(),
+                               .src_stride = KV,
+                               .scale = config_.ve_gate_scale(),
+                               .rows = M});
     }
     const float qk_scale = config_.qk_scale();
     for (int r = 0; r < M; ++r) {
@@ -252,15 +261,14 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
 
     kernels::rmsnorm(h_.data(), x_.data(), M, C);
     kernels::matmul(fc_.data(), h_.data(), pw.fc, nullptr, M);
-    for (float& f : fc_) f = f > 0.0f ? f * f : 0.0f;
+    kernels::relu_squared(fc_.data(), static_cast<long>(fc_.size()));
     kernels::matmul(h_.data(), fc_.data(), pw.mlp_proj, nullptr, M);
     for (std::size_t i = 0; i < rc; ++i) x_[i] += h_[i];
     if (l == backout_layer) xb_ = x_;
   }
-  if (backout_layer >= 0) {
-    const float lambda = weights_.backout_lambda();
-    for (std::size_t i = 0; i < rc; ++i) x_[i] -= lambda * xb_[i];
-  }
+  if (backout_layer >= 0)
+    kernels::scale_add(x_.data(), 1.0f, x_.data(), -weights_.backout_lambda(), xb_.data(),
+                       static_cast<long>(rc));
 
   const int R = static_cast<int>(logit_rows.size());
   logits_in_.resize(static_cast<std::size_t>(R) * C);
@@ -270,8 +278,7 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
   kernels::rmsnorm(logits_in_.data(), logits_in_.data(), R, C);
   logits_.resize(static_cast<std::size_t>(R) * V);
   kernels::matmul(logits_.data(), logits_in_.data(), lm_head_, nullptr, R);
-  const float cap = config_.softcap;
-  for (float& z : logits_) z = cap * std::tanh(z / cap);
+  kernels::softcap(logits_.data(), static_cast<long>(logits_.size()), config_.softcap);
 
   for (const Chunk& c : chunks) c.kv->advance(static_cast<int>(c.tokens.size()));
   return std::span<const float>(logits_);

@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/attention_groups.h"
 #include "engine/model/model.h"
 #include "engine/model/nanochat/nanochat_config.h"
 #include "engine/model/nanochat/nanochat_weights.h"
@@ -67,6 +68,8 @@ class NanochatModel final : public Model {
   // being the context served.
   const NanochatConfig& nanochat_config() const { return config_; }
   const NanochatWeights& weights() const { return weights_; }
+  // cos and sin for every position served (the GPU forward copies them).
+  const kernels::RotaryTable& rotary() const { return rotary_; }
 
   std::string_view family() const override { return "nanochat"; }
   // The family, the generation and every setting the forward reads, the
@@ -105,11 +108,13 @@ class NanochatModel final : public Model {
   kernels::PackedWeight lm_head_;  // the first vocab_size rows: padding is never computed
 
   std::vector<Row> rows_;
+  AttentionGroups groups_;
   std::vector<std::vector<float*>> block_bases_;  // per chunk; null for evicted pages
   ScoreGather scores_;                            // chunks that gather attention scores
   int page_size_ = 0;
   std::vector<float> x_, x0_, xb_, h_, q_, k_, v_, att_, fc_, logits_in_, logits_;
-  std::vector<float> ve_row_;  // a value-embedding row (NanochatWeights::copy_row)
+  std::vector<float> ve_rows_;  // the rows' value-embedding rows (NanochatWeights::copy_row)
+  std::vector<int> previous_;   // per row, the token before (-1 at position 0)
 };
 
 }  // namespace kvtier
