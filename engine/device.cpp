@@ -2,7 +2,6 @@
 
 #if defined(KVTIER_HAVE_CUDA)
 #include "engine/cuda/cuda_device_open.h"
-#include "engine/model/gpt2/gpt2_model.h"
 #include "kernels/cuda/cuda_device.h"
 #endif
 
@@ -28,12 +27,9 @@ std::expected<Device, std::string> open_device([[maybe_unused]] const Model& mod
     if (options.on_warning) options.on_warning("device: cpu (" + missing + ")");
     return Device{};
   }
-  // GPT-2's kernels have run on a GPU; another family runs on the CPU engine
-  // until its own have (a warning for auto: who built for the GPU expected it).
-  const auto* gpt2 = dynamic_cast<const Gpt2Model*>(&model);
-  if (gpt2 == nullptr) {
-    const std::string why = "a " + std::string(model.family()) +
-                            " model runs on the CPU engine; its GPU kernels are not written yet";
+  // A family without a GPU forward runs on the CPU engine (a warning for
+  // auto: who built for the GPU expected it).
+  if (const std::string why = cuda_forward_missing(model); !why.empty()) {
     if (kind == "cuda") return std::unexpected("device cuda: " + why);
     if (options.on_warning) options.on_warning("device: cpu (" + why + ")");
     return Device{};
@@ -42,7 +38,7 @@ std::expected<Device, std::string> open_device([[maybe_unused]] const Model& mod
     say("device: cpu (eviction h2o needs attention scores, which the GPU does not gather)");
     return Device{};
   }
-  return cuda_device_open(*gpt2, scheduler, options);
+  return cuda_device_open(model, scheduler, options);
 #else
   if (kind == "cuda")
     return std::unexpected(

@@ -8,8 +8,9 @@
 //   cuda  the GPU forward (engine/cuda/cuda_model.h) over an L1 in device
 //         memory, or an error starting "device cuda: " with the reason (a
 //         build without CUDA, no usable device, out of device memory, a
-//         model of a family with no GPU kernels yet: only Gpt2Model has
-//         them). Never a silent fall-back: a caller who asked for the GPU
+//         model of a family with no GPU forward: GPT-2 has one; nanochat's,
+//         engine/cuda/cuda_nanochat_model.h, is picked only in a build with
+//         KVTIER_CUDA_NANOCHAT=ON until it has run on a GPU). Never a silent fall-back: a caller who asked for the GPU
 //         learns why not.
 //   auto  cuda when this build has the CUDA side, a device can run its
 //         kernels, the model's family has GPU kernels and the scheduler's
@@ -78,7 +79,7 @@ struct Device {
   // would lay them on the host. Null on the CPU (the scheduler makes its own).
   std::unique_ptr<tiers::BlockPool> l1;
   // For Scheduler::create's `forward`. On the CPU the default (Model's own
-  // forward). On the GPU: CudaModel::forward, no attention scores, the GPU's
+  // forward). On the GPU: the family's GPU forward, no attention scores, the GPU's
   // kv_tag (its KV is its own in the prefix cache and on L3), and the int8
   // codec when int8 tiers are asked for.
   ForwardPass forward;

@@ -32,7 +32,8 @@ void paged_attention_reference(float* out, const float* q, const PagedAttentionR
       float* o = out + (static_cast<long>(r) * H + h) * D;
       std::fill(o, o + D, 0.0f);
       SoftmaxRun run;
-      for (int t0 = 0; t0 < keys; t0 += kAttentionTile) {
+      for (int t0 = attention_first_key(rows.row_pos[r], rows.window); t0 < keys;
+           t0 += kAttentionTile) {
         const int n = std::min(kAttentionTile, keys - t0);
         float tile_max = -INFINITY;
         for (int j = 0; j < n; ++j) {

@@ -12,8 +12,9 @@
 // chunk. Both can be mixed in one call. Absent pages (null block pointers)
 // are skipped, as in attention_rows().
 //
-// Arithmetic, per (row, head), in tiles of kAttentionTile keys from position
-// 0 (a streaming "online" softmax, so no scratch grows with the context):
+// Arithmetic, per (row, head), in tiles of kAttentionTile keys from the first
+// key the row sees (0, or its window's first; a streaming "online" softmax,
+// so no scratch grows with the context):
 //   s_t = attention_key_dot(q, K, t) * attention_scale(D)   (fma chain in increasing d)
 //   per tile: the running max is raised to the tile's max (softmax_run_rescale,
 //   which rescales the running sum and output), w_t = softmax_weight(s_t),
@@ -45,6 +46,10 @@ struct PagedAttentionRows {
   const float* const* blocks = nullptr;  // the rows' block tables, concatenated; null = absent page
   const int* row_table = nullptr;        // (R) index in `blocks` of row r's block 0
   const int* row_pos = nullptr;          // (R) row r's position; it sees keys 0 .. row_pos[r]
+  // A sliding window: row r sees keys row_pos[r] - window .. row_pos[r]
+  // only (attention_first_key); -1, every key from 0. Keys before the
+  // window are never read: their pages may be absent.
+  int window = -1;
   int n_rows = 0;
   int n_head = 0;
   int n_kv_head = 0;
@@ -71,6 +76,11 @@ inline PagedAttentionRows paged_attention_rows(const KvShape& shape, int layer, 
   r.k_offset = shape.k_offset(layer);
   r.v_offset = shape.v_offset(layer);
   return r;
+}
+
+// The first key a row at position `pos` sees under `window` (-1: none).
+KVTIER_HD inline int attention_first_key(int pos, int window) {
+  return window < 0 || pos < window ? 0 : pos - window;
 }
 
 // 1 / sqrt(D), the score scale (IEEE sqrt and division: same bits everywhere).

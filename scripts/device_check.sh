@@ -4,13 +4,14 @@
 # carry the programs there, run everything in one call, bring the logs back.
 #
 #   scripts/device_check.sh pack [BUILD_DIR]   # here: .devpkg.tar.xz from a CUDA build
-#   scripts/device_check.sh run [SECONDS]      # there: the checks, logs to $OUT
+#   scripts/device_check.sh run [SECONDS [STEPS]]  # there: the checks, logs to $OUT
 #
 # pack copies the programs of BUILD_DIR, default build-cuda, built for the
 # GPU and for any x86-64 CPU with AVX2 (the other machine's is not this one's):
 #   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_CUDA=ON \
-#     -DCMAKE_CUDA_ARCHITECTURES=90 -DKVTIER_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3
-#   ninja -C build-cuda kvtierd kvtierctl kvtier_tests engine_bench tier_bench \
+#     -DCMAKE_CUDA_ARCHITECTURES=90 -DKVTIER_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3 \
+#     -DKVTIER_CUDA_NANOCHAT=ON   # the nanochat GPU forward, until a GPU run lets it default on
+#   ninja -C build-cuda kvtierd kvtierctl kvtier-router kvtier_tests engine_bench tier_bench \
 #     kernels_bench soak loadgen
 # with the shared libraries they load that a CUDA image may lack (RocksDB,
 # liburing, hiredis, OpenBLAS, ...), and redis-server and redis-cli for the
@@ -22,11 +23,13 @@
 #   2. engine_bench (GPU figures after the CPU's), tier_bench --device cuda,
 #      kernels_bench;
 #   3. kvtierd --device cpu and --device cuda, each under pressure (a small L1,
-#      L2, L3; exact tiers, then int8), the same workload (device_tokens.py):
-#      which requests give other tokens on the GPU;
+#      L2, L3; exact tiers, then int8; the bundled nanochat model, exact), the
+#      same workload (device_tokens.py): which requests give other tokens on
+#      the GPU;
 #   4. the whole suite in parallel shards (kvtierd's --device auto picks the
 #      GPU there), and compute-sanitizer over the kernel tests beside it,
 #      both stopped at the deadline (SECONDS from the start, default 360).
+# STEPS (default "1 2 3 4") picks steps, to fit a short lease.
 # The last lines printed are the summary.
 set -uo pipefail
 
@@ -38,8 +41,8 @@ pkg=".devpkg"
 pack() {
   local src=${1:-$build}
   rm -rf "$pkg"
-  mkdir -p "$pkg/$build"/{daemon,ctl,tests,bench} "$pkg"/{lib,lib-fallback,lib-glibc,bin}
-  local progs=(daemon/kvtierd ctl/kvtierctl tests/kvtier_tests bench/engine_bench bench/tier_bench
+  mkdir -p "$pkg/$build"/{daemon,ctl,router,tests,bench} "$pkg"/{lib,lib-fallback,lib-glibc,bin}
+  local progs=(daemon/kvtierd ctl/kvtierctl router/kvtier-router tests/kvtier_tests bench/engine_bench bench/tier_bench
     bench/kernels_bench bench/soak bench/loadgen)
   for p in "${progs[@]}"; do
     [[ -x $src/$p ]] || { echo "pack: $src/$p is missing (build it first)" >&2; return 1; }
@@ -68,8 +71,46 @@ pack() {
   du -sh "$pkg" "$pkg.tar.xz"
 }
 
+# Step 4 of run: the suite in shards beside compute-sanitizer, to the deadline.
+suite() {
+  local tests=$1 logs=$2 deadline=$3
+  shift 3
+  local loader=("$@") summary=$logs/summary.txt
+  note() { echo "$*" | tee -a "$summary"; }
+  local left=$((deadline - SECONDS)) shards=12 i
+  ((left < 60)) && left=60
+  local sanitizer=""
+  if command -v compute-sanitizer > /dev/null; then
+    timeout $((left - 5)) compute-sanitizer --tool memcheck --print-limit 20 "${loader[@]}" "$tests" \
+      --gtest_filter='CudaKernels*:CudaForwardKernels*:CudaNanochatKernels*:CudaMatmul*:CudaKvCodec*' \
+      > "$logs/memcheck.log" 2>&1 &
+    sanitizer=$!
+  fi
+  local pids=()
+  for ((i = 0; i < shards; i++)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i OMP_NUM_THREADS=1 timeout "$left" "${loader[@]}" "$tests" \
+      --gtest_brief=1 > "$logs/suite-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < shards; i++)); do
+    wait "${pids[i]}" || note "suite shard $i: exit $? (1: a test failed; 124: stopped at the deadline)"
+  done
+  if [[ -n $sanitizer ]]; then
+    wait "$sanitizer"
+    note "memcheck: exit $? — $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) ' "$logs/memcheck.log" | tr '\n' ' ')"
+  else
+    note "memcheck: compute-sanitizer is not on the PATH"
+  fi
+  count() { grep -h "^\[  $1\] [0-9]" "$logs"/suite-*.log | awk '{s += $4} END {print s + 0}'; }
+  # --gtest_brief prints no count of failures: the failed tests, one line each.
+  local failed
+  failed=$(grep -hE '^\[  FAILED  \] [A-Za-z]' "$logs"/suite-*.log | sed 's/ (.*//' | sort -u)
+  note "suite: $(count 'PASSED  ') passed, $(grep -c . <<< "$failed") failed, $(count 'SKIPPED ') skipped"
+  [[ -n $failed ]] && echo "$failed" >> "$summary"
+}
+
 run() {
-  local budget=${1:-360}
+  local budget=${1:-360} steps=" ${2:-1 2 3 4} "
   local out=${OUT:-$here/device-out}
   local logs=$out/logs
   mkdir -p "$logs"
@@ -106,13 +147,14 @@ run() {
   note "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
 
   # 1. The CUDA tests, alone on the GPU.
-  OMP_NUM_THREADS=4 timeout 150 "${loader[@]}" "$tests" --gtest_filter='*Cuda*:*Device*' > "$logs/cuda_tests.log" 2>&1
-  note "cuda tests: exit $? — $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]' "$logs/cuda_tests.log" | tr '\n' ' ')"
-  grep -E '^\[  (FAILED  |SKIPPED )\] [A-Za-z]' "$logs/cuda_tests.log" | sed 's/ (.*//' | sort -u >> "$summary"
+  [[ $steps == *" 1 "* ]] && OMP_NUM_THREADS=4 timeout 150 "${loader[@]}" "$tests" --gtest_filter='*Cuda*:*Device*' > "$logs/cuda_tests.log" 2>&1
+  [[ $steps == *" 1 "* ]] && note "cuda tests: exit $? — $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]' "$logs/cuda_tests.log" | tr '\n' ' ')"
+  [[ $steps == *" 1 "* ]] && grep -E '^\[  (FAILED  |SKIPPED )\] [A-Za-z]' "$logs/cuda_tests.log" |
+    sed 's/ (.*//' | sort -u >> "$summary"
 
   # 2. The figures, one program at a time.
   local name
-  for name in engine_bench tier_bench kernels_bench; do
+  [[ $steps == *" 2 "* ]] && for name in engine_bench tier_bench kernels_bench; do
     local args=()
     [[ $name == tier_bench ]] && args=(--device cuda --l3-dir /tmp/tier_bench_l3)
     OMP_NUM_THREADS=2 timeout 150 "${loader[@]}" "$build/bench/$name" "${args[@]}" \
@@ -121,57 +163,31 @@ run() {
   done
 
   # 3. The daemon's tokens, CPU against GPU, under tier pressure.
-  local fmt dev
-  for fmt in exact int8; do
+  local run_name fmt dev model
+  for run_name in exact int8 nanochat; do
+    [[ $steps == *" 3 "* ]] || break
+    fmt=$run_name model=models/fortunes-char
+    [[ $run_name == nanochat ]] && fmt=exact model=models/fortunes-chat
     for dev in cpu cuda; do
-      local dir=/tmp/kvtier-devcmp-$fmt-$dev
+      local dir=/tmp/kvtier-devcmp-$run_name-$dev
       rm -rf "$dir" && mkdir -p "$dir"
-      "${loader[@]}" "$build/daemon/kvtierd" --device "$dev" --socket "$dir/k.sock" --max-kv-tokens 512 \
+      "${loader[@]}" "$build/daemon/kvtierd" --model "$model" --device "$dev" --socket "$dir/k.sock" --max-kv-tokens 512 \
         --max-batch-size 8 --token-budget 64 --l2-bytes 2MiB --l3-path "$dir/l3" --l3-bytes 64MiB \
-        --l2-format "$fmt" --l3-format "$fmt" > "$logs/kvtierd-$fmt-$dev.log" 2>&1 &
+        --l2-format "$fmt" --l3-format "$fmt" > "$logs/kvtierd-$run_name-$dev.log" 2>&1 &
       local pid=$!
       for _ in $(seq 300); do [[ -S $dir/k.sock ]] && break; sleep 0.1; done
-      timeout 120 python3 scripts/device_tokens.py run "$dir/k.sock" "$logs/tokens-$fmt-$dev.json" \
-        >> "$summary" 2>&1 || note "device_tokens $fmt $dev: failed"
+      timeout 120 python3 scripts/device_tokens.py run "$dir/k.sock" "$logs/tokens-$run_name-$dev.json" \
+        >> "$summary" 2>&1 || note "device_tokens $run_name $dev: failed"
       kill -TERM "$pid" 2> /dev/null; wait "$pid"
-      note "kvtierd --device $dev ($fmt tiers) exit $?"
+      note "kvtierd --device $dev ($run_name: $model, $fmt tiers) exit $?"
     done
-    [[ -f $logs/tokens-$fmt-cpu.json && -f $logs/tokens-$fmt-cuda.json ]] &&
-      python3 scripts/device_tokens.py compare "$logs/tokens-$fmt-cpu.json" \
-        "$logs/tokens-$fmt-cuda.json" >> "$summary" 2>&1
+    [[ -f $logs/tokens-$run_name-cpu.json && -f $logs/tokens-$run_name-cuda.json ]] &&
+      python3 scripts/device_tokens.py compare "$logs/tokens-$run_name-cpu.json" \
+        "$logs/tokens-$run_name-cuda.json" >> "$summary" 2>&1
   done
 
   # 4. The whole suite in shards, compute-sanitizer beside it, to the deadline.
-  local left=$((deadline - SECONDS)) shards=12 i
-  ((left < 60)) && left=60
-  local sanitizer=""
-  if command -v compute-sanitizer > /dev/null; then
-    timeout $((left - 5)) compute-sanitizer --tool memcheck --print-limit 20 "${loader[@]}" "$tests" \
-      --gtest_filter='CudaKernels*:CudaForwardKernels*:CudaMatmul*:CudaKvCodec*' \
-      > "$logs/memcheck.log" 2>&1 &
-    sanitizer=$!
-  fi
-  local pids=()
-  for ((i = 0; i < shards; i++)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i OMP_NUM_THREADS=1 timeout "$left" "${loader[@]}" "$tests" \
-      --gtest_brief=1 > "$logs/suite-$i.log" 2>&1 &
-    pids+=($!)
-  done
-  for ((i = 0; i < shards; i++)); do
-    wait "${pids[i]}" || note "suite shard $i: exit $? (1: a test failed; 124: stopped at the deadline)"
-  done
-  if [[ -n $sanitizer ]]; then
-    wait "$sanitizer"
-    note "memcheck: exit $? — $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) ' "$logs/memcheck.log" | tr '\n' ' ')"
-  else
-    note "memcheck: compute-sanitizer is not on the PATH"
-  fi
-  count() { grep -h "^\[  $1\] [0-9]" "$logs"/suite-*.log | awk '{s += $4} END {print s + 0}'; }
-  # --gtest_brief prints no count of failures: the failed tests, one line each.
-  local failed
-  failed=$(grep -hE '^\[  FAILED  \] [A-Za-z]' "$logs"/suite-*.log | sed 's/ (.*//' | sort -u)
-  note "suite: $(count 'PASSED  ') passed, $(grep -c . <<< "$failed") failed, $(count 'SKIPPED ') skipped"
-  [[ -n $failed ]] && echo "$failed" >> "$summary"
+  [[ $steps == *" 4 "* ]] && suite "$tests" "$logs" "$deadline" "${loader[@]}"
   tar -C "$out" -czf "$out/logs.tar.gz" logs
   cp "$summary" "$out/summary.txt"
   rm -rf "$logs"

@@ -182,6 +182,44 @@ TEST_F(CudaKernels, PagedAttentionMatchesTheCpuReference) {
   EXPECT_EQ(std::memcmp(alone.data(), got.data() + 2 * row_floats, row_floats * sizeof(float)), 0);
 }
 
+// A sliding window (nanochat's short layers): each row sees its last
+// window + 1 keys only, so pages wholly before every row's window may be
+// absent; within tolerance of the CPU reference, and apart from the
+// unwindowed result.
+TEST_F(CudaKernels, PagedAttentionWithAWindowMatchesTheCpuReference) {
+  PagedSetup s;
+  s.add_sequence(1100, 4,
+                 {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
+                  17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33,
+                  34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49});  // keys 0..799
+  std::vector<int> table, pos;
+  for (int p = 1000; p < 1100; p += 3) table.push_back(s.seq_start[0]), pos.push_back(p);
+  const int n = static_cast<int>(pos.size());
+  const auto q = random_floats(static_cast<std::size_t>(n) * s.n_head * s.shape.head_dim, 10);
+  auto host_rows = s.rows(s.host_table.data(), table.data(), pos.data(), n);
+  host_rows.window = 200;
+  std::vector<float> want(q.size()), whole(q.size());
+  paged_attention_reference(want.data(), q.data(), host_rows);
+  host_rows.window = -1;
+  paged_attention_reference(whole.data(), q.data(), host_rows);
+
+  auto d_table = to_device(s.device_table), d_rows = to_device(table), d_pos = to_device(pos);
+  auto d_q = to_device(q);
+  DeviceBuffer d_out(q.size() * sizeof(float));
+  auto rows = s.rows(d_table->as<const float* const>(), d_rows->as<int>(), d_pos->as<int>(), n);
+  rows.window = 200;
+  CUDA_OK(paged_attention_cuda(d_out.as<float>(), d_q->as<float>(), rows, 0));
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> got(q.size());
+  d_out.download(got.data());
+  double apart = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::fabs(want[i])) << "element " << i;
+    apart = std::max(apart, std::fabs(static_cast<double>(got[i]) - whole[i]));
+  }
+  EXPECT_GT(apart, 1e-3) << "the window changed nothing";
+}
+
 // The rows' keys and values land where the CPU reference puts them: a decode
 // row of each sequence and a prefill run of sequence 2, from qkv-shaped rows.
 TEST_F(CudaKernels, KvWriteRowsGivesTheCpuBlocks) {

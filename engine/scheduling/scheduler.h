@@ -215,7 +215,7 @@ struct SchedulerStats {
 
 // What runs a batch through the model, with Model::forward's contract.
 // An empty `run` is `model`'s own forward on the CPU. The GPU forward
-// (engine/cuda/cuda_model.h) runs over a pool in device memory and gathers
+// (engine/cuda/) runs over a pool in device memory and gathers
 // no attention scores: requests whose eviction policy needs them (H2O) are
 // then refused with the reason.
 struct ForwardPass {

@@ -35,7 +35,8 @@ __global__ void __launch_bounds__(kAttentionTile)
 #pragma unroll
   for (int i = 0; i < kDimsPerThread; ++i) acc[i] = 0.0f;
   SoftmaxRun run;
-  for (int t0 = 0; t0 < keys; t0 += kAttentionTile) {
+  for (int t0 = attention_first_key(rows.row_pos[r], rows.window); t0 < keys;
+       t0 += kAttentionTile) {
     const int t = t0 + tid;
     float s = -INFINITY;
     const float* v = nullptr;
