@@ -34,22 +34,12 @@ class CudaNanochatModelTest : public cuda_test_util::CudaDeviceTest {
   }
 };
 using nanochat_test::NanochatFolder;
+using nanochat_test::kShapes;
+using nanochat_test::random_tokens;
 using nanochat_test::Shape;
+using nanochat_test::shape_name;
 
 constexpr int kPage = 16;
-const Shape kShapes[] = {{1, 4}, {2, 2}, {3, 4}, {4, 2}, {5, 4}, {5, 1}};
-
-std::string shape_name(Shape s) {
-  return "G" + std::to_string(s.generation) + " n_kv_head " + std::to_string(s.n_kv_head);
-}
-
-std::vector<int> random_tokens(int n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> id(0, 299);
-  std::vector<int> out(n);
-  for (int& t : out) t = id(rng);
-  return out;
-}
 
 // A nanochat model with a KV pool on the host and the GPU's Device.
 struct Twin {

@@ -23,18 +23,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using nanochat_test::NanochatFolder;
+using nanochat_test::kShapes;
+using nanochat_test::random_tokens;
 using nanochat_test::Shape;
+using nanochat_test::shape_name;
 using nlohmann::json;
 
 constexpr int kPage = 16;
-
-std::vector<int> random_tokens(int n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> id(0, 299);
-  std::vector<int> out(n);
-  for (int& t : out) t = id(rng);
-  return out;
-}
 
 // Every position's logits, the sequence run in chunks of the given sizes
 // (cycled), in a pool of its own.
@@ -59,11 +54,6 @@ std::vector<float> run_chunked(NanochatModel& model, const std::vector<int>& tok
   return out;
 }
 
-std::string shape_name(Shape s) {
-  return "G" + std::to_string(s.generation) + " n_kv_head " + std::to_string(s.n_kv_head);
-}
-
-const Shape kShapes[] = {{1, 4}, {2, 2}, {3, 4}, {4, 2}, {5, 4}, {5, 1}};
 
 TEST(NanochatModelTest, FollowsTheNumpyReferenceForEveryGeneration) {
   if (!fs::exists("/usr/bin/python3") ||

@@ -23,6 +23,22 @@ struct Shape {
   int n_kv_head;
 };
 
+// Every generation, at n_kv_head < n_head and =.
+inline constexpr Shape kShapes[] = {{1, 4}, {2, 2}, {3, 4}, {4, 2}, {5, 4}, {5, 1}};
+
+inline std::string shape_name(Shape s) {
+  return "G" + std::to_string(s.generation) + " n_kv_head " + std::to_string(s.n_kv_head);
+}
+
+// n token ids of the folders' vocabulary (300), from `seed`.
+inline std::vector<int> random_tokens(int n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> id(0, 299);
+  std::vector<int> out(n);
+  for (int& t : out) t = id(rng);
+  return out;
+}
+
 // A model folder of random weights: 4 layers, 4 heads of 16 (by default), vocabulary 300
 // padded to 320, sequence_len 256 (every generation's short window is then
 // 128) and a context of 320, so both kinds of window cut in on the
