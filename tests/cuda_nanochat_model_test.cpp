@@ -33,8 +33,8 @@ class CudaNanochatModelTest : public cuda_test_util::CudaDeviceTest {
     cuda_test_util::CudaDeviceTest::SetUp();
   }
 };
-using nanochat_test::NanochatFolder;
 using nanochat_test::kShapes;
+using nanochat_test::NanochatFolder;
 using nanochat_test::random_tokens;
 using nanochat_test::Shape;
 using nanochat_test::shape_name;

@@ -22,8 +22,8 @@ namespace kvtier {
 namespace {
 
 namespace fs = std::filesystem;
-using nanochat_test::NanochatFolder;
 using nanochat_test::kShapes;
+using nanochat_test::NanochatFolder;
 using nanochat_test::random_tokens;
 using nanochat_test::Shape;
 using nanochat_test::shape_name;
@@ -53,7 +53,6 @@ std::vector<float> run_chunked(NanochatModel& model, const std::vector<int>& tok
   kv.release(pool);
   return out;
 }
-
 
 TEST(NanochatModelTest, FollowsTheNumpyReferenceForEveryGeneration) {
   if (!fs::exists("/usr/bin/python3") ||
