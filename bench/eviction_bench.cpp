@@ -9,14 +9,16 @@
 //   gen_length: the longest generation a fixed KV budget allows, with and
 //       without eviction (positions stay absolute, so eviction runs until
 //       the model's context ends).
-// On the bundled character model (models/fortunes-char) and, shorter, on
-// GPT-2 124M shapes with random weights (agreement there says how much a
-// random model's attention spreads, not how text degrades). Scenarios 2 and 4
-// (preemptions, batch capacity, gen_throughput) need the scheduler and live
-// with it. Prints tables; asserts nothing.
+// On the bundled character model (models/fortunes-char), the bundled
+// nanochat chat model (models/fortunes-chat: rotary positions, windows; its
+// prompts rendered as a user turn) and, shorter, on GPT-2 124M shapes with
+// random weights (agreement there says how much a random model's attention
+// spreads, not how text degrades). Scenarios 2 and 4 (preemptions, batch
+// capacity, gen_throughput) need the scheduler and live with it. Prints
+// tables; asserts nothing.
 //
 //   build/bench/eviction_bench [--no-gpt2 | --gpt2-only]
-// (the bundled model is found from this source file's path).
+// (the bundled models are found from this source file's path).
 #include <omp.h>
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 #include "bench/bench_util.h"
 #include "engine/model/eviction_policy.h"
 #include "engine/model/gpt2/gpt2_model.h"
+#include "engine/model/model_config.h"
 #include "engine/model/tokenizer.h"
 
 namespace {
@@ -136,7 +139,7 @@ int effective(const EvictionPolicy& p, const Workload& w) {
 void peak_kv(Workload& w, BlockPool& pool, const std::vector<EvictionPolicy>& policies) {
   std::printf("\n== (1) peak KV, %s: %zu requests x %d tokens, page %d\n", w.name, w.prompts.size(),
               w.gen_tokens, kPage);
-  std::printf("%-44s %8s %9s %12s %12s %13s %10s\n", "config", "tok/s", "evicted", "avg peak KV",
+  std::printf("%-64s %8s %9s %12s %12s %13s %10s\n", "config", "tok/s", "evicted", "avg peak KV",
               "max peak KV", "sum peak KV", "effective");
   double full_sum = 0;
   for (const EvictionPolicy& p : policies) {
@@ -151,7 +154,7 @@ void peak_kv(Workload& w, BlockPool& pool, const std::vector<EvictionPolicy>& po
       most = std::max(most, r.peak_blocks * kPage);
     }
     if (!p.evicts()) full_sum = sum;
-    std::printf("%-44s %8.1f %9d %12.1f %12d %13.0f %10d", p.to_string().c_str(), tokens / seconds,
+    std::printf("%-64s %8.1f %9d %12.1f %12d %13.0f %10d", p.to_string().c_str(), tokens / seconds,
                 evicted, sum / w.prompts.size(), most, sum, effective(p, w));
     if (p.evicts() && full_sum > 0) std::printf("  (%.1f%% less)", 100.0 * (1.0 - sum / full_sum));
     std::printf("\n");
@@ -162,7 +165,7 @@ void peak_kv(Workload& w, BlockPool& pool, const std::vector<EvictionPolicy>& po
 void agreement(Workload& w, BlockPool& pool, const std::vector<EvictionPolicy>& policies) {
   std::printf("\n== (3) greedy agreement with the full cache, %s: %zu prompts x %d tokens\n",
               w.name, w.prompts.size(), w.gen_tokens);
-  std::printf("%-44s %10s %11s %14s %15s %10s\n", "config", "effective", "agreement", "first diff",
+  std::printf("%-64s %10s %11s %14s %15s %10s\n", "config", "effective", "agreement", "first diff",
               "forced top-1", "peak KV");
   std::vector<std::vector<int>> full;
   for (const auto& prompt : w.prompts)
@@ -179,7 +182,7 @@ void agreement(Workload& w, BlockPool& pool, const std::vector<EvictionPolicy>& 
       forced += forced_run.forced_agree;
       peak = std::max(peak, free_run.peak_blocks * kPage);
     }
-    std::printf("%-44s %10d %10.1f%% %14.1f %14.1f%% %10d\n", p.to_string().c_str(),
+    std::printf("%-64s %10d %10.1f%% %14.1f %14.1f%% %10d\n", p.to_string().c_str(),
                 effective(p, w), 100.0 * same / total,
                 static_cast<double>(first) / w.prompts.size(), 100.0 * forced / total, peak);
   }
@@ -195,44 +198,21 @@ void gen_length(Workload& w, int budget_tokens, int cap,
   std::printf("\n== gen_length, %s: KV budget %d tokens (%d pages), prompt %zu, context %d\n",
               w.name, budget_tokens, budget_tokens / kPage, prompt.size(),
               w.model.config().block_size);
-  std::printf("%-44s %10s %12s %12s %10s\n", "config", "effective", "generated", "stopped by",
+  std::printf("%-64s %10s %12s %12s %10s\n", "config", "effective", "generated", "stopped by",
               "peak KV");
   BlockPool pool(w.model.kv_layout(kPage).block_bytes(), budget_tokens / kPage);
   for (const EvictionPolicy& p : policies) {
     const Run r = greedy(w.model, pool, prompt, p, cap);
-    std::printf("%-44s %10d %12zu %12s %10d\n", p.to_string().c_str(),
+    std::printf("%-64s %10d %12zu %12s %10d\n", p.to_string().c_str(),
                 kvtier::effective_kv_tokens(p, static_cast<int>(prompt.size()),
                                             w.model.config().block_size, kPage),
                 r.tokens.size(), r.stop, r.peak_blocks * kPage);
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const bool gpt2 = !(argc > 1 && std::strcmp(argv[1], "--no-gpt2") == 0);
-  const bool fortunes_too = !(argc > 1 && std::strcmp(argv[1], "--gpt2-only") == 0);
-  omp_set_num_threads(kThreads);
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // tables as they finish: the GPT-2 part is slow
-
-  // The bundled character model.
-  const auto dir = kvtier::bench::bundled_model_dir();
-  auto loaded = Gpt2Model::load(dir);
-  if (!loaded) {
-    std::fprintf(stderr, "cannot load %s: %s\n", dir.c_str(), loaded.error().c_str());
-    return 1;
-  }
-  Model& model = *loaded;
-  auto tokenizer = kvtier::Tokenizer::load(model.config().tokenizer).value();
-  Workload fortunes{"fortunes-char", model, {}, 200};
-  for (const char* text :
-       {"Q: What is the meaning of life?\nA: ", "The best way to predict the future is ",
-        "Q: Why did the chicken cross the road?\nA: ", "A man is known by the company he ",
-        "It is a truth universally acknowledged that ",
-        "Q: How many programmers does it take?\nA: "})
-    fortunes.prompts.push_back(tokenizer->encode(text).value());
-  BlockPool pool(model.kv_layout(kPage).block_bytes(), 64);
-
+// The policies' tables on one bundled model: peak KV, agreement across
+// window sizes, then three budgets, then gen_length.
+void bundled_suite(Workload& w, BlockPool& pool) {
   const std::vector<EvictionPolicy> windows = {
       EvictionPolicy::none(),
       policy("window:8"),
@@ -257,6 +237,9 @@ int main(int argc, char** argv) {
       policy("sinks:16,window:64"),
       policy("h2o:start=16,recent=32,max=80,agg=sum"),
       policy("h2o:start=16,recent=32,max=80,agg=norm_sum"),
+      // SnapKV: the prompt scored by its last 8 / 16 queries.
+      policy("h2o:start=16,recent=32,max=80,agg=norm_sum,snapkv=8"),
+      policy("h2o:start=16,recent=32,max=80,agg=norm_sum,snapkv=16"),
       // KVCrush keeps one of the area's two pages for its pattern.
       policy("h2o:start=16,recent=32,max=80,agg=norm_sum,kvcrush=1:random"),
       policy("h2o:start=16,recent=32,max=80,agg=norm_sum,kvcrush=1:zeros"),
@@ -264,18 +247,82 @@ int main(int argc, char** argv) {
       policy("h2o:start=16,recent=32,max=80,agg=norm_sum,kvcrush=1:mean"),
       policy("h2o:start=16,recent=32,max=80,agg=norm_sum,kvcrush=1:alternate"),
   };
+  peak_kv(w, pool, windows);
+  agreement(w, pool, windows);
+  std::printf("-- the same budget (effective KV 64 tokens)\n");
+  agreement(w, pool, same_budget);
+  std::printf("-- the same budget (effective KV 96 tokens)\n");
+  agreement(w, pool, same_budget_96);
+  gen_length(w, 96, w.model.config().block_size,
+             {EvictionPolicy::none(), policy("window:32"), policy("sinks:16,window:48"),
+              policy("h2o:start=16,recent=16,max=64,agg=norm_sum")});
+}
 
+// SnapKV acts on a prompt longer than start + recent: the same budget on
+// prompts of at least 128 tokens.
+void long_prompt_suite(Workload& w, BlockPool& pool) {
+  std::printf("-- prompts of 128 tokens or more (SnapKV scores the prompt)\n");
+  agreement(w, pool,
+            {policy("window:80"), policy("h2o:start=16,recent=32,max=80,agg=norm_sum"),
+             policy("h2o:start=16,recent=32,max=80,agg=norm_sum,snapkv=8"),
+             policy("h2o:start=16,recent=32,max=80,agg=norm_sum,snapkv=16"),
+             policy("h2o:start=16,recent=32,max=80,agg=norm_sum,snapkv=32")});
+}
+
+const char* const kPrompts[] = {
+    "Q: What is the meaning of life?\nA: ",         "The best way to predict the future is ",
+    "Q: Why did the chicken cross the road?\nA: ",  "A man is known by the company he ",
+    "It is a truth universally acknowledged that ", "Q: How many programmers does it take?\nA: "};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool gpt2 = !(argc > 1 && std::strcmp(argv[1], "--no-gpt2") == 0);
+  const bool bundled = !(argc > 1 && std::strcmp(argv[1], "--gpt2-only") == 0);
+  omp_set_num_threads(kThreads);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // tables as they finish: the GPT-2 part is slow
   std::printf("== kvtier KV eviction, %d threads, page %d\n", kThreads, kPage);
-  if (fortunes_too) {
-    peak_kv(fortunes, pool, windows);
-    agreement(fortunes, pool, windows);
-    std::printf("-- the same budget (effective KV 64 tokens)\n");
-    agreement(fortunes, pool, same_budget);
-    std::printf("-- the same budget (effective KV 96 tokens)\n");
-    agreement(fortunes, pool, same_budget_96);
-    gen_length(fortunes, 96, model.config().block_size,
-               {EvictionPolicy::none(), policy("window:32"), policy("sinks:16,window:48"),
-                policy("h2o:start=16,recent=16,max=64,agg=norm_sum")});
+
+  if (bundled) {
+    // The bundled character model, then the bundled nanochat chat model,
+    // each prompt there a user turn as nanochat renders one.
+    for (const char* name : {"fortunes-char", "fortunes-chat"}) {
+      const auto dir = kvtier::bench::bundled_model_dir().parent_path() / name;
+      auto loaded = Model::load(dir);
+      if (!loaded) {
+        std::fprintf(stderr, "cannot load %s: %s\n", dir.c_str(), loaded.error().c_str());
+        return 1;
+      }
+      Model& model = **loaded;
+      auto tokenizer = kvtier::Tokenizer::load(model.config().tokenizer).value();
+      const auto& specials = model.config().tokenizer.special_tokens;
+      auto special = [&](const char* text) {
+        return kvtier::special_token_id(specials, text).value();
+      };
+      const bool chat = kvtier::special_token_id(specials, "<|user_start|>").has_value();
+      // Prompt i: kPrompts from i on, cycled, until `least` tokens.
+      auto render = [&](std::size_t i, int least) {
+        std::vector<int> prompt;
+        if (chat) prompt = {special("<|bos|>"), special("<|user_start|>")};
+        const std::size_t n = std::size(kPrompts);
+        for (std::size_t k = 0; k == 0 || static_cast<int>(prompt.size()) < least; ++k) {
+          const auto ids = tokenizer->encode(kPrompts[(i + k) % n]).value();
+          prompt.insert(prompt.end(), ids.begin(), ids.end());
+        }
+        if (chat)
+          prompt.insert(prompt.end(), {special("<|user_end|>"), special("<|assistant_start|>")});
+        return prompt;
+      };
+      Workload w{name, model, {}, chat ? 160 : 200};
+      Workload long_w{name, model, {}, 96};
+      for (std::size_t i = 0; i < std::size(kPrompts); ++i) {
+        w.prompts.push_back(render(i, 0));
+        long_w.prompts.push_back(render(i, 128));
+      }
+      BlockPool pool(model.kv_layout(kPage).block_bytes(), 64);
+      bundled_suite(w, pool);
+      long_prompt_suite(long_w, pool);
+    }
   }
 
   if (!gpt2) return 0;
