@@ -147,10 +147,11 @@ run() {
   note "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
 
   # 1. The CUDA tests, alone on the GPU.
-  [[ $steps == *" 1 "* ]] && OMP_NUM_THREADS=4 timeout 150 "${loader[@]}" "$tests" --gtest_filter='*Cuda*:*Device*' > "$logs/cuda_tests.log" 2>&1
-  [[ $steps == *" 1 "* ]] && note "cuda tests: exit $? — $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]' "$logs/cuda_tests.log" | tr '\n' ' ')"
-  [[ $steps == *" 1 "* ]] && grep -E '^\[  (FAILED  |SKIPPED )\] [A-Za-z]' "$logs/cuda_tests.log" |
-    sed 's/ (.*//' | sort -u >> "$summary"
+  if [[ $steps == *" 1 "* ]]; then
+    OMP_NUM_THREADS=4 timeout 150 "${loader[@]}" "$tests" --gtest_filter='*Cuda*:*Device*' > "$logs/cuda_tests.log" 2>&1
+    note "cuda tests: exit $? — $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]' "$logs/cuda_tests.log" | tr '\n' ' ')"
+    grep -E '^\[  (FAILED  |SKIPPED )\] [A-Za-z]' "$logs/cuda_tests.log" | sed 's/ (.*//' | sort -u >> "$summary"
+  fi
 
   # 2. The figures, one program at a time.
   local name
