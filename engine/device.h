@@ -10,8 +10,8 @@
 //         build without CUDA, no usable device, out of device memory, a
 //         model of a family with no GPU forward: GPT-2 has one; nanochat's,
 //         engine/cuda/cuda_nanochat_model.h, is picked only in a build with
-//         KVTIER_CUDA_NANOCHAT=ON until it has run on a GPU). Never a silent fall-back: a caller who asked for the GPU
-//         learns why not.
+//         KVTIER_CUDA_NANOCHAT=ON until it has run on a GPU). Never a
+//         silent fall-back: a caller who asked for the GPU learns why not.
 //   auto  cuda when this build has the CUDA side, a device can run its
 //         kernels, the model's family has GPU kernels and the scheduler's
 //         default eviction policy does not need attention scores (H2O: the
