@@ -8,6 +8,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/gated_rows.h"
+#include "kernels/paged_attention.h"
 #include "kernels/rmsnorm.h"
 
 namespace kvtier {
@@ -166,7 +167,7 @@ void NanochatModel::attention(int layer, int M) {
                       att_.data() + static_cast<long>(r) * H * D + h * D, row.pos,
                       layout.layer_view(block_bases_[row.chunk].data(), layer),
                       scores.at(row.chunk, row.pos)};
-        queries[i].first = window < 0 ? 0 : std::max(0, row.pos - window);
+        queries[i].first = kernels::attention_first_key(row.pos, window);
       }
       kernels::attention_queries(queries, group.count, group.shared_keys, h / group_size,
                                  scratch.data());
