@@ -59,23 +59,10 @@ struct Twin {
   // (cycled), on the CPU or the GPU.
   std::vector<float> run(bool on_gpu, const std::vector<int>& tokens,
                          const std::vector<int>& sizes) {
-    tiers::BlockPool& pool = on_gpu ? *gpu.l1 : cpu_pool;
-    SequenceKv kv(kPage);
-    EXPECT_TRUE(kv.reserve(pool, static_cast<int>(tokens.size())));
-    std::vector<float> out;
-    for (std::size_t at = 0, i = 0; at < tokens.size(); ++i) {
-      const std::size_t n = std::min<std::size_t>(sizes[i % sizes.size()], tokens.size() - at);
-      Model::Chunk chunk{&kv, std::span(tokens).subspan(at, n), true};
-      chunk.previous_token = at == 0 ? -1 : tokens[at - 1];
-      auto logits = on_gpu ? gpu.forward.run(std::span(&chunk, 1), pool, {})
-                           : model.forward(std::span(&chunk, 1), pool);
-      EXPECT_TRUE(logits.has_value()) << logits.error();
-      if (!logits) break;
-      out.insert(out.end(), logits->begin(), logits->end());
-      at += n;
-    }
-    kv.release(pool);
-    return out;
+    auto forward = [&](std::span<const Model::Chunk> chunks, tiers::BlockPool& pool) {
+      return on_gpu ? gpu.forward.run(chunks, pool, {}) : model.forward(chunks, pool);
+    };
+    return nanochat_test::run_chunked(forward, on_gpu ? *gpu.l1 : cpu_pool, kPage, tokens, sizes);
   }
 
   NanochatModel model;

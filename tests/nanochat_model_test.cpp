@@ -35,23 +35,12 @@ constexpr int kPage = 16;
 // (cycled), in a pool of its own.
 std::vector<float> run_chunked(NanochatModel& model, const std::vector<int>& tokens,
                                const std::vector<int>& sizes) {
-  const KvLayout layout = model.kv_layout(kPage);
-  tiers::BlockPool pool(layout.block_bytes(), 32);
-  SequenceKv kv(kPage);
-  EXPECT_TRUE(kv.reserve(pool, static_cast<int>(tokens.size())));
-  std::vector<float> out;
-  for (std::size_t at = 0, i = 0; at < tokens.size(); ++i) {
-    const std::size_t n = std::min<std::size_t>(sizes[i % sizes.size()], tokens.size() - at);
-    Model::Chunk chunk{&kv, std::span(tokens).subspan(at, n), true};
-    chunk.previous_token = at == 0 ? -1 : tokens[at - 1];
-    auto logits = model.forward(std::span(&chunk, 1), pool);
-    EXPECT_TRUE(logits.has_value()) << logits.error();
-    if (!logits) return {};
-    out.insert(out.end(), logits->begin(), logits->end());
-    at += n;
-  }
-  kv.release(pool);
-  return out;
+  tiers::BlockPool pool(model.kv_layout(kPage).block_bytes(), 32);
+  return nanochat_test::run_chunked(
+      [&model](std::span<const Model::Chunk> chunks, tiers::BlockPool& p) {
+        return model.forward(chunks, p);
+      },
+      pool, kPage, tokens, sizes);
 }
 
 TEST(NanochatModelTest, FollowsTheNumpyReferenceForEveryGeneration) {

@@ -2,10 +2,14 @@
 // scripts/convert_nanochat.py writes one, for the tests of the nanochat family.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <expected>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -14,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/model.h"
 #include "test_util.h"
 
 namespace kvtier::nanochat_test {
@@ -36,6 +41,37 @@ inline std::vector<int> random_tokens(int n, unsigned seed) {
   std::uniform_int_distribution<int> id(0, 299);
   std::vector<int> out(n);
   for (int& t : out) t = id(rng);
+  return out;
+}
+
+// A forward pass as the tests call it: the model's own, or a GPU Device's.
+using Forward = std::function<std::expected<std::span<const float>, std::string>(
+    std::span<const Model::Chunk>, tiers::BlockPool&)>;
+
+// Every position's logits of `tokens`, run through `forward` over `pool` in
+// chunks of the given sizes (cycled), each chunk naming the token before
+// it; empty (and the test failed with the forward's message) if a pass
+// fails.
+inline std::vector<float> run_chunked(const Forward& forward, tiers::BlockPool& pool, int page_size,
+                                      const std::vector<int>& tokens,
+                                      const std::vector<int>& sizes) {
+  SequenceKv kv(page_size);
+  EXPECT_TRUE(kv.reserve(pool, static_cast<int>(tokens.size())));
+  std::vector<float> out;
+  for (std::size_t at = 0, i = 0; at < tokens.size(); ++i) {
+    const std::size_t n = std::min<std::size_t>(sizes[i % sizes.size()], tokens.size() - at);
+    Model::Chunk chunk{&kv, std::span(tokens).subspan(at, n), true};
+    chunk.previous_token = at == 0 ? -1 : tokens[at - 1];
+    auto logits = forward(std::span(&chunk, 1), pool);
+    EXPECT_TRUE(logits.has_value()) << logits.error();
+    if (!logits) {
+      out.clear();
+      break;
+    }
+    out.insert(out.end(), logits->begin(), logits->end());
+    at += n;
+  }
+  kv.release(pool);
   return out;
 }
 
