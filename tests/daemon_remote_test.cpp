@@ -32,12 +32,6 @@ using test_util::RedisTestCluster;
 // variants' own tails.
 const std::string kShared = "Q: What is the difference between a cat and a lion? A: ";
 
-json call_result(Client& c, const std::string& method, json params = json::object()) {
-  auto r = c.call(request(2, method, std::move(params)));
-  EXPECT_TRUE(r && r->contains("result")) << method << ": " << (r ? r->dump() : "no answer");
-  return r && r->contains("result") ? (*r)["result"] : json::object();
-}
-
 json generate(Client& c, const std::string& prompt, float temperature, std::uint64_t seed,
               json extra = json::object()) {
   json params = generate_params(prompt, 12, temperature, seed);

@@ -230,6 +230,13 @@ inline json request(int id, const std::string& method, json params = json::objec
   return {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
 }
 
+// The result of one call on `c`, or {} after a failed expectation.
+inline json call_result(Client& c, const std::string& method, json params = json::object()) {
+  auto r = c.call(request(2, method, std::move(params)));
+  EXPECT_TRUE(r && r->contains("result")) << method << ": " << (r ? r->dump() : "no answer");
+  return r && r->contains("result") ? (*r)["result"] : json::object();
+}
+
 // The environment of this process plus `extra` ("NAME=VALUE"): a child's
 // whole environment (SpawnOptions::env).
 inline std::vector<std::string> environment_with(const std::vector<std::string>& extra) {

@@ -42,12 +42,6 @@ json generate_greedy(Client& c, const std::string& prompt, json extra = json::ob
   return r && r->contains("result") ? (*r)["result"] : json::object();
 }
 
-json call_result(Client& c, const std::string& method, json params = json::object()) {
-  auto r = c.call(request(2, method, std::move(params)));
-  EXPECT_TRUE(r && r->contains("result")) << method << ": " << (r ? r->dump() : "no answer");
-  return r && r->contains("result") ? (*r)["result"] : json::object();
-}
-
 std::vector<int> tokens_of(const json& result) { return result["tokens"].get<std::vector<int>>(); }
 
 TEST(DaemonTiersTest, SharedPrefixIsServedFromL1WithTheEnginesTokens) {
