@@ -73,6 +73,12 @@ json tier_costs_to_json(const TierCosts& costs) {
   return out;
 }
 
+json tiers_to_json(const CacheStats& stats) {
+  return {{"tiers", tier_table_to_json(stats)},
+          {"missed_blocks", stats.missed_blocks},
+          {"costs", tier_costs_to_json(stats.costs)}};
+}
+
 json cache_stats_to_json(const CacheStats& stats) {
   return {{"tiers", tier_table_to_json(stats)},
           {"lookups", stats.lookups},

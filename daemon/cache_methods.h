@@ -27,6 +27,9 @@ namespace kvtier::daemon {
 // checksum_failures, io_errors, available, transfers, transfer_mean_us,
 // transfer_p99_us.
 nlohmann::json tier_table_to_json(const CacheStats& stats);
+// The `tiers` method's answer, and GET /tiers's: {"tiers": the tier table,
+// "missed_blocks", "costs"}.
+nlohmann::json tiers_to_json(const CacheStats& stats);
 // The load-or-recompute figures, in microseconds.
 nlohmann::json tier_costs_to_json(const TierCosts& costs);
 // `stats.cache`: the tier table, the cache-wide counters and the costs.

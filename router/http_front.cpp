@@ -9,6 +9,7 @@
 #include "wire/http/errors.h"
 #include "wire/http/find_route.h"
 #include "wire/http/openai.h"
+#include "wire/http/page.h"
 #include "wire/log.h"
 #include "wire/prompt.h"
 #include "wire/protocol.h"
@@ -68,9 +69,14 @@ HttpFront::~HttpFront() {
 }
 
 std::span<const HttpFront::Route> HttpFront::routes() {
-  static const std::array<Route, 5> table = {{
+  static const std::array<Route, 10> table = {{
+      {"GET", "/", &HttpFront::page},
+      {"GET", "/page.css", &HttpFront::page},
+      {"GET", "/page.js", &HttpFront::page},
+      {"GET", "/favicon.svg", &HttpFront::page},
       {"GET", "/health", &HttpFront::health},
       {"GET", "/metrics", &HttpFront::metrics},
+      {"GET", "/fleet", &HttpFront::fleet},
       {"GET", "/v1/models", &HttpFront::models},
       {"POST", "/v1/completions", &HttpFront::completions},
       {"POST", "/v1/chat/completions", &HttpFront::chat},
@@ -124,6 +130,17 @@ void HttpFront::health(const Request&, const std::shared_ptr<Exchange>& exchange
                                                : "unavailable"},
                  {"daemons", router_.daemons()},
                  {"usable", usable}});
+  exchange->respond(std::move(r));
+}
+
+void HttpFront::page(const Request& request, const std::shared_ptr<Exchange>& exchange) {
+  // The route table names only the page's paths, so the file is there.
+  exchange->respond(wire::http::page_response(*web::find_page_file(request.path())));
+}
+
+void HttpFront::fleet(const Request&, const std::shared_ptr<Exchange>& exchange) {
+  Response r;
+  r.body = dump(router_.fleet());
   exchange->respond(std::move(r));
 }
 

@@ -18,6 +18,12 @@
 //                     is usable, 503 {"status": "unavailable"} otherwise,
 //                     503 {"status": "draining"} once the router is stopping.
 //   GET /metrics      the router's Prometheus metrics (router_metrics.h).
+//   GET /fleet        the `fleet` method's answer (Router::fleet): every
+//                     daemon, its load and the blocks it holds by tier, and
+//                     where the last requests went and why.
+//   GET /, /page.css, /page.js, /favicon.svg
+//                     the page (web/page_files.h), its fleet view: served
+//                     without the API key, as kvtierd serves it.
 //
 // Retries, as on JSON-RPC (client_session.h): a request whose daemon
 // cannot be reached or goes away before its answer began, or that it
@@ -88,6 +94,8 @@ class HttpFront final : public wire::http::Service {
 
   void health(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
   void metrics(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
+  void fleet(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
+  void page(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
   void models(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
   void completions(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);
   void chat(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&);

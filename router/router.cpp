@@ -100,6 +100,13 @@ std::optional<Route> Router::route(std::span<const int> tokens, std::string_view
   const int daemon = p.daemons[p.choice->index];
   const int rows = std::max(0, p.prompt_tokens - match.blocks * p.page_size);
   links_[daemon]->routed(rows);
+  json held = json::object();
+  for (int t = 0; t < kNumTiers; ++t) held[kTierNames[t].name] = match.by_tier[t];
+  recent_routes_.push_front({{"daemon", links_[daemon]->address()},
+                             {"reason", to_string(p.choice->reason)},
+                             {"prompt_tokens", p.prompt_tokens},
+                             {"held_blocks", std::move(held)}});
+  if (recent_routes_.size() > kRecentRoutes) recent_routes_.pop_back();
   return Route{daemon, p.choice->reason, match, rows};
 }
 
@@ -175,9 +182,13 @@ json Router::fleet() const {
     routed[kTierNames[t].name] = routed_blocks_[t];
     cached[kTierNames[t].name] = cached_tokens_[t];
   }
-  return {{"daemons", daemons},      {"page_size", fleet_.page_size},
-          {"choices", choices},      {"routed_blocks", routed},
-          {"cached_tokens", cached}, {"requests", requests_.size()}};
+  return {{"daemons", daemons},
+          {"page_size", fleet_.page_size},
+          {"choices", choices},
+          {"routed_blocks", routed},
+          {"cached_tokens", cached},
+          {"requests", requests_.size()},
+          {"recent", json(recent_routes_)}};
 }
 
 }  // namespace kvtier::router

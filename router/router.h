@@ -18,6 +18,7 @@
 
 #include <boost/asio.hpp>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -107,8 +108,12 @@ class Router {
   // draining once stopping), with the first usable one's model and
   // config, and the fleet.
   nlohmann::json health() const;
-  // `fleet`: every daemon, the choices by reason, the cached tokens by tier.
+  // `fleet` (and the page's GET /fleet): every daemon, the choices by
+  // reason, the cached tokens by tier, and the last kRecentRoutes choices,
+  // newest first: the daemon, why, the prompt's tokens and the blocks of it
+  // the daemon held, by tier.
   nlohmann::json fleet() const;
+  static constexpr std::size_t kRecentRoutes = 16;
 
  private:
   // The candidates for a prompt and the choice among them. The candidates
@@ -138,7 +143,8 @@ class Router {
   std::unordered_map<std::uint64_t, Owned> requests_;
   std::uint64_t next_request_id_ = 1;
   std::uint64_t choices_[3] = {};
-  std::uint64_t unrouted_ = 0;  // no daemon was usable
+  std::deque<nlohmann::json> recent_routes_;  // newest first, at most kRecentRoutes
+  std::uint64_t unrouted_ = 0;                // no daemon was usable
   std::uint64_t retried_ = 0;
   bool draining_ = false;
   PerTier<std::uint64_t> routed_blocks_;  // blocks the chosen daemon held, by tier

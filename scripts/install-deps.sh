@@ -9,18 +9,19 @@ packages=(
   liburing-dev librocksdb-dev libboost-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev libtomlplusplus-dev libpcre2-dev libssl-dev libhiredis-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev fio gnuplot-nox redis-server redis-tools curl prometheus nodejs python3-httpx python3-numpy
+  libopenblas-dev fio gnuplot-nox redis-server redis-tools curl prometheus nodejs python3-httpx python3-numpy chromium
 )
 
 # The npm packages the tests run as real clients and oracles, where npm can
 # reach its registry (each test skips with the reason where it cannot): the
-# openai library (tests/openai_client_test.cpp) and tiktoken
-# (tests/tiktoken_tokenizer_test.cpp).
+# openai library (tests/openai_client_test.cpp), tiktoken
+# (tests/tiktoken_tokenizer_test.cpp) and puppeteer-core, which drives
+# Debian's chromium through the page (tests/page_test.cpp).
 npm_packages() {
   local root dir package
   root="$(cd "$(dirname "$0")/.." && pwd)/tests"
   command -v npm >/dev/null || return 0
-  for entry in openai_client:openai tiktoken_oracle:tiktoken; do
+  for entry in openai_client:openai tiktoken_oracle:tiktoken browser:puppeteer-core; do
     dir="$root/${entry%%:*}" package="${entry##*:}"
     [ -f "$dir/node_modules/$package/package.json" ] && continue
     echo "kvtier: installing the $package npm package in $dir" >&2

@@ -13,9 +13,14 @@ using wire::http::find_route;
 using wire::http::Request;
 
 std::span<const Route> routes() {
-  static const std::array<Route, 5> table = {{
+  static const std::array<Route, 10> table = {{
+      {"GET", "/", &page},
+      {"GET", "/page.css", &page},
+      {"GET", "/page.js", &page},
+      {"GET", "/favicon.svg", &page},
       {"GET", "/health", &health},
       {"GET", "/metrics", &metrics},
+      {"GET", "/tiers", &tiers},
       {"GET", "/v1/models", &list_models},
       {"POST", "/v1/completions", &completions},
       {"POST", "/v1/chat/completions", &chat_completions},

@@ -60,5 +60,9 @@ void chat_completions(const wire::http::Request&, const std::shared_ptr<wire::ht
                       Context&);  // chat_completions.cpp
 void metrics(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&,
              Context&);  // metrics.cpp
+void tiers(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&,
+           Context&);  // tiers.cpp
+void page(const wire::http::Request&, const std::shared_ptr<wire::http::Exchange>&,
+          Context&);  // page.cpp
 
 }  // namespace kvtier::daemon::http

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "wire/http/errors.h"
+#include "wire/http/page.h"
 #include "wire/log.h"
 #include "wire/write_queue.h"
 
@@ -209,7 +210,7 @@ class ConnectionImpl final : public Connection,
     }
     r.body = std::move(req.body());
     path_ = std::string(r.path());
-    if (!options_.api_key.empty() && !(r.method == "GET" && r.path() == "/health")) {
+    if (!options_.api_key.empty() && !open_without_key(r)) {
       const std::string auth = r.header("authorization");
       if (auth.rfind("Bearer ", 0) != 0 || !same_secret(auth.substr(7), options_.api_key)) {
         Response denied = error_response(401,

@@ -24,8 +24,9 @@
 // (pipelined) request are kept, up to a bound, until the answer is done.
 //
 // With an API key (options.api_key, required on a TCP listener beyond
-// loopback), every request but GET /health must carry
-// "Authorization: Bearer <key>"; others get 401.
+// loopback), every request but GET /health and the page's files
+// (page.h, open_without_key) must carry "Authorization: Bearer <key>";
+// others get 401.
 //
 // Thread-safety: lives on its io thread; Exchange::post() from any thread.
 #pragma once
