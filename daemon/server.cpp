@@ -112,10 +112,7 @@ void Server::start() {
   notify_ready("serving on " + config_.socket_path);
   accept();
   if (options_.http_listen) {
-    std::ostringstream at;
-    at << options_.http_listen->endpoint;
-    log_info("HTTP API also on " + at.str() +
-             (options_.http_listen->api_key.empty() ? "" : " (API key required)"));
+    log_info("HTTP API also on " + wire::http::describe(*options_.http_listen));
     accept_tcp();
   }
 }

@@ -2,7 +2,6 @@
 
 #include <csignal>
 #include <filesystem>
-#include <sstream>
 
 #include "wire/generic_socket.h"
 #include "wire/log.h"
@@ -53,10 +52,7 @@ void RouterServer::start() {
            std::to_string(router_.daemons()) + " daemons");
   accept();
   if (options_.http_listen) {
-    std::ostringstream at;
-    at << options_.http_listen->endpoint;
-    log_info("TCP (HTTP and JSON-RPC) on " + at.str() +
-             (options_.http_listen->api_key.empty() ? "" : " (API key required)"));
+    log_info("TCP (HTTP and JSON-RPC) on " + wire::http::describe(*options_.http_listen));
     accept_tcp();
   }
 }

@@ -11,6 +11,7 @@
 #include "daemon_test_util.h"
 #include "http_test_util.h"
 #include "router_test_util.h"
+#include "wire/http/listener.h"
 
 namespace kvtier {
 namespace {
@@ -194,8 +195,8 @@ TEST(PageTest, ThePagesFilesNeedNoKeyAndCarryTheirPolicy) {
   std::ofstream(key) << kKey << "\n";
   fs::permissions(key, fs::perms::owner_read | fs::perms::owner_write);
   const int port = test_util::free_tcp_port();
-  Daemon d(
-      {"--http-listen", "127.0.0.1:" + std::to_string(port), "--http-api-key-file", key.string()});
+  Daemon d({"--http-listen", "127.0.0.1:" + std::to_string(port), "--http-api-key-file",
+            key.string(), "--log-level", "info"});
   ASSERT_TRUE(d.wait_ready()) << d.log();
   const fs::path headers = dir.path() / "headers.txt";
   const auto get = [&](const std::string& path, const std::string& extra = "") {
@@ -239,6 +240,19 @@ TEST(PageTest, ThePagesFilesNeedNoKeyAndCarryTheirPolicy) {
   for (const char* tier : {"l1", "l2", "l3", "remote"})
     EXPECT_EQ(http["tiers"][tier]["capacity_blocks"], rpc["tiers"][tier]["capacity_blocks"]);
   EXPECT_TRUE(http.contains("missed_blocks") && http.contains("costs"));
+  // The start-up log says where the page is.
+  EXPECT_NE(d.log().find("the page at http://127.0.0.1:" + std::to_string(port) + "/"),
+            std::string::npos)
+      << d.log();
+}
+
+TEST(PageTest, ListenersNameThePagesAddress) {
+  namespace ip = boost::asio::ip;
+  EXPECT_EQ(wire::http::describe({ip::tcp::endpoint(ip::make_address("::1"), 8000), ""}),
+            "[::1]:8000; the page at http://[::1]:8000/");
+  EXPECT_EQ(wire::http::describe({ip::tcp::endpoint(ip::address_v4::any(), 8000), "key"}),
+            "0.0.0.0:8000 (API key required); the page at this machine's address, port 8000, "
+            "path /");
 }
 
 }  // namespace

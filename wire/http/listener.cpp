@@ -88,4 +88,13 @@ std::expected<void, std::string> tcp_listen(ip::tcp::acceptor& acceptor,
   return {};
 }
 
+std::string describe(const ListenSpec& spec) {
+  std::ostringstream at;
+  at << spec.endpoint;
+  std::string page = "http://" + at.str() + "/";
+  if (spec.endpoint.address().is_unspecified())
+    page = "this machine's address, port " + std::to_string(spec.endpoint.port()) + ", path /";
+  return at.str() + (spec.api_key.empty() ? "" : " (API key required)") + "; the page at " + page;
+}
+
 }  // namespace kvtier::wire::http

@@ -44,6 +44,11 @@ std::expected<std::optional<ListenSpec>, std::string> listen_spec(const std::str
 // `text` is neither.
 std::optional<boost::asio::ip::tcp::endpoint> tcp_endpoint_parse(const std::string& text);
 
+// The listener as the start-up log names it: "127.0.0.1:8000 (API key
+// required); the page at http://127.0.0.1:8000/" (for an unspecified
+// address, the page at this machine's address on that port).
+std::string describe(const ListenSpec& spec);
+
 // Opens, binds and listens `acceptor` on `endpoint` (address reuse on, as
 // a restarted server needs); the error names http_listen and the address.
 std::expected<void, std::string> tcp_listen(boost::asio::ip::tcp::acceptor& acceptor,
