@@ -73,10 +73,17 @@ json tier_costs_to_json(const TierCosts& costs) {
   return out;
 }
 
-json tiers_to_json(const CacheStats& stats) {
+json tiers_to_json(const CacheStats& stats, const RequestMetrics& requests) {
+  json ttft = json::object();
+  for (int source = 0; source <= RequestMetrics::kComputed; ++source) {
+    const util::LatencyHistogram& h = requests.ttft_by_source[source];
+    ttft[prompt_source_name(source)] = {{"requests", h.count},
+                                        {"mean_ms", h.count ? 1e3 * h.sum_seconds / h.count : 0.0}};
+  }
   return {{"tiers", tier_table_to_json(stats)},
           {"missed_blocks", stats.missed_blocks},
-          {"costs", tier_costs_to_json(stats.costs)}};
+          {"costs", tier_costs_to_json(stats.costs)},
+          {"ttft_by_source", std::move(ttft)}};
 }
 
 json cache_stats_to_json(const CacheStats& stats) {

@@ -28,8 +28,9 @@ namespace kvtier::daemon {
 // transfer_p99_us.
 nlohmann::json tier_table_to_json(const CacheStats& stats);
 // The `tiers` method's answer, and GET /tiers's: {"tiers": the tier table,
-// "missed_blocks", "costs"}.
-nlohmann::json tiers_to_json(const CacheStats& stats);
+// "missed_blocks", "costs", "ttft_by_source": {"l1" ... "remote",
+// "computed": {"requests", "mean_ms"}}} (RequestMetrics::ttft_by_source).
+nlohmann::json tiers_to_json(const CacheStats& stats, const RequestMetrics& requests);
 // The load-or-recompute figures, in microseconds.
 nlohmann::json tier_costs_to_json(const TierCosts& costs);
 // `stats.cache`: the tier table, the cache-wide counters and the costs.

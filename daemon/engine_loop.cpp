@@ -103,6 +103,17 @@ double ms_between(std::chrono::steady_clock::time_point a,
 
 }  // namespace
 
+int prompt_source(const TierCounts& cached, int prompt_tokens) {
+  int best = 0;
+  for (int t = 1; t < kNumTiers; ++t)
+    if (cached[t] > cached[best]) best = t;
+  return prompt_tokens - cached.total() > cached[best] ? RequestMetrics::kComputed : best;
+}
+
+const char* prompt_source_name(int source) {
+  return source == RequestMetrics::kComputed ? "computed" : kTierNames[source].name;
+}
+
 std::expected<std::unique_ptr<EngineLoop>, std::string> EngineLoop::create(
     const std::string& model_dir, const EngineLoopOptions& options) {
   if (options.max_pending < 1) return std::unexpected(std::string("max_pending must be >= 1"));
@@ -416,7 +427,11 @@ void EngineLoop::finish(RequestId id, Live& live, bool cancelled) {
   r.ttft_ms = live.first_token ? ms_between(live.submitted, *live.first_token) : 0;
   r.total_ms = ms_between(live.submitted, now);
   metrics_.queue.observe(r.queue_ms / 1e3);
-  if (live.first_token) metrics_.ttft.observe(r.ttft_ms / 1e3);
+  if (live.first_token) {
+    metrics_.ttft.observe(r.ttft_ms / 1e3);
+    metrics_.ttft_by_source[prompt_source(r.cached_tokens, r.prompt_tokens)].observe(r.ttft_ms /
+                                                                                     1e3);
+  }
   metrics_.e2e.observe(r.total_ms / 1e3);
   ++metrics_.finished[r.finish_reason];
   metrics_.prompt_tokens += r.prompt_tokens;

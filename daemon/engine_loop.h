@@ -118,7 +118,18 @@ struct RequestMetrics {
   std::map<std::string, long> finished;
   long prompt_tokens = 0;       // of the requests finished
   PerTier<long> cached_tokens;  // of those, served from each tier
+  // TTFT by where most of the prompt came from (prompt_source): a tier's
+  // index, or kComputed when prefilling served more of it than any tier.
+  static constexpr int kComputed = kNumTiers;
+  std::array<util::LatencyHistogram, kNumTiers + 1> ttft_by_source;
 };
+
+// Where most of a prompt of `prompt_tokens` came from, `cached` by tier: the
+// tier that served the most of it, unless more of it was computed (ties go
+// to the faster tier, then to the tier over computing).
+int prompt_source(const TierCounts& cached, int prompt_tokens);
+// The source's name: a tier's (l1, l2, l3, remote) or "computed".
+const char* prompt_source_name(int source);
 
 struct EngineStats {
   SchedulerStats scheduler;

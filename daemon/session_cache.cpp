@@ -37,7 +37,7 @@ void Session::method_tiers(RpcCall& call) {
   engine_.stats([self, call](EngineStats s) {
     asio::post(self->socket_.get_executor(), [self, call, s = std::move(s)] {
       if (!s.cache) return self->reply_error(call, no_prefix_cache_error());
-      self->reply(call, tiers_to_json(*s.cache));
+      self->reply(call, tiers_to_json(*s.cache, s.requests));
     });
   });
 }

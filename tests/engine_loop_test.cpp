@@ -276,6 +276,22 @@ RequestId submit(EngineLoop& loop, const Recorder& recorder, wire::Prompt prompt
   return id.value_or(0);
 }
 
+// The source a request's TTFT is counted under: the tier that served the
+// most of its prompt, unless prefilling served more; ties to the tier.
+TEST(EngineLoopTest, APromptsSourceIsWhereMostOfItCameFrom) {
+  const auto counts = [](int l1, int l2, int l3, int remote) {
+    TierCounts c;
+    c[0] = l1, c[1] = l2, c[2] = l3, c[3] = remote;
+    return c;
+  };
+  EXPECT_STREQ(prompt_source_name(prompt_source(counts(0, 0, 0, 0), 5)), "computed");
+  EXPECT_STREQ(prompt_source_name(prompt_source(counts(32, 0, 0, 0), 40)), "l1");
+  EXPECT_STREQ(prompt_source_name(prompt_source(counts(0, 16, 0, 0), 40)), "computed");
+  EXPECT_STREQ(prompt_source_name(prompt_source(counts(0, 16, 16, 0), 40)), "l2");
+  EXPECT_STREQ(prompt_source_name(prompt_source(counts(0, 0, 16, 32), 49)), "remote");
+  EXPECT_STREQ(prompt_source_name(prompt_source(counts(16, 0, 0, 0), 32)), "l1");  // a tie
+}
+
 TEST(EngineLoopTest, CreateSaysWhatItCannotUse) {
   EngineLoopOptions options;
   auto missing = EngineLoop::create(

@@ -137,7 +137,24 @@ TEST(PageTest, ChatsStreamsStopsAndShowsWhereEachPromptCameFrom) {
   // Turn 4: the conversation back from L2.
   EXPECT_GT(seen["fourth"]["l2"].get<int>(), 0) << seen["fourth"];
   EXPECT_GT(seen["l2_hits_after_fourth"].get<int>(), 0);
+  // The daemon's TTFT by source: turn 1 computed, turn 3 from L1, turn 4
+  // from L2 (turn 2, stopped, from L1 or computed).
   EXPECT_EQ(seen["ttft_rows"], json::array({"l1", "l2", "computed"})) << seen["ttft_rows"];
+
+  // /metrics counts every request with a first token under one source.
+  const test_util::HttpAnswer metrics =
+      test_util::curl(d.socket_path(), dir.path(), "GET", "/metrics");
+  const auto by_source = [&](const std::string& source) {
+    return test_util::metric(
+        metrics.body,
+        "kvtier_time_to_first_token_by_source_seconds_count{source=\"" + source + "\"}");
+  };
+  EXPECT_GE(by_source("l1"), 1);
+  EXPECT_GE(by_source("l2"), 1);
+  EXPECT_GE(by_source("computed"), 1);
+  EXPECT_EQ(by_source("l1") + by_source("l2") + by_source("l3") + by_source("remote") +
+                by_source("computed"),
+            test_util::metric(metrics.body, "kvtier_time_to_first_token_seconds_count"));
 
   // Markup stays text, the user's and the model's.
   const json& markup = seen["markup"];

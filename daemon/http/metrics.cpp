@@ -53,6 +53,12 @@ void request_metrics(PrometheusText& m, const EngineStats& s) {
   m.histogram("kvtier_request_queue_seconds", {}, r.queue);
   m.family("kvtier_time_to_first_token_seconds", "histogram", "Submit to the first token");
   m.histogram("kvtier_time_to_first_token_seconds", {}, r.ttft);
+  m.family("kvtier_time_to_first_token_by_source_seconds", "histogram",
+           "Submit to the first token, by where most of the prompt came from "
+           "(l1, l2, l3, remote, computed)");
+  for (int source = 0; source <= RequestMetrics::kComputed; ++source)
+    m.histogram("kvtier_time_to_first_token_by_source_seconds",
+                {{"source", prompt_source_name(source)}}, r.ttft_by_source[source]);
   m.family("kvtier_inter_token_latency_seconds", "histogram",
            "Between consecutive tokens of a sample");
   m.histogram("kvtier_inter_token_latency_seconds", {}, r.inter_token);

@@ -22,7 +22,7 @@ void tiers(const Request&, const std::shared_ptr<Exchange>& exchange, Context& c
         return exchange->respond(
             error_response(404, no_prefix_cache_error().message, "", "no_prefix_cache"));
       Response r;
-      r.body = dump(tiers_to_json(*s.cache));
+      r.body = dump(tiers_to_json(*s.cache, s.requests));
       exchange->respond(std::move(r));
     });
   });

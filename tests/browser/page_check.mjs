@@ -123,11 +123,9 @@ async function daemonChecks(page) {
   // Turn 4: the conversation comes back from L2.
   await say(page, cfg.fourth_message);
   seen.fourth = await answer(page, 3);
+  // The tiers panel and the daemon's TTFT by source, once refreshed.
+  await page.waitForSelector('#ttft tbody tr[data-source="l2"]');
   seen.ttft_rows = await page.$$eval('#ttft tbody tr', (rows) => rows.map((r) => r.dataset.source));
-  await page.waitForFunction(() => {
-    const e = document.querySelector('#tiers [data-tier="l2"] [data-field="hits"]');
-    return e && Number(e.dataset.value) > 0;
-  });
   seen.l2_hits_after_fourth = await field(page, 'l2', 'hits');
   await page.screenshot({ path: `${cfg.shots}/page.png` });
 

@@ -24,7 +24,6 @@ const state = {
   model: null,        // the id /v1/models gives
   messages: [],       // the conversation, sent whole with each turn
   running: null,      // the AbortController of the answer being streamed
-  ttft: new Map(),    // source -> { answers, total_ms }: this page's answers
   lastTiers: null,    // the previous /tiers answer, for the moves since
   fleet: false,       // served by kvtier-router
 };
@@ -156,28 +155,6 @@ function showAnswerFigures(box, figures) {
   const parts = SOURCES.filter((s) => counts[s] > 0).map((s) => `${SOURCE_NAMES[s]} ${counts[s]}`);
   meta.append(el('span', '', `prompt ${figures.usage.prompt_tokens} tokens: ${parts.join(', ')}`));
   box.append(sourceBar(counts));
-  if (figures.ttftMs !== null) recordTtft(counts, figures.ttftMs);
-}
-
-// This page's TTFT, by the source that served most of each prompt.
-function recordTtft(counts, ms) {
-  const source = SOURCES.reduce((best, s) => (counts[s] > counts[best] ? s : best), 'computed');
-  const entry = state.ttft.get(source) || { answers: 0, total_ms: 0 };
-  entry.answers += 1;
-  entry.total_ms += ms;
-  state.ttft.set(source, entry);
-  const body = $('ttft').tBodies[0];
-  body.replaceChildren();
-  for (const s of SOURCES) {
-    const e = state.ttft.get(s);
-    if (!e) continue;
-    const row = el('tr');
-    row.dataset.source = s;
-    const name = el('td');
-    name.append(el('span', `swatch ${s}`), SOURCE_NAMES[s]);
-    row.append(name, el('td', '', String(e.answers)), el('td', '', `${(e.total_ms / e.answers).toFixed(0)} ms`));
-    body.append(row);
-  }
 }
 
 function setRunning(controller) {
@@ -262,7 +239,8 @@ async function send() {
   const seconds = first !== null && last !== null ? (last - first) / 1000 : 0;
   showAnswerFigures(box, {
     ttftMs: first === null ? null : first - started,
-    tokensPerSecond: tokens > 1 && seconds > 0 ? (tokens - 1) / seconds : null,
+    // A stopped answer's pace is the network's, not the model's.
+    tokensPerSecond: tokens > 1 && seconds > 0 && !box.dataset.stopped ? (tokens - 1) / seconds : null,
     usage,
   });
   box.dataset.done = 'true';
@@ -340,6 +318,23 @@ function tierCard(name, t, before, requested) {
   return card;
 }
 
+// The daemon's TTFT by where most of each prompt came from (/tiers's
+// ttft_by_source), for the sources that served a request.
+function showTtft(bySource) {
+  const rows = [];
+  for (const s of SOURCES) {
+    const e = bySource && bySource[s];
+    if (!e || !e.requests) continue;
+    const row = el('tr');
+    row.dataset.source = s;
+    const name = el('td');
+    name.append(el('span', `swatch ${s}`), SOURCE_NAMES[s]);
+    row.append(name, el('td', '', String(e.requests)), el('td', '', `${e.mean_ms.toFixed(0)} ms`));
+    rows.push(row);
+  }
+  $('ttft').tBodies[0].replaceChildren(...rows);
+}
+
 function showTiers(answer) {
   const tiers = answer.tiers || {};
   const names = SOURCES.filter((s) => tiers[s]);
@@ -350,6 +345,7 @@ function showTiers(answer) {
   const cards = names.map((s) => tierCard(s, tiers[s], before[s], requested));
   const missed = el('p', 'hint', `${answer.missed_blocks || 0} prompt blocks no tier had (computed)`);
   $('tiers').replaceChildren(...cards, missed);
+  showTtft(answer.ttft_by_source);
   state.lastTiers = answer;
 }
 
@@ -431,6 +427,7 @@ async function findServer() {
   $('side-title').textContent = state.fleet ? 'Fleet' : 'Tiers';
   $('side').setAttribute('aria-label', state.fleet ? 'fleet' : 'tiers');
   $('fleet-routes').hidden = !state.fleet;
+  $('ttft-panel').hidden = state.fleet;
 }
 
 async function start() {
