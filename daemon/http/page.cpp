@@ -1,6 +1,6 @@
-// GET /, /page.css, /page.js, /favicon.svg: the page (web/page_files.h), a chat with the
-// model and the tiers live, served without the API key (it holds no data;
-// wire/http/page.h).
+// GET /, /page.css, /page.js, /favicon.svg: the page (web/page_files.h), a
+// chat with the model and the tiers live, served without the API key (it
+// holds no data; wire/http/page.h).
 #include "wire/http/page.h"
 
 #include "daemon/http/routes.h"
