@@ -1,10 +1,12 @@
 // The page (web/page_files.h) in a real browser: Debian's chromium, driven
 // headless by puppeteer-core (tests/browser/page_check.mjs), against a real
 // kvtierd serving the bundled chat model on loopback TCP with an API key,
-// with L2 and L3, and against kvtier-router in front of two of them. The driver acts as a person
-// would and reports what the page showed; this test checks it against the daemon. Screenshots stay
-// in <build>/screenshots for a person to look at (docs/page.png is one). scripts/install-deps.sh
-// installs chromium and the npm package; where either is missing the test skips and says so.
+// with L2 and L3, and against kvtier-router in front of two of them. The
+// driver acts as a person would and reports what the page showed; this test
+// checks it against the daemon. Screenshots stay in <build>/screenshots for
+// a person to look at (docs/page.png is one). scripts/install-deps.sh
+// installs chromium and the npm package; where either is missing the test
+// skips and says so.
 #include <filesystem>
 #include <fstream>
 
