@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "engine/model/eviction_policy.h"
 #include "engine/model/gpt2/gpt2_model.h"
+#include "engine/model/kv_evictor.h"
 #include "engine/model/model_config.h"
 #include "engine/model/tokenizer.h"
 

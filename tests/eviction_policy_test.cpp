@@ -3,8 +3,6 @@
 // aggregations), effective_kv_tokens() agreeing with what generate() really
 // holds, and generate() with a policy: deterministic, independent of prefill
 // chunking, and exactly the full cache when nothing is evicted.
-#include "engine/model/eviction_policy.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "engine/model/generator.h"
+#include "engine/model/kv_evictor.h"
 #include "tests/test_util.h"
 
 namespace kvtier {

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model/eviction_policy.h"
+#include "engine/model/kv_evictor.h"
 #include "engine/model/model.h"
 #include "engine/model/sampler.h"
 #include "engine/model/tokenizer.h"

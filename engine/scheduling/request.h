@@ -47,8 +47,8 @@
 
 #include "engine/cache/cache_handles.h"
 #include "engine/cache/tier.h"
-#include "engine/model/eviction_policy.h"
 #include "engine/model/generator.h"
+#include "engine/model/kv_evictor.h"
 #include "engine/model/sampler.h"
 #include "engine/model/sequence_kv.h"
 #include "engine/model/tool_use.h"
