@@ -4,7 +4,7 @@
 
 #include "daemon/service_checks.h"
 #include "engine/model/kv_layout.h"
-#include "engine/model/model.h"
+#include "engine/model/model_folder.h"
 #include "engine/model/tokenizer.h"
 #include "engine/scheduling/scheduler.h"
 #include "wire/access.h"

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "engine/build_info.h"
-#include "engine/model/model.h"
+#include "engine/model/model_folder.h"
 #include "engine/model/tokenizer.h"
 #include "router/daemon_address.h"
 #include "router/router.h"

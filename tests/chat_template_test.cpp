@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/model/model.h"
+#include "engine/model/model_folder.h"
 #include "engine/model/tokenizer.h"
 #include "nanochat_test_util.h"
 #include "test_util.h"

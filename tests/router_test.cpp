@@ -374,5 +374,18 @@ TEST(RouterTcpTest, DaemonsAtTcpAddressesWithAKey) {
       << d0.dump();
 }
 
+// The router runs no model: it links a model family's front half (config,
+// tokenizer, block keys), not the engine, its kernels or the tiers' stores.
+TEST(RouterBuildTest, LinksTheModelsFrontHalfNotTheEngineOrTheStores) {
+  if (!test_util::on_path("ldd")) GTEST_SKIP() << "ldd is not installed";
+  const test_util::CommandResult ldd =
+      test_util::run_command(std::string("ldd '") + KVTIER_ROUTER_PATH + "' 2>&1");
+  ASSERT_EQ(ldd.status, 0) << ldd.output;
+  for (const char* library : {"librocksdb", "libhiredis", "liburing", "libgomp", "libopenblas"})
+    EXPECT_EQ(ldd.output.find(library), std::string::npos) << library << " in\n" << ldd.output;
+  EXPECT_NE(ldd.output.find("libpcre2"), std::string::npos)  // the tokenizers: linked at all
+      << ldd.output;
+}
+
 }  // namespace
 }  // namespace kvtier::daemon_test

@@ -2,29 +2,13 @@
 // the batch check every family's forward shares.
 #include "engine/model/model.h"
 
-#include <nlohmann/json.hpp>
 #include <unordered_set>
 
 #include "engine/model/gpt2/gpt2_model.h"
+#include "engine/model/model_folder.h"
 #include "engine/model/nanochat/nanochat_model.h"
-#include "engine/model/tokenizer.h"
 
 namespace kvtier {
-
-namespace {
-
-// Whether a folder's config.json names the nanochat family. A file that
-// cannot be read or parsed is left to the GPT-2 reader, whose errors say why.
-bool is_nanochat(const std::filesystem::path& config_json) {
-  auto text = tokenizer_detail::file_read(config_json);
-  if (!text) return false;
-  const nlohmann::json root = nlohmann::json::parse(*text, nullptr, false);
-  if (!root.is_object()) return false;
-  const auto format = root.find("format");
-  return format != root.end() && *format == "nanochat";
-}
-
-}  // namespace
 
 std::expected<std::unique_ptr<Model>, std::string> Model::load(const std::filesystem::path& dir) {
   if (is_nanochat(dir / "config.json")) {
@@ -35,14 +19,6 @@ std::expected<std::unique_ptr<Model>, std::string> Model::load(const std::filesy
   auto model = Gpt2Model::load(dir);
   if (!model) return std::unexpected(std::move(model.error()));
   return std::make_unique<Gpt2Model>(std::move(*model));
-}
-
-std::expected<ModelConfig, std::string> read_model_config(const std::filesystem::path& dir) {
-  const std::filesystem::path config_json = dir / "config.json";
-  if (!is_nanochat(config_json)) return ModelConfig::load(config_json);
-  auto config = NanochatConfig::load(config_json);
-  if (!config) return std::unexpected(std::move(config.error()));
-  return config->shape();
 }
 
 std::expected<void, std::string> check_chunks(std::span<const Model::Chunk> chunks,

@@ -19,7 +19,10 @@
 //      check_chunks(), shape() filled from its config, fingerprint() over
 //      its every convention and weight (through KvFingerprint,
 //      engine/model/kv_fingerprint.h);
-//   2. a line in Model::load (model.cpp) for its "format";
+//   2. a line in Model::load (model.cpp) and in read_model_config
+//      (model_folder.cpp) for its "format", and its config's source in
+//      kvtier_model_front (engine/CMakeLists.txt), the front half the
+//      router reads a model folder with;
 //   3. its converter in scripts/ and its tests beside the others';
 //   4. where the GPU cannot run it yet, nothing: open_device (device.h)
 //      serves only Gpt2Model on a GPU and says so.
@@ -117,12 +120,6 @@ class Model {
 
   ModelConfig shape_;
 };
-
-// The shape and tokenizer (Model::config) a model folder's config.json gives,
-// whichever family, without reading its weights: what the daemon checks
-// before it starts and what the router, which runs no model, needs. Errors
-// name the file and the problem, as Model::load's.
-std::expected<ModelConfig, std::string> read_model_config(const std::filesystem::path& dir);
 
 // What every family's check() checks: a non-empty batch of distinct
 // sequences, each chunk non-empty, within `context` positions and its pages,
