@@ -14,9 +14,19 @@ const cfg = JSON.parse(process.argv[2]);
 const seen = { requests: [], console_errors: [] };
 const timeout = 60000;
 
+const figure = (tier, name) => `#tiers [data-tier="${tier}"] [data-field="${name}"]`;
 const field = (page, tier, name) =>
-  page.$eval(`#tiers [data-tier="${tier}"] [data-field="${name}"]`, (e) => Number(e.dataset.value))
-    .catch(() => null);
+  page.$eval(figure(tier, name), (e) => Number(e.dataset.value)).catch(() => null);
+
+// The panel's figure `name` of `tier` once a refresh shows it at 0 (`zero`)
+// or above 0.
+async function fieldOnce(page, tier, name, zero) {
+  await page.waitForFunction((selector, wantZero) => {
+    const e = document.querySelector(selector);
+    return e !== null && (Number(e.dataset.value) === 0) === wantZero;
+  }, {}, figure(tier, name), zero);
+  return field(page, tier, name);
+}
 
 // The figures an answer shows, once it is done: data- attributes the page
 // sets beside the text it shows.
@@ -106,18 +116,10 @@ async function daemonChecks(page) {
   seen.third = await answer(page, 2);
 
   // The tiers panel follows a flush of L1 (its blocks move down to L2).
-  await page.waitForFunction(() => {
-    const e = document.querySelector('#tiers [data-tier="l1"] [data-field="used_blocks"]');
-    return e && Number(e.dataset.value) > 0;
-  });
-  seen.l1_blocks_before_flush = await field(page, 'l1', 'used_blocks');
+  seen.l1_blocks_before_flush = await fieldOnce(page, 'l1', 'used_blocks', false);
   seen.l2_blocks_before_flush = await field(page, 'l2', 'used_blocks');
   execFileSync(cfg.ctl, ['--socket', cfg.socket, 'cache', 'flush', 'l1']);
-  await page.waitForFunction(() => {
-    const e = document.querySelector('#tiers [data-tier="l1"] [data-field="used_blocks"]');
-    return e && Number(e.dataset.value) === 0;
-  });
-  seen.l1_blocks_after_flush = await field(page, 'l1', 'used_blocks');
+  seen.l1_blocks_after_flush = await fieldOnce(page, 'l1', 'used_blocks', true);
   seen.l2_blocks_after_flush = await field(page, 'l2', 'used_blocks');
 
   // Turn 4: the conversation comes back from L2.
