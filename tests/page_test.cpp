@@ -165,6 +165,14 @@ TEST(PageTest, ChatsStreamsStopsAndShowsWhereEachPromptCameFrom) {
   EXPECT_EQ(markup["elements_in_log"], 0);
   EXPECT_FALSE(markup["script_ran"].get<bool>());
 
+  // Bad input: the daemon's own message, and nothing lost.
+  EXPECT_NE(seen["refused"]["error"].get<std::string>().find("max_tokens"), std::string::npos)
+      << seen["refused"];
+  EXPECT_EQ(seen["refused"]["pieces"], 0);
+  EXPECT_EQ(seen["after_refusal"]["error"], "") << seen["after_refusal"];
+  EXPECT_GT(seen["after_refusal"]["pieces"].get<int>(), 0) << seen["after_refusal"];
+  EXPECT_GT(seen["after_refusal"]["prompt_tokens"].get<int>(), 0);
+
   EXPECT_LE(seen["narrow_overflow_px"].get<int>(), 0);
   for (const char* shot : {"page.png", "page-first-answer.png", "page-narrow.png"})
     EXPECT_TRUE(fs::exists(kShots / shot)) << shot;

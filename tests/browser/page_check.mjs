@@ -37,6 +37,7 @@ async function answer(page, index) {
     text: e.querySelector('.text').textContent,
     pieces: Number(e.dataset.pieces || 0),
     stopped: e.dataset.stopped === 'true',
+    error: e.dataset.error || '',
     prompt_tokens: Number(e.dataset.promptTokens || 0),
     cached_tokens: Number(e.dataset.cachedTokens || 0),
     l1: Number(e.dataset.l1 || 0),
@@ -138,14 +139,15 @@ async function daemonChecks(page) {
   const markup = '<img src=x onerror="window.__kvtier_pwned=1"><b>bold</b>';
   await page.click('#new');
   await page.setRequestInterception(true);
-  page.on('request', (r) => {
+  const intercept = (r) => {
     if (r.isInterceptResolutionHandled()) return;
     if (!r.url().endsWith('/v1/chat/completions')) return r.continue();
     const chunk = (delta) => `data: ${JSON.stringify({ object: 'chat.completion.chunk',
       choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`;
     r.respond({ status: 200, contentType: 'text/event-stream',
       body: chunk({ role: 'assistant' }) + chunk({ content: markup }) + 'data: [DONE]\n\n' });
-  });
+  };
+  page.on('request', intercept);
   await say(page, markup);
   const html = await answer(page, 0);
   seen.markup = {
@@ -154,7 +156,17 @@ async function daemonChecks(page) {
     elements_in_log: await page.$$eval('#log img, #log b', (e) => e.length),
     script_ran: await page.evaluate(() => window.__kvtier_pwned === 1),
   };
+  page.off('request', intercept);
   await page.setRequestInterception(false);
+
+  // A turn the daemon refuses: its message shown, the turn dropped, and the
+  // conversation goes on.
+  await setting(page, 'max_tokens', -5);
+  await say(page, 'Refused?');
+  seen.refused = await answer(page, 1);
+  await setting(page, 'max_tokens', 8);
+  await say(page, 'And now?');
+  seen.after_refusal = await answer(page, 2);
 
   // A narrow window: one column, nothing wider than the window.
   await page.setViewport({ width: 420, height: 860 });
@@ -203,10 +215,12 @@ try {
   await page.setViewport({ width: 1280, height: 860 });
   page.on('request', (r) => seen.requests.push(r.url()));
   // Chromium logs every refused request as an error: the 401s before the
-  // key is given are expected; anything else (a refusal by our
-  // Content-Security-Policy, a script error) is not.
+  // key is given and the 400 of the turn the daemon refuses are expected;
+  // anything else (a refusal by our Content-Security-Policy, a script error)
+  // is not.
+  const expected = /status of (401|400) /;
   page.on('console', (m) => {
-    if (m.type() === 'error' && !m.text().includes('status of 401')) seen.console_errors.push(m.text());
+    if (m.type() === 'error' && !expected.test(m.text())) seen.console_errors.push(m.text());
   });
   page.on('pageerror', (e) => seen.console_errors.push(String(e)));
   if (cfg.mode === 'fleet') await fleetChecks(page);

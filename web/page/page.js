@@ -223,6 +223,7 @@ async function send() {
     } else {
       failed = true;
       box.classList.add('error');
+      box.dataset.error = e.message;
       textNode.textContent = content ? `${content}\n[${e.message}]` : e.message;
     }
   } finally {
@@ -230,6 +231,7 @@ async function send() {
   }
   if (failed && !content) {
     state.messages.pop();  // the turn never happened: the next one replaces it
+    box.dataset.done = 'true';
     return;
   }
   // A stopped answer stays in the conversation as far as it went, as the
