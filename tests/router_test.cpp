@@ -34,6 +34,19 @@ json route(Client& c, const std::string& prompt) {
   return r && r->contains("result") ? (*r)["result"] : json();
 }
 
+// `route` once the router has the daemon's events for the prompt (they may
+// come after the answer): its choice by prefix, or its last one at the timeout.
+json route_by_prefix(Client& c, const std::string& prompt) {
+  json seen;
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    seen = route(c, prompt);
+    if (seen["reason"] == "prefix") break;
+    std::this_thread::sleep_for(20ms);
+  }
+  return seen;
+}
+
 class RouterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -122,14 +135,10 @@ TEST_F(RouterTest, TwoRoutersChooseAlike) {
   // would send it too, for what that daemon now holds.
   const json r = generate(*one, 2, {{"prompt", kPrompt}, {"max_tokens", 4}, {"seed", 2}});
   ASSERT_TRUE(r.contains("result")) << r.dump();
-  const std::string holder = route(*one, kPrompt)["daemon"];
-  json seen;
-  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    seen = route(*two, kPrompt);
-    if (seen["reason"] == "prefix") break;
-    std::this_thread::sleep_for(20ms);
-  }
+  const json held = route_by_prefix(*one, kPrompt);
+  ASSERT_EQ(held["reason"], "prefix") << held.dump();
+  const std::string holder = held["daemon"];
+  const json seen = route_by_prefix(*two, kPrompt);
   EXPECT_EQ(seen["reason"], "prefix") << seen.dump();
   EXPECT_EQ(seen["daemon"], holder) << seen.dump();
   // Asking changed nothing: no choice was counted.
