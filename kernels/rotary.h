@@ -34,9 +34,23 @@ class RotaryTable {
   // REQUIRES: 0 <= pos < positions().
   void apply(float* x, int heads, int pos) const;
 
+  // Moves keys rotated at position p to position p + delta, in place: seed
+  // 002's cache rotation, after an eviction has left a hole before them.
+  // `k` is one page of one layer's keys in the page layout of attention.h,
+  // (heads, D, page_size); its positions [0, count) move. Rotations
+  // compose, and commute with what nanochat does to a key after its
+  // rotation (an RMS norm over the head, a scale), so the cached key is
+  // turned by delta's angle alone: cos and sin of delta * inv_freq_j, in
+  // double, rounded to float (never to bf16: a bf16 table's rounding does
+  // not compose). So a moved key equals one rotated at p + delta to within
+  // float rounding, and shifting back by -delta undoes a shift to within
+  // 1e-6 of the key's size.
+  void shift_keys(float* k, int heads, int page_size, int count, int delta) const;
+
  private:
   int half_;
   int positions_;
+  std::vector<float> inv_freq_;
   std::vector<float> cos_, sin_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -70,6 +71,44 @@ TEST(Rotary, DotProductsDependOnTheDistanceOnly) {
   };
   EXPECT_NEAR(rotated_dot(10, 3), rotated_dot(150, 143), 1e-3);
   EXPECT_GT(std::abs(rotated_dot(10, 3) - rotated_dot(10, 9)), 1e-3) << "distance matters";
+}
+
+// Cache rotation: a page of keys rotated at positions p moved by delta holds
+// the keys rotated at p + delta, and moving them back restores them.
+TEST(Rotary, ShiftedKeysAreTheKeysOfTheirNewPositionsAndShiftBack) {
+  const int D = 16, heads = 2, P = 8, count = 6, from = 40, delta = -24;
+  RotaryTable table(D, 10000.0f, 64, false);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  // Raw keys by position, then as a page (heads, D, P) rotated at from + p.
+  std::vector<std::vector<float>> raw(count, std::vector<float>(heads * D));
+  std::vector<float> page(static_cast<std::size_t>(heads) * D * P, 7.0f);
+  auto to_page = [&](std::vector<float>& out, const std::vector<float>& key, int p) {
+    for (int h = 0; h < heads; ++h)
+      for (int d = 0; d < D; ++d) out[(h * D + d) * P + p] = key[h * D + d];
+  };
+  for (int p = 0; p < count; ++p) {
+    for (float& v : raw[p]) v = normal(rng);
+    std::vector<float> key = raw[p];
+    table.apply(key.data(), heads, from + p);
+    to_page(page, key, p);
+  }
+  const std::vector<float> original = page;
+  table.shift_keys(page.data(), heads, P, count, delta);
+  std::vector<float> expected(page.size(), 7.0f);  // positions >= count untouched
+  for (int p = 0; p < count; ++p) {
+    std::vector<float> key = raw[p];
+    table.apply(key.data(), heads, from + p + delta);
+    to_page(expected, key, p);
+  }
+  double moved = 0;
+  for (std::size_t i = 0; i < page.size(); ++i) {
+    EXPECT_NEAR(page[i], expected[i], 2e-5) << i;
+    moved = std::max(moved, std::abs(double(page[i]) - original[i]));
+  }
+  EXPECT_GT(moved, 0.1) << "the keys turned";
+  table.shift_keys(page.data(), heads, P, count, -delta);
+  for (std::size_t i = 0; i < page.size(); ++i) EXPECT_NEAR(page[i], original[i], 1e-6) << i;
 }
 
 }  // namespace
