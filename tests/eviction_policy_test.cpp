@@ -55,6 +55,11 @@ TEST(EvictionPolicyTest, ParsesEveryFormAndWritesItBack) {
       {"h2o:start=0,recent=0,max=64,kvcrush=3:alternate",
        EvictionPolicy::h2o(0, 0, 64).with_kvcrush(3, KvCrushAnchor::kAlternate),
        "h2o:start=0,recent=0,max=64,agg=norm_sum,kvcrush=3:alternate"},
+      {"h2o:rotate=on,start=16,recent=32,max=128,kvcrush=1:ones",
+       EvictionPolicy::h2o(16, 32, 128).with_kvcrush(1, KvCrushAnchor::kOnes).with_rotation(true),
+       "h2o:start=16,recent=32,max=128,agg=norm_sum,kvcrush=1:ones,rotate=on"},
+      {"h2o:start=16,recent=32,max=128,rotate=off", EvictionPolicy::h2o(16, 32, 128),
+       "h2o:start=16,recent=32,max=128,agg=norm_sum"},
   };
   for (const Case& c : cases) {
     auto p = EvictionPolicy::parse(c.text);
@@ -88,6 +93,9 @@ TEST(EvictionPolicyTest, RefusesBadTextWithTheReason) {
       {"h2o:start=16,recent=32,max=64,kvcrush=0:mean", "a budget of at least 1 page"},
       {"h2o:start=16,recent=32,max=64,kvcrush=2:median", "not '2:median'"},
       {"h2o:start=16,recent=32,max=64,kvcrush=1:mean,kvcrush=1:ones", "kvcrush is given twice"},
+      {"h2o:start=16,recent=32,max=64,rotate=yes", "rotate must be on or off, not 'yes'"},
+      {"h2o:start=16,recent=32,max=64,rotate=on,rotate=on", "rotate is given twice"},
+      {"sinks:4,window:8,rotate:on", "unknown policy or setting 'rotate:on'"},
   };
   for (auto [text, why] : cases) {
     auto p = EvictionPolicy::parse(text);

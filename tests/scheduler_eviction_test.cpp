@@ -2,8 +2,9 @@
 // request's tokens equal generate() alone with the same policy whatever the
 // batch and budget; swap preemption keeps them exact; admission charges the
 // effective size, so the budget is neither over- nor under-counted. The same
-// on a nanochat model (rotary keys kept as written, windowed layers, smear):
-// every policy, any batch, and H2O swapped out and back.
+// on a nanochat model (rotary keys kept as written, or turned by cache
+// rotation; windowed layers, smear): every policy, any batch, and H2O
+// swapped out and back. Rotation refused where it cannot apply.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -68,6 +69,24 @@ Tokenizer* SchedulerEvictionTest::tokenizer_ = nullptr;
 
 const std::vector<std::string> kPrompts = {"Q: What is the difference between a duck?", "Love is",
                                            "The fortune you seek is in another cookie."};
+
+// Cache rotation needs rotary positions: the bundled model is GPT-2's kind,
+// whose positions are learned. Refused as a request's policy and as the
+// default, with the reason.
+TEST_F(SchedulerEvictionTest, RotationIsRefusedForLearnedPositions) {
+  const EvictionPolicy rotating = EvictionPolicy::h2o(16, 16, 64).with_rotation(true);
+  SchedulerConfig c;
+  auto s = Scheduler::create(*model_, tokenizer_, c);
+  ASSERT_TRUE(s.has_value()) << s.error();
+  const auto refused = (*s)->submit(params(kPrompts[0], 8, rotating));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_TRUE(contains(refused.error(), "rotate=on moves the kept keys")) << refused.error();
+  EXPECT_TRUE(contains(refused.error(), "positions are learned, not rotary")) << refused.error();
+  c.eviction = rotating;
+  const auto not_made = Scheduler::create(*model_, tokenizer_, c);
+  ASSERT_FALSE(not_made.has_value());
+  EXPECT_TRUE(contains(not_made.error(), "positions are learned, not rotary")) << not_made.error();
+}
 
 TEST_F(SchedulerEvictionTest, TokensMatchGenerateAloneWithTheSamePolicyForAnyBatch) {
   const std::vector<EvictionPolicy> policies = {
@@ -262,7 +281,8 @@ TEST(SchedulerEvictionNanochatTest, EveryPolicyMatchesGenerateAloneForAnyBatchAn
   for (const EvictionPolicy& policy :
        {EvictionPolicy::sliding_window(32), EvictionPolicy::sliding_window(16, 8),
         EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kSum),
-        EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kNormSum)}) {
+        EvictionPolicy::h2o(16, 16, 64, ScoreAggregation::kNormSum),
+        EvictionPolicy::h2o(16, 16, 64).with_rotation(true)}) {
     std::vector<RequestParams> reqs;
     for (std::size_t i = 0; i < prompts.size(); ++i) {
       RequestParams p;
@@ -289,6 +309,21 @@ TEST(SchedulerEvictionNanochatTest, EveryPolicyMatchesGenerateAloneForAnyBatchAn
     swap.token_budget = 16;
     run(swap, reqs, policy.to_string() + " swapped");
   }
+
+  // Rotation rewrites the pages a request keeps, which samples would share.
+  auto s = Scheduler::create(**model, tokenizer->get(), SchedulerConfig{});
+  ASSERT_TRUE(s.has_value()) << s.error();
+  RequestParams two;
+  two.prompt = prompts[0];
+  two.max_tokens = 8;
+  two.n = 2;
+  two.sampling = test_util::sampled(3);
+  two.eviction = EvictionPolicy::h2o(16, 16, 64).with_rotation(true);
+  const auto refused = (*s)->submit(two);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_TRUE(contains(refused.error(), "2 samples would share; ask for n=1")) << refused.error();
+  two.eviction->rotate = false;
+  EXPECT_TRUE((*s)->submit(two).has_value());
 }
 
 }  // namespace

@@ -38,10 +38,15 @@ std::expected<std::size_t, std::string> upload_tensors(std::span<const DeviceTen
 
 std::expected<void, std::string> CudaBatch::check(std::span<const Model::Chunk> chunks,
                                                   const tiers::BlockPool& pool) {
-  for (std::size_t i = 0; i < chunks.size(); ++i)
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
     if (chunks[i].scores != nullptr)
       return std::unexpected("forward: chunk " + std::to_string(i) +
                              " asks for attention scores, which the GPU forward does not gather");
+    if (chunks[i].rotary_offset != 0)
+      return std::unexpected("forward: chunk " + std::to_string(i) +
+                             " has a rotary offset (cache rotation), which the GPU forward does "
+                             "not apply");
+  }
   cudaPointerAttributes attributes{};
   if (const cudaError_t err = cudaPointerGetAttributes(&attributes, pool.data(0));
       err != cudaSuccess) {

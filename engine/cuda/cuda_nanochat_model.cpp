@@ -47,7 +47,7 @@ std::expected<std::unique_ptr<CudaNanochatModel>, std::string> CudaNanochatModel
 std::expected<void, std::string> CudaNanochatModel::upload_weights() {
   const NanochatConfig& c = config_;
   const NanochatWeights& w = model_.weights();
-  const kernels::RotaryTable& rope = model_.rotary();
+  const kernels::RotaryTable& rope = *model_.rotary();
   // Rows past vocab_size (padding) are never looked up or computed.
   const std::size_t C = c.n_embd, KV = c.kv_dim(), V = c.vocab_size;
   const std::size_t table = static_cast<std::size_t>(rope.positions()) * (c.head_dim() / 2);

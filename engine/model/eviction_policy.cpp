@@ -11,7 +11,7 @@ namespace {
 constexpr std::string_view kForms =
     "none, window:W, sinks:S,window:W or "
     "h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,snapkv=W]"
-    "[,kvcrush=B:random|zeros|ones|mean|alternate]";
+    "[,kvcrush=B:random|zeros|ones|mean|alternate][,rotate=on|off]";
 
 constexpr std::pair<KvCrushAnchor, std::string_view> kAnchors[] = {
     {KvCrushAnchor::kRandom, "random"},
@@ -82,6 +82,12 @@ EvictionPolicy EvictionPolicy::with_snapkv(int window) const {
   return p;
 }
 
+EvictionPolicy EvictionPolicy::with_rotation(bool on) const {
+  EvictionPolicy p = *this;
+  p.rotate = on;
+  return p;
+}
+
 EvictionPolicy EvictionPolicy::with_kvcrush(int budget, KvCrushAnchor anchor) const {
   EvictionPolicy p = *this;
   p.kvcrush_budget = budget;
@@ -97,6 +103,7 @@ std::expected<EvictionPolicy, std::string> EvictionPolicy::parse(std::string_vie
     std::optional<int> start, recent, max_size, snapkv;
     std::optional<ScoreAggregation> agg;
     std::optional<std::pair<int, KvCrushAnchor>> kvcrush;
+    std::optional<bool> rotate;
     for (std::string_view item : split(text.substr(4))) {
       const std::size_t eq = item.find('=');
       const std::string_view key = item.substr(0, eq);
@@ -111,6 +118,13 @@ std::expected<EvictionPolicy, std::string> EvictionPolicy::parse(std::string_vie
           agg = ScoreAggregation::kNormSum;
         else
           return bad(text, "agg must be sum or norm_sum, not '" + std::string(value) + "'");
+        continue;
+      }
+      if (key == "rotate") {
+        if (rotate) return bad(text, "rotate is given twice");
+        if (value != "on" && value != "off")
+          return bad(text, "rotate must be on or off, not '" + std::string(value) + "'");
+        rotate = value == "on";
         continue;
       }
       if (key == "kvcrush") {
@@ -145,8 +159,9 @@ std::expected<EvictionPolicy, std::string> EvictionPolicy::parse(std::string_vie
     const EvictionPolicy p =
         h2o(*start, *recent, *max_size, agg.value_or(ScoreAggregation::kNormSum));
     if (snapkv && *snapkv < 1) return bad(text, "snapkv must be at least 1 query");
-    const EvictionPolicy q = snapkv ? p.with_snapkv(*snapkv) : p;
-    return kvcrush ? q.with_kvcrush(kvcrush->first, kvcrush->second) : q;
+    EvictionPolicy q = snapkv ? p.with_snapkv(*snapkv) : p;
+    if (kvcrush) q = q.with_kvcrush(kvcrush->first, kvcrush->second);
+    return q.with_rotation(rotate.value_or(false));
   }
 
   std::optional<int> sinks, window;
@@ -181,7 +196,8 @@ std::string EvictionPolicy::to_string() const {
              (snapkv_window > 0 ? ",snapkv=" + std::to_string(snapkv_window) : std::string()) +
              (kvcrush_budget > 0 ? ",kvcrush=" + std::to_string(kvcrush_budget) + ":" +
                                        std::string(kvtier::to_string(kvcrush_anchor))
-                                 : std::string());
+                                 : std::string()) +
+             (rotate ? ",rotate=on" : "");
   }
   return "unknown";
 }

@@ -8,6 +8,7 @@
 //   sinks:S,window:W          also keep the first S positions for good
 //                             (attention sinks, as StreamingLLM keeps them).
 //   h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,snapkv=W][,kvcrush=B:ANCHOR]
+//      [,rotate=on|off]
 //                             OpenVINO GenAI's cache eviction: a start area
 //                             (the first S positions) and a recent area (the
 //                             last R) are never evicted; the pages between them
@@ -27,6 +28,8 @@
 //                             kvcrush (seed 002's KVCrush): of the evictable
 //                             pages kept, B are the most representative
 //                             ones rather than the best scored (below).
+//                             rotate (seed 002's apply_rotation; off by
+//                             default): cache rotation, below.
 //
 // KVCrush, as seed 002 and OpenVINO GenAI describe it, in pages: each
 // position of the evictable area gets a bit, 1 for the better-scored half
@@ -63,6 +66,19 @@
 // Positions stay absolute: GPT-2's position embeddings are learned and
 // absolute, a query keeps its position and attention skips the holes
 // (kernels/attention.h). Generation still ends at the model's context.
+//
+// Cache rotation (rotate=on), for rotary families only (Model::rotary();
+// the scheduler refuses it for GPT-2, whose positions are learned): when
+// pages go, the keys of every page after them are turned back by the
+// positions dropped before them (kernels::RotaryTable::shift_keys, in fp32,
+// in place: a request's pages are its own, never shared), so the kept keys
+// sit at contiguous rotary positions again, and each new query is rotated
+// at the position after them: its block-table position less the positions
+// evicted (KvEvictor::rotary_offset, from the block table alone, so a swap
+// keeps it). Slots, windows and scores stay absolute; only the rotary angle
+// moves. Generation still ends at the model's context (the block table
+// counts absolute positions), rotated or not. A rotated page is its
+// request's own: eviction already keeps such pages out of the prefix cache.
 //
 // Determinism: a decision depends only on the sequence's length, its block
 // table and, for H2O, integer attention scores (kernels::AttentionScore), so
@@ -108,6 +124,8 @@ struct EvictionPolicy {
   KvCrushAnchor kvcrush_anchor = KvCrushAnchor::kMean;
   // kH2o: SnapKV's window in queries (0: every query scores).
   int snapkv_window = 0;
+  // kH2o: cache rotation (above).
+  bool rotate = false;
 
   static EvictionPolicy none() { return {}; }
   static EvictionPolicy sliding_window(int window, int sinks = 0);
@@ -117,6 +135,8 @@ struct EvictionPolicy {
   EvictionPolicy with_kvcrush(int budget, KvCrushAnchor anchor) const;
   // This H2O policy scoring the prompt by its last `window` queries.
   EvictionPolicy with_snapkv(int window) const;
+  // This H2O policy with cache rotation on or off.
+  EvictionPolicy with_rotation(bool on) const;
 
   // Reads the forms at the top of this file; the error names the accepted
   // forms and what was wrong. Checks what needs no page size (positive

@@ -65,6 +65,9 @@ std::expected<Generation, std::string> generate(
   if (options.page_size < 1) return std::unexpected("page_size must be at least 1");
   if (auto ok = options.eviction.validate(options.page_size); !ok)
     return std::unexpected(ok.error());
+  if (auto ok = check_rotation(options.eviction, model.rotary(), model.family()); !ok)
+    return std::unexpected(ok.error());
+  const KeyRotation rotation{model.rotary(), model.kv_layout(options.page_size)};
 
   const int context = model.config().block_size;
   const int V = model.config().vocab_size;
@@ -87,7 +90,13 @@ std::expected<Generation, std::string> generate(
       return false;
     }
     out.peak_kv_blocks = std::max(out.peak_kv_blocks, kv.resident_blocks());
-    const Model::Chunk chunk{&kv, tokens, false, evictor.scores(), previous, evictor.scores_from()};
+    const Model::Chunk chunk{&kv,
+                             tokens,
+                             false,
+                             evictor.scores(),
+                             previous,
+                             evictor.scores_from(),
+                             evictor.rotary_offset(kv)};
     auto logits = model.forward(std::span(&chunk, 1), pool);
     if (!logits) {
       error = logits.error();
@@ -97,7 +106,7 @@ std::expected<Generation, std::string> generate(
     previous = tokens.back();
     // No eviction inside the prompt: whole and chunked prefill stay equal.
     if (kv.length() >= static_cast<int>(prompt.size()))
-      out.evicted_blocks += evictor.evict(kv, pool);
+      out.evicted_blocks += evictor.evict(kv, pool, &rotation);
     return true;
   };
 

@@ -165,6 +165,16 @@ std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& 
   return evict;
 }
 
+std::expected<void, std::string> check_rotation(const EvictionPolicy& policy,
+                                                const kernels::RotaryTable* table,
+                                                std::string_view family) {
+  if (!policy.rotate || table != nullptr) return {};
+  return std::unexpected("eviction policy '" + policy.to_string() +
+                         "': rotate=on moves the kept keys to new rotary positions, but this " +
+                         std::string(family) +
+                         " model's positions are learned, not rotary; drop rotate=on");
+}
+
 KvEvictor::KvEvictor(EvictionPolicy policy, int context, int prompt) : policy_(policy) {
   if (policy_.needs_scores()) scores_.assign(static_cast<std::size_t>(context), 0);
   if (policy_.snapkv_window > 0) scores_from_ = std::max(0, prompt - policy_.snapkv_window);
@@ -174,10 +184,38 @@ std::vector<int> KvEvictor::pages_to_evict(const SequenceKv& kv) const {
   return kvtier::pages_to_evict(policy_, kv, scores_, scores_from_);
 }
 
-int KvEvictor::evict(SequenceKv& kv, tiers::BlockPool& pool) const {
+int KvEvictor::evict(SequenceKv& kv, tiers::BlockPool& pool, const KeyRotation* rotation) const {
   const auto pages = pages_to_evict(kv);
   for (int page : pages) kv.evict_block(pool, page);
+  if (policy_.rotate && !pages.empty()) {
+    assert(rotation != nullptr && rotation->table != nullptr);
+    assert(rotation->layout.page_size == kv.page_size());
+    rotate_after(kv, pool, pages, *rotation);
+  }
   return static_cast<int>(pages.size());
+}
+
+void KvEvictor::rotate_after(const SequenceKv& kv, tiers::BlockPool& pool,
+                             std::span<const int> evicted, const KeyRotation& rotation) {
+  const KvLayout& layout = rotation.layout;
+  const int P = kv.page_size();
+  const auto table = kv.block_ids();
+  std::size_t before = 0;  // pages of `evicted` before page j
+  for (int j = evicted.front() + 1; j < static_cast<int>(table.size()); ++j) {
+    while (before < evicted.size() && evicted[before] < j) ++before;
+    const int count = std::min(P, kv.length() - j * P);
+    if (kv.is_evicted(j) || count <= 0) continue;
+    assert(!pool.is_shared(table[j]));
+    auto* block = reinterpret_cast<float*>(pool.data(table[j]));
+    for (int layer = 0; layer < layout.n_layer; ++layer)
+      rotation.table->shift_keys(block + layer * layout.floats_per_layer(), layout.n_kv_head, P,
+                                 count, -static_cast<int>(before) * P);
+  }
+}
+
+int KvEvictor::rotary_offset(const SequenceKv& kv) const {
+  if (!policy_.rotate) return 0;
+  return (static_cast<int>(kv.block_ids().size()) - kv.resident_blocks()) * kv.page_size();
 }
 
 void KvEvictor::reset() { std::fill(scores_.begin(), scores_.end(), 0); }

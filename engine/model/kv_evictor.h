@@ -6,12 +6,17 @@
 // request's policy link only that.
 #pragma once
 
+#include <expected>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/model/eviction_policy.h"
+#include "engine/model/kv_layout.h"
 #include "engine/model/sequence_kv.h"
 #include "kernels/attention.h"
+#include "kernels/rotary.h"
 #include "tiers/block_pool.h"
 
 namespace kvtier {
@@ -37,6 +42,21 @@ int effective_kv_tokens(const EvictionPolicy& policy, int prompt, int positions,
 std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& kv,
                                 std::span<const kernels::AttentionScore> scores,
                                 int scores_from = 0);
+
+// What cache rotation (EvictionPolicy rotate) needs of the model: the table
+// its keys were rotated with (Model::rotary()) and where they sit in a block
+// (Model::kv_layout()).
+struct KeyRotation {
+  const kernels::RotaryTable* table = nullptr;
+  KvLayout layout;
+};
+
+// Why `policy` cannot run on a model of `family` whose rotary table is
+// `table` (null where positions are not rotary), or nothing: cache rotation
+// needs rotary positions.
+std::expected<void, std::string> check_rotation(const EvictionPolicy& policy,
+                                                const kernels::RotaryTable* table,
+                                                std::string_view family);
 
 // One sequence's eviction state: its policy and, for H2O, the attention
 // scores its positions have gathered. One per request (a forked sample copies
@@ -67,14 +87,27 @@ class KvEvictor {
   std::vector<int> pages_to_evict(const SequenceKv& kv) const;
 
   // pages_to_evict() and SequenceKv::evict_block() for each; returns how many
-  // pages went back to `pool` (or lost this sequence's reference).
-  int evict(SequenceKv& kv, tiers::BlockPool& pool) const;
+  // pages went back to `pool` (or lost this sequence's reference). With
+  // rotation, then turns the keys of every resident page after an evicted
+  // one back by the positions evicted before it (eviction_policy.h), in
+  // place. REQUIRES with rotation: `rotation` has a table and kv's page
+  // size, and the pages after an evicted one are this sequence's alone.
+  int evict(SequenceKv& kv, tiers::BlockPool& pool, const KeyRotation* rotation = nullptr) const;
+
+  // For Model::Chunk::rotary_offset: with rotation, the positions the
+  // sequence has evicted (its evicted pages, all before its length); else 0.
+  int rotary_offset(const SequenceKv& kv) const;
 
   // Forgets every score, as when a preempted request is recomputed from
   // scratch.
   void reset();
 
  private:
+  // The rotation evict() makes after dropping the pages `evicted`
+  // (increasing block-table indices).
+  static void rotate_after(const SequenceKv& kv, tiers::BlockPool& pool,
+                           std::span<const int> evicted, const KeyRotation& rotation);
+
   EvictionPolicy policy_;
   std::vector<kernels::AttentionScore> scores_;  // by position; empty unless H2O
   int scores_from_ = 0;

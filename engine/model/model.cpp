@@ -23,7 +23,7 @@ std::expected<std::unique_ptr<Model>, std::string> Model::load(const std::filesy
 
 std::expected<void, std::string> check_chunks(std::span<const Model::Chunk> chunks,
                                               const tiers::BlockPool& pool, int context,
-                                              int vocab_size,
+                                              int vocab_size, bool rotary,
                                               const std::function<KvLayout(int)>& layout) {
   if (chunks.empty()) return std::unexpected("forward: empty batch");
   std::unordered_set<const SequenceKv*> seen;
@@ -46,6 +46,13 @@ std::expected<void, std::string> check_chunks(std::span<const Model::Chunk> chun
     if (c.kv->length() < c.kv->capacity() && c.kv->is_evicted(c.kv->length() / c.kv->page_size()))
       return std::unexpected("forward: chunk " + std::to_string(i) +
                              " would write into an evicted page");
+    if (c.rotary_offset != 0 && !rotary)
+      return std::unexpected("forward: chunk " + std::to_string(i) +
+                             " has a rotary offset but this model's positions are not rotary");
+    if (c.rotary_offset < 0 || c.rotary_offset > c.kv->length())
+      return std::unexpected("forward: chunk " + std::to_string(i) + " has rotary offset " +
+                             std::to_string(c.rotary_offset) + " outside [0, " +
+                             std::to_string(c.kv->length()) + "]");
     if (c.kv->page_size() != chunks[0].kv->page_size())
       return std::unexpected("forward: sequences with different page sizes in one batch");
     for (int t : c.tokens)

@@ -45,6 +45,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/sequence_kv.h"
 #include "kernels/attention.h"
+#include "kernels/rotary.h"
 #include "tiers/block_pool.h"
 
 namespace kvtier {
@@ -72,6 +73,12 @@ class Model {
     // With scores: the rows at positions below this add nothing (SnapKV
     // scores a prompt by its last queries only; EvictionPolicy).
     int scores_from = 0;
+    // Cache rotation (EvictionPolicy rotate): positions evicted before this
+    // chunk, whose kept keys were turned back to close the holes; the
+    // chunk's rotary positions are its positions less this. Slots stay
+    // absolute. 0 (the default) unless the family has rotary(); in
+    // [0, kv->length()].
+    int rotary_offset = 0;
   };
 
   virtual ~Model() = default;
@@ -87,6 +94,11 @@ class Model {
   KvLayout kv_layout(int page_size) const { return KvLayout::of(shape_, page_size); }
   // "gpt2" or "nanochat": for the operator (logs, health).
   virtual std::string_view family() const = 0;
+
+  // The rotary table its keys are rotated with, for cache rotation
+  // (EvictionPolicy rotate, which moves cached keys to new positions); null
+  // where positions are not rotary (GPT-2's are learned and absolute).
+  virtual const kernels::RotaryTable* rotary() const { return nullptr; }
 
   // Hash of everything that decides a block's bytes at `page_size`: the
   // family, its every convention and shape, and every weight. Blocks keyed
@@ -124,10 +136,11 @@ class Model {
 // What every family's check() checks: a non-empty batch of distinct
 // sequences, each chunk non-empty, within `context` positions and its pages,
 // not writing into an evicted page, one page size, tokens in
-// [0, vocab_size), and a pool whose blocks hold the layout's.
+// [0, vocab_size), a rotary offset in [0, kv->length()] and 0 unless the
+// family is `rotary`, and a pool whose blocks hold the layout's.
 std::expected<void, std::string> check_chunks(std::span<const Model::Chunk> chunks,
                                               const tiers::BlockPool& pool, int context,
-                                              int vocab_size,
+                                              int vocab_size, bool rotary,
                                               const std::function<KvLayout(int)>& layout);
 
 }  // namespace kvtier

@@ -46,6 +46,8 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
   if (config.eviction.needs_scores() && !forward.gathers_scores)
     return std::unexpected(std::string(kNoScores));
+  if (auto ok = check_rotation(config.eviction, model.rotary(), model.family()); !ok)
+    return std::unexpected(ok.error());
   const KvLayout layout = model.kv_layout(config.page_size);
   const L1Shape l1 = l1_shape(layout, config);
   const std::size_t block_bytes = l1.block_bytes;
@@ -238,6 +240,14 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params, Re
     return std::unexpected(ok.error());
   if (params.eviction->needs_scores() && !forward_.gathers_scores)
     return std::unexpected(std::string(kNoScores));
+  if (auto ok = check_rotation(*params.eviction, model_->rotary(), model_->family()); !ok)
+    return std::unexpected(ok.error());
+  // Samples share the prompt's pages, and each would turn them its own way.
+  if (params.eviction->rotate && params.n > 1)
+    return std::unexpected("eviction policy '" + params.eviction->to_string() +
+                           "': rotate=on rewrites the keys of the pages a request keeps, which " +
+                           std::to_string(params.n) +
+                           " samples would share; ask for n=1 or drop rotate=on");
   // The KV never holds the last sampled token, and generation ends at the
   // context, so this is the most the request can ever hold (with an eviction
   // policy, the most it keeps at once: its effective KV tokens). If

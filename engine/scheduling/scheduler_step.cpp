@@ -133,7 +133,8 @@ Scheduler::Batch Scheduler::build_batch(StepOutput& out) {
   for (Request* r : admitted_) {
     if (r->status_ != RequestStatus::kRunning) continue;
     batch.chunks.push_back({&r->kv_, std::span(&r->tokens_.back(), 1), false, r->evictor_.scores(),
-                            r->token_before(r->kv_.length()), r->evictor_.scores_from()});
+                            r->token_before(r->kv_.length()), r->evictor_.scores_from(),
+                            r->evictor_.rotary_offset(r->kv_)});
     batch.rows.push_back(r);
   }
   out.decode_tokens = static_cast<int>(batch.chunks.size());
@@ -144,8 +145,8 @@ Scheduler::Batch Scheduler::build_batch(StepOutput& out) {
     const int end = r->split_resume_ > 0 ? r->split_end_ : static_cast<int>(r->tokens_.size());
     const int n = std::min(room, end - begin);
     batch.chunks.push_back({&r->kv_, std::span(r->tokens_).subspan(begin, n), false,
-                            r->evictor_.scores(), r->token_before(begin),
-                            r->evictor_.scores_from()});
+                            r->evictor_.scores(), r->token_before(begin), r->evictor_.scores_from(),
+                            r->evictor_.rotary_offset(r->kv_)});
     batch.rows.push_back(r);
     // Only a head before its fork or a re-prefill after a preemption
     // prefills, and neither shares blocks: the chunk writes its own pages.
@@ -211,9 +212,10 @@ void Scheduler::finish_pass(const std::vector<Request*>& rows, std::span<const f
                             const Request* discarded, StepOutput& out) {
   // Eviction as generate() does it: after the pass that completes the prompt
   // (never inside it, so chunking cannot change it) and after every decode.
+  const KeyRotation rotation{model_->rotary(), model_->kv_layout(config_.page_size)};
   for (Request* r : rows)
     if (r->kv_.length() >= static_cast<int>(r->tokens_.size()))
-      evicted_blocks_ += r->evictor_.evict(r->kv_, *pool_);
+      evicted_blocks_ += r->evictor_.evict(r->kv_, *pool_, &rotation);
 
   const std::size_t V = static_cast<std::size_t>(vocab_size_);
   for (std::size_t i = 0; i < rows.size(); ++i) {

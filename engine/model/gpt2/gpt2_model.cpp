@@ -89,7 +89,7 @@ std::uint64_t Gpt2Model::fingerprint(int page_size) const {
 
 std::expected<void, std::string> Gpt2Model::check(std::span<const Chunk> chunks,
                                                   const tiers::BlockPool& pool) const {
-  return check_chunks(chunks, pool, shape_.block_size, shape_.vocab_size,
+  return check_chunks(chunks, pool, shape_.block_size, shape_.vocab_size, /*rotary=*/false,
                       [&](int page_size) { return kv_layout(page_size); });
 }
 

@@ -79,7 +79,7 @@ std::uint64_t NanochatModel::fingerprint(int page_size) const {
 
 std::expected<void, std::string> NanochatModel::check(std::span<const Chunk> chunks,
                                                       const tiers::BlockPool& pool) const {
-  if (auto ok = check_chunks(chunks, pool, config_.context, config_.vocab_size,
+  if (auto ok = check_chunks(chunks, pool, config_.context, config_.vocab_size, /*rotary=*/true,
                              [&](int page_size) { return kv_layout(page_size); });
       !ok)
     return ok;
@@ -194,7 +194,8 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
     const int n = static_cast<int>(c.tokens.size());
     for (int t = 0; t < n; ++t) {
       if (c.all_logits || t == n - 1) logit_rows.push_back(static_cast<int>(rows_.size()));
-      rows_.push_back({static_cast<int>(i), c.kv->length() + t, c.tokens[t],
+      rows_.push_back({static_cast<int>(i), c.kv->length() + t,
+                       c.kv->length() + t - c.rotary_offset, c.tokens[t],
                        t == 0 ? c.previous_token : c.tokens[t - 1]});
     }
     block_bases_[i].clear();
@@ -246,8 +247,8 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
     for (int r = 0; r < M; ++r) {
       float* q = q_.data() + static_cast<long>(r) * C;
       float* k = k_.data() + static_cast<long>(r) * KV;
-      rotary_.apply(q, H, rows_[r].pos);
-      rotary_.apply(k, config_.n_kv_head, rows_[r].pos);
+      rotary_.apply(q, H, rows_[r].rotary_pos);
+      rotary_.apply(k, config_.n_kv_head, rows_[r].rotary_pos);
     }
     kernels::rmsnorm(q_.data(), q_.data(), static_cast<long>(M) * H, D);
     kernels::rmsnorm(k_.data(), k_.data(), static_cast<long>(M) * config_.n_kv_head, D);

@@ -68,10 +68,9 @@ class NanochatModel final : public Model {
   // being the context served.
   const NanochatConfig& nanochat_config() const { return config_; }
   const NanochatWeights& weights() const { return weights_; }
-  // cos and sin for every position served (the GPU forward copies them).
-  const kernels::RotaryTable& rotary() const { return rotary_; }
-
   std::string_view family() const override { return "nanochat"; }
+  // cos and sin for every position served (the GPU forward copies them).
+  const kernels::RotaryTable* rotary() const override { return &rotary_; }
   // The family, the generation and every setting the forward reads, the
   // shapes and every weight (KvFingerprint).
   std::uint64_t fingerprint(int page_size) const override;
@@ -91,7 +90,8 @@ class NanochatModel final : public Model {
  private:
   struct Row {
     int chunk;
-    int pos;
+    int pos;         // its slot in the sequence's block table
+    int rotary_pos;  // pos less the chunk's rotary_offset (cache rotation)
     int token;
     int previous;  // the token before, -1 at position 0
   };
