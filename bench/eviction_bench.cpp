@@ -17,9 +17,14 @@
 // capacity, gen_throughput) need the scheduler and live with it. Prints
 // tables; asserts nothing.
 //
-//   build/bench/eviction_bench [--no-gpt2 | --gpt2-only]
-// (the bundled models are found from this source file's path).
+//   build/bench/eviction_bench [--no-gpt2 | --gpt2-only] [--d20]
+// (the bundled models are found from this source file's path). --d20 adds
+// the policies on nanochat's d20 shape with random weights (5.6 GB written
+// to a temp folder and removed after; minutes).
+// On a rotary model (nanochat) every H2O row is run again with cache
+// rotation (rotate=on) beside it.
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -28,9 +33,11 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/random_nanochat.h"
 #include "engine/model/gpt2/gpt2_model.h"
 #include "engine/model/kv_evictor.h"
 #include "engine/model/model_config.h"
@@ -70,6 +77,7 @@ Run greedy(Model& model, BlockPool& pool, const std::vector<int>& prompt,
   const int V = model.config().vocab_size, context = model.config().block_size;
   SequenceKv kv(kPage);
   KvEvictor evictor(evict, context, static_cast<int>(prompt.size()));
+  const kvtier::KeyRotation rotation{model.rotary(), model.kv_layout(kPage)};
   int previous = -1;  // the token before the input (Model::Chunk::previous_token)
   Run run;
   const auto begin = std::chrono::steady_clock::now();
@@ -84,10 +92,16 @@ Run greedy(Model& model, BlockPool& pool, const std::vector<int>& prompt,
       break;
     }
     run.peak_blocks = std::max(run.peak_blocks, kv.resident_blocks());
-    const Model::Chunk chunk{&kv, input, false, evictor.scores(), previous, evictor.scores_from()};
+    const Model::Chunk chunk{&kv,
+                             input,
+                             false,
+                             evictor.scores(),
+                             previous,
+                             evictor.scores_from(),
+                             evictor.rotary_offset(kv)};
     const auto logits = model.forward(std::span(&chunk, 1), pool).value();
     previous = input.back();
-    run.evicted_blocks += evictor.evict(kv, pool);
+    run.evicted_blocks += evictor.evict(kv, pool, &rotation);
     const int pick =
         static_cast<int>(std::max_element(logits.end() - V, logits.end()) - (logits.end() - V));
     const std::size_t i = run.tokens.size();
@@ -139,7 +153,7 @@ int effective(const EvictionPolicy& p, const Workload& w) {
 void peak_kv(Workload& w, BlockPool& pool, const std::vector<EvictionPolicy>& policies) {
   std::printf("\n== (1) peak KV, %s: %zu requests x %d tokens, page %d\n", w.name, w.prompts.size(),
               w.gen_tokens, kPage);
-  std::printf("%-64s %8s %9s %12s %12s %13s %10s\n", "config", "tok/s", "evicted", "avg peak KV",
+  std::printf("%-72s %8s %9s %12s %12s %13s %10s\n", "config", "tok/s", "evicted", "avg peak KV",
               "max peak KV", "sum peak KV", "effective");
   double full_sum = 0;
   for (const EvictionPolicy& p : policies) {
@@ -154,7 +168,7 @@ void peak_kv(Workload& w, BlockPool& pool, const std::vector<EvictionPolicy>& po
       most = std::max(most, r.peak_blocks * kPage);
     }
     if (!p.evicts()) full_sum = sum;
-    std::printf("%-64s %8.1f %9d %12.1f %12d %13.0f %10d", p.to_string().c_str(), tokens / seconds,
+    std::printf("%-72s %8.1f %9d %12.1f %12d %13.0f %10d", p.to_string().c_str(), tokens / seconds,
                 evicted, sum / w.prompts.size(), most, sum, effective(p, w));
     if (p.evicts() && full_sum > 0) std::printf("  (%.1f%% less)", 100.0 * (1.0 - sum / full_sum));
     std::printf("\n");
@@ -165,14 +179,15 @@ void peak_kv(Workload& w, BlockPool& pool, const std::vector<EvictionPolicy>& po
 void agreement(Workload& w, BlockPool& pool, const std::vector<EvictionPolicy>& policies) {
   std::printf("\n== (3) greedy agreement with the full cache, %s: %zu prompts x %d tokens\n",
               w.name, w.prompts.size(), w.gen_tokens);
-  std::printf("%-64s %10s %11s %14s %15s %10s\n", "config", "effective", "agreement", "first diff",
-              "forced top-1", "peak KV");
+  std::printf("%-72s %10s %11s %14s %15s %10s %8s\n", "config", "effective", "agreement",
+              "first diff", "forced top-1", "peak KV", "tok/s");
   std::vector<std::vector<int>> full;
   for (const auto& prompt : w.prompts)
     full.push_back(greedy(w.model, pool, prompt, EvictionPolicy::none(), w.gen_tokens).tokens);
   for (const EvictionPolicy& p : policies) {
-    long same = 0, total = 0, forced = 0, first = 0;
+    long same = 0, total = 0, forced = 0, first = 0, generated = 0;
     int peak = 0;
+    double seconds = 0;
     for (std::size_t i = 0; i < w.prompts.size(); ++i) {
       const Run free_run = greedy(w.model, pool, w.prompts[i], p, w.gen_tokens);
       const Run forced_run = greedy(w.model, pool, w.prompts[i], p, w.gen_tokens, &full[i]);
@@ -181,14 +196,18 @@ void agreement(Workload& w, BlockPool& pool, const std::vector<EvictionPolicy>& 
       first += first_difference(free_run.tokens, full[i]);
       forced += forced_run.forced_agree;
       peak = std::max(peak, free_run.peak_blocks * kPage);
+      generated += static_cast<long>(free_run.tokens.size());
+      seconds += free_run.seconds;
     }
-    std::printf("%-64s %10d %10.1f%% %14.1f %14.1f%% %10d\n", p.to_string().c_str(),
+    std::printf("%-72s %10d %10.1f%% %14.1f %14.1f%% %10d %8.1f\n", p.to_string().c_str(),
                 effective(p, w), 100.0 * same / total,
-                static_cast<double>(first) / w.prompts.size(), 100.0 * forced / total, peak);
+                static_cast<double>(first) / w.prompts.size(), 100.0 * forced / total, peak,
+                generated / seconds);
   }
   std::printf(
       "(agreement: same token at the same position; first diff: mean index of the\n"
-      " first different token; forced top-1: the full cache's tokens fed to both)\n");
+      " first different token; forced top-1: the full cache's tokens fed to both;\n"
+      " tok/s: the free runs' tokens over their time, prefill included)\n");
 }
 
 // gen_length: how far one request gets within a fixed KV budget.
@@ -198,16 +217,29 @@ void gen_length(Workload& w, int budget_tokens, int cap,
   std::printf("\n== gen_length, %s: KV budget %d tokens (%d pages), prompt %zu, context %d\n",
               w.name, budget_tokens, budget_tokens / kPage, prompt.size(),
               w.model.config().block_size);
-  std::printf("%-64s %10s %12s %12s %10s\n", "config", "effective", "generated", "stopped by",
+  std::printf("%-72s %10s %12s %12s %10s\n", "config", "effective", "generated", "stopped by",
               "peak KV");
   BlockPool pool(w.model.kv_layout(kPage).block_bytes(), budget_tokens / kPage);
   for (const EvictionPolicy& p : policies) {
     const Run r = greedy(w.model, pool, prompt, p, cap);
-    std::printf("%-64s %10d %12zu %12s %10d\n", p.to_string().c_str(),
+    std::printf("%-72s %10d %12zu %12s %10d\n", p.to_string().c_str(),
                 kvtier::effective_kv_tokens(p, static_cast<int>(prompt.size()),
                                             w.model.config().block_size, kPage),
                 r.tokens.size(), r.stop, r.peak_blocks * kPage);
   }
+}
+
+// `policies` and, on a model whose positions are rotary, each H2O one again
+// with cache rotation, after it.
+std::vector<EvictionPolicy> with_rotation(const Workload& w,
+                                          const std::vector<EvictionPolicy>& policies) {
+  std::vector<EvictionPolicy> out;
+  for (const EvictionPolicy& p : policies) {
+    out.push_back(p);
+    if (w.model.rotary() != nullptr && p.kind == kvtier::EvictionKind::kH2o)
+      out.push_back(p.with_rotation(true));
+  }
+  return out;
 }
 
 // The policies' tables on one bundled model: peak KV, agreement across
@@ -250,12 +282,26 @@ void bundled_suite(Workload& w, BlockPool& pool) {
   peak_kv(w, pool, windows);
   agreement(w, pool, windows);
   std::printf("-- the same budget (effective KV 64 tokens)\n");
-  agreement(w, pool, same_budget);
+  agreement(w, pool, with_rotation(w, same_budget));
   std::printf("-- the same budget (effective KV 96 tokens)\n");
-  agreement(w, pool, same_budget_96);
-  gen_length(w, 96, w.model.config().block_size,
-             {EvictionPolicy::none(), policy("window:32"), policy("sinks:16,window:48"),
-              policy("h2o:start=16,recent=16,max=64,agg=norm_sum")});
+  agreement(w, pool, with_rotation(w, same_budget_96));
+  gen_length(
+      w, 96, w.model.config().block_size,
+      with_rotation(w, {EvictionPolicy::none(), policy("window:32"), policy("sinks:16,window:48"),
+                        policy("h2o:start=16,recent=16,max=64,agg=norm_sum")}));
+}
+
+// The d20 shape with random weights, fed the chat model's prompts as ids
+// (the same text; on random weights agreement says how far a change to the
+// cache moves a deep, wide model's logits, not how text degrades).
+void d20_suite(Workload& w, BlockPool& pool) {
+  agreement(
+      w, pool,
+      with_rotation(w, {EvictionPolicy::none(), policy("window:80"), policy("sinks:16,window:64"),
+                        policy("h2o:start=16,recent=32,max=80,agg=sum"),
+                        policy("h2o:start=16,recent=32,max=80,agg=norm_sum"),
+                        policy("h2o:start=16,recent=32,max=80,agg=norm_sum,snapkv=8"),
+                        policy("h2o:start=16,recent=32,max=80,agg=norm_sum,kvcrush=1:ones")}));
 }
 
 // SnapKV acts on a prompt longer than start + recent: the same budget on
@@ -277,8 +323,22 @@ const char* const kPrompts[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool gpt2 = !(argc > 1 && std::strcmp(argv[1], "--no-gpt2") == 0);
-  const bool bundled = !(argc > 1 && std::strcmp(argv[1], "--gpt2-only") == 0);
+  bool gpt2 = true, bundled = true, d20 = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--no-gpt2")
+      gpt2 = false;
+    else if (arg == "--gpt2-only")
+      bundled = false;
+    else if (arg == "--d20")
+      d20 = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--no-gpt2 | --gpt2-only] [--d20]\n", argv[0]);
+      return 2;
+    }
+  }
+  d20 = d20 && bundled;  // it takes the chat model's prompts
+  std::vector<std::vector<int>> chat_prompts;
   omp_set_num_threads(kThreads);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // tables as they finish: the GPT-2 part is slow
   std::printf("== kvtier KV eviction, %d threads, page %d\n", kThreads, kPage);
@@ -322,6 +382,28 @@ int main(int argc, char** argv) {
       BlockPool pool(model.kv_layout(kPage).block_bytes(), 64);
       bundled_suite(w, pool);
       long_prompt_suite(long_w, pool);
+      if (chat) chat_prompts = w.prompts;
+    }
+  }
+
+  if (d20 && !chat_prompts.empty()) {
+    // 5.6 GB of random weights in a temp folder, removed after.
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("eviction_bench." + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    std::printf("\nwriting a d20-shaped random G5 model to %s...\n", dir.c_str());
+    auto written =
+        kvtier::bench::write_random_nanochat(dir, kvtier::bench::NanochatShape::d20(), 1);
+    auto loaded = written ? Model::load(dir) : std::unexpected(written.error());
+    if (loaded) {
+      Workload w{"d20-shaped, random", **loaded, {chat_prompts[0], chat_prompts[1]}, 112};
+      BlockPool pool((*loaded)->kv_layout(kPage).block_bytes(), 24);
+      d20_suite(w, pool);
+    }
+    std::filesystem::remove_all(dir);
+    if (!loaded) {
+      std::fprintf(stderr, "d20: %s\n", loaded.error().c_str());
+      return 1;
     }
   }
 

@@ -438,7 +438,8 @@ const std::array<Setting, 40> kSettings = {{
      .runtime = false,
      .description = "KV eviction policy of requests that name none: none | window:W | "
                     "sinks:S,window:W | "
-                    "h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,snapkv=W][,kvcrush=B:ANCHOR]",
+                    "h2o:start=S,recent=R,max=M[,agg=sum|norm_sum][,snapkv=W][,kvcrush=B:ANCHOR]"
+                    "[,rotate=on]",
      .get = [](const DaemonConfig& c) -> json { return c.scheduler.eviction.to_string(); },
      .set = [](DaemonConfig& c,
                const json& v) { return parsed(EvictionPolicy::parse, v, c.scheduler.eviction); }},

@@ -127,9 +127,9 @@ TEST(CacheRotationTest, AnOffsetIsRefusedWhereItCannotApply) {
     kv.release(pool);
   }
   const EvictionPolicy rotating = EvictionPolicy::h2o(16, 16, 64).with_rotation(true);
-  EXPECT_TRUE(check_rotation(rotating, nanochat->rotary(), nanochat->family()).has_value());
-  EXPECT_TRUE(check_rotation(EvictionPolicy::h2o(16, 16, 64), nullptr, "gpt2").has_value());
-  const auto refused = check_rotation(rotating, gpt2.rotary(), gpt2.family());
+  EXPECT_TRUE(rotating.check_rotation(nanochat->rotary() != nullptr, nanochat->family()));
+  EXPECT_TRUE(EvictionPolicy::h2o(16, 16, 64).check_rotation(false, "gpt2"));
+  const auto refused = rotating.check_rotation(gpt2.rotary() != nullptr, gpt2.family());
   ASSERT_FALSE(refused.has_value());
   EXPECT_TRUE(test_util::contains(refused.error(), "gpt2 model's positions are learned"))
       << refused.error();

@@ -57,6 +57,9 @@ TEST(StartChecksTest, CheckConfigRefusesWhatTheStartRefusesWithTheSameMessage) {
       {{"--device", "cpu", "--l1-bytes", "512G"}, "of host memory"},
       {{"--model", no_config.string()}, "config.json"},
       {{"--socket-group", "no-such-group-kvtier"}, "--socket-group"},
+      // The bundled model is GPT-2's kind: learned positions.
+      {{"--eviction", "h2o:start=16,recent=16,max=64,rotate=on"},
+       "positions are learned, not rotary"},
   };
   const std::string socket = (dir.path() / "kvtierd.sock").string();
   for (const Case& c : cases) {

@@ -202,6 +202,15 @@ std::string EvictionPolicy::to_string() const {
   return "unknown";
 }
 
+std::expected<void, std::string> EvictionPolicy::check_rotation(bool rotary,
+                                                                std::string_view family) const {
+  if (!rotate || rotary) return {};
+  return std::unexpected("eviction policy '" + to_string() +
+                         "': rotate=on moves the kept keys to new rotary positions, but this " +
+                         std::string(family) +
+                         " model's positions are learned, not rotary; drop rotate=on");
+}
+
 std::expected<void, std::string> EvictionPolicy::validate(int page_size) const {
   const std::string name = "eviction policy '" + to_string() + "': ";
   if (page_size < 1) return std::unexpected(name + "page_size must be at least 1");

@@ -151,6 +151,10 @@ struct EvictionPolicy {
   // the evictable area.
   std::expected<void, std::string> validate(int page_size) const;
 
+  // Whether the policy suits a model of `family` whose positions are
+  // `rotary` (or learned): cache rotation needs rotary ones.
+  std::expected<void, std::string> check_rotation(bool rotary, std::string_view family) const;
+
   bool evicts() const { return kind != EvictionKind::kNone; }
   // H2O reads attention scores (Model::Chunk::scores); the others do not.
   bool needs_scores() const { return kind == EvictionKind::kH2o; }

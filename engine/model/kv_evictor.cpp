@@ -165,16 +165,6 @@ std::vector<int> pages_to_evict(const EvictionPolicy& policy, const SequenceKv& 
   return evict;
 }
 
-std::expected<void, std::string> check_rotation(const EvictionPolicy& policy,
-                                                const kernels::RotaryTable* table,
-                                                std::string_view family) {
-  if (!policy.rotate || table != nullptr) return {};
-  return std::unexpected("eviction policy '" + policy.to_string() +
-                         "': rotate=on moves the kept keys to new rotary positions, but this " +
-                         std::string(family) +
-                         " model's positions are learned, not rotary; drop rotate=on");
-}
-
 KvEvictor::KvEvictor(EvictionPolicy policy, int context, int prompt) : policy_(policy) {
   if (policy_.needs_scores()) scores_.assign(static_cast<std::size_t>(context), 0);
   if (policy_.snapkv_window > 0) scores_from_ = std::max(0, prompt - policy_.snapkv_window);

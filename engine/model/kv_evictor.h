@@ -6,10 +6,7 @@
 // request's policy link only that.
 #pragma once
 
-#include <expected>
 #include <span>
-#include <string>
-#include <string_view>
 #include <vector>
 
 #include "engine/model/eviction_policy.h"
@@ -50,13 +47,6 @@ struct KeyRotation {
   const kernels::RotaryTable* table = nullptr;
   KvLayout layout;
 };
-
-// Why `policy` cannot run on a model of `family` whose rotary table is
-// `table` (null where positions are not rotary), or nothing: cache rotation
-// needs rotary positions.
-std::expected<void, std::string> check_rotation(const EvictionPolicy& policy,
-                                                const kernels::RotaryTable* table,
-                                                std::string_view family);
 
 // One sequence's eviction state: its policy and, for H2O, the attention
 // scores its positions have gathered. One per request (a forked sample copies
