@@ -240,8 +240,7 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params, Re
     return std::unexpected(ok.error());
   if (params.eviction->needs_scores() && !forward_.gathers_scores)
     return std::unexpected(std::string(kNoScores));
-  if (auto ok = params.eviction->check_rotation(model_->rotary() != nullptr,
-                                                    model_->family()); !ok)
+  if (auto ok = params.eviction->check_rotation(model_->rotary() != nullptr, model_->family()); !ok)
     return std::unexpected(ok.error());
   // Samples share the prompt's pages, and each would turn them its own way.
   if (params.eviction->rotate && params.n > 1)
