@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/model/tokenizer.h"
-#include "engine/scheduling/request.h"
+#include "engine/scheduling/request_options.h"
 
 namespace kvtier::wire {
 

@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/cache/radix_cache.h"
-#include "engine/scheduling/request.h"
+#include "engine/cache/tier.h"
+#include "engine/scheduling/request_options.h"
 #include "wire/chat_template.h"
 #include "wire/prompt.h"
 

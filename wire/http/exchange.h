@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/scheduling/request.h"
+#include "engine/scheduling/request_options.h"
 #include "wire/access.h"
 
 namespace kvtier::wire::http {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/scheduling/request.h"
+#include "engine/scheduling/request_options.h"
 #include "wire/prompt.h"
 
 namespace kvtier::wire::http {
