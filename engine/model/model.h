@@ -23,8 +23,12 @@
 //      (model_folder.cpp) for its "format", and its config's source in
 //      kvtier_model_front (engine/CMakeLists.txt), the front half the
 //      router reads a model folder with;
-//   3. its converter in scripts/ and its tests beside the others';
-//   4. where the GPU cannot run it yet, nothing: open_device (device.h)
+//   3. where its positions are rotary, rotary() (cache rotation turns its
+//      cached keys with that table), and its "format" beside nanochat's in
+//      daemon/start_checks.cpp, which refuses rotate=on for the others from
+//      the model folder alone, before any model loads;
+//   4. its converter in scripts/ and its tests beside the others';
+//   5. where the GPU cannot run it yet, nothing: open_device (device.h)
 //      serves only Gpt2Model on a GPU and says so.
 // The tokenizer and chat format come from the config (TokenizerSpec).
 //
