@@ -51,7 +51,7 @@ std::string joined(const std::vector<std::string>& lines) {
 TEST(L3Index, ValueEncodingRoundTripsAndRejectsDamage) {
   const L3Entry e = entry(42);
   const std::string v = L3Index::encode_value(e);
-  EXPECT_EQ(v.size(), 33u + e.record.meta.size());
+  EXPECT_EQ(v.size(), 34u + e.record.meta.size());
   const auto back = L3Index::decode_value(e.record.key, v);
   ASSERT_TRUE(back);
   EXPECT_EQ(*back, e);
@@ -66,12 +66,35 @@ TEST(L3Index, ValueEncodingRoundTripsAndRejectsDamage) {
     EXPECT_FALSE(L3Index::decode_value(e.record.key, z.substr(0, n))) << "cut to " << n << " bytes";
   EXPECT_FALSE(L3Index::decode_value(e.record.key, v + "x")) << "trailing byte";
   std::string other_version = v;
-  other_version[0] = 3;
+  other_version[0] = 4;
   EXPECT_FALSE(L3Index::decode_value(e.record.key, other_version));
   std::string huge_count = v;
-  huge_count[29] = '\xFF';  // metadata length's low byte
-  huge_count[32] = '\x7F';  // and high byte: ~2 GiB announced in a short value
+  huge_count[30] = '\xFF';  // metadata length's low byte
+  huge_count[33] = '\x7F';  // and high byte: ~2 GiB announced in a short value
   EXPECT_FALSE(L3Index::decode_value(e.record.key, huge_count));
+
+  // Version 2, written before pieces (no piece count), still reads.
+  std::string v2 = v;
+  v2.erase(29, 1);
+  v2[0] = 2;
+  EXPECT_EQ(L3Index::decode_value(e.record.key, v2), e);
+}
+
+// An entry checked in pieces keeps their checksums; pieces that do not hash
+// to its checksum, or too many of them, are refused.
+TEST(L3Index, PieceChecksumsRoundTripAndMustMatchTheChecksum) {
+  L3Entry e = entry(7);
+  e.pieces = {11, 22, 33, 44};
+  e.checksum = piece_checksum_of(e.pieces);
+  const std::string v = L3Index::encode_value(e);
+  EXPECT_EQ(L3Index::decode_value(e.record.key, v), e);
+  L3Entry other = e;
+  other.pieces[2] = 34;
+  EXPECT_FALSE(L3Index::decode_value(e.record.key, L3Index::encode_value(other)));
+  L3Entry many = e;
+  many.pieces.assign(65, 1);
+  many.checksum = piece_checksum_of(many.pieces);
+  EXPECT_FALSE(L3Index::decode_value(e.record.key, L3Index::encode_value(many)));
 
   const BlockKey k{0x0102030405060708ull, 0x1112131415161718ull};
   EXPECT_EQ(L3Index::decode_key(L3Index::encode_key(k)), k);

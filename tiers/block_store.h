@@ -87,6 +87,7 @@ struct StoreStats {
   std::size_t capacity_blocks = 0, used_blocks = 0;  // used: stored or being written
   long reads = 0, writes = 0;                        // completed kOk with a transfer
   long read_bytes = 0, write_bytes = 0;              // payload bytes of those
+  long skipped_bytes = 0;  // payload bytes reads left unread (read()'s skip)
   long checksum_failures = 0, io_errors = 0, evictions = 0;
   long dropped_writes = 0;  // writes refused: kUnavailable, kNoSpace
   bool available = true;    // the breaker is closed
@@ -116,9 +117,12 @@ class BlockStore {
   // and its metadata (equal to expected_meta) check. parts > 1 reads it in
   // that many equal pieces where the store can (max_parts()), landing in
   // order, so an owner can start on the first while the rest are on their
-  // way (landed()).
+  // way (landed()). `skip` (bit i: piece i) names pieces the owner will not
+  // look at, which a store that checks pieces apart leaves unread (L3);
+  // another reads them all. Either way the read is kOk only when what was
+  // read checks.
   virtual std::uint64_t read(const BlockKey& key, std::span<const std::byte> expected_meta,
-                             std::byte* dst, int parts = 1) = 0;
+                             std::byte* dst, int parts = 1, std::uint64_t skip = 0) = 0;
   virtual int max_parts() const { return 1; }
   // How many leading pieces of read `ticket` are in its buffer, unverified;
   // nullopt once the last has landed or for a ticket not in flight.

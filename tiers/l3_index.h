@@ -69,13 +69,23 @@ namespace kvtier::tiers {
 // One index entry: the record plus where and what its payload is.
 struct L3Entry {
   BlockRecord record;
-  std::uint64_t offset = 0;    // byte offset of its slot in the slab file
-  std::uint32_t length = 0;    // payload bytes (block_bytes when written)
-  std::uint64_t checksum = 0;  // XXH3_64bits of those bytes
+  std::uint64_t offset = 0;  // byte offset of its slot in the slab file
+  std::uint32_t length = 0;  // payload bytes (block_bytes when written)
+  // XXH3_64bits of those bytes; for a payload checked in pieces,
+  // piece_checksum_of(pieces) instead.
+  std::uint64_t checksum = 0;
+  // Empty, or the XXH3_64bits of each of that many equal pieces of the
+  // payload (L3Options::checksum_parts), so a read of some pieces can be
+  // checked without the rest.
+  std::vector<std::uint64_t> pieces;
   std::uint64_t last_use = 0;  // the store's LRU clock: larger is more recent
 
   bool operator==(const L3Entry&) const = default;
 };
+
+// The checksum of a payload checked in pieces: one hash over the pieces'
+// own, so an entry still has one value that names its bytes.
+std::uint64_t piece_checksum_of(std::span<const std::uint64_t> pieces);
 
 class L3Index {
  public:

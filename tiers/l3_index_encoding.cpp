@@ -5,20 +5,25 @@
 #include <string_view>
 
 #include "tiers/l3_index.h"
+#include "tiers/xxhash_inline.h"
 
 namespace kvtier::tiers {
 
 namespace {
 
-// Version 2: version, offset, length, checksum, last_use, metadata length,
-// then the metadata. Version 1 (read, never written) had, where 2 has the
+// Version 3: version, offset, length, checksum, last_use, piece count (a
+// byte, at most kMaxPieces), the pieces' checksums, metadata length, then the
+// metadata. Version 2 (read, never written) is version 3 without the pieces.
+// Version 1 (read, never written) had, where 2 has the
 // metadata, the fields the engine's metadata now holds (engine/cache/block_meta.h):
 // parent key and fingerprint before last_use, token count and tokens after
 // it; read back, they are the same bytes in the same order, so entries of
 // either version name the same blocks.
-constexpr std::uint8_t kValueVersion = 2;
+constexpr std::uint8_t kValueVersion = 3;
+constexpr std::uint8_t kValueVersion2 = 2;
 constexpr std::uint8_t kValueVersion1 = 1;
-constexpr std::size_t kValueHeaderBytes = 1 + 8 + 4 + 8 + 8 + 4;
+constexpr std::size_t kValueHeaderBytes = 1 + 8 + 4 + 8 + 8 + 1 + 4;
+constexpr std::size_t kMaxPieces = 64;
 // Far above any owner's metadata (the engine's: 28 bytes + 4 a token), so a
 // corrupt length cannot ask for gigabytes.
 constexpr std::size_t kMaxMetaBytes = 1 << 20;
@@ -90,6 +95,13 @@ std::uint64_t get_u64_be(std::string_view b) {
 
 }  // namespace
 
+std::uint64_t piece_checksum_of(std::span<const std::uint64_t> pieces) {
+  std::string bytes;  // little-endian, as the index stores them: the same on any host
+  bytes.reserve(pieces.size_bytes());
+  for (std::uint64_t piece : pieces) put_u64(bytes, piece);
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
 std::string L3Index::encode_key(const BlockKey& key) {
   std::string out(1, kEntryPrefix);
   put_u64_be(out, key.hi);
@@ -104,12 +116,14 @@ std::optional<BlockKey> L3Index::decode_key(std::string_view bytes) {
 
 std::string L3Index::encode_value(const L3Entry& e) {
   std::string out;
-  out.reserve(kValueHeaderBytes + e.record.meta.size());
+  out.reserve(kValueHeaderBytes + 8 * e.pieces.size() + e.record.meta.size());
   out.push_back(static_cast<char>(kValueVersion));
   put_u64(out, e.offset);
   put_u32(out, e.length);
   put_u64(out, e.checksum);
   put_u64(out, e.last_use);
+  out.push_back(static_cast<char>(e.pieces.size()));
+  for (std::uint64_t piece : e.pieces) put_u64(out, piece);
   put_u32(out, static_cast<std::uint32_t>(e.record.meta.size()));
   for (std::byte b : e.record.meta) out.push_back(static_cast<char>(b));
   return out;
@@ -152,11 +166,20 @@ std::optional<L3Entry> L3Index::decode_value(const BlockKey& key, std::string_vi
   e.record.key = key;
   const auto version = r.u8();
   if (version && *version == kValueVersion1) return decode_value_v1(r, std::move(e));
-  if (!version || *version != kValueVersion) return std::nullopt;
+  if (!version || (*version != kValueVersion && *version != kValueVersion2)) return std::nullopt;
   const auto offset = r.u64();
   const auto length = r.u32();
   const auto checksum = r.u64();
   const auto last_use = r.u64();
+  if (*version == kValueVersion) {
+    // Pieces that do not hash to the checksum were not written together.
+    const auto count = r.u8();
+    if (!count || *count > kMaxPieces) return std::nullopt;
+    for (int i = 0; i < *count; ++i)
+      if (const auto piece = r.u64()) e.pieces.push_back(*piece);
+    if (e.pieces.size() != *count || (*count > 0 && piece_checksum_of(e.pieces) != *checksum))
+      return std::nullopt;
+  }
   const auto meta_bytes = r.u32();
   if (!meta_bytes) return std::nullopt;  // a failed read fails the rest: every field is present
   // Exactly the metadata it announces: nothing missing, nothing trailing. The

@@ -1,6 +1,7 @@
 #include "tiers/l3_store.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <system_error>
 
@@ -51,7 +52,14 @@ std::uint64_t L3Store::write(const BlockRecord& record, const std::byte* src) {
     entry.record = record;
     entry.slot = slot;
     entries_.emplace(record.key, std::move(entry));
-    ops_.emplace(ticket, Op{record.key, true, slot, const_cast<std::byte*>(src), 0, probe, start});
+    Op op;
+    op.key = record.key;
+    op.is_write = true;
+    op.slot = slot;
+    op.buf = const_cast<std::byte*>(src);
+    op.probe = probe;
+    op.start = start;
+    ops_.emplace(ticket, std::move(op));
   }
   // Outside mu_: a failed submit reports back into it.
   slab_->enqueue_write(slot, src, ticket * kMaxParts);
@@ -59,7 +67,7 @@ std::uint64_t L3Store::write(const BlockRecord& record, const std::byte* src) {
 }
 
 std::uint64_t L3Store::read(const BlockKey& key, std::span<const std::byte> expected_meta,
-                            std::byte* dst, int parts) {
+                            std::byte* dst, int parts, std::uint64_t skip) {
   assert(parts >= 1 && parts <= kMaxParts);
   assert(options_.block_bytes % (static_cast<std::size_t>(parts) * SlabFile::kAlignment) == 0 ||
          parts == 1);
@@ -92,9 +100,25 @@ std::uint64_t L3Store::read(const BlockKey& key, std::span<const std::byte> expe
     slot = entry.slot;
     ++slots_[slot].reads;  // pins the slot: no eviction, no reuse
     use_locked(entry);
-    Op op{key, false, slot, dst, entry.checksum, probe, start};
+    Op op;
+    op.key = key;
+    op.slot = slot;
+    op.buf = dst;
+    op.checksum = entry.checksum;
+    op.pieces = entry.pieces;
+    op.probe = probe;
+    op.start = start;
     op.parts = op.parts_left = parts;
-    ops_.emplace(ticket, op);
+    // Pieces are left out only where each has its own checksum, and never
+    // all of them: a read reads something.
+    const std::uint64_t all = parts == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << parts) - 1;
+    if (parts > 1 && entry.pieces.size() == static_cast<std::size_t>(parts) && (skip & all) != all)
+      op.skip = skip & all;
+    op.parts_left = parts - std::popcount(op.skip);
+    op.landed_mask = op.skip;
+    while (op.landed < op.parts && (op.landed_mask >> op.landed & 1) != 0) ++op.landed;
+    skip = op.skip;
+    ops_.emplace(ticket, std::move(op));
   }
   if (parts == 1) {
     slab_->enqueue_read(slot, dst, ticket * kMaxParts);
@@ -102,8 +126,9 @@ std::uint64_t L3Store::read(const BlockKey& key, std::span<const std::byte> expe
   }
   const std::size_t piece = options_.block_bytes / static_cast<std::size_t>(parts);
   for (int part = 0; part < parts; ++part)
-    pieces_.push_back({part, slot, piece, dst + static_cast<std::size_t>(part) * piece,
-                       ticket * kMaxParts + static_cast<std::uint64_t>(part)});
+    if ((skip >> part & 1) == 0)
+      pieces_.push_back({part, slot, piece, dst + static_cast<std::size_t>(part) * piece,
+                         ticket * kMaxParts + static_cast<std::uint64_t>(part)});
   return ticket;
 }
 
@@ -236,24 +261,53 @@ void L3Store::on_io_complete(std::uint64_t tag, int result) {
       while (o.landed < o.parts && (o.landed_mask >> o.landed & 1) != 0) ++o.landed;
       return;
     }
-    op = o;
+    op = std::move(o);
     ops_.erase(it);
   }
   const bool transferred = !op.short_transfer;
   // The buffer is the caller's until the completion is polled, so it still
   // holds what was written (or has just been read): hash it without the lock.
-  const std::uint64_t checksum = transferred ? XXH3_64bits(op.buf, options_.block_bytes) : 0;
+  auto piece_hash = [&](int part, int parts) {
+    const std::size_t bytes = options_.block_bytes / static_cast<std::size_t>(parts);
+    return XXH3_64bits(op.buf + static_cast<std::size_t>(part) * bytes, bytes);
+  };
+  if (op.is_write) {
+    std::vector<std::uint64_t> pieces;
+    std::uint64_t checksum = 0;
+    if (transferred && options_.checksum_parts > 1) {
+      for (int part = 0; part < options_.checksum_parts; ++part)
+        pieces.push_back(piece_hash(part, options_.checksum_parts));
+      checksum = piece_checksum_of(pieces);
+    } else if (transferred) {
+      checksum = XXH3_64bits(op.buf, options_.block_bytes);
+    }
+    const auto latency = std::chrono::steady_clock::now() - op.start;
+    std::lock_guard lock(mu_);
+    finish_write_locked(ticket, op, transferred, checksum, std::move(pieces), latency);
+    return;
+  }
+  bool intact = transferred;
+  if (intact && op.pieces.empty()) {
+    intact = XXH3_64bits(op.buf, options_.block_bytes) == op.checksum;
+  } else if (intact) {
+    const int n = static_cast<int>(op.pieces.size());
+    for (int part = 0; part < n && intact; ++part)
+      intact = (op.skip >> part & 1) != 0 ||
+               piece_hash(part, n) == op.pieces[static_cast<std::size_t>(part)];
+  }
   const auto latency = std::chrono::steady_clock::now() - op.start;
-
   std::lock_guard lock(mu_);
-  if (op.is_write)
-    finish_write_locked(ticket, op, transferred, checksum, latency);
-  else
-    finish_read_locked(ticket, op, transferred, checksum, latency);
+  finish_read_locked(ticket, op, transferred, intact, latency);
+}
+
+std::size_t L3Store::skipped_bytes(int parts, std::uint64_t skip) const {
+  return options_.block_bytes / static_cast<std::size_t>(parts) *
+         static_cast<std::size_t>(std::popcount(skip));
 }
 
 void L3Store::finish_write_locked(std::uint64_t ticket, const Op& op, bool transferred,
-                                  std::uint64_t checksum, std::chrono::nanoseconds latency) {
+                                  std::uint64_t checksum, std::vector<std::uint64_t> pieces,
+                                  std::chrono::nanoseconds latency) {
   auto it = entries_.find(op.key);
   const bool still_wanted = it != entries_.end() && it->second.state == EntryState::kWriting &&
                             it->second.slot == op.slot;
@@ -276,6 +330,7 @@ void L3Store::finish_write_locked(std::uint64_t ticket, const Op& op, bool trans
   }
   Entry& entry = it->second;
   entry.checksum = checksum;
+  entry.pieces = std::move(pieces);
   entry.last_use = clock_++;
   // The payload is on the device; only now may the index point at it.
   if (auto r = index_->put(index_entry_locked(entry)); !r) {
@@ -291,8 +346,8 @@ void L3Store::finish_write_locked(std::uint64_t ticket, const Op& op, bool trans
   complete_locked(ticket, op.key, true, StoreStatus::kOk, latency);
 }
 
-void L3Store::finish_read_locked(std::uint64_t ticket, const Op& op, bool transferred,
-                                 std::uint64_t checksum, std::chrono::nanoseconds latency) {
+void L3Store::finish_read_locked(std::uint64_t ticket, const Op& op, bool transferred, bool intact,
+                                 std::chrono::nanoseconds latency) {
   auto it = entries_.find(op.key);
   --slots_[op.slot].reads;
   // Erased or evicted while this read was in flight: the slot waited for it.
@@ -306,7 +361,7 @@ void L3Store::finish_read_locked(std::uint64_t ticket, const Op& op, bool transf
     ++stats_.io_errors;
     breaker_.failure(op.probe);
     status = StoreStatus::kIoError;  // the entry stays: the bytes may be fine
-  } else if (checksum != op.checksum) {
+  } else if (!intact) {
     breaker_.success(op.probe);  // the disk answered; the bytes are wrong
     ++stats_.checksum_failures;
     if (same_entry) remove_stored_locked(op.key);
@@ -314,7 +369,9 @@ void L3Store::finish_read_locked(std::uint64_t ticket, const Op& op, bool transf
   } else {
     breaker_.success(op.probe);
     ++stats_.reads;
-    stats_.read_bytes += static_cast<long>(options_.block_bytes);
+    const std::size_t skipped = skipped_bytes(op.parts, op.skip);
+    stats_.read_bytes += static_cast<long>(options_.block_bytes - skipped);
+    stats_.skipped_bytes += static_cast<long>(skipped);
     read_latency_.record(latency);
     // Persist the use that read() recorded; if RocksDB refuses, it stays in
     // touched_ for drain() to try again.
@@ -422,6 +479,7 @@ L3Entry L3Store::index_entry_locked(const Entry& entry) const {
   e.offset = slab_->offset(entry.slot);
   e.length = static_cast<std::uint32_t>(options_.block_bytes);
   e.checksum = entry.checksum;
+  e.pieces = entry.pieces;
   e.last_use = entry.last_use;
   return e;
 }

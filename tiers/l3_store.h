@@ -85,6 +85,12 @@ struct L3Options {
   // block_bytes). An index written with another tag or block size is
   // discarded at open (said in warnings()), never served.
   std::uint64_t format_tag = 0;
+  // Payloads are checked in this many equal pieces, each with its own
+  // checksum (block_bytes / checksum_parts a multiple of 4096, at most
+  // kMaxParts), so that a read of some of them (read()'s skip) is checked
+  // without the rest. 1: one checksum for the whole payload. Entries written
+  // with another grid (or before there were pieces) stay readable whole.
+  int checksum_parts = 1;
   // Transfers in the kernel at once; more wait in a queue.
   int queue_depth = 64;
   // Operations queued before write()/read() submit them by themselves;
@@ -162,9 +168,15 @@ class L3Store final : public BlockStore {
   // piece: the first piece of each block, then the second... The checksum
   // still covers the whole block, so the completion, which comes once the
   // last piece has landed, is the only word on whether the bytes are right.
+  //
+  // skip (bit i: piece i) leaves pieces out: they are neither read nor
+  // checked, their bytes in dst unspecified, and landed() counts them as
+  // landed at once; each piece read is checked against its own checksum.
+  // Only an entry checked in `parts` pieces can be read so (checksum_parts);
+  // any other is read whole, skip ignored. stats() counts the bytes skipped.
   // REQUIRES: 1 <= parts <= kMaxParts, and block_bytes divides as above.
   std::uint64_t read(const BlockKey& key, std::span<const std::byte> expected_meta, std::byte* dst,
-                     int parts = 1) override;
+                     int parts = 1, std::uint64_t skip = 0) override;
   int max_parts() const override { return kMaxParts; }
   static constexpr int kMaxParts = 64;
 
@@ -227,8 +239,9 @@ class L3Store final : public BlockStore {
   struct Entry {
     BlockRecord record;
     std::uint32_t slot = 0;
-    std::uint64_t checksum = 0;  // valid once kStored
-    std::uint64_t last_use = 0;  // key into lru_ while kStored
+    std::uint64_t checksum = 0;         // valid once kStored
+    std::vector<std::uint64_t> pieces;  // its pieces' checksums (L3Entry::pieces)
+    std::uint64_t last_use = 0;         // key into lru_ while kStored
     EntryState state = EntryState::kWriting;
     bool is_protected = false;
   };
@@ -242,7 +255,11 @@ class L3Store final : public BlockStore {
     std::uint32_t slot = 0;
     std::byte* buf = nullptr;
     std::uint64_t checksum = 0;  // reads: what the payload must hash to
-    bool probe = false;          // the breaker's probe
+    // Reads of an entry checked in pieces: each piece's checksum, and the
+    // pieces not read (a bit each).
+    std::vector<std::uint64_t> pieces;
+    std::uint64_t skip = 0;
+    bool probe = false;  // the breaker's probe
     std::chrono::steady_clock::time_point start;
     // Reads in parts: pieces still in the disk, which have landed (a bit
     // each), how many lead without a gap, and whether one came up short.
@@ -291,12 +308,16 @@ class L3Store final : public BlockStore {
   // Completion-thread callbacks from the slab. A slab tag is ticket *
   // kMaxParts + piece (0 for a whole block).
   void on_io_complete(std::uint64_t tag, int result);
-  // A whole write or read has landed (`transferred`: every byte; `checksum`:
-  // the buffer's hash then): commits, verifies and completes it.
+  // A whole write or read has landed (`transferred`: every byte): commits
+  // the write with its checksums, or completes the read as `intact` says
+  // (every piece read matched its checksum).
   void finish_write_locked(std::uint64_t ticket, const Op& op, bool transferred,
-                           std::uint64_t checksum, std::chrono::nanoseconds latency);
-  void finish_read_locked(std::uint64_t ticket, const Op& op, bool transferred,
-                          std::uint64_t checksum, std::chrono::nanoseconds latency);
+                           std::uint64_t checksum, std::vector<std::uint64_t> pieces,
+                           std::chrono::nanoseconds latency);
+  void finish_read_locked(std::uint64_t ticket, const Op& op, bool transferred, bool intact,
+                          std::chrono::nanoseconds latency);
+  // The bytes a read leaves out with `skip`, in pieces of `parts`.
+  std::size_t skipped_bytes(int parts, std::uint64_t skip) const;
   void on_submit_error(int error);
 
   L3Options options_;

@@ -29,6 +29,12 @@ std::uint64_t L3Store::index_headroom_bytes(std::size_t num_slots) {
 
 std::expected<std::unique_ptr<L3Store>, std::string> L3Store::open(const L3Options& options) {
   if (options.block_bytes == 0) return std::unexpected("L3: block_bytes must be positive");
+  if (const int n = options.checksum_parts;
+      n < 1 || n > kMaxParts ||
+      (n > 1 && options.block_bytes % (static_cast<std::size_t>(n) * SlabFile::kAlignment) != 0))
+    return std::unexpected("L3: checksum_parts " + std::to_string(n) + " must be 1, or at most " +
+                           std::to_string(kMaxParts) + " pieces of a whole number of " +
+                           std::to_string(SlabFile::kAlignment) + "-byte pages");
   const std::size_t slot_bytes = round_up(options.block_bytes, SlabFile::kAlignment);
   const std::size_t num_slots = options.capacity_bytes / slot_bytes;
   if (num_slots == 0)
@@ -115,6 +121,7 @@ std::expected<void, std::string> L3Store::recover(std::vector<L3Entry>& entries)
     Entry entry;
     entry.slot = static_cast<std::uint32_t>(slot);
     entry.checksum = e.checksum;
+    entry.pieces = std::move(e.pieces);
     entry.last_use = e.last_use;
     entry.state = EntryState::kStored;
     max_use = std::max(max_use, e.last_use);

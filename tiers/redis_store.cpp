@@ -102,7 +102,8 @@ std::uint64_t RedisStore::write(const BlockRecord& record, const std::byte* src)
 }
 
 std::uint64_t RedisStore::read(const BlockKey& key, std::span<const std::byte> expected_meta,
-                               std::byte* dst, int /*parts*/) {
+                               std::byte* dst, int /*parts*/, std::uint64_t /*skip*/) {
+  // A value is one GET, checked (and signed) whole: every piece is read.
   const std::uint64_t ticket = next_ticket_++;
   Op op;
   op.kind = OpKind::kRead;

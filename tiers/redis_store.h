@@ -122,7 +122,7 @@ class RedisStore final : public BlockStore {
 
   std::uint64_t write(const BlockRecord& record, const std::byte* src) override;
   std::uint64_t read(const BlockKey& key, std::span<const std::byte> expected_meta, std::byte* dst,
-                     int parts = 1) override;
+                     int parts = 1, std::uint64_t skip = 0) override;
   bool knows(std::span<const BlockKey> keys) override;
   std::optional<BlockRecord> lookup(const BlockKey& key) const override;
   bool contains(const BlockKey& key) const override;
