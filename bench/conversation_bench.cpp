@@ -6,7 +6,8 @@
 // from L1 as cold.
 // The prefix is loaded from each tier as held (the cost model's
 // load-or-recompute choice is pinned to loading, as tier_bench pins it), so
-// each row measures its tier.
+// each row measures its tier. Then a prompt whose prefix fills the context,
+// from L3: the bytes it read against the whole blocks' (sliding windows).
 //
 // A turn is nanochat's render of a user message (<|user_start|> text
 // <|user_end|> <|assistant_start|>) and the model's greedy reply closed by
@@ -63,6 +64,43 @@ Markers markers_of(const ModelConfig& c) {
   const int V = c.vocab_size;
   return {id("<|bos|>", V - 9), id("<|user_start|>", V - 8), id("<|user_end|>", V - 7),
           id("<|assistant_start|>", V - 6), id("<|assistant_end|>", V - 5)};
+}
+
+// A prompt whose prefix fills the context but for its last block, that
+// prefix cached in L3 alone: its time to first token against cold, and the
+// bytes the L3 hit read against the whole blocks' (a short-window layer
+// reads only the blocks within its window of the first query: the rest of
+// its bytes stay on the disk). The same first token as cold, or NO.
+void fill_the_context(Scheduler& s, const ModelConfig& mc, std::size_t block_bytes) {
+  const int prefix = (mc.block_size / kPage - 1) * kPage;
+  std::vector<int> text = random_tokens(prefix + 2 * kPage, mc.vocab_size - 9, 7);
+  auto prompt = [&](int suffix) {
+    std::vector<int> p(text.begin(), text.begin() + prefix);
+    p.insert(p.end(), text.begin() + prefix + suffix * kPage,
+             text.begin() + prefix + suffix * kPage + kPage / 2);
+    return p;
+  };
+  // Cold, under a salt of its own; then the prefix cached by another
+  // suffix, flushed down to L3; then the cold prompt from there.
+  const auto [cold_s, cold_token] = time_to_first_token(s, ttft_request(prompt(0), 1, "fill"));
+  time_to_first_token(s, ttft_request(prompt(1), 1));
+  for (Tier t : {Tier::kL1, Tier::kL2}) {
+    s.cache()->drain();
+    s.cache()->flush(t);
+  }
+  s.cache()->drain();
+  const TierStats before = s.cache()->stats().tier[Tier::kL3];
+  const auto [l3_s, l3_token] = time_to_first_token(s, ttft_request(prompt(0), 1));
+  const TierStats after = s.cache()->stats().tier[Tier::kL3];
+  const long read = after.bytes_out - before.bytes_out;
+  const long whole = static_cast<long>(prefix / kPage) * static_cast<long>(block_bytes);
+  std::printf("\n== a prefix that fills the context: %d tokens, from L3\n", prefix);
+  std::printf(
+      "  L3 %.1f ms, cold %.1f ms (%.1fx); read %.1f of %.1f MB of whole blocks (%.2fx), "
+      "skipped %.1f MB; same first token: %s\n",
+      l3_s * 1e3, cold_s * 1e3, cold_s / l3_s, read / 1e6, whole / 1e6,
+      static_cast<double>(read) / static_cast<double>(whole),
+      (after.bytes_skipped - before.bytes_skipped) / 1e6, l3_token == cold_token ? "yes" : "NO");
 }
 
 }  // namespace
@@ -232,9 +270,9 @@ int main(int argc, char** argv) {
                 prompt.size() - user_tokens - 3, ms[0], ms[1], ms[2], ms[3], ms[3] / ms[0],
                 ms[3] / ms[1], ms[3] / ms[2], same ? "yes" : "NO");
   }
-  std::printf(
-      "  (history: the tokens of the earlier turns each prompt resends; peak RSS %.2f GB)\n",
-      bench::peak_rss_bytes() / 1e9);
+  std::printf("  (history: the tokens of the earlier turns each prompt resends)\n");
+  fill_the_context(s, mc, block_bytes);
+  std::printf("peak RSS %.2f GB\n", bench::peak_rss_bytes() / 1e9);
   made->reset();
   fs::remove_all(work);
   if (keep) std::printf("kept %s\n", d20_dir.c_str());

@@ -152,7 +152,7 @@ int main() {
       first_diff_sum / static_cast<double>(exact.tokens.size()), kGenerate);
 
   const KvLayout shipped = model->kv_layout(16);
-  const KvLayout gpt2{12, 12, 64, 16};
+  const KvLayout gpt2{12, 12, 64, 16, {}};
   std::printf("L2 promotion/block: shipped (%zu bytes): copy %.1f us, decode %.1f us\n",
               shipped.block_bytes(), promotion_s(shipped, KvFormat::kExact) * 1e6,
               promotion_s(shipped, KvFormat::kInt8) * 1e6);

@@ -24,6 +24,7 @@ json tier_to_json(const TierStats& t) {
               {"promotions", t.promotions},
               {"bytes_in", t.bytes_in},
               {"bytes_out", t.bytes_out},
+              {"bytes_skipped", t.bytes_skipped},
               {"dropped", t.dropped},
               {"checksum_failures", t.checksum_failures},
               {"io_errors", t.io_errors},

@@ -23,7 +23,7 @@
 namespace kvtier::daemon {
 
 // {"l1": {...}, "l2": {...}, "l3": {...}}: per tier capacity_blocks,
-// used_blocks, hits, demotions, promotions, bytes_in, bytes_out, dropped,
+// used_blocks, hits, demotions, promotions, bytes_in, bytes_out, bytes_skipped, dropped,
 // checksum_failures, io_errors, available, transfers, transfer_mean_us,
 // transfer_p99_us.
 nlohmann::json tier_table_to_json(const CacheStats& stats);

@@ -58,9 +58,9 @@ TEST(BlockMetaTest, AnIndexEntryOfTheFirstFormatReadsBackAsTheSameMetadata) {
   EXPECT_EQ(e->last_use, 42u);
   EXPECT_EQ(e->record.meta, encode_block_meta(parent, 0xF00D, tokens));
   // Written again, it is the current format, and reads back the same.
-  const std::string v2 = tiers::L3Index::encode_value(*e);
-  EXPECT_EQ(v2[0], '\x02');
-  EXPECT_EQ(tiers::L3Index::decode_value(key, v2), e);
+  const std::string current = tiers::L3Index::encode_value(*e);
+  EXPECT_EQ(current[0], '\x03');
+  EXPECT_EQ(tiers::L3Index::decode_value(key, current), e);
   // A first-format value cut short or with a trailing byte is refused.
   for (std::size_t n = 0; n < v1.size(); ++n)
     EXPECT_FALSE(tiers::L3Index::decode_value(key, v1.substr(0, n))) << "cut to " << n;

@@ -27,7 +27,7 @@ namespace {
 
 using test_util::contains;
 
-constexpr KvLayout kLayout{4, 4, 32, 16};  // the bundled model's: 64 KiB blocks, 16 KiB layers
+constexpr KvLayout kLayout{4, 4, 32, 16, {}};  // the bundled model's: 64 KiB blocks, 16 KiB layers
 constexpr std::uint64_t kFingerprint = 0x6b767469657221ULL;
 constexpr int kL1Blocks = 8;
 

@@ -31,7 +31,7 @@ using test_util::contains;
 using test_util::make_scheduler;
 using test_util::request_params;
 
-constexpr KvLayout kLayout{4, 4, 32, 16};  // the bundled model's: 64 KiB blocks
+constexpr KvLayout kLayout{4, 4, 32, 16, {}};  // the bundled model's: 64 KiB blocks
 constexpr std::uint64_t kFingerprint = 0x6b767469657221ULL;
 
 CacheConfig config(KvFormat l2, KvFormat l3, const std::filesystem::path& l3_path = {}) {
@@ -179,7 +179,7 @@ TEST(KvQuantTiersTest, FormatsParseAndPrint) {
 // to a page): about 4x the blocks for GPT-2 124M, 3.2x for the bundled
 // model (16 KiB + 128 bytes of scales, padded to 20 KiB).
 TEST(KvQuantTiersTest, Int8L2HoldsAboutFourTimesTheBlocksOfExact) {
-  const KvLayout gpt2{12, 12, 64, 16};
+  const KvLayout gpt2{12, 12, 64, 16, {}};
   for (const KvLayout& layout : {kLayout, gpt2}) {
     tiers::BlockPool l1(tiers::round_up(layout.block_bytes(), 4096), 2);
     CacheConfig c = config(KvFormat::kExact, KvFormat::kExact);

@@ -584,6 +584,14 @@ TEST(L3Store, ReadSkippingPiecesReadsAndChecksOnlyThoseAsked) {
   EXPECT_EQ(finish(*store, store->read(key_of(1), meta_of(1), b.bytes, 1)),
             StoreStatus::kChecksumMismatch)
       << "a whole read checks every piece";
+  // Every piece left out: done at once, nothing read.
+  std::memset(b.bytes, 0xEE, kBytes);
+  const long skipped = store->stats().skipped_bytes;
+  EXPECT_EQ(finish(*store, store->read(key_of(0), meta_of(0), b.bytes, kParts, 0b1111)),
+            StoreStatus::kOk);
+  EXPECT_EQ(store->stats().skipped_bytes, skipped + static_cast<long>(kBytes));
+  EXPECT_TRUE(
+      std::all_of(b.bytes, b.bytes + kBytes, [](std::byte x) { return x == std::byte{0xEE}; }));
 }
 
 TEST(L3Store, OpenErrorsAreMessagesNotCrashes) {

@@ -209,5 +209,83 @@ TEST_F(TieredNanochatTest, AnL3PrefixComesUpWholeByLayerOrSplitWithItsStoredByte
   }
 }
 
+// A prefix longer than the short window comes up from L3 without the short
+// layers of the blocks no query of the request reads: half of those blocks'
+// bytes (layers 0 and 1 of 4 are short) stay on the disk, and the tokens are
+// those of running alone. A later request whose queries start earlier needs
+// those layers: it recomputes from the first block lacking them (never reading
+// the absent bytes), and the block it computes takes the place of the copy
+// without them. Nothing without its layers ever goes down a tier: once L1 is
+// flushed, the same prompt comes back from L2 and L3 with the same tokens.
+TEST_F(TieredNanochatTest, ShortWindowLayersReadOnlyTheBlocksTheirQueriesSee) {
+  test_util::TempDir dir;
+  SchedulerConfig c = tiered(dir.path() / "l3");
+  c.cache.write_policy = WritePolicy::kWriteThrough;
+  const KvLayout layout = model_->kv_layout(16);
+  const Scheduler::L1Shape shape = Scheduler::l1_shape(layout, c);
+  tiers::BlockPool pool(shape.block_bytes, shape.blocks, tiers::Memory::kPageAligned);
+  auto s = make(c, &pool);
+  ASSERT_NE(s, nullptr);
+  // Free L1 blocks hold NaNs: bytes a read leaves out stay NaN, and any
+  // query that read them would show it.
+  auto poison_free_l1 = [&] {
+    for (int b = 0; b < pool.num_blocks(); ++b)
+      if (!pool.is_allocated(b)) std::memset(pool.data(b), 0xFF, pool.block_bytes());
+  };
+  ASSERT_EQ(layout.windows, (std::vector<int>{128, 128, 256, 256}));
+  // Loading always wins (see the test above).
+  TierCosts k;
+  k.prefill = {{16, 1.0, 1}, {128, 8.0, 1}};
+  k.load[Tier::kL3] = {0, 1e-6, 1};
+  s->cache()->cost_model().pin(k);
+
+  std::vector<int> text = tokenizer_->encode(kShared + kShared + kShared + kShared).value();
+  ASSERT_GE(text.size(), 300u);
+  auto prompt = [&](int n, int last) {
+    RequestParams p;
+    p.prompt.assign(text.begin(), text.begin() + n);
+    p.prompt.push_back(last);
+    p.max_tokens = 6;
+    p.sampling = sampled(7);
+    return p;
+  };
+  ASSERT_TRUE(run_and_compare(*s, {prompt(288, 40)}));
+  s->cache()->drain();
+  s->cache()->flush(Tier::kL1);
+  s->cache()->flush(Tier::kL2);  // the prefix in L3 alone
+  poison_free_l1();
+
+  // 18 blocks, its first query at 288: layers 0 and 1 (window 128) read
+  // positions from 160 on, layers 2 and 3 (256) from 32 on. So blocks 0..1
+  // come up with no layer at all, blocks 2..9 without layers 0 and 1.
+  std::vector<RequestId> ids;
+  ASSERT_TRUE(run_and_compare(*s, {prompt(288, 41)}, &ids));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens(), (TierCounts{{0, 0, 18 * 16}}));
+  const TierStats l3 = s->cache()->stats().tier[Tier::kL3];
+  const long layer = static_cast<long>(layout.layer_bytes());
+  EXPECT_EQ(l3.bytes_skipped, (2 * 4 + 8 * 2) * layer);
+  EXPECT_EQ(l3.bytes_out + l3.bytes_skipped, 18 * 4 * layer);
+  EXPECT_EQ(l3.checksum_failures, 0);
+
+  // Its first query at 144 reads every layer of block 0 and layers 0 and 1
+  // from 16 on, which the copies lack: all 9 blocks are recomputed, and
+  // then they are whole.
+  ASSERT_TRUE(run_and_compare(*s, {prompt(144, 42)}, &ids));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens(), TierCounts{});
+  ASSERT_TRUE(run_and_compare(*s, {prompt(144, 43)}, &ids));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens(), (TierCounts{{9 * 16, 0, 0}}))
+      << "the recomputed blocks replaced the copies without their layers";
+
+  // Block 9 still lacks layers 0 and 1: flushed, it is dropped, never
+  // copied (L3 has it). The whole ones go to L2. A first query at 160 reads
+  // block 9's layers 0 and 1: it comes up whole from L3.
+  ASSERT_TRUE(s->cache()->check_invariants());
+  s->cache()->flush(Tier::kL1);
+  poison_free_l1();
+  ASSERT_TRUE(run_and_compare(*s, {prompt(160, 44)}, &ids));
+  EXPECT_EQ(s->find(ids[0])->cached_tokens(), (TierCounts{{0, 9 * 16, 16}}));
+  EXPECT_EQ(s->stats().discarded_passes, 0);
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -16,7 +16,8 @@ namespace {
 
 // Layers of whole 4 KiB pages: 2 heads x 16 dims x 16 positions x 2 (K, V)
 // x 4 bytes = 4 KiB a layer.
-constexpr KvLayout kLayout{.n_layer = 3, .n_kv_head = 2, .head_dim = 16, .page_size = 16};
+constexpr KvLayout kLayout{
+    .n_layer = 3, .n_kv_head = 2, .head_dim = 16, .page_size = 16, .windows = {}};
 
 // A configuration with an L3 (store_tiers() opens nothing: the path is
 // never touched).

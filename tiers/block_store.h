@@ -81,6 +81,7 @@ struct StoreCompletion {
   bool is_write = false;
   StoreStatus status = StoreStatus::kOk;
   std::chrono::nanoseconds latency{0};  // from write()/read() to the end of the completion
+  std::size_t skipped_bytes = 0;        // a read's payload bytes left unread (its skip)
 };
 
 struct StoreStats {

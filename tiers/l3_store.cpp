@@ -91,12 +91,23 @@ std::uint64_t L3Store::read(const BlockKey& key, std::span<const std::byte> expe
       complete_locked(ticket, key, false, StoreStatus::kChecksumMismatch);
       return ticket;
     }
+    Entry& entry = it->second;
+    // Pieces are left out only where each has its own checksum.
+    const std::uint64_t all = parts == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << parts) - 1;
+    skip = parts > 1 && entry.pieces.size() == static_cast<std::size_t>(parts) ? skip & all : 0;
+    if (skip == all) {  // nothing to read: done, with nothing to check but the metadata
+      use_locked(entry);
+      ++stats_.reads;
+      stats_.skipped_bytes += static_cast<long>(options_.block_bytes);
+      complete_locked(ticket, key, false, StoreStatus::kOk);
+      completions_.back().skipped_bytes = options_.block_bytes;
+      return ticket;
+    }
     bool probe = false;
     if (!admit_locked(probe)) {
       complete_locked(ticket, key, false, StoreStatus::kUnavailable);
       return ticket;
     }
-    Entry& entry = it->second;
     slot = entry.slot;
     ++slots_[slot].reads;  // pins the slot: no eviction, no reuse
     use_locked(entry);
@@ -106,18 +117,13 @@ std::uint64_t L3Store::read(const BlockKey& key, std::span<const std::byte> expe
     op.buf = dst;
     op.checksum = entry.checksum;
     op.pieces = entry.pieces;
+    op.skip = skip;
     op.probe = probe;
     op.start = start;
-    op.parts = op.parts_left = parts;
-    // Pieces are left out only where each has its own checksum, and never
-    // all of them: a read reads something.
-    const std::uint64_t all = parts == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << parts) - 1;
-    if (parts > 1 && entry.pieces.size() == static_cast<std::size_t>(parts) && (skip & all) != all)
-      op.skip = skip & all;
+    op.parts = parts;
     op.parts_left = parts - std::popcount(op.skip);
     op.landed_mask = op.skip;
     while (op.landed < op.parts && (op.landed_mask >> op.landed & 1) != 0) ++op.landed;
-    skip = op.skip;
     ops_.emplace(ticket, std::move(op));
   }
   if (parts == 1) {
@@ -379,6 +385,8 @@ void L3Store::finish_read_locked(std::uint64_t ticket, const Op& op, bool transf
   }
   if (orphaned && slots_[op.slot].reads == 0) free_.push_back(op.slot);
   complete_locked(ticket, op.key, false, status, latency);
+  if (status == StoreStatus::kOk)
+    completions_.back().skipped_bytes = skipped_bytes(op.parts, op.skip);
 }
 
 void L3Store::on_submit_error(int /*error*/) {

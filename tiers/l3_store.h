@@ -171,7 +171,8 @@ class L3Store final : public BlockStore {
   //
   // skip (bit i: piece i) leaves pieces out: they are neither read nor
   // checked, their bytes in dst unspecified, and landed() counts them as
-  // landed at once; each piece read is checked against its own checksum.
+  // landed at once; each piece read is checked against its own checksum. A
+  // read that leaves out every piece completes kOk at once, touching nothing.
   // Only an entry checked in `parts` pieces can be read so (checksum_parts);
   // any other is read whole, skip ignored. stats() counts the bytes skipped.
   // REQUIRES: 1 <= parts <= kMaxParts, and block_bytes divides as above.

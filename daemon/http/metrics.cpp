@@ -116,6 +116,9 @@ void tier_metrics(PrometheusText& m, const CacheStats& c) {
        [](const TierStats& s) { return s.bytes_in; });
   each("kvtier_tier_sent_bytes_total", "counter", "Bytes moved out of a tier",
        [](const TierStats& s) { return s.bytes_out; });
+  each("kvtier_tier_skipped_bytes_total", "counter",
+       "Bytes promotions left in a tier: layers no query would read (sliding windows)",
+       [](const TierStats& s) { return s.bytes_skipped; });
   each("kvtier_tier_dropped_blocks_total", "counter", "Blocks that left the cache from a tier",
        [](const TierStats& s) { return s.dropped; });
   each("kvtier_tier_checksum_failures_total", "counter",

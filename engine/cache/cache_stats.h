@@ -23,6 +23,9 @@ struct TierStats {
   long promotions = 0;  // blocks moved up out of this tier
   long bytes_in = 0;
   long bytes_out = 0;
+  // Bytes promotions out of this tier left where they were: layers of a
+  // block that no query of the request would read (sliding windows).
+  long bytes_skipped = 0;
   long dropped = 0;  // blocks that left the cache from this tier
   long checksum_failures = 0;
   long io_errors = 0;

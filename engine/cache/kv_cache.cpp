@@ -83,6 +83,7 @@ KvCache::PrefixPlan KvCache::plan_prefix(const tiers::BlockKey& root, std::span<
   PrefixPlan plan;
   std::vector<CacheNode*>& path = plan.path;
   path = match(root, tokens, max_blocks, &plan.asking);
+  cut_missing_layers(plan);
   auto store_only = [](const CacheNode* n) {
     return is_store_tier(n->best_tier()) && !n->loading();
   };
@@ -164,11 +165,52 @@ std::optional<PrefixLease> KvCache::acquire_prefix(const tiers::BlockKey& root,
   return hand_out(plan, wanted);
 }
 
+int KvCache::first_query(const PrefixPlan& plan) const {
+  const int blocks = plan.split.count > 0 ? plan.split.first : static_cast<int>(plan.path.size());
+  return blocks * layout_.page_size;
+}
+
+std::uint64_t KvCache::missing_layers(const CacheNode& node, int index, int from) const {
+  if (!node.in(Tier::kL1)) return 0;
+  return node.absent_layers & layout_.layers_reading(index, from);
+}
+
+bool KvCache::cut_missing_layers(PrefixPlan& plan) {
+  // Cutting moves the first query back, and an earlier block may then be
+  // read by a layer its copy lacks: again until nothing is cut. What is cut
+  // is recomputed: at most a window's worth of blocks, those the windowed
+  // layers still read.
+  bool cut = false;
+  for (bool again = true; again;) {
+    again = false;
+    const int from = first_query(plan);
+    for (std::size_t i = 0; i < plan.path.size(); ++i) {
+      if (plan.split.covers(static_cast<int>(i)) ||
+          missing_layers(*plan.path[i], static_cast<int>(i), from) == 0)
+        continue;
+      // Cut at or before a split's end: nothing is left to load after its
+      // recomputed front, which is then a plain recompute.
+      if (plan.split.count > 0 && static_cast<int>(i) <= plan.split.first + plan.split.count) {
+        i = std::min(i, static_cast<std::size_t>(plan.split.first));
+        plan.split = {};
+      }
+      plan.path.resize(i);
+      again = cut = true;
+      break;
+    }
+  }
+  return cut;
+}
+
 bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
   std::vector<CacheNode*>& path = plan.path;
   PrefixSplit& split = plan.split;
   bool pending = false;
-  int taken = 0;
+  // First the L1 blocks, then the reads: a read leaves out the layers no
+  // query of the request reads, which depends on where the path ends, and
+  // it ends where L1 runs out of room.
+  std::vector<int> taken(path.size(), -1);
+  int count = 0;
   for (std::size_t i = 0; i < path.size(); ++i) {
     CacheNode* node = path[i];
     const bool recomputed = split.covers(static_cast<int>(i));
@@ -177,35 +219,60 @@ bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
       pending = true;
       continue;
     }
-    std::optional<int> block = taken < l1_blocks_allowed ? alloc_l1() : std::nullopt;
+    std::optional<int> block = count < l1_blocks_allowed ? alloc_l1() : std::nullopt;
     if (!block) {  // no room to bring more up: serve the part before this one
       path.resize(i);
       break;
     }
-    ++taken;
-    if (recomputed) {
+    ++count;
+    if (recomputed)
       plan.fresh.push_back(*block);
-      continue;
-    }
-    pending = true;
-    // Loading from L2 is a move out of its slot (CacheNode::moving_l2).
-    node->hit_tier = node->best_tier();
-    tree_.set(node, Tier::kL1, {Presence::kLoading, *block});
-    if (is_store_tier(node->hit_tier))
-      start_store_read(node);
     else
-      start_l2_read(node);
+      taken[i] = *block;
   }
-  if (l2_) l2_->flush();
   // A split with nothing after it to load is a plain recompute from its front.
-  if (split.count > 0 && static_cast<int>(path.size()) <= split.first + split.count) {
+  auto drop_bare_split = [&] {
+    if (split.count == 0 || static_cast<int>(path.size()) > split.first + split.count) return;
     give_back(plan.fresh);
     plan.fresh.clear();
     path.resize(std::min(path.size(), static_cast<std::size_t>(split.first)));
     split = {};
+  };
+  drop_bare_split();
+  // Making room may have handled completions: a block whose copies all went
+  // meanwhile cannot be read.
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (taken[i] >= 0 && !path[i]->in_store() && !path[i]->stored(Tier::kL2)) {
+      path.resize(i);
+      drop_bare_split();
+      break;
+    }
   }
-  // Making room may have handled completions: a block that failed meanwhile
-  // is missing now.
+  if (cut_missing_layers(plan) && split.count == 0 && !plan.fresh.empty()) {
+    give_back(plan.fresh);
+    plan.fresh.clear();
+  }
+  const int from = first_query(plan);
+  for (std::size_t i = 0; i < taken.size(); ++i) {
+    if (taken[i] < 0) continue;
+    if (i >= path.size()) {
+      l1_->release(taken[i]);
+      continue;
+    }
+    CacheNode* node = path[i];
+    pending = true;
+    // Loading from L2 is a move out of its slot (CacheNode::moving_l2).
+    node->hit_tier = node->best_tier();
+    tree_.set(node, Tier::kL1, {Presence::kLoading, taken[i]});
+    if (is_store_tier(node->hit_tier)) {
+      node->absent_layers =
+          layout_.all_layers() & ~layout_.layers_reading(static_cast<int>(i), from);
+      start_store_read(node);
+    } else {
+      start_l2_read(node);
+    }
+  }
+  if (l2_) l2_->flush();
   return pending ||
          std::any_of(path.begin(), path.end(), [](const CacheNode* n) { return !n->usable_l1(); });
 }
@@ -276,14 +343,21 @@ std::vector<CacheNode*> KvCache::insert_path(const tiers::BlockKey& root,
   const std::size_t P = static_cast<std::size_t>(layout_.page_size);
   for (std::size_t i = 0; i < blocks.size() && (i + 1) * P <= tokens.size(); ++i) {
     CacheNode* node = tree_.insert(root, parent, tokens.subspan(i * P, P));
-    if (!node->in(Tier::kL1)) {
+    const int old = node->slot(Tier::kL1);
+    // A copy without some layers gives way to this whole block once no
+    // request holds it (one that does may still be settling its load).
+    const bool heals =
+        node->absent_layers != 0 && node->usable_l1() && old != blocks[i] && !l1_->is_shared(old);
+    if (!node->in(Tier::kL1) || heals) {
       l1_->add_ref(blocks[i]);
       tree_.set(node, Tier::kL1, {Presence::kStored, blocks[i]});
+      node->absent_layers = 0;
       node->hit_tier = Tier::kL1;  // computed here, whatever a failed promotion left
+      if (heals) l1_->release(old);
     }
     for (const auto& s : stores_) {
       if (s->write_policy == WritePolicy::kWriteThrough &&
-          node->state(s->tier) == Presence::kNone && node->usable_l1() && s->store->accepting())
+          node->state(s->tier) == Presence::kNone && node->whole_l1() && s->store->accepting())
         write_to_store(node, *s);
     }
     path.push_back(node);
@@ -318,7 +392,10 @@ int KvCache::demotable_l1() const { return policy_->demotable_l1(); }
 void KvCache::demote_l1(CacheNode* node) {
   const int block = node->slot(Tier::kL1);
   if (!node->stored(Tier::kL2)) {
-    if (auto slot = alloc_l2(PlacementPolicy::l2_victims_for_demotion(*node))) {
+    // A copy without some layers goes nowhere: it is not the block.
+    if (auto slot = node->absent_layers == 0
+                        ? alloc_l2(PlacementPolicy::l2_victims_for_demotion(*node))
+                        : std::nullopt) {
       move_block(l2_->slots().data(*slot), l1_->data(block), plan_.to_l2, Tier::kL1, Tier::kL2);
       tree_.set(node, Tier::kL2, {Presence::kStored, *slot});
       ++stats_.tier[Tier::kL2].demotions;
@@ -395,7 +472,7 @@ int KvCache::flush(Tier tier) {
     case Tier::kL1:
       if (below != nullptr)
         write_down(*below, [has_l2 = l2_ != nullptr](const CacheNode& n) {
-          return n.pins == 0 && (has_l2 ? n.stored(Tier::kL2) : n.usable_l1());
+          return n.pins == 0 && (has_l2 ? n.stored(Tier::kL2) : n.whole_l1());
         });
       // As many copies as L2 has slots go together; the demotions of the
       // blocks they copied are then releases.

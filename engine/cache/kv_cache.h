@@ -51,6 +51,15 @@
 // (copy_to_l2_now); single demotions and stashes are the pool's own copies
 // on the engine thread.
 //
+// Sliding windows (KvLayout::layers_reading): a store read leaves out the
+// layers of a block that no query of the request reads, so that a long
+// prefix of a windowed model comes up in a fraction of its bytes
+// (TierStats::bytes_skipped). The L1 copy then lacks them
+// (CacheNode::absent_layers): it serves the requests that need none of them,
+// is never copied to another tier, and gives way to the whole block when a
+// request computes it. A request that needs a layer a copy lacks recomputes
+// from that block on: at most a window's worth of blocks.
+//
 // Reference counting in L1: the cache holds one pool reference per node in
 // L1 and one per block being read by a transfer in flight (a store write
 // from L1, a copy to L2); requests hold theirs. So a node is demotable
@@ -294,8 +303,19 @@ class KvCache {
   // Starts bringing up the blocks of the plan's path not yet in L1 and takes
   // fresh blocks for its split, shortening it where L1 has no more room (a
   // split with nothing left to load after it is no split); returns whether
-  // any block is still on its way.
+  // any block is still on its way. A store read leaves out the layers no
+  // query of the request reads (KvLayout::layers_reading), its node's
+  // absent_layers.
   bool start_promotions(PrefixPlan& plan, int l1_blocks_allowed);
+  // Where the request's first computed query sits: its split's recomputed
+  // front, else the end of its path.
+  int first_query(const PrefixPlan& plan) const;
+  // The layers that queries from `from` read of path block `index` and its
+  // L1 copy (stored or loading) lacks.
+  std::uint64_t missing_layers(const CacheNode& node, int index, int from) const;
+  // Ends the path before the first block whose L1 copy lacks a layer the
+  // request reads (those blocks are recomputed); whether it cut.
+  bool cut_missing_layers(PrefixPlan& plan);
   // Whether every block of path still on its way up is coming by layer.
   bool all_by_layer(const std::vector<CacheNode*>& path) const;
   PrefixLease hand_out(PrefixPlan& plan, int wanted);
@@ -373,7 +393,9 @@ class KvCache {
   CacheNode* adopt(const tiers::BlockKey& root, CacheNode* parent,
                    const tiers::BlockKey& parent_key, const tiers::BlockKey& key,
                    std::span<const int> block);
-  // Starts the read of a node from its hit_tier's store into its new L1 block.
+  // Starts the read of a node from its hit_tier's store into its new L1
+  // block, without its absent_layers where the store reads by layer (else
+  // they are cleared: the block comes whole).
   void start_store_read(CacheNode* node);
   void poll_stores();
   // Handles one completed read or write of store `s`.

@@ -87,7 +87,7 @@ void KvCache::start_cleaning() {
   if (!l2_ || l1_->num_free() >= clean_window_) return;
   // The next demotion candidates, in the order make_free_l1 takes them.
   for (CacheNode* node : policy_->l1_next_victims(static_cast<std::size_t>(clean_window_))) {
-    if (node->stored(Tier::kL2) || node->moving_l2()) continue;
+    if (node->stored(Tier::kL2) || node->moving_l2() || !node->whole_l1()) continue;
     if (!start_l2_write(node, PlacementPolicy::L2Victims::kInStore)) break;
   }
   l2_->flush();
@@ -109,7 +109,7 @@ std::optional<std::uint64_t> KvCache::start_l2_write(CacheNode* node,
 void KvCache::copy_to_l2_now(std::span<CacheNode* const> nodes) {
   if (!l2_) return;
   for (CacheNode* node : nodes) {
-    if (node->stored(Tier::kL2) || node->moving_l2()) continue;
+    if (node->stored(Tier::kL2) || node->moving_l2() || !node->whole_l1()) continue;
     const auto ticket = start_l2_write(node, PlacementPolicy::l2_victims_for_demotion(*node));
     if (!ticket) break;
     copies_now_.insert(*ticket);

@@ -33,10 +33,13 @@ void KvCache::open_stores(const std::vector<StoreTierSpec>& specs) {
     // The fingerprint covers the layout version and page size too; entries
     // of another model stay unreachable through their keys, and the tag
     // makes a store written for another block size or format start empty.
+    // A layer is checked apart where a read may leave layers out: a model
+    // with sliding windows, read a layer at a time.
+    const TransferPlan::StoreLeg& leg = plan_.store[spec.tier];
     auto store =
-        spec.open({plan_.store[spec.tier].block_bytes,
+        spec.open({leg.block_bytes,
                    spec.format == KvFormat::kInt8 ? fingerprint_ ^ kInt8FormatTag : fingerprint_,
-                   wake_.waker()});
+                   layout_.windows.empty() ? 1 : leg.parts, wake_.waker()});
     if (!store) {
       warnings_.push_back(std::string(label(spec.tier)) + " disabled: " + store.error());
       stats_.tier[spec.tier].available = false;
@@ -188,7 +191,10 @@ void KvCache::start_store_read(CacheNode* node) {
     staging = s->staging->allocate().value();  // never empty: see StoreTier
     dst = s->staging->data(staging);
   }
-  const std::uint64_t ticket = s->store->read(node->key, meta_of(*node), dst, s->leg->parts);
+  // Layers come apart only a layer at a time; read whole, the block has them all.
+  if (s->leg->parts != layout_.n_layer) node->absent_layers = 0;
+  const std::uint64_t ticket =
+      s->store->read(node->key, meta_of(*node), dst, s->leg->parts, node->absent_layers);
   s->pending[ticket] = {node->key, false, -1, staging, Clock::now()};
   reads_[node->key] = {s->tier, ticket, s->leg->parts > 1};
 }
@@ -255,7 +261,8 @@ void KvCache::finish_store_op(StoreTier& s, const tiers::StoreCompletion& c) {
   if (c.status == tiers::StoreStatus::kOk) {
     tree_.set(node, Tier::kL1, {Presence::kStored, block});
     ++stats.promotions;
-    stats.bytes_out += static_cast<long>(s.leg->block_bytes);
+    stats.bytes_out += static_cast<long>(s.leg->block_bytes - c.skipped_bytes);
+    stats.bytes_skipped += static_cast<long>(c.skipped_bytes);
     return;
   }
   // A miss: the tokens will be prefilled. A corrupt entry is already gone
@@ -353,7 +360,7 @@ int KvCache::persist() {
   for (const auto& s : stores_) {
     if (s->write_policy == WritePolicy::kOff || !s->store->accepting()) continue;
     written +=
-        write_down(*s, [](const CacheNode& n) { return n.stored(Tier::kL2) || n.usable_l1(); });
+        write_down(*s, [](const CacheNode& n) { return n.stored(Tier::kL2) || n.whole_l1(); });
     if (auto synced = s->store->sync(); !synced)
       warnings_.push_back(std::string(label(s->tier)) + " sync: " + synced.error() +
                           "; a power loss may lose blocks written since (their checksums keep "

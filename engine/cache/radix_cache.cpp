@@ -113,6 +113,7 @@ void RadixCache::set(CacheNode* node, Tier tier, Location where) {
       l1_owner_[static_cast<std::size_t>(where.slot)] = node;
   }
   node->at[tier] = where;
+  if (tier == Tier::kL1 && where.state == Presence::kNone) node->absent_layers = 0;
   index(*node);
   if (stored_listener_ && was_stored != node->stored(tier))
     stored_listener_(*node, tier, !was_stored);

@@ -88,6 +88,13 @@ struct CacheNode {
   // L1 is loading, the tier it loads from.
   Tier hit_tier = Tier::kL1;
 
+  // Layers the L1 block lacks (bit l: layer l), read without them because
+  // no query of the request that brought it up reads them (sliding windows,
+  // KvLayout::layers_reading). Such a copy serves only requests that need
+  // none of them, and is never copied anywhere: it is not the block. Zero
+  // once L1 lets go of it (RadixCache::set).
+  std::uint64_t absent_layers = 0;
+
   int pins = 0;   // cache.pin: kept in L1 or L2, never only on L3 or nowhere
   int holds = 0;  // swapped-out requests waiting for it: dropped only as a last resort
   std::uint64_t last_use = 0;
@@ -102,6 +109,8 @@ struct CacheNode {
   bool in(Tier t) const { return stored(t) || state(t) == Presence::kLoading; }
   bool loading() const { return state(Tier::kL1) == Presence::kLoading; }
   bool usable_l1() const { return stored(Tier::kL1); }
+  // In L1 with every layer: a copy other tiers may take.
+  bool whole_l1() const { return usable_l1() && absent_layers == 0; }
   // An L1<->L2 move is under way: a cleaning copy into its L2 slot, or a
   // promotion out of it. The slot must not be given away meanwhile.
   bool moving_l2() const { return writing(Tier::kL2) || (loading() && hit_tier == Tier::kL2); }

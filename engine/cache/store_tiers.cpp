@@ -25,6 +25,7 @@ StoreTierSpec l3_tier(const CacheConfig& config) {
     options.capacity_bytes = bytes;
     options.block_bytes = params.block_bytes;
     options.format_tag = params.format_tag;
+    options.checksum_parts = params.checksum_parts;
     options.backoff_initial = backoff;
     options.on_completion = params.on_completion;
     auto store = tiers::L3Store::open(options);

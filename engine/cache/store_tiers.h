@@ -33,6 +33,10 @@ struct StoreParams {
   // Changes with the model, the layout and the format: a store written under
   // another tag must not serve (it starts empty, or keeps nothing of it).
   std::uint64_t format_tag = 0;
+  // Pieces each checked apart (tiers::L3Options::checksum_parts): a block's
+  // layers when reads come a layer at a time, so that a read can leave out
+  // layers no query will look at; else 1.
+  int checksum_parts = 1;
   std::function<void()> on_completion;  // wakes a sleeping engine
 };
 

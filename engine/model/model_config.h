@@ -85,6 +85,11 @@ struct ModelConfig {
   kernels::WeightLayout weight_layout = kernels::WeightLayout::kOutIn;
   float layer_norm_eps = 1e-5f;
   TokenizerSpec tokenizer;  // paths already resolved against the model folder
+  // Per layer, the positions back a query attends (a query at p reads the
+  // keys of p - window .. p), or -1 where it reads them all; empty: every
+  // layer reads them all (GPT-2). A family with sliding windows fills it, so
+  // the cache need not bring up keys no query can read (KvLayout::windows).
+  std::vector<int> windows;
 
   int head_dim() const { return n_embd / n_head; }
   int kv_dim() const { return n_kv_head * head_dim(); }
