@@ -4,7 +4,8 @@
 //
 // One RocksDB key per block: 'k' + the 128-bit key, big-endian. Its value is a
 // small fixed binary encoding with a version byte (see encode_value) holding
-// the slot's byte offset, the payload length and checksum, its last-use clock
+// the slot's byte offset, the payload length and checksum (and, for a
+// payload checked in pieces, each piece's), its last-use clock
 // and the owner's metadata (opaque bytes, tiers/block_store.h). One more
 // key, 'm', records the format the entries were written in (format_tag and
 // block_bytes); an index written in another format is discarded at open,
