@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -112,6 +113,36 @@ TEST_F(L2StoreTest, ReadsInPartsStartPieceMajor) {
                                         a.data() + 2 * q};
   std::lock_guard lock(mu);
   EXPECT_EQ(order, want);
+}
+
+// Pieces a read skips are not moved: their bytes in the destination stay as
+// they were, and the completion says how many bytes stayed. A read that
+// skips every piece completes at once.
+TEST_F(L2StoreTest, ASkippedPieceIsNotMoved) {
+  const std::vector<std::byte> src = pattern(4);
+  const int slot = *l2_.slots().allocate();
+  std::memcpy(l2_.slots().data(slot), src.data(), kBytes);
+  std::vector<std::byte> dst(kBytes, std::byte{0xEE});
+  const std::uint64_t r = l2_.read(key(1), slot, dst.data(), kBytes / 4, quarter_, 4, 0b0101);
+  std::vector<StoreCompletion> done = complete(1);
+  EXPECT_EQ(done[0].ticket, r);
+  EXPECT_EQ(done[0].status, StoreStatus::kOk);
+  EXPECT_EQ(done[0].skipped_bytes, kBytes / 2);
+  const std::size_t q = kBytes / 4;
+  for (int piece = 0; piece < 4; ++piece) {
+    const std::byte* got = dst.data() + piece * q;
+    if (piece % 2 == 0)
+      EXPECT_TRUE(std::all_of(got, got + q, [](std::byte b) { return b == std::byte{0xEE}; }))
+          << "piece " << piece << " was moved";
+    else
+      EXPECT_EQ(std::memcmp(got, src.data() + piece * q, q), 0) << "piece " << piece;
+  }
+  const std::uint64_t none = l2_.read(key(1), slot, dst.data(), kBytes / 4, quarter_, 4, 0b1111);
+  EXPECT_FALSE(l2_.landed(none));
+  done = l2_.poll();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].ticket, none);
+  EXPECT_EQ(done[0].skipped_bytes, kBytes);
 }
 
 // On a device queue, flush() asks for a wake-up behind each round of pieces

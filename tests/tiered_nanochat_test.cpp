@@ -209,8 +209,8 @@ TEST_F(TieredNanochatTest, AnL3PrefixComesUpWholeByLayerOrSplitWithItsStoredByte
   }
 }
 
-// A prefix longer than the short window comes up from L3 without the short
-// layers of the blocks no query of the request reads: half of those blocks'
+// A prefix longer than the short window comes up from L3 (and L2) without
+// the short layers of the blocks no query of the request reads: half of those blocks'
 // bytes (layers 0 and 1 of 4 are short) stay on the disk, and the tokens are
 // those of running alone. A later request whose queries start earlier needs
 // those layers: it recomputes from the first block lacking them (never reading
@@ -278,12 +278,17 @@ TEST_F(TieredNanochatTest, ShortWindowLayersReadOnlyTheBlocksTheirQueriesSee) {
 
   // Block 9 still lacks layers 0 and 1: flushed, it is dropped, never
   // copied (L3 has it). The whole ones go to L2. A first query at 160 reads
-  // block 9's layers 0 and 1: it comes up whole from L3.
+  // block 9's layers 0 and 1: it comes up whole from L3; from L2, blocks 0
+  // and 1 come up without layers 0 and 1 (they read from 32 on).
   ASSERT_TRUE(s->cache()->check_invariants());
   s->cache()->flush(Tier::kL1);
   poison_free_l1();
+  ASSERT_EQ(s->cache()->stats().tier[Tier::kL2].bytes_skipped, 0);
   ASSERT_TRUE(run_and_compare(*s, {prompt(160, 44)}, &ids));
   EXPECT_EQ(s->find(ids[0])->cached_tokens(), (TierCounts{{0, 9 * 16, 16}}));
+  const TierStats l2 = s->cache()->stats().tier[Tier::kL2];
+  EXPECT_EQ(l2.bytes_skipped, 2 * 2 * layer);
+  EXPECT_EQ(l2.bytes_out, 9 * 4 * layer - l2.bytes_skipped);
   EXPECT_EQ(s->stats().discarded_passes, 0);
 }
 

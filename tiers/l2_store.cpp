@@ -14,27 +14,35 @@ L2Store::~L2Store() = default;
 
 std::uint64_t L2Store::write(const BlockKey& key, int slot, const std::byte* src, std::size_t bytes,
                              const Transfer& how) {
-  return queue(key, /*is_write=*/true, slots_->data(slot), src, bytes, how, 1);
+  return queue(key, /*is_write=*/true, slots_->data(slot), src, bytes, how, 1, 0);
 }
 
 std::uint64_t L2Store::read(const BlockKey& key, int slot, std::byte* dst, std::size_t part_bytes,
-                            const Transfer& how, int parts) {
-  return queue(key, /*is_write=*/false, dst, slots_->data(slot), part_bytes, how, parts);
+                            const Transfer& how, int parts, std::uint64_t skip) {
+  return queue(key, /*is_write=*/false, dst, slots_->data(slot), part_bytes, how, parts, skip);
 }
 
 std::uint64_t L2Store::queue(const BlockKey& key, bool is_write, std::byte* dst,
                              const std::byte* src, std::size_t part_bytes, const Transfer& how,
-                             int parts) {
+                             int parts, std::uint64_t skip) {
   const std::uint64_t ticket = ++last_ticket_;
-  ops_.emplace(ticket,
-               Op{.key = key,
-                  .is_write = is_write,
-                  .dst = dst,
-                  .src = src,
-                  .part_bytes = part_bytes,
-                  .how = &how,
-                  .landed = std::vector<bool>(static_cast<std::size_t>(std::max(parts, 1)))});
-  queued_.push_back(ticket);
+  Op op{.key = key,
+        .is_write = is_write,
+        .dst = dst,
+        .src = src,
+        .part_bytes = part_bytes,
+        .how = &how,
+        .landed = std::vector<bool>(static_cast<std::size_t>(std::max(parts, 1)))};
+  for (std::size_t i = 0; i < op.landed.size() && i < 64; ++i) {
+    if ((skip >> i & 1) == 0) continue;
+    op.landed[i] = true;
+    op.skipped_bytes += part_bytes;
+  }
+  Op& queued = ops_.emplace(ticket, std::move(op)).first->second;
+  if (std::ranges::all_of(queued.landed, std::identity{}))
+    complete(ticket, queued, StoreStatus::kOk, {});
+  else
+    queued_.push_back(ticket);
   return ticket;
 }
 
@@ -48,7 +56,7 @@ void L2Store::start_queued(bool wake) {
   for (std::size_t i = 0; i < most_parts; ++i) {
     for (std::uint64_t t : queued_) {
       const Op& op = ops_.at(t);
-      if (i >= op.landed.size()) continue;
+      if (i >= op.landed.size() || op.landed[i]) continue;  // beyond it, or skipped
       const std::size_t offset = i * op.part_bytes;
       const std::uint64_t moved =
           mover_.start(op.dst + offset, op.src + offset, op.part_bytes, *op.how);
@@ -117,7 +125,8 @@ void L2Store::complete(std::uint64_t ticket, Op& op, StoreStatus status,
                    .key = op.key,
                    .is_write = op.is_write,
                    .status = status,
-                   .latency = latency});
+                   .latency = latency,
+                   .skipped_bytes = op.skipped_bytes});
 }
 
 }  // namespace kvtier::tiers

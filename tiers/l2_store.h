@@ -78,9 +78,11 @@ class L2Store {
                       const Transfer& how);
   // Queues the move of `slot`'s block into dst in `parts` pieces of
   // part_bytes, piece i from offset i * part_bytes to the same offset, each
-  // through `how`.
+  // through `how`; the pieces in `skip` (bit i: piece i) are not moved and
+  // count as landed at once (one that skips every piece completes so).
+  // Its completion's skipped_bytes says what stayed.
   std::uint64_t read(const BlockKey& key, int slot, std::byte* dst, std::size_t part_bytes,
-                     const Transfer& how, int parts = 1);
+                     const Transfer& how, int parts = 1, std::uint64_t skip = 0);
   void flush();
   void start();
 
@@ -105,10 +107,11 @@ class L2Store {
     std::size_t part_bytes = 0;
     const Transfer* how = nullptr;
     std::vector<bool> landed;  // by piece
-    bool done = false;         // completed, in done_ for poll()
+    std::size_t skipped_bytes = 0;
+    bool done = false;  // completed, in done_ for poll()
   };
   std::uint64_t queue(const BlockKey& key, bool is_write, std::byte* dst, const std::byte* src,
-                      std::size_t part_bytes, const Transfer& how, int parts);
+                      std::size_t part_bytes, const Transfer& how, int parts, std::uint64_t skip);
   void start_queued(bool wake);
   // Takes the mover's completions into the moves, and fails those the lost
   // queue had.

@@ -264,13 +264,11 @@ bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
     // Loading from L2 is a move out of its slot (CacheNode::moving_l2).
     node->hit_tier = node->best_tier();
     tree_.set(node, Tier::kL1, {Presence::kLoading, taken[i]});
-    if (is_store_tier(node->hit_tier)) {
-      node->absent_layers =
-          layout_.all_layers() & ~layout_.layers_reading(static_cast<int>(i), from);
+    node->absent_layers = layout_.all_layers() & ~layout_.layers_reading(static_cast<int>(i), from);
+    if (is_store_tier(node->hit_tier))
       start_store_read(node);
-    } else {
+    else
       start_l2_read(node);
-    }
   }
   if (l2_) l2_->flush();
   return pending ||

@@ -51,10 +51,11 @@
 // (copy_to_l2_now); single demotions and stashes are the pool's own copies
 // on the engine thread.
 //
-// Sliding windows (KvLayout::layers_reading): a store read leaves out the
-// layers of a block that no query of the request reads, so that a long
-// prefix of a windowed model comes up in a fraction of its bytes
-// (TierStats::bytes_skipped). The L1 copy then lacks them
+// Sliding windows (KvLayout::layers_reading): a read from L2 or L3 leaves
+// out the layers of a block that no query of the request reads, so that a
+// long prefix of a windowed model comes up in a fraction of its bytes
+// (TierStats::bytes_skipped; the remote tier reads whole, its values being
+// signed whole). The L1 copy then lacks them
 // (CacheNode::absent_layers): it serves the requests that need none of them,
 // is never copied to another tier, and gives way to the whole block when a
 // request computes it. A request that needs a layer a copy lacks recomputes
@@ -303,9 +304,9 @@ class KvCache {
   // Starts bringing up the blocks of the plan's path not yet in L1 and takes
   // fresh blocks for its split, shortening it where L1 has no more room (a
   // split with nothing left to load after it is no split); returns whether
-  // any block is still on its way. A store read leaves out the layers no
-  // query of the request reads (KvLayout::layers_reading), its node's
-  // absent_layers.
+  // any block is still on its way. A read (from L2 or a store) leaves out
+  // the layers no query of the request reads (KvLayout::layers_reading),
+  // its node's absent_layers.
   bool start_promotions(PrefixPlan& plan, int l1_blocks_allowed);
   // Where the request's first computed query sits: its split's recomputed
   // front, else the end of its path.
@@ -334,7 +335,9 @@ class KvCache {
   // Makes L2, in the device's host memory when L1 offers it, and the copy
   // queue for exact moves when L2 lies there.
   void open_l2(std::size_t slot_bytes);
-  // Starts the read of a node from its L2 slot into its new L1 block.
+  // Starts the read of a node from its L2 slot into its new L1 block, as
+  // start_store_read does (its absent_layers left behind where L2's layers
+  // come apart, else cleared).
   void start_l2_read(CacheNode* node);
   // Starts background copies of the next L1 demotion candidates to L2.
   void start_cleaning();
@@ -363,7 +366,8 @@ class KvCache {
   // An L1<->L2 move on the engine thread (to_l2 or from_l2), timed.
   void move_block(std::byte* dst, const std::byte* src, const TransferPlan::Transfer& how,
                   Tier from, Tier to);
-  void account_copy(Tier from, Tier to, std::chrono::nanoseconds took);
+  // `skipped`: bytes of the block left behind (layers no query reads).
+  void account_copy(Tier from, Tier to, std::chrono::nanoseconds took, std::size_t skipped = 0);
 
   // --- kv_cache_stores.cpp: the store tiers (L3 and below), one path for all
   struct StoreTier;  // a store, its staging buffers and what is in flight on it

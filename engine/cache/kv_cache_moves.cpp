@@ -69,16 +69,21 @@ void KvCache::move_block(std::byte* dst, const std::byte* src, const TransferPla
 void KvCache::start_l2_read(CacheNode* node) {
   std::byte* dst = l1_->data(node->slot(Tier::kL1));
   const int slot = node->slot(Tier::kL2);
+  // Layers come apart where an exact slot's layers tile the block: by layer,
+  // or leaving some behind (a whole copy otherwise).
+  if (!plan_.layer_copy) node->absent_layers = 0;
   const std::uint64_t ticket =
-      plan_.l2_layers == 1 ? l2_->read(node->key, slot, dst, plan_.block_bytes, plan_.from_l2)
-                           : l2_->read(node->key, slot, dst, layout_.layer_bytes(),
-                                       plan_.layer_copy, plan_.l2_layers);
+      plan_.l2_layers == 1 && node->absent_layers == 0
+          ? l2_->read(node->key, slot, dst, plan_.block_bytes, plan_.from_l2)
+          : l2_->read(node->key, slot, dst, layout_.layer_bytes(), plan_.layer_copy,
+                      layout_.n_layer, node->absent_layers);
   reads_[node->key] = {Tier::kL2, ticket, plan_.l2_layers > 1};
 }
 
-void KvCache::account_copy(Tier from, Tier to, std::chrono::nanoseconds took) {
-  stats_.tier[from].bytes_out += static_cast<long>(plan_.stored_bytes(from));
-  stats_.tier[to].bytes_in += static_cast<long>(plan_.stored_bytes(to));
+void KvCache::account_copy(Tier from, Tier to, std::chrono::nanoseconds took, std::size_t skipped) {
+  stats_.tier[from].bytes_out += static_cast<long>(plan_.stored_bytes(from) - skipped);
+  stats_.tier[from].bytes_skipped += static_cast<long>(skipped);
+  stats_.tier[to].bytes_in += static_cast<long>(plan_.stored_bytes(to) - skipped);
   // Filed under the lower tier: an L1<->L2 move is L2's transfer.
   latency_[std::max(static_cast<int>(from), static_cast<int>(to))].record(took);
 }
@@ -144,7 +149,7 @@ void KvCache::finish_move(const tiers::StoreCompletion& c) {
       l1_->release(block);
       return;
     }
-    account_copy(Tier::kL2, Tier::kL1, c.latency);
+    account_copy(Tier::kL2, Tier::kL1, c.latency, c.skipped_bytes);
     tree_.set(node, Tier::kL1, {Presence::kStored, block});
     ++stats_.tier[Tier::kL2].promotions;
     return;

@@ -131,10 +131,9 @@ std::expected<void, std::string> KvCache::check_invariants() const {
       if (++l2_owners[slot] > 1)
         return std::unexpected("L2 slot " + std::to_string(slot) + " belongs to two blocks");
     }
-    // A copy without some layers is L1's alone: nothing was ever copied from it.
-    if (n->absent_layers != 0 &&
-        (!n->in(Tier::kL1) || n->state(Tier::kL2) != Presence::kNone || n->writing_to_store()))
-      return std::unexpected(name + " lacks layers outside L1, or is being copied");
+    // A copy without some layers is never copied (to L2 from L1: cleaning).
+    if (n->absent_layers != 0 && (!n->in(Tier::kL1) || n->writing(Tier::kL2)))
+      return std::unexpected(name + " lacks layers and is not in L1, or is being copied to L2");
     if (!n->resident() && n->children == 0 && !n->writing_any() && n->pins == 0 && n->holds == 0)
       return std::unexpected(name + " holds nothing and should have been erased");
   }

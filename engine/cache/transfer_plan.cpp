@@ -110,10 +110,9 @@ TransferPlan make_transfer_plan(const KvLayout& layout, tiers::BlockPool& l1,
     // layer, beside the forward it was meant to overlap, it takes a core
     // from that forward instead (tier_bench: an L2 hit's TTFT 45 ms by
     // layer, 36 ms whole, 32 ms from L1).
-    if (config.load_by_layer && !l1.host_addressable() && layers_tile_block(layout, 64)) {
+    if (layers_tile_block(layout, 64)) plan.layer_copy = exact_copy(l1, layout.layer_bytes());
+    if (config.load_by_layer && !l1.host_addressable() && plan.layer_copy)
       plan.l2_layers = layout.n_layer;
-      plan.layer_copy = exact_copy(l1, layout.layer_bytes());
-    }
   }
   for (const StoreTierSpec& spec : stores) {
     TransferPlan::StoreLeg& leg = plan.store[spec.tier];

@@ -65,6 +65,9 @@ struct TransferPlan {
   // Copies a promotion from L2 takes: n_layer, each one layer_copy of a
   // layer's bytes, or 1 (from_l2 of the whole block).
   int l2_layers = 1;
+  // A layer's copy between L1 and an exact L2 whose layers tile the block:
+  // by layer, or a block some of whose layers are left behind (sliding
+  // windows); empty otherwise.
   Transfer layer_copy;
   // A store tier's way (L3 and below; empty for L1 and L2).
   struct StoreLeg {
