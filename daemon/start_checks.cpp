@@ -48,9 +48,7 @@ std::expected<StartPlan, std::string> start_checks(const DaemonConfig& c, StartC
   plan.chat_template = std::move(*chat_template);
   const SchedulerConfig& s = c.scheduler;
   if (auto ok = s.validate(); !ok) return std::unexpected(ok.error());
-  const bool nanochat = is_nanochat(std::filesystem::path(c.model_dir) / "config.json");
-  if (auto ok = s.eviction.check_rotation(nanochat, nanochat ? "nanochat" : "gpt2"); !ok)
-    return std::unexpected(ok.error());
+  if (auto ok = s.eviction.check_rotation(*model); !ok) return std::unexpected(ok.error());
   const auto l1 = Scheduler::l1_shape(KvLayout::of(*model, s.page_size), s);
   const std::uint64_t l1_host = c.device == "cpu" ? static_cast<std::uint64_t>(l1.block_bytes) *
                                                         static_cast<std::uint64_t>(l1.blocks)

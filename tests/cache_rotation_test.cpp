@@ -127,9 +127,15 @@ TEST(CacheRotationTest, AnOffsetIsRefusedWhereItCannotApply) {
     kv.release(pool);
   }
   const EvictionPolicy rotating = EvictionPolicy::h2o(16, 16, 64).with_rotation(true);
-  EXPECT_TRUE(rotating.check_rotation(nanochat->rotary() != nullptr, nanochat->family()));
-  EXPECT_TRUE(EvictionPolicy::h2o(16, 16, 64).check_rotation(false, "gpt2"));
-  const auto refused = rotating.check_rotation(gpt2.rotary() != nullptr, gpt2.family());
+  // The shape's fact (what a front door reads from the folder alone) is the
+  // model's.
+  EXPECT_TRUE(nanochat->config().rotary);
+  EXPECT_NE(nanochat->rotary(), nullptr);
+  EXPECT_FALSE(gpt2.config().rotary);
+  EXPECT_EQ(gpt2.rotary(), nullptr);
+  EXPECT_TRUE(rotating.check_rotation(nanochat->config()));
+  EXPECT_TRUE(EvictionPolicy::h2o(16, 16, 64).check_rotation(gpt2.config()));
+  const auto refused = rotating.check_rotation(gpt2.config());
   ASSERT_FALSE(refused.has_value());
   EXPECT_TRUE(test_util::contains(refused.error(), "gpt2 model's positions are learned"))
       << refused.error();

@@ -202,12 +202,11 @@ std::string EvictionPolicy::to_string() const {
   return "unknown";
 }
 
-std::expected<void, std::string> EvictionPolicy::check_rotation(bool rotary,
-                                                                std::string_view family) const {
-  if (!rotate || rotary) return {};
+std::expected<void, std::string> EvictionPolicy::check_rotation(const ModelConfig& model) const {
+  if (!rotate || model.rotary) return {};
   return std::unexpected("eviction policy '" + to_string() +
                          "': rotate=on moves the kept keys to new rotary positions, but this " +
-                         std::string(family) +
+                         model.family +
                          " model's positions are learned, not rotary; drop rotate=on");
 }
 

@@ -92,6 +92,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/model/model_config.h"
+
 namespace kvtier {
 
 enum class EvictionKind {
@@ -151,9 +153,9 @@ struct EvictionPolicy {
   // the evictable area.
   std::expected<void, std::string> validate(int page_size) const;
 
-  // Whether the policy suits a model of `family` whose positions are
-  // `rotary` (or learned): cache rotation needs rotary ones.
-  std::expected<void, std::string> check_rotation(bool rotary, std::string_view family) const;
+  // Whether the policy suits the model: cache rotation needs rotary
+  // positions (ModelConfig::rotary).
+  std::expected<void, std::string> check_rotation(const ModelConfig& model) const;
 
   bool evicts() const { return kind != EvictionKind::kNone; }
   // H2O reads attention scores (Model::Chunk::scores); the others do not.

@@ -65,7 +65,7 @@ std::expected<Generation, std::string> generate(
   if (options.page_size < 1) return std::unexpected("page_size must be at least 1");
   if (auto ok = options.eviction.validate(options.page_size); !ok)
     return std::unexpected(ok.error());
-  if (auto ok = options.eviction.check_rotation(model.rotary() != nullptr, model.family()); !ok)
+  if (auto ok = options.eviction.check_rotation(model.config()); !ok)
     return std::unexpected(ok.error());
   const KeyRotation rotation{model.rotary(), model.kv_layout(options.page_size)};
 

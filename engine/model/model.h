@@ -23,10 +23,10 @@
 //      (model_folder.cpp) for its "format", and its config's source in
 //      kvtier_model_front (engine/CMakeLists.txt), the front half the
 //      router reads a model folder with;
-//   3. where its positions are rotary, rotary() (cache rotation turns its
-//      cached keys with that table), and its "format" beside nanochat's in
-//      daemon/start_checks.cpp, which refuses rotate=on for the others from
-//      the model folder alone, before any model loads;
+//   3. in shape(), its family's name, and where its positions are rotary,
+//      rotary = true and rotary() (cache rotation turns its cached keys
+//      with that table); where its layers slide, their windows (the tiers
+//      then bring up only what a query can see);
 //   4. its converter in scripts/ and its tests beside the others';
 //   5. where the GPU cannot run it yet, nothing: open_device (device.h)
 //      serves only Gpt2Model on a GPU and says so.
@@ -96,12 +96,14 @@ class Model {
   // the tokenizer. (The GPT-2 fields past them are GPT-2's.)
   const ModelConfig& config() const { return shape_; }
   KvLayout kv_layout(int page_size) const { return KvLayout::of(shape_, page_size); }
-  // "gpt2" or "nanochat": for the operator (logs, health).
-  virtual std::string_view family() const = 0;
+  // "gpt2" or "nanochat" (ModelConfig::family): for the operator (logs,
+  // health).
+  std::string_view family() const { return shape_.family; }
 
   // The rotary table its keys are rotated with, for cache rotation
   // (EvictionPolicy rotate, which moves cached keys to new positions); null
-  // where positions are not rotary (GPT-2's are learned and absolute).
+  // where positions are not rotary (GPT-2's are learned and absolute), as
+  // config().rotary says.
   virtual const kernels::RotaryTable* rotary() const { return nullptr; }
 
   // Hash of everything that decides a block's bytes at `page_size`: the

@@ -85,6 +85,11 @@ struct ModelConfig {
   kernels::WeightLayout weight_layout = kernels::WeightLayout::kOutIn;
   float layer_norm_eps = 1e-5f;
   TokenizerSpec tokenizer;  // paths already resolved against the model folder
+  // The family ("gpt2", "nanochat"; Model::family) and whether its positions
+  // are rotary (cache rotation can turn its cached keys; GPT-2's are
+  // learned): facts a front door checks from the model folder alone.
+  std::string family = "gpt2";
+  bool rotary = false;
   // Per layer, the positions back a query attends (a query at p reads the
   // keys of p - window .. p), or -1 where it reads them all; empty: every
   // layer reads them all (GPT-2). A family with sliding windows fills it, so

@@ -46,7 +46,7 @@ std::expected<std::unique_ptr<Scheduler>, std::string> Scheduler::create(
   if (auto ok = config.validate(); !ok) return std::unexpected(ok.error());
   if (config.eviction.needs_scores() && !forward.gathers_scores)
     return std::unexpected(std::string(kNoScores));
-  if (auto ok = config.eviction.check_rotation(model.rotary() != nullptr, model.family()); !ok)
+  if (auto ok = config.eviction.check_rotation(model.config()); !ok)
     return std::unexpected(ok.error());
   const KvLayout layout = model.kv_layout(config.page_size);
   const L1Shape l1 = l1_shape(layout, config);
@@ -240,7 +240,7 @@ std::expected<RequestId, std::string> Scheduler::submit(RequestParams params, Re
     return std::unexpected(ok.error());
   if (params.eviction->needs_scores() && !forward_.gathers_scores)
     return std::unexpected(std::string(kNoScores));
-  if (auto ok = params.eviction->check_rotation(model_->rotary() != nullptr, model_->family()); !ok)
+  if (auto ok = params.eviction->check_rotation(model_->config()); !ok)
     return std::unexpected(ok.error());
   // Samples share the prompt's pages, and each would turn them its own way.
   if (params.eviction->rotate && params.n > 1)

@@ -61,7 +61,6 @@ class Gpt2Model final : public Model {
   // Bytes of the packed copies of the matrices (see Memory above).
   std::size_t packed_bytes() const;
 
-  std::string_view family() const override { return "gpt2"; }
   std::uint64_t fingerprint(int page_size) const override;
 
   // Runs the chunks through the model and returns the logits, (R, V) in

@@ -50,6 +50,8 @@ ModelConfig NanochatConfig::shape() const {
   shape.vocab_size = c.vocab_size;
   shape.block_size = c.context;
   shape.tokenizer = c.tokenizer;
+  shape.family = "nanochat";
+  shape.rotary = true;
   for (int layer = 0; layer < c.n_layer && c.generation >= 2; ++layer)
     shape.windows.push_back(c.window(layer));
   return shape;

@@ -68,7 +68,6 @@ class NanochatModel final : public Model {
   // being the context served.
   const NanochatConfig& nanochat_config() const { return config_; }
   const NanochatWeights& weights() const { return weights_; }
-  std::string_view family() const override { return "nanochat"; }
   // cos and sin for every position served (the GPU forward copies them).
   const kernels::RotaryTable* rotary() const override { return &rotary_; }
   // The family, the generation and every setting the forward reads, the
