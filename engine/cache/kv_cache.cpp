@@ -205,7 +205,6 @@ bool KvCache::cut_missing_layers(PrefixPlan& plan) {
 bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
   std::vector<CacheNode*>& path = plan.path;
   PrefixSplit& split = plan.split;
-  bool pending = false;
   // First the L1 blocks, then the reads: a read leaves out the layers no
   // query of the request reads, which depends on where the path ends, and
   // it ends where L1 runs out of room.
@@ -214,11 +213,7 @@ bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
   for (std::size_t i = 0; i < path.size(); ++i) {
     CacheNode* node = path[i];
     const bool recomputed = split.covers(static_cast<int>(i));
-    if (!recomputed && node->usable_l1()) continue;
-    if (!recomputed && node->loading()) {
-      pending = true;
-      continue;
-    }
+    if (!recomputed && (node->usable_l1() || node->loading())) continue;
     std::optional<int> block = count < l1_blocks_allowed ? alloc_l1() : std::nullopt;
     if (!block) {  // no room to bring more up: serve the part before this one
       path.resize(i);
@@ -260,7 +255,6 @@ bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
       continue;
     }
     CacheNode* node = path[i];
-    pending = true;
     // Loading from L2 is a move out of its slot (CacheNode::moving_l2).
     node->hit_tier = node->best_tier();
     tree_.set(node, Tier::kL1, {Presence::kLoading, taken[i]});
@@ -271,8 +265,9 @@ bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
       start_l2_read(node);
   }
   if (l2_) l2_->flush();
-  return pending ||
-         std::any_of(path.begin(), path.end(), [](const CacheNode* n) { return !n->usable_l1(); });
+  // Still on its way: what this started, what another request did, and
+  // what failed while making room (missing now).
+  return std::any_of(path.begin(), path.end(), [](const CacheNode* n) { return !n->usable_l1(); });
 }
 
 bool KvCache::all_by_layer(const std::vector<CacheNode*>& path) const {
