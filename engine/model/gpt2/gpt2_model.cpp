@@ -97,7 +97,7 @@ void Gpt2Model::attention(int layer, int M) {
   const int C = shape_.n_embd, H = shape_.n_head, D = shape_.head_dim();
   const int group_size = H / shape_.n_kv_head;  // query heads per KV head
   const long width = C + 2 * shape_.kv_dim();   // a qkv row: q (C), k (kv_dim), v (kv_dim)
-  const KvLayout layout = kv_layout(page_size_);
+  const KvLayout& layout = layout_;
 
   // Keys and values of every row first (a row attends to the rows before it
   // in its own chunk; the loop's barrier keeps them ahead of any reader).
@@ -143,7 +143,8 @@ std::expected<std::span<const float>, std::string> Gpt2Model::forward(
     const std::function<void(int layer)>& before_attention) {
   if (auto ok = check(chunks, pool); !ok) return std::unexpected(ok.error());
   const int C = shape_.n_embd, V = shape_.vocab_size;
-  page_size_ = chunks[0].kv->page_size();
+  if (const int page = chunks[0].kv->page_size(); layout_.page_size != page)
+    layout_ = kv_layout(page);
 
   // Lay the batch out as rows, and note which rows want logits.
   rows_.clear();

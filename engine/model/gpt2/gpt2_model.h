@@ -105,7 +105,9 @@ class Gpt2Model final : public Model {
   AttentionGroups groups_;
   std::vector<std::vector<float*>> block_bases_;  // per chunk; null for evicted pages
   ScoreGather scores_;                            // chunks that gather attention scores
-  int page_size_ = 0;
+  // The chunks' layout, for this pass's attention (set once per page size:
+  // a layout holds the model's windows, a vector).
+  KvLayout layout_;
   std::vector<float> x_, ln_, qkv_, att_, fc_, logits_in_, logits_;
 };
 

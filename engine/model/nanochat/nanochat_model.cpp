@@ -137,7 +137,7 @@ void NanochatModel::attention(int layer, int M) {
   const int H = config_.n_head, D = config_.head_dim(), KV = config_.kv_dim();
   const int group_size = H / config_.n_kv_head;
   const int window = config_.window(layer);
-  const KvLayout layout = kv_layout(page_size_);
+  const KvLayout& layout = layout_;
   const auto groups = groups_.groups();
   const auto group_rows = groups_.rows();
   const long items = static_cast<long>(groups.size()) * H;
@@ -182,7 +182,8 @@ std::expected<std::span<const float>, std::string> NanochatModel::forward(
   if (auto ok = check(chunks, pool); !ok) return std::unexpected(ok.error());
   const int C = config_.n_embd, H = config_.n_head, D = config_.head_dim();
   const int KV = config_.kv_dim(), V = config_.vocab_size, L = config_.n_layer;
-  page_size_ = chunks[0].kv->page_size();
+  if (const int page = chunks[0].kv->page_size(); layout_.page_size != page)
+    layout_ = kv_layout(page);
 
   rows_.clear();
   groups_.plan(chunks, H, omp_get_max_threads());

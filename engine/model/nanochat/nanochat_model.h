@@ -110,7 +110,9 @@ class NanochatModel final : public Model {
   AttentionGroups groups_;
   std::vector<std::vector<float*>> block_bases_;  // per chunk; null for evicted pages
   ScoreGather scores_;                            // chunks that gather attention scores
-  int page_size_ = 0;
+  // The chunks' layout, for this pass's attention (set once per page size:
+  // a layout holds the model's windows, a vector).
+  KvLayout layout_;
   std::vector<float> x_, x0_, xb_, h_, q_, k_, v_, att_, fc_, logits_in_, logits_;
   std::vector<float> ve_rows_;  // the rows' value-embedding rows (NanochatWeights::copy_row)
   std::vector<int> previous_;   // per row, the token before (-1 at position 0)
