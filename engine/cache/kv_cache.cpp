@@ -171,16 +171,15 @@ int KvCache::first_query(const PrefixPlan& plan) const {
 }
 
 std::uint64_t KvCache::missing_layers(const CacheNode& node, int index, int from) const {
-  if (!node.in(Tier::kL1)) return 0;
+  if (!node.in(Tier::kL1) || node.absent_layers == 0) return 0;
   return node.absent_layers & layout_.layers_reading(index, from);
 }
 
-bool KvCache::cut_missing_layers(PrefixPlan& plan) {
+void KvCache::cut_missing_layers(PrefixPlan& plan) {
   // Cutting moves the first query back, and an earlier block may then be
   // read by a layer its copy lacks: again until nothing is cut. What is cut
   // is recomputed: at most a window's worth of blocks, those the windowed
   // layers still read.
-  bool cut = false;
   for (bool again = true; again;) {
     again = false;
     const int from = first_query(plan);
@@ -188,18 +187,21 @@ bool KvCache::cut_missing_layers(PrefixPlan& plan) {
       if (plan.split.covers(static_cast<int>(i)) ||
           missing_layers(*plan.path[i], static_cast<int>(i), from) == 0)
         continue;
-      // Cut at or before a split's end: nothing is left to load after its
-      // recomputed front, which is then a plain recompute.
-      if (plan.split.count > 0 && static_cast<int>(i) <= plan.split.first + plan.split.count) {
-        i = std::min(i, static_cast<std::size_t>(plan.split.first));
-        plan.split = {};
-      }
       plan.path.resize(i);
-      again = cut = true;
+      drop_bare_split(plan);
+      again = true;
       break;
     }
   }
-  return cut;
+}
+
+void KvCache::drop_bare_split(PrefixPlan& plan) {
+  PrefixSplit& split = plan.split;
+  if (split.count == 0 || static_cast<int>(plan.path.size()) > split.first + split.count) return;
+  give_back(plan.fresh);
+  plan.fresh.clear();
+  plan.path.resize(std::min(plan.path.size(), static_cast<std::size_t>(split.first)));
+  split = {};
 }
 
 bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
@@ -225,28 +227,17 @@ bool KvCache::start_promotions(PrefixPlan& plan, int l1_blocks_allowed) {
     else
       taken[i] = *block;
   }
-  // A split with nothing after it to load is a plain recompute from its front.
-  auto drop_bare_split = [&] {
-    if (split.count == 0 || static_cast<int>(path.size()) > split.first + split.count) return;
-    give_back(plan.fresh);
-    plan.fresh.clear();
-    path.resize(std::min(path.size(), static_cast<std::size_t>(split.first)));
-    split = {};
-  };
-  drop_bare_split();
+  drop_bare_split(plan);
   // Making room may have handled completions: a block whose copies all went
   // meanwhile cannot be read.
   for (std::size_t i = 0; i < path.size(); ++i) {
     if (taken[i] >= 0 && !path[i]->in_store() && !path[i]->stored(Tier::kL2)) {
       path.resize(i);
-      drop_bare_split();
+      drop_bare_split(plan);
       break;
     }
   }
-  if (cut_missing_layers(plan) && split.count == 0 && !plan.fresh.empty()) {
-    give_back(plan.fresh);
-    plan.fresh.clear();
-  }
+  cut_missing_layers(plan);
   const int from = first_query(plan);
   for (std::size_t i = 0; i < taken.size(); ++i) {
     if (taken[i] < 0) continue;

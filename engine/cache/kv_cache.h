@@ -308,6 +308,9 @@ class KvCache {
   // the layers no query of the request reads (KvLayout::layers_reading),
   // its node's absent_layers.
   bool start_promotions(PrefixPlan& plan, int l1_blocks_allowed);
+  // A split with nothing after it left to load is a plain recompute from
+  // its front: the path ends there, its fresh blocks given back.
+  void drop_bare_split(PrefixPlan& plan);
   // Where the request's first computed query sits: its split's recomputed
   // front, else the end of its path.
   int first_query(const PrefixPlan& plan) const;
@@ -315,8 +318,8 @@ class KvCache {
   // L1 copy (stored or loading) lacks.
   std::uint64_t missing_layers(const CacheNode& node, int index, int from) const;
   // Ends the path before the first block whose L1 copy lacks a layer the
-  // request reads (those blocks are recomputed); whether it cut.
-  bool cut_missing_layers(PrefixPlan& plan);
+  // request reads (those blocks are recomputed).
+  void cut_missing_layers(PrefixPlan& plan);
   // Whether every block of path still on its way up is coming by layer.
   bool all_by_layer(const std::vector<CacheNode*>& path) const;
   PrefixLease hand_out(PrefixPlan& plan, int wanted);
