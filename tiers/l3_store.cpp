@@ -99,8 +99,7 @@ std::uint64_t L3Store::read(const BlockKey& key, std::span<const std::byte> expe
       use_locked(entry);
       ++stats_.reads;
       stats_.skipped_bytes += static_cast<long>(options_.block_bytes);
-      complete_locked(ticket, key, false, StoreStatus::kOk);
-      completions_.back().skipped_bytes = options_.block_bytes;
+      complete_locked(ticket, key, false, StoreStatus::kOk, {}, options_.block_bytes);
       return ticket;
     }
     bool probe = false;
@@ -122,8 +121,7 @@ std::uint64_t L3Store::read(const BlockKey& key, std::span<const std::byte> expe
     op.start = start;
     op.parts = parts;
     op.parts_left = parts - std::popcount(op.skip);
-    op.landed_mask = op.skip;
-    while (op.landed < op.parts && (op.landed_mask >> op.landed & 1) != 0) ++op.landed;
+    op.land(op.skip);
     ops_.emplace(ticket, std::move(op));
   }
   if (parts == 1) {
@@ -263,8 +261,7 @@ void L3Store::on_io_complete(std::uint64_t tag, int result) {
         o.parts == 1 ? slot_bytes_ : options_.block_bytes / static_cast<std::size_t>(o.parts);
     if (result < 0 || static_cast<std::size_t>(result) != expected) o.short_transfer = true;
     if (--o.parts_left > 0) {
-      o.landed_mask |= std::uint64_t{1} << part;
-      while (o.landed < o.parts && (o.landed_mask >> o.landed & 1) != 0) ++o.landed;
+      o.land(std::uint64_t{1} << part);
       return;
     }
     op = std::move(o);
@@ -384,9 +381,8 @@ void L3Store::finish_read_locked(std::uint64_t ticket, const Op& op, bool transf
     if (same_entry && index_->put(index_entry_locked(it->second))) touched_.erase(op.key);
   }
   if (orphaned && slots_[op.slot].reads == 0) free_.push_back(op.slot);
-  complete_locked(ticket, op.key, false, status, latency);
-  if (status == StoreStatus::kOk)
-    completions_.back().skipped_bytes = skipped_bytes(op.parts, op.skip);
+  complete_locked(ticket, op.key, false, status, latency,
+                  status == StoreStatus::kOk ? skipped_bytes(op.parts, op.skip) : 0);
 }
 
 void L3Store::on_submit_error(int /*error*/) {
@@ -416,8 +412,9 @@ std::vector<BlockKey> L3Store::take_evicted() {
 }
 
 void L3Store::complete_locked(std::uint64_t ticket, const BlockKey& key, bool is_write,
-                              StoreStatus status, std::chrono::nanoseconds latency) {
-  completions_.push_back({ticket, key, is_write, status, latency});
+                              StoreStatus status, std::chrono::nanoseconds latency,
+                              std::size_t skipped_bytes) {
+  completions_.push_back({ticket, key, is_write, status, latency, skipped_bytes});
 }
 
 std::optional<std::uint32_t> L3Store::take_slot_locked(bool& index_error) {

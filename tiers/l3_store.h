@@ -269,6 +269,12 @@ class L3Store final : public BlockStore {
     std::uint64_t landed_mask = 0;
     int landed = 0;
     bool short_transfer = false;
+
+    // Marks pieces landed (or skipped) and counts those that lead.
+    void land(std::uint64_t pieces) {
+      landed_mask |= pieces;
+      while (landed < parts && (landed_mask >> landed & 1) != 0) ++landed;
+    }
   };
   // A piece of a read in parts, held back until flush() orders them.
   struct Piece {
@@ -295,7 +301,7 @@ class L3Store final : public BlockStore {
   // the breaker is half open.
   bool admit_locked(bool& probe);
   void complete_locked(std::uint64_t ticket, const BlockKey& key, bool is_write, StoreStatus status,
-                       std::chrono::nanoseconds latency = {});
+                       std::chrono::nanoseconds latency = {}, std::size_t skipped_bytes = 0);
   // A free slot, evicting the LRU victim if need be: nullopt (with *error
   // set when the index refused the delete) if none can be had.
   std::optional<std::uint32_t> take_slot_locked(bool& index_error);
